@@ -1,0 +1,135 @@
+//! DMA-visible memory: regions with a host address, a length and a device address (IOVA).
+//!
+//! A region is memory that a device may read or write at any moment. The rule of the whole
+//! project (DESIGN.md §2, vfio-ioctls' `vfio_dma_map` safety contract) is that **no Rust reference
+//! is ever made into it**: neither `&[u8]` nor `&mut T`. Instead, a backend implements this trait
+//! in its own `dma` module with raw-pointer copies and atomic loads/stores, and every other layer
+//! reaches the bytes through [`DmaMemory::read`]/[`DmaMemory::write`] (copy out / copy in).
+//!
+//! Regions are allocated by the device that will use them ([`crate::device::LocalDevice::alloc_dma`]):
+//! a VFIO backend must map them into the IOMMU, a software device just needs stable host memory.
+//! A region handed to a device command must have been allocated by that same device; backends
+//! find their own concrete type again through [`DmaMemory::as_any`] and refuse anything else with
+//! [`DmaError::Foreign`].
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+/// Failures of DMA memory operations.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DmaError {
+    /// An access outside the region.
+    #[error("access of {len} bytes at offset {offset} is outside a region of {region_len} bytes")]
+    OutOfBounds {
+        /// Offset asked for.
+        offset: usize,
+        /// Length asked for.
+        len: usize,
+        /// Length of the region.
+        region_len: usize,
+    },
+    /// An atomic access that is not naturally aligned.
+    #[error("offset {offset} is not {align}-byte aligned")]
+    Misaligned {
+        /// Offset asked for.
+        offset: usize,
+        /// Required alignment.
+        align: usize,
+    },
+    /// The allocation failed.
+    #[error("cannot allocate {len} bytes of DMA memory: {reason}")]
+    AllocFailed {
+        /// Size asked for.
+        len: usize,
+        /// Why (e.g. "RLIMIT_MEMLOCK is 64 KiB; raise it with ulimit -l").
+        reason: String,
+    },
+    /// The region was not allocated by the device it was handed to.
+    #[error("the DMA region was allocated by another device")]
+    Foreign,
+}
+
+/// A region of DMA-visible memory. See the module documentation for the access rules.
+pub trait DmaMemory: Send + Sync + Debug + 'static {
+    /// Length in bytes.
+    fn len(&self) -> usize;
+
+    /// True for a zero-length region.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Host virtual address of byte 0: the address work requests and memory keys use.
+    fn host_addr(&self) -> u64;
+
+    /// Device (bus / IOVA) address of byte 0.
+    fn device_addr(&self) -> u64;
+
+    /// Copies `dst.len()` bytes starting at `offset` out of the region.
+    ///
+    /// # Errors
+    /// [`DmaError::OutOfBounds`] if the range is not inside the region.
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError>;
+
+    /// Copies `src` into the region at `offset`.
+    ///
+    /// # Errors
+    /// [`DmaError::OutOfBounds`] if the range is not inside the region.
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError>;
+
+    /// Sets `len` bytes at `offset` to `byte`.
+    ///
+    /// # Errors
+    /// [`DmaError::OutOfBounds`] if the range is not inside the region.
+    fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError>;
+
+    /// Atomically loads the naturally aligned native-endian `u64` at `offset` (acquire ordering).
+    ///
+    /// # Errors
+    /// [`DmaError::OutOfBounds`] or [`DmaError::Misaligned`].
+    fn load_u64(&self, offset: usize) -> Result<u64, DmaError>;
+
+    /// Atomically stores the naturally aligned native-endian `u64` at `offset` (release ordering).
+    ///
+    /// # Errors
+    /// [`DmaError::OutOfBounds`] or [`DmaError::Misaligned`].
+    fn store_u64(&self, offset: usize, value: u64) -> Result<(), DmaError>;
+
+    /// The concrete type, so that the allocating backend can find its own region again.
+    fn as_any(&self) -> &dyn Any;
+
+    /// Owned variant of [`DmaMemory::as_any`], for `Arc::downcast`.
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// Checks that `offset..offset + len` lies inside a region of `region_len` bytes.
+///
+/// # Errors
+/// [`DmaError::OutOfBounds`], also when the end overflows.
+pub fn check_range(offset: usize, len: usize, region_len: usize) -> Result<(), DmaError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= region_len => Ok(()),
+        _ => Err(DmaError::OutOfBounds {
+            offset,
+            len,
+            region_len,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_range_rejects_overflow_and_overrun() {
+        assert!(check_range(0, 16, 16).is_ok());
+        assert!(check_range(16, 0, 16).is_ok());
+        assert!(check_range(1, 16, 16).is_err());
+        assert!(check_range(usize::MAX, 2, 16).is_err());
+    }
+}

@@ -1,0 +1,145 @@
+//! The hot-path queue objects a backend hands to the core: send and receive queues (WQE encoding
+//! plus doorbells), shared receive queues, completion queues (CQE decoding with ownership checks,
+//! consumer-index record, arming) and event queues.
+//!
+//! They are trait objects (`Box<dyn SendQueue>` …) so that a run-time choice of backend costs one
+//! indirect call per operation and no generic code in applications. The core serialises calls on
+//! one object (each sits behind the owning queue's own lock); objects never share a lock with
+//! other queues, and none of these methods may allocate.
+//!
+//! Counters are free-running `u32`s owned by the core for work queues (it decides which slot the
+//! next WQE goes to, and retires WQEs from completions) and by the queue object for completion
+//! and event queues.
+
+use std::any::Any;
+use std::fmt::Debug;
+
+use crate::error::{CqeError, EqeError, WqeError};
+use crate::event::DeviceEvent;
+use crate::wc::Cqe;
+use crate::wr::{SendWr, Sge};
+
+/// A queue pair's send queue.
+pub trait SendQueue: Send + Debug {
+    /// Usable slots: at most this many WQEs may be outstanding.
+    fn depth(&self) -> u32;
+
+    /// Gather entries per WQE.
+    fn max_sge(&self) -> u32;
+
+    /// Inline bytes per WQE.
+    fn max_inline(&self) -> u32;
+
+    /// Encodes `wr` into the slot of producer counter `counter` and passes the slot to the device
+    /// (ownership word written last, after a [`crate::barrier::to_device`]). The device may start
+    /// on it at once but is only *told* by [`SendQueue::ring_doorbell`].
+    ///
+    /// # Errors
+    /// The request has no encoding or does not fit; nothing was written.
+    fn write_wqe(&mut self, counter: u32, wr: &SendWr<'_>, signaled: bool) -> Result<(), WqeError>;
+
+    /// Rings the send doorbell: WQEs up to (not including) counter `head` are posted.
+    fn ring_doorbell(&mut self, head: u32);
+
+    /// Resets the producer side after the QP went back to RESET (the device restarts at 0).
+    fn reset(&mut self);
+}
+
+/// A queue pair's own receive queue.
+pub trait RecvQueue: Send + Debug {
+    /// Usable slots.
+    fn depth(&self) -> u32;
+
+    /// Scatter entries per WQE.
+    fn max_sge(&self) -> u32;
+
+    /// Encodes a receive WQE into the slot of counter `counter`.
+    ///
+    /// # Errors
+    /// Too many scatter entries; nothing was written.
+    fn write_wqe(&mut self, counter: u32, sges: &[Sge]) -> Result<(), WqeError>;
+
+    /// Publishes the producer counter `head` (receive doorbell record).
+    fn ring_doorbell(&mut self, head: u32);
+
+    /// Resets after the QP went back to RESET.
+    fn reset(&mut self);
+}
+
+/// A shared receive queue. Slots are recycled through a free list that the device also follows,
+/// so the queue object (not the core) chooses the slot; the core maps slots to `wr_id`s.
+pub trait SharedRecvQueue: Send + Debug {
+    /// SRQ number.
+    fn srqn(&self) -> u32;
+
+    /// Usable slots.
+    fn depth(&self) -> u32;
+
+    /// Scatter entries per WQE.
+    fn max_sge(&self) -> u32;
+
+    /// Encodes a receive WQE into a free slot and returns the slot index, or `None` when
+    /// every slot is in use.
+    ///
+    /// # Errors
+    /// Too many scatter entries; nothing was written.
+    fn write_wqe(&mut self, sges: &[Sge]) -> Result<Option<u32>, WqeError>;
+
+    /// Publishes the WQEs written since the last call (SRQ doorbell record).
+    fn ring_doorbell(&mut self);
+
+    /// Returns a slot whose completion has been polled to the free list.
+    ///
+    /// # Errors
+    /// [`WqeError::BadSlot`] for an index outside the ring.
+    fn release(&mut self, slot: u32) -> Result<(), WqeError>;
+}
+
+/// A completion queue.
+pub trait CompletionQueue: Send + Debug {
+    /// CQ number.
+    fn cqn(&self) -> u32;
+
+    /// Usable entries (the ring keeps one spare).
+    fn depth(&self) -> u32;
+
+    /// Reads the entry at the consumer index if the host owns it, decodes it and advances the
+    /// consumer index (privately: call [`CompletionQueue::publish_ci`] after a batch).
+    ///
+    /// # Errors
+    /// A malformed entry (consumed), or the CQ is in error.
+    fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError>;
+
+    /// Publishes the consumer index to the device (CQ set-ci doorbell record).
+    fn publish_ci(&mut self);
+
+    /// Arms the CQ: the device raises one completion event when a CQE arrives after the current
+    /// consumer index (any CQE, or with `solicited_only` a solicited receive or an error). A CQE
+    /// already present beyond the consumer index fires at once.
+    fn arm(&mut self, solicited_only: bool);
+
+    /// Tells the queue that a completion event for it was delivered (mlx4 bumps its arm sequence
+    /// number here).
+    fn event_delivered(&mut self);
+
+    /// The concrete type, for the backend's own commands (resize).
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// An event queue.
+pub trait EventQueue: Send + Debug {
+    /// EQ number.
+    fn eqn(&self) -> u32;
+
+    /// Reads, decodes and consumes the entry at the consumer index if the host owns it.
+    ///
+    /// # Errors
+    /// A malformed entry (consumed).
+    fn poll_one(&mut self) -> Result<Option<DeviceEvent>, EqeError>;
+
+    /// Publishes the consumer index without arming (long bursts).
+    fn publish_ci(&mut self);
+
+    /// Publishes the consumer index and arms the EQ: the next EQE raises the interrupt.
+    fn arm(&mut self);
+}

@@ -1,0 +1,300 @@
+//! Portable work requests (`struct ibv_send_wr` / `struct ibv_recv_wr`), as handed by the core
+//! to a backend's queue object for encoding into its own WQE format.
+//!
+//! Data is described by scatter/gather entries that name registered memory by address and
+//! lkey, exactly as in libibverbs; the device resolves and checks them. Inline data is the one
+//! exception: it is an ordinary byte slice from the caller's memory, copied into the WQE at post
+//! time (so the caller never needs a reference into device-visible memory to send small data).
+
+use crate::attr::AddressVector;
+use crate::types::{AccessFlags, MwType};
+
+/// One scatter/gather entry (`struct ibv_sge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Virtual address inside the memory region named by `lkey`.
+    pub addr: u64,
+    /// Length in bytes (0 is legal).
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+bitflags::bitflags! {
+    /// Send flags (`enum ibv_send_flags` values).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// Wait for prior RDMA reads and atomics to complete before starting (IBA 10.8.3.3).
+        const FENCE = 1;
+        /// Generate a completion even on a QP that does not signal all requests.
+        const SIGNALED = 1 << 1;
+        /// Set the solicited-event bit: the receiver's CQ fires a solicited notification.
+        const SOLICITED = 1 << 2;
+        /// The payload is carried inline (set automatically for [`Payload::Inline`]).
+        const INLINE = 1 << 3;
+    }
+}
+
+/// Remote memory target of an RDMA or atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteAddr {
+    /// Remote virtual address (for atomics: 8-byte aligned).
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// Parameters of a memory-window bind (type 1 through `bind_mw`, type 2 through a work request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwBind {
+    /// The window's current rkey (identifies the window).
+    pub mw_rkey: u32,
+    /// The rkey the window will answer to after the bind (type 2: the caller bumps the tag byte,
+    /// like `ibv_inc_rkey`; type 1: the device picks and the core passes the current key).
+    pub new_rkey: u32,
+    /// Window type.
+    pub mw_type: MwType,
+    /// lkey of the MR the window lies in (must have `MW_BIND`).
+    pub mr_lkey: u32,
+    /// Start address of the window (inside the MR).
+    pub addr: u64,
+    /// Length of the window; 0 unbinds (type 1 invalidation).
+    pub length: u64,
+    /// Remote rights granted through the window.
+    pub access: AccessFlags,
+}
+
+/// What a send work request does (`enum ibv_wr_opcode` with its operands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND: consumes a receive WR at the peer.
+    Send,
+    /// SEND with 32-bit immediate data (opaque, delivered as given).
+    SendWithImm {
+        /// Immediate data.
+        imm: u32,
+    },
+    /// SEND that also invalidates `rkey` at the receiver (type-2 MW or MR).
+    SendWithInv {
+        /// rkey to invalidate at the responder.
+        rkey: u32,
+    },
+    /// RDMA WRITE into remote memory.
+    RdmaWrite {
+        /// Target.
+        remote: RemoteAddr,
+    },
+    /// RDMA WRITE with immediate: also consumes a receive WR at the peer.
+    RdmaWriteWithImm {
+        /// Target.
+        remote: RemoteAddr,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// RDMA READ from remote memory into the local scatter list.
+    RdmaRead {
+        /// Source.
+        remote: RemoteAddr,
+    },
+    /// 64-bit compare-and-swap; the original remote value lands in the local 8-byte SGE.
+    AtomicCmpSwp {
+        /// Target (8-byte aligned).
+        remote: RemoteAddr,
+        /// Value compared against.
+        compare: u64,
+        /// Value stored when equal.
+        swap: u64,
+    },
+    /// 64-bit fetch-and-add; the original remote value lands in the local 8-byte SGE.
+    AtomicFetchAdd {
+        /// Target (8-byte aligned).
+        remote: RemoteAddr,
+        /// Addend.
+        add: u64,
+    },
+    /// Bind a memory window (type 1 via `bind_mw`, type 2 via `IBV_WR_BIND_MW`).
+    BindMw {
+        /// Bind parameters.
+        bind: MwBind,
+    },
+    /// Invalidate a local key (type-2 MW).
+    LocalInv {
+        /// Key to invalidate.
+        rkey: u32,
+    },
+}
+
+impl SendOp {
+    /// True for RDMA READ and the atomics (they take responder resources and obey the fence).
+    pub fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self,
+            Self::RdmaRead { .. } | Self::AtomicCmpSwp { .. } | Self::AtomicFetchAdd { .. }
+        )
+    }
+
+    /// True for the operations that consume a receive WR at the peer.
+    pub fn consumes_recv(&self) -> bool {
+        matches!(
+            self,
+            Self::Send
+                | Self::SendWithImm { .. }
+                | Self::SendWithInv { .. }
+                | Self::RdmaWriteWithImm { .. }
+        )
+    }
+
+    /// True for operations executed locally without a packet (bind, local invalidate).
+    pub fn is_local(&self) -> bool {
+        matches!(self, Self::BindMw { .. } | Self::LocalInv { .. })
+    }
+
+    /// A short name in libibverbs style, for errors and traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Send => "SEND",
+            Self::SendWithImm { .. } => "SEND_WITH_IMM",
+            Self::SendWithInv { .. } => "SEND_WITH_INV",
+            Self::RdmaWrite { .. } => "RDMA_WRITE",
+            Self::RdmaWriteWithImm { .. } => "RDMA_WRITE_WITH_IMM",
+            Self::RdmaRead { .. } => "RDMA_READ",
+            Self::AtomicCmpSwp { .. } => "ATOMIC_CMP_AND_SWP",
+            Self::AtomicFetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+            Self::BindMw { .. } => "BIND_MW",
+            Self::LocalInv { .. } => "LOCAL_INV",
+        }
+    }
+}
+
+/// Where the data of a send comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload<'a> {
+    /// Gathered by the device from registered memory at execution time.
+    Sges(&'a [Sge]),
+    /// Copied into the WQE at post time (the slice may be reused as soon as post returns).
+    Inline(&'a [u8]),
+}
+
+impl Payload<'_> {
+    /// Total payload length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Self::Sges(sges) => sges.iter().map(|s| u64::from(s.length)).sum(),
+            Self::Inline(bytes) => bytes.len() as u64,
+        }
+    }
+
+    /// True when the payload carries no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// UD destination of a send (`wr.ud` in `struct ibv_send_wr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest<'a> {
+    /// Address vector of the destination (from an address handle).
+    pub av: &'a AddressVector,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Q_Key; if bit 31 is set the sending QP's own Q_Key is used (IBA 10.2.5).
+    pub remote_qkey: u32,
+}
+
+/// One send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr<'a> {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Operation and operands.
+    pub op: SendOp,
+    /// Data (gather list or inline bytes). For RDMA READ and atomics: the local scatter list.
+    pub payload: Payload<'a>,
+    /// Flags.
+    pub flags: SendFlags,
+    /// UD destination; must be `Some` exactly on UD QPs.
+    pub ud: Option<UdDest<'a>>,
+}
+
+impl<'a> SendWr<'a> {
+    /// A request with no payload and no flags.
+    pub fn new(wr_id: u64, op: SendOp) -> Self {
+        Self {
+            wr_id,
+            op,
+            payload: Payload::Sges(&[]),
+            flags: SendFlags::empty(),
+            ud: None,
+        }
+    }
+
+    /// Sets a gather list.
+    pub fn sges(mut self, sges: &'a [Sge]) -> Self {
+        self.payload = Payload::Sges(sges);
+        self
+    }
+
+    /// Sets inline data (and the INLINE flag).
+    pub fn inline(mut self, bytes: &'a [u8]) -> Self {
+        self.payload = Payload::Inline(bytes);
+        self.flags |= SendFlags::INLINE;
+        self
+    }
+
+    /// Adds flags.
+    pub fn flags(mut self, flags: SendFlags) -> Self {
+        self.flags |= flags;
+        self
+    }
+
+    /// Asks for a completion.
+    pub fn signaled(self) -> Self {
+        self.flags(SendFlags::SIGNALED)
+    }
+
+    /// Sets the UD destination.
+    pub fn ud(mut self, dest: UdDest<'a>) -> Self {
+        self.ud = Some(dest);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_length_sums_sges() {
+        let sges = [
+            Sge {
+                addr: 0,
+                length: 10,
+                lkey: 1,
+            },
+            Sge {
+                addr: 0,
+                length: 22,
+                lkey: 1,
+            },
+        ];
+        assert_eq!(Payload::Sges(&sges).len(), 32);
+        assert_eq!(Payload::Inline(b"abc").len(), 3);
+        assert!(Payload::Sges(&[]).is_empty());
+    }
+
+    #[test]
+    fn builder_sets_inline_flag() {
+        let wr = SendWr::new(7, SendOp::Send).inline(b"hi").signaled();
+        assert!(wr.flags.contains(SendFlags::INLINE | SendFlags::SIGNALED));
+        assert_eq!(wr.wr_id, 7);
+    }
+
+    #[test]
+    fn op_classes() {
+        let remote = RemoteAddr::default();
+        assert!(SendOp::RdmaRead { remote }.is_read_or_atomic());
+        assert!(SendOp::RdmaWriteWithImm { remote, imm: 1 }.consumes_recv());
+        assert!(!SendOp::RdmaWrite { remote }.consumes_recv());
+        assert!(SendOp::LocalInv { rkey: 1 }.is_local());
+    }
+}

@@ -1,0 +1,1 @@
+//! Portverbs facade (work in progress).
