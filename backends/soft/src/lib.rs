@@ -1,0 +1,2 @@
+//! Portverbs software RDMA device (work in progress).
+pub mod wire;

@@ -1,0 +1,1 @@
+//! RoCEv2 / IB transport wire formats (work in progress).

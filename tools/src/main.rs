@@ -1,0 +1,4 @@
+//! The `portverbs` command-line tool (work in progress).
+mod report;
+
+fn main() {}
