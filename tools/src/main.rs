@@ -1,4 +1,5 @@
 //! The `portverbs` command-line tool (work in progress).
+#[allow(dead_code)]
 mod report;
 
 fn main() {}

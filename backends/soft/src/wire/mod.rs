@@ -1,1 +1,53 @@
-//! RoCEv2 / IB transport wire formats (work in progress).
+//! RoCEv2 / InfiniBand transport wire formats.
+//!
+//! Two layers, in the style of smoltcp:
+//!
+//! * **Representations** of each header ([`Bth`], [`Reth`], [`Aeth`], [`Deth`],
+//!   [`AtomicEth`], [`AtomicAckEth`]) with `LEN`, `parse` and `emit`, and the whole transport
+//!   header [`TransportHdr`] whose [`TransportHdr::parse`] yields a [`ParsedPacket`]. All
+//!   fields are big-endian on the wire; byte offsets live in private `field` modules.
+//! * **The opcode table** behind [`Opcode`]: one `const` table indexed by the opcode byte
+//!   tells which extension headers follow the BTH ([`HeaderSet`]) and what the packet means
+//!   ([`Service`], [`Position`], [`OpKind`]).
+//!
+//! On top of that, RoCEv2 framing: [`build_frame`] / [`parse_frame`] (IP + UDP + transport +
+//! [`icrc`]) and [`udp_source_port`].
+//!
+//! Nothing here panics on input bytes: every parser returns [`WireError`]. Values that do not
+//! fit their wire field (24-bit QPNs, PSNs and MSNs, the 2-bit pad count, the 4-bit version)
+//! are masked on emit, never rejected.
+
+mod aeth;
+mod bth;
+mod bytes;
+mod error;
+mod ext;
+mod frame;
+mod frame_parse;
+mod headerset;
+mod icrc;
+mod opcode;
+mod pretty;
+mod transport;
+
+#[cfg(test)]
+mod tests;
+
+pub use aeth::{
+    ACK_UNLIMITED_CREDITS, Aeth, AethSyndrome, NakCode, credit_count, rnr_timer_duration,
+};
+pub use bth::{Bth, DEFAULT_PKEY, MASK_24, pad_len};
+pub use error::WireError;
+pub use ext::{AtomicAckEth, AtomicEth, Deth, IMM_LEN, Reth};
+pub use frame::{
+    FrameOptions, ICRC_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, ROCEV2_UDP_PORT, UDP_HEADER_LEN,
+    build_frame, build_frame_with, ipv4_header_checksum,
+};
+pub use frame_parse::{FrameView, parse_frame};
+pub use headerset::HeaderSet;
+pub use icrc::{
+    FLOW_LABEL_MASK, flow_label_from_qpns, flow_label_to_udp_port, icrc, udp_source_port,
+};
+pub use opcode::{OpKind, Opcode, Position, Service};
+pub use pretty::pretty;
+pub use transport::{ParsedPacket, TransportHdr};

@@ -1,0 +1,669 @@
+//! The HAL command interface of the software device. Commands complete synchronously (the
+//! returned futures are ready on first poll); they validate every argument a firmware would and
+//! answer with typed errors.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
+use portverbs_hal::caps::{DeviceAttr, DeviceInfo, GidEntry, GidType, PortAttr};
+use portverbs_hal::device::{
+    CqParams, Device, EqKind, EqParams, MrKeys, MrParams, MrRereg, MwKeys, QpCreateParams,
+    QpResources, SrqModify, SrqParams,
+};
+use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::error::CommandError;
+use portverbs_hal::notify::InterruptSink;
+use portverbs_hal::queue::{CompletionQueue, EventQueue, SharedRecvQueue};
+use portverbs_hal::ring::{Consumer, Producer, RingGeometry};
+use portverbs_hal::types::{MwType, QpType};
+
+use super::SoftDevice;
+use super::doorbell::{CqDoorbell, EqDoorbell, RqDoorbell, SqDoorbell, SrqDoorbell};
+use super::format::{
+    self, CQE_SIZE, DATAGRAM_SEG, EQE_SIZE, RECV_HEADER, RecvFormat, SEND_HEADER, SGE_SIZE,
+    SendFormat,
+};
+use super::hw::{HwCq, HwEq, HwQp, HwSrq, HwWq, init_owner};
+use super::queues::{SoftCq, SoftEq, SoftRq, SoftSq, SoftSrq};
+use super::state::limits::*;
+use crate::dma::SoftDma;
+use crate::engine::QpInit;
+use crate::engine::memory::MrSpec;
+
+fn invalid(what: impl Into<String>) -> CommandError {
+    CommandError::InvalidArgument { what: what.into() }
+}
+
+fn no(object: &'static str, number: u32) -> CommandError {
+    CommandError::NoSuchObject { object, number }
+}
+
+impl SoftDevice {
+    fn check_alive(&self) -> Result<(), CommandError> {
+        if self.is_fatal() {
+            Err(CommandError::DeviceFatal)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn ring(&self, bytes: usize) -> Result<Arc<SoftDma>, CommandError> {
+        Ok(SoftDma::alloc_tracked(bytes, Some(self.dma.clone()))?)
+    }
+
+    fn downcast(region: &Arc<dyn DmaMemory>) -> Result<Arc<SoftDma>, CommandError> {
+        region
+            .clone()
+            .into_any_arc()
+            .downcast::<SoftDma>()
+            .map_err(|_| CommandError::Dma(DmaError::Foreign))
+    }
+
+    /// Grants send-queue capacities: what was asked, plus whatever else fits the power-of-two
+    /// slot, within the device limits.
+    fn grant_send(qp_type: QpType, caps: &QpCaps) -> (usize, u32, u32) {
+        let stride = format::send_stride(qp_type, caps.max_send_sge.max(1), caps.max_inline_data);
+        let fixed = SEND_HEADER
+            + if qp_type == QpType::Ud {
+                DATAGRAM_SEG
+            } else {
+                0
+            };
+        let room = stride - fixed;
+        let sge = ((room / SGE_SIZE) as u32).min(MAX_SGE);
+        let inline = (room as u32).min(MAX_INLINE);
+        (stride, sge, inline)
+    }
+}
+
+impl Device for SoftDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
+        Ok(SoftDma::alloc_tracked(len, Some(self.dma.clone()))?)
+    }
+
+    async fn query_device(&self) -> Result<DeviceAttr, CommandError> {
+        self.check_alive()?;
+        Ok(self.with(|d, _, _| d.state.attr.clone()))
+    }
+
+    async fn query_port(&self, port: u8) -> Result<PortAttr, CommandError> {
+        self.check_alive()?;
+        self.with(|d, _, _| {
+            d.state
+                .ports
+                .get(usize::from(port).wrapping_sub(1))
+                .map(|p| p.attr.clone())
+                .ok_or_else(|| invalid(format!("port {port} does not exist")))
+        })
+    }
+
+    async fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry, CommandError> {
+        self.check_alive()?;
+        self.with(|d, _, _| {
+            let p = d
+                .state
+                .ports
+                .get(usize::from(port).wrapping_sub(1))
+                .ok_or_else(|| invalid(format!("port {port} does not exist")))?;
+            if index >= p.attr.gid_tbl_len {
+                return Err(invalid(format!(
+                    "GID index {index} beyond a table of {}",
+                    p.attr.gid_tbl_len
+                )));
+            }
+            match p.gids.get(index as usize) {
+                Some(gid) => Ok(GidEntry {
+                    gid: *gid,
+                    gid_type: GidType::RoceV2,
+                }),
+                None => Err(no("GID entry", index)),
+            }
+        })
+    }
+
+    async fn query_pkey(&self, port: u8, index: u16) -> Result<u16, CommandError> {
+        self.check_alive()?;
+        let ports = self.with(|d, _, _| d.state.ports.len());
+        if port == 0 || usize::from(port) > ports {
+            return Err(invalid(format!("port {port} does not exist")));
+        }
+        match index {
+            0 => Ok(0xffff),
+            _ => Err(invalid(format!("P_Key index {index} beyond a table of 1"))),
+        }
+    }
+
+    async fn alloc_pd(&self) -> Result<u32, CommandError> {
+        self.check_alive()?;
+        self.with(|d, _, _| {
+            if d.state.pds.len() >= MAX_PD as usize {
+                return Err(CommandError::ResourceExhausted { resource: "PDs" });
+            }
+            let mut pd = d.state.next_pd;
+            while pd == 0 || d.state.pds.contains(&pd) {
+                pd = pd.wrapping_add(1) & 0x00ff_ffff;
+            }
+            d.state.next_pd = pd.wrapping_add(1) & 0x00ff_ffff;
+            d.state.pds.insert(pd);
+            Ok(pd)
+        })
+    }
+
+    async fn dealloc_pd(&self, pd: u32) -> Result<(), CommandError> {
+        self.with(|d, _, _| {
+            if d.state.pds.remove(&pd) {
+                Ok(())
+            } else {
+                Err(no("PD", pd))
+            }
+        })
+    }
+
+    async fn create_eq(
+        &self,
+        params: EqParams,
+        sink: Arc<dyn InterruptSink>,
+    ) -> Result<Box<dyn EventQueue>, CommandError> {
+        self.check_alive()?;
+        if params.entries == 0 || params.entries > 1 << 16 {
+            return Err(invalid(format!("{} EQ entries", params.entries)));
+        }
+        let geom = RingGeometry::for_at_least(params.entries, EQE_SIZE);
+        let ring = self.ring(geom.bytes())?;
+        init_owner(&ring, geom, EQE_SIZE - 1);
+        let db = Arc::new(EqDoorbell::default());
+        db.armed.store(true, Ordering::Release);
+        self.with(|d, _, _| {
+            let eqn = d.hw.eqs.free_number(0);
+            d.hw.eqs.insert(
+                eqn,
+                HwEq {
+                    ring: ring.clone(),
+                    geom,
+                    producer: Producer::new(geom),
+                    db: db.clone(),
+                    sink: sink.clone(),
+                },
+            );
+            if params.kind == EqKind::Async {
+                d.hw.async_eqn = Some(eqn);
+            }
+            Ok(Box::new(SoftEq {
+                eqn,
+                ring,
+                consumer: Consumer::new(geom),
+                db,
+                sink,
+            }) as Box<dyn EventQueue>)
+        })
+    }
+
+    async fn destroy_eq(&self, eqn: u32) -> Result<(), CommandError> {
+        self.with(|d, _, _| {
+            if d.hw.cqs.iter_mut().any(|(_, cq)| cq.eqn == eqn) {
+                return Err(CommandError::Busy {
+                    object: "EQ",
+                    reason: "completion queues still report to it".into(),
+                });
+            }
+            d.hw.eqs.remove(eqn).ok_or_else(|| no("EQ", eqn))?;
+            if d.hw.async_eqn == Some(eqn) {
+                d.hw.async_eqn = None;
+            }
+            Ok(())
+        })
+    }
+
+    async fn create_cq(&self, params: CqParams) -> Result<Box<dyn CompletionQueue>, CommandError> {
+        self.check_alive()?;
+        if params.entries == 0 || params.entries > MAX_CQE {
+            return Err(invalid(format!(
+                "{} CQ entries (1..={MAX_CQE})",
+                params.entries
+            )));
+        }
+        let geom = RingGeometry::for_at_least(params.entries + 1, CQE_SIZE);
+        let ring = self.ring(geom.bytes())?;
+        init_owner(&ring, geom, CQE_SIZE - 1);
+        let db = Arc::new(CqDoorbell::default());
+        let kicker = self.kicker.clone();
+        self.with(|d, _, _| {
+            if d.hw.eqs.get(params.eqn).is_none() {
+                return Err(no("EQ", params.eqn));
+            }
+            if d.hw.cqs.len() >= MAX_CQ as usize {
+                return Err(CommandError::ResourceExhausted { resource: "CQs" });
+            }
+            let cqn = d.hw.cqs.free_number(1);
+            d.hw.cqs.insert(
+                cqn,
+                HwCq {
+                    ring: ring.clone(),
+                    geom,
+                    producer: Producer::new(geom),
+                    db: db.clone(),
+                    eqn: params.eqn,
+                    last_solicited: None,
+                    in_error: false,
+                },
+            );
+            Ok(Box::new(SoftCq {
+                cqn,
+                ring,
+                consumer: Consumer::new(geom),
+                depth: geom.entries() - 1,
+                db,
+                kicker,
+            }) as Box<dyn CompletionQueue>)
+        })
+    }
+
+    async fn resize_cq(
+        &self,
+        cq: &mut dyn CompletionQueue,
+        entries: u32,
+    ) -> Result<(), CommandError> {
+        self.check_alive()?;
+        let Some(host) = cq.as_any_mut().downcast_mut::<SoftCq>() else {
+            return Err(invalid("CQ belongs to another device"));
+        };
+        if entries == 0 || entries > MAX_CQE {
+            return Err(invalid(format!("{entries} CQ entries (1..={MAX_CQE})")));
+        }
+        let geom = RingGeometry::for_at_least(entries + 1, CQE_SIZE);
+        let ring = self.ring(geom.bytes())?;
+        init_owner(&ring, geom, CQE_SIZE - 1);
+        self.with(|d, _, _| {
+            let hw =
+                d.hw.cqs
+                    .get_mut(host.cqn)
+                    .ok_or_else(|| no("CQ", host.cqn))?;
+            let tail = host.consumer.tail();
+            let pending = hw.producer.head().wrapping_sub(tail);
+            if pending > geom.entries() - 1 {
+                return Err(invalid(format!(
+                    "{pending} unpolled completions do not fit {entries} entries"
+                )));
+            }
+            // Move the unpolled entries to the start of the new ring, re-owned for pass 0.
+            let mut producer = Producer::new(geom);
+            let mut raw = [0u8; CQE_SIZE];
+            for i in 0..pending {
+                let old = hw.geom.offset(tail.wrapping_add(i));
+                let _ = hw.ring.read(old, &mut raw);
+                raw[CQE_SIZE - 1] = u8::from(producer.owner_bit());
+                let _ = ring.write(producer.offset(), &raw);
+                producer.advance(1);
+            }
+            hw.ring = ring.clone();
+            hw.geom = geom;
+            hw.producer = producer;
+            hw.last_solicited = None;
+            hw.db.ci.store(0, Ordering::Release);
+            host.ring = ring;
+            host.consumer = Consumer::new(geom);
+            host.depth = geom.entries() - 1;
+            Ok(())
+        })
+    }
+
+    async fn destroy_cq(&self, cqn: u32) -> Result<(), CommandError> {
+        self.with(|d, _, _| {
+            d.hw.cqs
+                .remove(cqn)
+                .map(|_| ())
+                .ok_or_else(|| no("CQ", cqn))
+        })
+    }
+
+    async fn create_srq(
+        &self,
+        params: SrqParams,
+    ) -> Result<Box<dyn SharedRecvQueue>, CommandError> {
+        self.check_alive()?;
+        if params.max_wr == 0 || params.max_wr > MAX_SRQ_WR {
+            return Err(invalid(format!(
+                "SRQ max_wr {} (1..={MAX_SRQ_WR})",
+                params.max_wr
+            )));
+        }
+        if params.max_sge == 0 || params.max_sge > MAX_SGE {
+            return Err(invalid(format!(
+                "SRQ max_sge {} (1..={MAX_SGE})",
+                params.max_sge
+            )));
+        }
+        if params.limit > params.max_wr {
+            return Err(invalid("SRQ limit above max_wr"));
+        }
+        let stride = format::recv_stride(params.max_sge);
+        let geom = RingGeometry::for_at_least(params.max_wr, stride);
+        let ring = self.ring(geom.bytes())?;
+        let index_ring = self.ring(geom.entries() as usize * 4)?;
+        let db = Arc::new(SrqDoorbell::default());
+        let max_sge = (((stride - RECV_HEADER) / SGE_SIZE) as u32).min(MAX_SGE);
+        self.with(|d, _, _| {
+            if !d.state.pds.contains(&params.pd) {
+                return Err(no("PD", params.pd));
+            }
+            if d.hw.srqs.len() >= MAX_SRQ as usize {
+                return Err(CommandError::ResourceExhausted { resource: "SRQs" });
+            }
+            let srqn = d.hw.srqs.free_number(1);
+            d.hw.srqs.insert(
+                srqn,
+                HwSrq {
+                    wq: HwWq {
+                        ring: ring.clone(),
+                        geom,
+                        db: db.clone(),
+                    },
+                    index_ring: index_ring.clone(),
+                    consumed: 0,
+                    limit: params.limit,
+                },
+            );
+            Ok(Box::new(SoftSrq {
+                srqn,
+                ring,
+                index_ring,
+                geom,
+                fmt: RecvFormat { max_sge },
+                free: (0..geom.entries()).rev().collect(),
+                head: 0,
+                db,
+                scratch: vec![0; stride],
+            }) as Box<dyn SharedRecvQueue>)
+        })
+    }
+
+    async fn modify_srq(&self, srqn: u32, change: SrqModify) -> Result<(), CommandError> {
+        self.check_alive()?;
+        if change.max_wr.is_some() {
+            return Err(CommandError::Unsupported {
+                what: "SRQ resize (QuirkId::NoSrqResize)",
+            });
+        }
+        self.with(|d, _, _| {
+            let srq = d.hw.srqs.get_mut(srqn).ok_or_else(|| no("SRQ", srqn))?;
+            if let Some(limit) = change.limit {
+                if limit > srq.wq.geom.entries() {
+                    return Err(invalid("SRQ limit above its size"));
+                }
+                srq.limit = limit;
+            }
+            Ok(())
+        })
+    }
+
+    async fn destroy_srq(&self, srqn: u32) -> Result<(), CommandError> {
+        self.with(|d, _, _| {
+            d.hw.srqs
+                .remove(srqn)
+                .map(|_| ())
+                .ok_or_else(|| no("SRQ", srqn))
+        })
+    }
+
+    async fn create_qp(&self, params: QpCreateParams) -> Result<QpResources, CommandError> {
+        self.check_alive()?;
+        let caps = params.caps;
+        if caps.max_send_wr > MAX_QP_WR || caps.max_recv_wr > MAX_QP_WR {
+            return Err(invalid(format!(
+                "max_send_wr {} / max_recv_wr {} above {MAX_QP_WR}",
+                caps.max_send_wr, caps.max_recv_wr
+            )));
+        }
+        if caps.max_send_sge > MAX_SGE || caps.max_recv_sge > MAX_SGE {
+            return Err(invalid(format!(
+                "max_send_sge {} / max_recv_sge {} above {MAX_SGE}",
+                caps.max_send_sge, caps.max_recv_sge
+            )));
+        }
+        if caps.max_inline_data > MAX_INLINE {
+            return Err(invalid(format!(
+                "max_inline_data {} above {MAX_INLINE}",
+                caps.max_inline_data
+            )));
+        }
+        let (stride, send_sge, inline) = Self::grant_send(params.qp_type, &caps);
+        let sq_geom = RingGeometry::for_at_least(caps.max_send_wr.max(1), stride);
+        let sq_ring = self.ring(sq_geom.bytes())?;
+        SoftSq::init_slots(&sq_ring, sq_geom);
+        let rq = if params.srqn.is_none() {
+            let rstride = format::recv_stride(caps.max_recv_sge.max(1));
+            let geom = RingGeometry::for_at_least(caps.max_recv_wr.max(1), rstride);
+            Some((self.ring(geom.bytes())?, geom, rstride))
+        } else {
+            None
+        };
+        let recv_sge = rq.as_ref().map_or(0, |(_, _, s)| {
+            (((s - RECV_HEADER) / SGE_SIZE) as u32).min(MAX_SGE)
+        });
+        let granted = QpCaps {
+            max_send_wr: sq_geom.entries(),
+            max_recv_wr: rq.as_ref().map_or(0, |(_, g, _)| g.entries()),
+            max_send_sge: send_sge,
+            max_recv_sge: recv_sge,
+            max_inline_data: inline,
+        };
+        let sq_db = Arc::new(SqDoorbell::default());
+        let rq_db = Arc::new(RqDoorbell::default());
+        let kicker = self.kicker.clone();
+        self.with(|d, _, _| {
+            if !d.state.pds.contains(&params.pd) {
+                return Err(no("PD", params.pd));
+            }
+            for cqn in [params.send_cqn, params.recv_cqn] {
+                if d.hw.cqs.get(cqn).is_none() {
+                    return Err(no("CQ", cqn));
+                }
+            }
+            if let Some(srqn) = params.srqn {
+                if d.hw.srqs.get(srqn).is_none() {
+                    return Err(no("SRQ", srqn));
+                }
+            }
+            let qpn = d.hw.qps.free_number(FIRST_QPN);
+            d.engine.create_qp(
+                qpn,
+                QpInit {
+                    qp_type: params.qp_type,
+                    pd: params.pd,
+                    send_cqn: params.send_cqn,
+                    recv_cqn: params.recv_cqn,
+                    srqn: params.srqn,
+                    sq_entries: sq_geom.entries(),
+                    caps: granted,
+                },
+            )?;
+            d.hw.qps.insert(
+                qpn,
+                HwQp {
+                    qp_type: params.qp_type,
+                    sq: HwWq {
+                        ring: sq_ring.clone(),
+                        geom: sq_geom,
+                        db: sq_db.clone(),
+                    },
+                    rq: rq.as_ref().map(|(ring, geom, _)| HwWq {
+                        ring: ring.clone(),
+                        geom: *geom,
+                        db: rq_db.clone(),
+                    }),
+                    rq_ci: 0,
+                },
+            );
+            let sq = SoftSq {
+                qpn,
+                qp_type: params.qp_type,
+                ring: sq_ring,
+                geom: sq_geom,
+                fmt: SendFormat {
+                    stride,
+                    max_sge: send_sge,
+                    max_inline: inline,
+                },
+                depth: sq_geom.entries(),
+                db: sq_db,
+                kicker: kicker.clone(),
+                scratch: vec![0; stride],
+                fatal: self.fatal.clone(),
+            };
+            let rq = rq.map(|(ring, geom, rstride)| {
+                Box::new(SoftRq {
+                    qpn,
+                    ring,
+                    geom,
+                    fmt: RecvFormat { max_sge: recv_sge },
+                    depth: geom.entries(),
+                    db: rq_db,
+                    kicker,
+                    scratch: vec![0; rstride],
+                }) as Box<dyn portverbs_hal::queue::RecvQueue>
+            });
+            Ok(QpResources {
+                qpn,
+                caps: granted,
+                sq: Box::new(sq),
+                rq,
+            })
+        })
+    }
+
+    async fn modify_qp(
+        &self,
+        qpn: u32,
+        attr: QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), CommandError> {
+        self.check_alive()?;
+        self.with(|d, now, out| {
+            if mask.contains(QpAttrMask::PORT)
+                && (attr.port_num == 0 || usize::from(attr.port_num) > d.state.ports.len())
+            {
+                return Err(invalid(format!("port {} does not exist", attr.port_num)));
+            }
+            d.engine.modify_qp(now, qpn, &attr, mask, &mut d.hw, out)
+        })
+    }
+
+    async fn query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
+        self.check_alive()?;
+        self.with(|d, _, _| d.engine.query_qp(qpn))
+    }
+
+    async fn destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {
+        self.with(|d, _, _| {
+            d.engine.destroy_qp(qpn)?;
+            d.hw.qps.remove(qpn);
+            Ok(())
+        })
+    }
+
+    async fn register_mr(&self, params: MrParams) -> Result<MrKeys, CommandError> {
+        self.check_alive()?;
+        let mem = Self::downcast(&params.region)?;
+        portverbs_hal::dma::check_range(params.offset, params.length, mem.len())?;
+        let addr = mem.host_addr() + params.offset as u64;
+        self.with(|d, _, _| {
+            if !d.state.pds.contains(&params.pd) {
+                return Err(no("PD", params.pd));
+            }
+            let key = d.engine.memory_mut().register(MrSpec {
+                pd: params.pd,
+                access: params.access,
+                va: addr,
+                len: params.length as u64,
+                mem,
+                mem_offset: params.offset,
+            })?;
+            d.state.mrs.insert(key);
+            Ok(MrKeys {
+                handle: key,
+                lkey: key,
+                rkey: key,
+                addr,
+            })
+        })
+    }
+
+    async fn rereg_mr(&self, handle: u32, change: MrRereg) -> Result<MrKeys, CommandError> {
+        self.check_alive()?;
+        let range = match &change.range {
+            Some((region, off, len)) => {
+                let mem = Self::downcast(region)?;
+                portverbs_hal::dma::check_range(*off, *len, mem.len())?;
+                let va = mem.host_addr() + *off as u64;
+                Some((va, *len as u64, mem, *off))
+            }
+            None => None,
+        };
+        self.with(|d, _, _| {
+            if !d.state.mrs.contains(&handle) {
+                return Err(no("MR", handle));
+            }
+            if let Some(pd) = change.pd {
+                if !d.state.pds.contains(&pd) {
+                    return Err(no("PD", pd));
+                }
+            }
+            let addr = range.as_ref().map(|r| r.0);
+            let key = d
+                .engine
+                .memory_mut()
+                .rereg(handle, change.pd, change.access, range)?;
+            let addr = match addr {
+                Some(a) => a,
+                None => d
+                    .engine
+                    .memory()
+                    .local_addr(key)
+                    .ok_or_else(|| no("MR", handle))?,
+            };
+            Ok(MrKeys {
+                handle: key,
+                lkey: key,
+                rkey: key,
+                addr,
+            })
+        })
+    }
+
+    async fn deregister_mr(&self, handle: u32) -> Result<(), CommandError> {
+        self.with(|d, _, _| {
+            d.engine.memory_mut().deregister(handle)?;
+            d.state.mrs.remove(&handle);
+            Ok(())
+        })
+    }
+
+    async fn alloc_mw(&self, pd: u32, mw_type: MwType) -> Result<MwKeys, CommandError> {
+        self.check_alive()?;
+        self.with(|d, _, _| {
+            if !d.state.pds.contains(&pd) {
+                return Err(no("PD", pd));
+            }
+            let rkey = d.engine.memory_mut().alloc_mw(pd, mw_type)?;
+            d.state.mws.insert(rkey >> 8);
+            Ok(MwKeys {
+                handle: rkey >> 8,
+                rkey,
+            })
+        })
+    }
+
+    async fn dealloc_mw(&self, handle: u32) -> Result<(), CommandError> {
+        self.with(|d, _, _| {
+            if !d.state.mws.remove(&handle) {
+                return Err(no("MW", handle));
+            }
+            d.engine.memory_mut().dealloc_mw_index(handle)
+        })
+    }
+}

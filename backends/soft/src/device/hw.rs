@@ -1,0 +1,376 @@
+//! The device side of the software HCA: its view of every ring, and the [`Hca`] adapter through
+//! which the transport engine reads WQEs and writes CQEs and EQEs in the soft format.
+//!
+//! Everything here runs with the fabric lock held, on the engine thread (free-running mode) or
+//! on the thread stepping the simulation.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use portverbs_hal::dma::DmaMemory;
+use portverbs_hal::event::{CqErrorSyndrome, DeviceEvent, SrqEventKind};
+use portverbs_hal::format::CqeFormat;
+use portverbs_hal::notify::InterruptSink;
+use portverbs_hal::ring::{DeviceToHost, Producer, RingGeometry};
+use portverbs_hal::types::QpType;
+use portverbs_hal::wc::{Cqe, WcStatus};
+
+use super::doorbell::{ARM_ANY, CqDoorbell, EqDoorbell, RqDoorbell, SqDoorbell, SrqDoorbell};
+use super::format::{self, CQE_SIZE, CqeCodec, EQE_SIZE, EqeCodec};
+use crate::dma::SoftDma;
+use crate::engine::{Hca, RecvSource, RecvWqe, SendWqe, WqeFault};
+
+/// A table of objects indexed by their number.
+#[derive(Debug)]
+pub(crate) struct Table<T>(Vec<Option<T>>);
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T> Table<T> {
+    pub(crate) fn insert(&mut self, n: u32, v: T) {
+        let i = n as usize;
+        if self.0.len() <= i {
+            self.0.resize_with(i + 1, || None);
+        }
+        self.0[i] = Some(v);
+    }
+
+    pub(crate) fn get(&self, n: u32) -> Option<&T> {
+        self.0.get(n as usize)?.as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, n: u32) -> Option<&mut T> {
+        self.0.get_mut(n as usize)?.as_mut()
+    }
+
+    pub(crate) fn remove(&mut self, n: u32) -> Option<T> {
+        self.0.get_mut(n as usize)?.take()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.iter().filter(|v| v.is_some()).count()
+    }
+
+    /// Lowest free number at or above `from`.
+    pub(crate) fn free_number(&self, from: u32) -> u32 {
+        (from..).find(|&n| self.get(n).is_none()).unwrap_or(from)
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
+        self.0
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, v)| v.as_mut().map(|v| (i as u32, v)))
+    }
+}
+
+/// A work queue ring as the device sees it.
+#[derive(Debug)]
+pub(crate) struct HwWq<D> {
+    pub(crate) ring: Arc<SoftDma>,
+    pub(crate) geom: RingGeometry,
+    pub(crate) db: Arc<D>,
+}
+
+/// A QP's queues.
+#[derive(Debug)]
+pub(crate) struct HwQp {
+    pub(crate) qp_type: QpType,
+    pub(crate) sq: HwWq<SqDoorbell>,
+    pub(crate) rq: Option<HwWq<RqDoorbell>>,
+    /// Receive WQEs consumed.
+    pub(crate) rq_ci: u32,
+}
+
+/// An SRQ: WQE slots plus the ring of slot numbers in posting order.
+#[derive(Debug)]
+pub(crate) struct HwSrq {
+    pub(crate) wq: HwWq<SrqDoorbell>,
+    pub(crate) index_ring: Arc<SoftDma>,
+    pub(crate) consumed: u32,
+    /// Armed limit (0 = not armed).
+    pub(crate) limit: u32,
+}
+
+/// A CQ.
+#[derive(Debug)]
+pub(crate) struct HwCq {
+    pub(crate) ring: Arc<SoftDma>,
+    pub(crate) geom: RingGeometry,
+    pub(crate) producer: Producer<DeviceToHost>,
+    pub(crate) db: Arc<CqDoorbell>,
+    pub(crate) eqn: u32,
+    /// Counter of the latest solicited or error CQE.
+    pub(crate) last_solicited: Option<u32>,
+    pub(crate) in_error: bool,
+}
+
+/// An EQ.
+#[derive(Debug)]
+pub(crate) struct HwEq {
+    pub(crate) ring: Arc<SoftDma>,
+    pub(crate) geom: RingGeometry,
+    pub(crate) producer: Producer<DeviceToHost>,
+    pub(crate) db: Arc<EqDoorbell>,
+    pub(crate) sink: Arc<dyn InterruptSink>,
+}
+
+/// The device side of one soft HCA.
+#[derive(Debug, Default)]
+pub(crate) struct Hw {
+    pub(crate) qps: Table<HwQp>,
+    pub(crate) srqs: Table<HwSrq>,
+    pub(crate) cqs: Table<HwCq>,
+    pub(crate) eqs: Table<HwEq>,
+    pub(crate) async_eqn: Option<u32>,
+    scratch: Vec<u8>,
+    /// Events dropped because an EQ was full or absent.
+    pub(crate) lost_events: u64,
+}
+
+/// Marks every entry of a device-to-host ring as not yet written (owner = 1 on pass 0).
+pub(crate) fn init_owner(ring: &SoftDma, geom: RingGeometry, owner_offset: usize) {
+    for i in 0..geom.entries() {
+        // In bounds by construction: the ring was allocated with `geom.bytes()` bytes.
+        let _ = ring.store_u8(geom.offset(i) + owner_offset, 1);
+    }
+}
+
+impl Hw {
+    fn read_slot(&mut self, ring: &SoftDma, off: usize, len: usize) -> Result<&[u8], WqeFault> {
+        self.scratch.resize(len, 0);
+        ring.read(off, &mut self.scratch).map_err(|_| WqeFault {
+            reason: "WQE slot outside its ring",
+        })?;
+        Ok(&self.scratch)
+    }
+
+    /// Writes an EQE; raises the interrupt if the EQ is armed.
+    pub(crate) fn write_eqe(&mut self, eqn: u32, ev: &DeviceEvent) {
+        let Some(eq) = self.eqs.get_mut(eqn) else {
+            self.lost_events += 1;
+            return;
+        };
+        let ci = eq.db.ci.load(Ordering::Acquire);
+        if eq.producer.head().wrapping_sub(ci) >= eq.geom.entries() {
+            self.lost_events += 1;
+            tracing::warn!(eqn, "event queue overflow, event lost");
+            return;
+        }
+        let bytes = EqeCodec::encode(ev, eq.producer.owner_bit());
+        let off = eq.producer.offset();
+        let _ = eq.ring.write(off, &bytes[..EQE_SIZE - 1]);
+        let _ = eq.ring.store_u8(off + EQE_SIZE - 1, bytes[EQE_SIZE - 1]);
+        eq.producer.advance(1);
+        if eq.db.armed.swap(false, Ordering::AcqRel) {
+            eq.sink.raise();
+        }
+    }
+
+    fn fire(&mut self, cqn: u32, eqn: u32) {
+        self.write_eqe(eqn, &DeviceEvent::Completion { cqn });
+    }
+
+    /// A CQ was armed: fire at once if a completion satisfying the arming is already there.
+    pub(crate) fn check_arm(&mut self, cqn: u32) {
+        let Some(cq) = self.cqs.get_mut(cqn) else {
+            return;
+        };
+        let arm = cq.db.arm.load(Ordering::Acquire);
+        if arm == 0 {
+            return;
+        }
+        let ci = cq.db.ci.load(Ordering::Acquire);
+        let pending = cq.producer.head().wrapping_sub(ci);
+        let due = if arm & ARM_ANY != 0 {
+            pending > 0
+        } else {
+            cq.last_solicited
+                .is_some_and(|s| s.wrapping_sub(ci) < pending)
+        };
+        if due
+            && cq
+                .db
+                .arm
+                .compare_exchange(arm, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let eqn = cq.eqn;
+            self.fire(cqn, eqn);
+        }
+    }
+
+    /// Device fatal error: tell the host through the async EQ.
+    pub(crate) fn fatal(&mut self) {
+        self.post_event(DeviceEvent::DeviceFatal);
+    }
+}
+
+impl Hca for Hw {
+    fn sq_head(&self, qpn: u32) -> Option<u32> {
+        Some(self.qps.get(qpn)?.sq.db.head.load(Ordering::Acquire))
+    }
+
+    fn read_send_wqe(&mut self, qpn: u32, counter: u32, out: &mut SendWqe) -> Result<(), WqeFault> {
+        let Some(qp) = self.qps.get(qpn) else {
+            return Err(WqeFault {
+                reason: "no such QP",
+            });
+        };
+        let (ring, geom, qp_type) = (qp.sq.ring.clone(), qp.sq.geom, qp.qp_type);
+        let slot = self.read_slot(&ring, geom.offset(counter), geom.stride())?;
+        if format::send_owner(slot) != geom.parity(counter) {
+            return Err(WqeFault {
+                reason: "owner bit does not match the WQE counter",
+            });
+        }
+        format::decode_send(slot, qp_type, out)
+    }
+
+    fn take_recv_wqe(&mut self, source: RecvSource, out: &mut RecvWqe) -> Result<bool, WqeFault> {
+        match source {
+            RecvSource::Rq { qpn } => {
+                let Some(qp) = self.qps.get_mut(qpn) else {
+                    return Ok(false);
+                };
+                let Some(rq) = &qp.rq else {
+                    return Ok(false);
+                };
+                let head = rq.db.head.load(Ordering::Acquire);
+                if qp.rq_ci == head {
+                    return Ok(false);
+                }
+                let c = qp.rq_ci;
+                qp.rq_ci = c.wrapping_add(1);
+                let (ring, geom) = (rq.ring.clone(), rq.geom);
+                let slot = self.read_slot(&ring, geom.offset(c), geom.stride())?;
+                format::decode_recv(slot, out)?;
+                out.wqe_index = c;
+                Ok(true)
+            }
+            RecvSource::Srq { srqn } => {
+                let Some(srq) = self.srqs.get_mut(srqn) else {
+                    return Ok(false);
+                };
+                let head = srq.wq.db.head.load(Ordering::Acquire);
+                if srq.consumed == head {
+                    return Ok(false);
+                }
+                let geom = srq.wq.geom;
+                let at = geom.slot(srq.consumed) as usize * 4;
+                let slot_no = srq.index_ring.load_u32(at).map_err(|_| WqeFault {
+                    reason: "SRQ index ring unreadable",
+                })?;
+                if slot_no >= geom.entries() {
+                    return Err(WqeFault {
+                        reason: "SRQ slot number out of range",
+                    });
+                }
+                srq.consumed = srq.consumed.wrapping_add(1);
+                let remaining = head.wrapping_sub(srq.consumed);
+                let limit_hit = srq.limit > 0 && remaining < srq.limit;
+                if limit_hit {
+                    srq.limit = 0;
+                }
+                let ring = srq.wq.ring.clone();
+                let slot = self.read_slot(&ring, geom.offset(slot_no), geom.stride())?;
+                format::decode_recv(slot, out)?;
+                out.wqe_index = slot_no;
+                if limit_hit {
+                    self.post_event(DeviceEvent::Srq {
+                        srqn,
+                        kind: SrqEventKind::LimitReached,
+                    });
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn recv_posted(&self, source: RecvSource) -> u32 {
+        match source {
+            RecvSource::Rq { qpn } => self.qps.get(qpn).map_or(0, |qp| {
+                qp.rq.as_ref().map_or(0, |rq| {
+                    rq.db.head.load(Ordering::Acquire).wrapping_sub(qp.rq_ci)
+                })
+            }),
+            RecvSource::Srq { srqn } => self.srqs.get(srqn).map_or(0, |s| {
+                s.wq.db
+                    .head
+                    .load(Ordering::Acquire)
+                    .wrapping_sub(s.consumed)
+            }),
+        }
+    }
+
+    fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) {
+        let Some(cq) = self.cqs.get_mut(cqn) else {
+            self.lost_events += 1;
+            return;
+        };
+        if cq.in_error {
+            return;
+        }
+        let ci = cq.db.ci.load(Ordering::Acquire);
+        let counter = cq.producer.head();
+        // One entry always stays free (usable depth = entries - 1).
+        if counter.wrapping_sub(ci) >= cq.geom.entries() - 1 {
+            cq.in_error = true;
+            cq.db.error.store(true, Ordering::Release);
+            tracing::warn!(cqn, "CQ overrun");
+            self.post_event(DeviceEvent::CqError {
+                cqn,
+                syndrome: CqErrorSyndrome::Overrun,
+            });
+            return;
+        }
+        let bytes = CqeCodec::encode(cqe, cq.producer.owner_bit());
+        let off = cq.producer.offset();
+        let _ = cq.ring.write(off, &bytes[..CQE_SIZE - 1]);
+        let _ = cq.ring.store_u8(off + CQE_SIZE - 1, bytes[CQE_SIZE - 1]);
+        cq.producer.advance(1);
+        let satisfies_solicited = solicited || cqe.status != WcStatus::Success;
+        if satisfies_solicited {
+            cq.last_solicited = Some(counter);
+        }
+        let arm = cq.db.arm.load(Ordering::Acquire);
+        if arm != 0
+            && (arm & ARM_ANY != 0 || satisfies_solicited)
+            && cq
+                .db
+                .arm
+                .compare_exchange(arm, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let eqn = cq.eqn;
+            self.fire(cqn, eqn);
+        }
+        let _ = CqeCodec::ENTRY_SIZE;
+    }
+
+    fn post_event(&mut self, event: DeviceEvent) {
+        match self.async_eqn {
+            Some(eqn) => self.write_eqe(eqn, &event),
+            None => self.lost_events += 1,
+        }
+    }
+
+    fn qp_error(&mut self, qpn: u32) {
+        if let Some(rq) = self.qps.get(qpn).and_then(|qp| qp.rq.as_ref()) {
+            rq.db.in_error.store(true, Ordering::Release);
+        }
+    }
+
+    fn reset_queues(&mut self, qpn: u32, _qp_type: QpType) {
+        if let Some(qp) = self.qps.get_mut(qpn) {
+            qp.rq_ci = 0;
+            if let Some(rq) = &qp.rq {
+                rq.db.in_error.store(false, Ordering::Release);
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Host memory that the software device treats as DMA-visible: queue rings, doorbell records and
+//! registered buffers.
+//!
+//! This is the only module of the crate allowed to use `unsafe`. A [`SoftDma`] owns a zeroed,
+//! page-aligned heap allocation and never hands out a Rust reference into it: every access is a
+//! raw-pointer copy or an atomic operation, because the "device" (the engine, possibly on another
+//! thread) and the application access the same bytes concurrently, exactly as a real HCA and its
+//! driver do. Synchronisation between the two sides goes through the atomic accessors (owner
+//! bytes, doorbell records) with acquire/release ordering; bulk payload copies are plain
+//! `copy_nonoverlapping` on raw pointers, ordered by those atomics. An application that touches a
+//! buffer while the device is using it (a programming error in any RDMA API) sees torn data but
+//! never makes the process unsound through a reference.
+
+#![allow(unsafe_code)]
+
+use std::alloc::{self, Layout};
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use portverbs_hal::dma::{DmaError, DmaMemory, check_range};
+
+/// Alignment of every region (a page, as for real DMA memory).
+pub const DMA_ALIGN: usize = 4096;
+
+/// A software "DMA" region. See the module documentation.
+#[derive(Debug)]
+pub struct SoftDma {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+    /// Count of live regions of the owning device (resource accounting).
+    tracker: Option<Arc<AtomicUsize>>,
+}
+
+// SAFETY: the region is a plain heap allocation owned by this value; all accesses go through raw
+// pointers and atomics (no references are handed out), so sharing it between threads is as sound
+// as sharing any memory accessed with atomics and raw copies.
+unsafe impl Send for SoftDma {}
+// SAFETY: as above; `&SoftDma` only allows raw copies and atomic operations.
+unsafe impl Sync for SoftDma {}
+
+impl SoftDma {
+    /// Allocates `len` zeroed bytes (at least one page is reserved, so a zero-length region still
+    /// has a valid, unique address).
+    ///
+    /// # Errors
+    /// [`DmaError::AllocFailed`] when the allocator refuses.
+    pub fn alloc(len: usize) -> Result<Arc<Self>, DmaError> {
+        Self::alloc_tracked(len, None)
+    }
+
+    /// Like [`SoftDma::alloc`], counting the region in `tracker` while it lives.
+    ///
+    /// # Errors
+    /// [`DmaError::AllocFailed`] when the allocator refuses.
+    pub fn alloc_tracked(
+        len: usize,
+        tracker: Option<Arc<AtomicUsize>>,
+    ) -> Result<Arc<Self>, DmaError> {
+        let size = len.max(1).next_multiple_of(DMA_ALIGN);
+        let layout =
+            Layout::from_size_align(size, DMA_ALIGN).map_err(|e| DmaError::AllocFailed {
+                len,
+                reason: e.to_string(),
+            })?;
+        // SAFETY: `layout` has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or_else(|| DmaError::AllocFailed {
+            len,
+            reason: "the allocator returned no memory".into(),
+        })?;
+        if let Some(t) = &tracker {
+            t.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Arc::new(Self {
+            ptr,
+            len,
+            layout,
+            tracker,
+        }))
+    }
+
+    fn at(&self, offset: usize) -> *mut u8 {
+        // SAFETY: callers check `offset <= len` (≤ allocation size)
+        // before calling, so the result stays inside (or one past) the allocation.
+        unsafe { self.ptr.as_ptr().add(offset) }
+    }
+
+    fn check_atomic(&self, offset: usize, width: usize) -> Result<(), DmaError> {
+        check_range(offset, width, self.len)?;
+        if offset % width != 0 {
+            return Err(DmaError::Misaligned {
+                offset,
+                align: width,
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off` (regions may be the same
+    /// and the ranges may overlap).
+    ///
+    /// # Errors
+    /// Either range outside its region.
+    pub fn copy(
+        src: &Self,
+        src_off: usize,
+        dst: &Self,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<(), DmaError> {
+        check_range(src_off, len, src.len)?;
+        check_range(dst_off, len, dst.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges were checked to lie inside live allocations owned by `src` and
+        // `dst`; `ptr::copy` allows overlap.
+        unsafe { std::ptr::copy(src.at(src_off), dst.at(dst_off), len) };
+        Ok(())
+    }
+
+    /// Atomically loads a byte (acquire): owner bytes of ring entries.
+    ///
+    /// # Errors
+    /// Out of bounds.
+    pub fn load_u8(&self, offset: usize) -> Result<u8, DmaError> {
+        check_range(offset, 1, self.len)?;
+        // SAFETY: in bounds; `AtomicU8` has alignment 1; the memory is only ever accessed through
+        // raw pointers and atomics.
+        Ok(unsafe { AtomicU8::from_ptr(self.at(offset)) }.load(Ordering::Acquire))
+    }
+
+    /// Atomically stores a byte (release): publishes a ring entry written before it.
+    ///
+    /// # Errors
+    /// Out of bounds.
+    pub fn store_u8(&self, offset: usize, value: u8) -> Result<(), DmaError> {
+        check_range(offset, 1, self.len)?;
+        // SAFETY: as in `load_u8`.
+        unsafe { AtomicU8::from_ptr(self.at(offset)) }.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Atomically loads a naturally aligned `u32` (acquire): doorbell records.
+    ///
+    /// # Errors
+    /// Out of bounds or misaligned.
+    pub fn load_u32(&self, offset: usize) -> Result<u32, DmaError> {
+        self.check_atomic(offset, 4)?;
+        // SAFETY: in bounds and 4-aligned (the base is page-aligned).
+        Ok(unsafe { AtomicU32::from_ptr(self.at(offset).cast()) }.load(Ordering::Acquire))
+    }
+
+    /// Atomically stores a naturally aligned `u32` (release).
+    ///
+    /// # Errors
+    /// Out of bounds or misaligned.
+    pub fn store_u32(&self, offset: usize, value: u32) -> Result<(), DmaError> {
+        self.check_atomic(offset, 4)?;
+        // SAFETY: in bounds and 4-aligned.
+        unsafe { AtomicU32::from_ptr(self.at(offset).cast()) }.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, DmaError> {
+        self.check_atomic(offset, 8)?;
+        // SAFETY: in bounds and 8-aligned; the returned reference is to an *atomic* cell, whose
+        // concurrent modification by other threads (the device side) is permitted; it lives no
+        // longer than `&self`, which keeps the allocation alive.
+        Ok(unsafe { AtomicU64::from_ptr(self.at(offset).cast()) })
+    }
+
+    /// 64-bit compare-and-swap on native-endian memory; returns the original value
+    /// (an IB CMP_AND_SWP executed by the responder).
+    ///
+    /// # Errors
+    /// Out of bounds or misaligned.
+    pub fn compare_swap_u64(
+        &self,
+        offset: usize,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, DmaError> {
+        let cell = self.atomic_u64(offset)?;
+        Ok(
+            match cell.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+
+    /// 64-bit fetch-and-add on native-endian memory; returns the original value.
+    ///
+    /// # Errors
+    /// Out of bounds or misaligned.
+    pub fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, DmaError> {
+        Ok(self.atomic_u64(offset)?.fetch_add(add, Ordering::AcqRel))
+    }
+}
+
+impl Drop for SoftDma {
+    fn drop(&mut self) {
+        if let Some(t) = &self.tracker {
+            t.fetch_sub(1, Ordering::Relaxed);
+        }
+        // SAFETY: `ptr` was returned by `alloc_zeroed` with exactly this layout and is freed once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+impl DmaMemory for SoftDma {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn host_addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    fn device_addr(&self) -> u64 {
+        // The software device has no IOMMU: bus address = host address.
+        self.host_addr()
+    }
+
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
+        check_range(offset, dst.len(), self.len)?;
+        // SAFETY: the source range is inside the allocation; `dst` is a distinct, exclusively
+        // borrowed buffer, so the ranges cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.at(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
+        check_range(offset, src.len(), self.len)?;
+        // SAFETY: the destination range is inside the allocation; `src` is an ordinary slice
+        // that cannot alias memory only reachable through raw pointers.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(offset), src.len()) };
+        Ok(())
+    }
+
+    fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
+        check_range(offset, len, self.len)?;
+        // SAFETY: the range is inside the allocation.
+        unsafe { std::ptr::write_bytes(self.at(offset), byte, len) };
+        Ok(())
+    }
+
+    fn load_u64(&self, offset: usize) -> Result<u64, DmaError> {
+        Ok(self.atomic_u64(offset)?.load(Ordering::Acquire))
+    }
+
+    fn store_u64(&self, offset: usize, value: u64) -> Result<(), DmaError> {
+        self.atomic_u64(offset)?.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_zeroed_page_aligned_and_bounded() {
+        let r = SoftDma::alloc(100).unwrap();
+        assert_eq!(r.len(), 100);
+        assert_eq!(r.host_addr() % DMA_ALIGN as u64, 0);
+        let mut buf = [0xaau8; 100];
+        r.read(0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0));
+        assert!(matches!(
+            r.read(1, &mut buf),
+            Err(DmaError::OutOfBounds { .. })
+        ));
+        assert!(r.write(99, &[1, 2]).is_err());
+    }
+
+    #[test]
+    fn copy_between_and_within_regions() {
+        let a = SoftDma::alloc(64).unwrap();
+        let b = SoftDma::alloc(64).unwrap();
+        a.write(0, b"hello world").unwrap();
+        SoftDma::copy(&a, 0, &b, 10, 11).unwrap();
+        let mut out = [0u8; 11];
+        b.read(10, &mut out).unwrap();
+        assert_eq!(&out, b"hello world");
+        SoftDma::copy(&a, 0, &a, 2, 11).unwrap(); // overlapping
+        let mut out = [0u8; 13];
+        a.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"hehello world");
+        assert!(SoftDma::copy(&a, 60, &b, 0, 8).is_err());
+    }
+
+    #[test]
+    fn atomics_check_alignment_and_return_originals() {
+        let r = SoftDma::alloc(64).unwrap();
+        r.store_u64(8, 5).unwrap();
+        assert_eq!(r.compare_swap_u64(8, 5, 9).unwrap(), 5);
+        assert_eq!(r.load_u64(8).unwrap(), 9);
+        assert_eq!(
+            r.compare_swap_u64(8, 5, 1).unwrap(),
+            9,
+            "unequal compare leaves memory"
+        );
+        assert_eq!(r.fetch_add_u64(8, 3).unwrap(), 9);
+        assert_eq!(r.load_u64(8).unwrap(), 12);
+        assert!(matches!(
+            r.fetch_add_u64(4, 1),
+            Err(DmaError::Misaligned { .. })
+        ));
+        assert!(r.load_u32(62).is_err());
+        r.store_u32(60, 0xdead_beef).unwrap();
+        assert_eq!(r.load_u32(60).unwrap(), 0xdead_beef);
+    }
+}

@@ -1,0 +1,624 @@
+//! The completer: acknowledgements, NAKs, READ responses and atomic ACKs; in-order completion
+//! of send WQEs; go-back-N retransmission, RNR back-off, retry exhaustion; QP state changes
+//! (modify) and flushing on error.
+
+use portverbs_hal::attr::{QpAttr, QpAttrMask, rnr_timer_ns};
+use portverbs_hal::error::CommandError;
+use portverbs_hal::event::{DeviceEvent, QpEventKind};
+use portverbs_hal::types::{QpState, QpType};
+use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
+use portverbs_hal::wr::SendOp;
+
+use super::Core;
+use super::hca::{Hca, RecvSource};
+use super::packet::{Packet, psn};
+use super::qp::QpCtx;
+use super::requester;
+use super::timers::TimerKind;
+use crate::wire::{AethSyndrome, NakCode, Position};
+
+fn send_opcode(op: SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => WcOpcode::Send,
+        SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+        SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+        SendOp::AtomicCmpSwp { .. } => WcOpcode::CompSwap,
+        SendOp::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
+        SendOp::BindMw { .. } => WcOpcode::BindMw,
+        SendOp::LocalInv { .. } => WcOpcode::LocalInv,
+    }
+}
+
+/// Delivers, in order, the completions of every WQE whose outcome is known.
+pub(crate) fn advance_completions<H: Hca>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    out: &mut Vec<Packet>,
+) {
+    let mut error = None;
+    while qp.req.comp != qp.req.fetched {
+        let c = qp.req.comp;
+        let slot = qp.req.slot(c);
+        let Some(status) = slot.done else {
+            break;
+        };
+        if slot.wqe.signaled || status != WcStatus::Success {
+            let cqe = Cqe {
+                qpn: qp.qpn,
+                is_send: true,
+                wqe_index: c as u16,
+                status,
+                opcode: send_opcode(slot.wqe.op),
+                byte_len: slot.byte_len,
+                ..Cqe::default()
+            };
+            hca.post_completion(qp.init.send_cqn, &cqe, false);
+        }
+        qp.req.comp = c.wrapping_add(1);
+        if status != WcStatus::Success {
+            error = Some(status);
+            break;
+        }
+    }
+    if error.is_some() {
+        match qp.init.qp_type {
+            QpType::Rc => enter_error(qp, core, hca),
+            QpType::Uc | QpType::Ud => enter_sq_error(qp, hca),
+        }
+        return;
+    }
+    if qp.draining && qp.req.comp == qp.req.fetched && qp.req.tx == qp.req.fetched {
+        qp.draining = false;
+        if qp.attr.en_sqd_async_notify {
+            hca.post_event(DeviceEvent::Qp {
+                qpn: qp.qpn,
+                kind: QpEventKind::SqDrained,
+            });
+        }
+    }
+    let _ = (now, out);
+}
+
+/// Processes an ACK, NAK, READ response or atomic ACK for this QP's requests.
+pub(crate) fn on_response<H: Hca>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    pkt: &Packet,
+    out: &mut Vec<Packet>,
+) {
+    if qp.init.qp_type != QpType::Rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        core.stats.dropped += 1;
+        return;
+    }
+    let p = pkt.hdr.bth.psn;
+    // Anything at or beyond what was sent is bogus.
+    if psn::diff(p, qp.req.sent_end) >= 0 {
+        core.stats.dropped += 1;
+        return;
+    }
+    let opcode = pkt.hdr.bth.opcode;
+    if opcode.is_read_response() {
+        on_read_response(qp, core, hca, now, pkt);
+    } else if let Some(ack) = pkt.hdr.atomic_ack {
+        on_atomic_ack(qp, core, hca, now, p, ack.orig);
+    } else if let Some(aeth) = pkt.hdr.aeth {
+        match aeth.syndrome {
+            AethSyndrome::Ack { .. } => ack_through(qp, core, now, p),
+            AethSyndrome::RnrNak { timer } => on_rnr_nak(qp, core, hca, now, p, timer),
+            AethSyndrome::Nak(NakCode::PsnSequenceError) => {
+                ack_through(qp, core, now, psn::add(p, psn::MASK));
+                retry(qp, core, hca, now, p);
+            }
+            AethSyndrome::Nak(code) => {
+                ack_through(qp, core, now, psn::add(p, psn::MASK));
+                let status = match code {
+                    NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                    _ => WcStatus::BadRespErr,
+                };
+                fail_at(qp, p, status);
+            }
+            AethSyndrome::Reserved(_) => fail_at(qp, p, WcStatus::BadRespErr),
+        }
+    }
+    requester::transmit(qp, core, hca, now, out);
+}
+
+/// Counter of the transmitted WQE whose PSN range contains `p`.
+fn wqe_of_psn(qp: &QpCtx, p: u32) -> Option<u32> {
+    let mut c = qp.req.comp;
+    while c != qp.req.fetched {
+        let s = qp.req.slot(c);
+        if s.assigned
+            && psn::diff(p, s.first_psn) >= 0
+            && psn::diff(p, psn::add(s.first_psn, s.npsn)) < 0
+        {
+            return Some(c);
+        }
+        c = c.wrapping_add(1);
+    }
+    None
+}
+
+/// Everything up to and including PSN `p` was received by the responder.
+fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
+    if psn::diff(p, qp.req.una) < 0 {
+        return; // stale
+    }
+    let mut una = psn::add(p, 1);
+    let mut c = qp.req.comp;
+    while c != qp.req.tx {
+        let s = qp.req.slot_mut(c);
+        if s.done.is_some() || !s.assigned {
+            c = c.wrapping_add(1);
+            continue;
+        }
+        let last = psn::add(s.first_psn, s.npsn.saturating_sub(1));
+        if s.wqe.op.is_read_or_atomic() {
+            // Completed only by its own response; nothing after it is acknowledged yet.
+            if psn::diff(s.first_psn, una) < 0 {
+                una = s.first_psn;
+            }
+            break;
+        }
+        if psn::diff(last, p) <= 0 {
+            s.done = Some(WcStatus::Success);
+            s.byte_len = s.wqe.payload_len() as u32;
+            c = c.wrapping_add(1);
+        } else {
+            break;
+        }
+    }
+    if psn::diff(una, qp.req.una) > 0 {
+        qp.req.una = una;
+        qp.req.retries_left = qp.attr.retry_cnt;
+        qp.req.rnr_left = qp.attr.rnr_retry;
+        if qp.req.una == qp.req.sent_end {
+            qp.req.rto_armed = false;
+        } else {
+            requester::arm_retransmit(qp, core, now);
+        }
+    }
+}
+
+fn on_read_response<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: u64, pkt: &Packet) {
+    let p = pkt.hdr.bth.psn;
+    // The oldest outstanding READ/atomic is the only one a response can be for.
+    let mut c = qp.req.comp;
+    let target = loop {
+        if c == qp.req.tx {
+            return;
+        }
+        let s = qp.req.slot(c);
+        if s.done.is_none() && s.wqe.op.is_read_or_atomic() {
+            break c;
+        }
+        c = c.wrapping_add(1);
+    };
+    let mtu = u64::from(qp.mtu(core.port_mtu(qp.attr.port_num)));
+    let s = qp.req.slot(target);
+    let SendOp::RdmaRead { .. } = s.wqe.op else {
+        return; // an atomic is outstanding: this response is out of place
+    };
+    let (first_psn, npsn, read_done, total) =
+        (s.first_psn, s.npsn, s.read_done, s.wqe.payload_len());
+    let expected = psn::add(first_psn, (read_done / mtu) as u32);
+    if p != expected {
+        if psn::diff(p, expected) < 0 {
+            core.stats.duplicates += 1;
+        }
+        return; // duplicate or a gap: the retransmission timer recovers
+    }
+    // Everything before this READ is implicitly acknowledged.
+    ack_through(qp, core, now, psn::add(first_psn, psn::MASK));
+    let n = pkt.payload.len() as u64;
+    let pos = pkt.hdr.bth.opcode.position();
+    let final_pkt = matches!(pos, Some(Position::Last | Position::Only));
+    let remaining = total - read_done;
+    let good_len = if final_pkt {
+        n == remaining
+    } else {
+        n == mtu && n < remaining
+    };
+    if !good_len {
+        fail_at(qp, p, WcStatus::BadRespErr);
+        return;
+    }
+    let status = scatter(qp, core, target, read_done, pkt);
+    if let Err(status) = status {
+        qp.req.slot_mut(target).done = Some(status);
+        qp.req.rd_atomic_out = qp.req.rd_atomic_out.saturating_sub(1);
+        return;
+    }
+    qp.req.slot_mut(target).read_done += n;
+    if final_pkt {
+        let s = qp.req.slot_mut(target);
+        s.done = Some(WcStatus::Success);
+        s.byte_len = total as u32;
+        qp.req.rd_atomic_out = qp.req.rd_atomic_out.saturating_sub(1);
+        let last = psn::add(first_psn, npsn.saturating_sub(1));
+        ack_through(qp, core, now, last);
+    } else if psn::diff(psn::add(p, 1), qp.req.una) > 0 {
+        qp.req.una = psn::add(p, 1);
+        qp.req.retries_left = qp.attr.retry_cnt;
+        requester::arm_retransmit(qp, core, now);
+    }
+}
+
+/// Copies a response payload into the WQE's scatter list at message offset `at`.
+fn scatter(qp: &QpCtx, core: &Core, c: u32, at: u64, pkt: &Packet) -> Result<(), WcStatus> {
+    let wqe = &qp.req.slot(c).wqe;
+    let mut src = 0usize;
+    let n = pkt.payload.len();
+    let mut pos = 0u64;
+    for sge in &wqe.sges {
+        let sl = u64::from(sge.length);
+        let begin = at + src as u64;
+        if src < n && begin < pos + sl {
+            let within = begin - pos;
+            let take = ((sl - within) as usize).min(n - src);
+            let span = core
+                .memory
+                .local(sge.lkey, qp.init.pd, sge.addr + within, take as u64, true)
+                .map_err(|_| WcStatus::LocProtErr)?;
+            let mut tmp = [0u8; 256];
+            let mut done = 0;
+            while done < take {
+                let k = (take - done).min(tmp.len());
+                pkt.payload
+                    .read(src + done, &mut tmp[..k])
+                    .map_err(|_| WcStatus::LocLenErr)?;
+                use portverbs_hal::DmaMemory;
+                span.mem
+                    .write(span.offset + done, &tmp[..k])
+                    .map_err(|_| WcStatus::LocProtErr)?;
+                done += k;
+            }
+            src += take;
+        }
+        pos += sl;
+    }
+    if src == n {
+        Ok(())
+    } else {
+        Err(WcStatus::LocLenErr)
+    }
+}
+
+fn on_atomic_ack<H: Hca>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    _hca: &mut H,
+    now: u64,
+    p: u32,
+    orig: u64,
+) {
+    let mut c = qp.req.comp;
+    let target = loop {
+        if c == qp.req.tx {
+            return;
+        }
+        let s = qp.req.slot(c);
+        if s.done.is_none() && s.wqe.op.is_read_or_atomic() {
+            break c;
+        }
+        c = c.wrapping_add(1);
+    };
+    let s = qp.req.slot(target);
+    if s.first_psn != p
+        || !matches!(
+            s.wqe.op,
+            SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }
+        )
+    {
+        core.stats.duplicates += 1;
+        return;
+    }
+    let sge = s.wqe.sges.first().copied().unwrap_or_default();
+    ack_through(qp, core, now, psn::add(p, psn::MASK));
+    let result = {
+        core.memory
+            .local(sge.lkey, qp.init.pd, sge.addr, 8, true)
+            .map_err(|_| WcStatus::LocProtErr)
+            .and_then(|span| {
+                use portverbs_hal::DmaMemory;
+                span.mem
+                    .write(span.offset, &orig.to_ne_bytes())
+                    .map_err(|_| WcStatus::LocProtErr)
+            })
+    };
+    let s = qp.req.slot_mut(target);
+    s.done = Some(result.err().unwrap_or(WcStatus::Success));
+    s.byte_len = 8;
+    qp.req.rd_atomic_out = qp.req.rd_atomic_out.saturating_sub(1);
+    ack_through(qp, core, now, p);
+}
+
+fn on_rnr_nak<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, now: u64, p: u32, timer: u8) {
+    ack_through(qp, core, now, psn::add(p, psn::MASK));
+    if qp.req.rnr_left == 0 {
+        fail_at(qp, p, WcStatus::RnrRetryExcErr);
+        let _ = hca;
+        return;
+    }
+    if qp.attr.rnr_retry != 7 {
+        qp.req.rnr_left -= 1;
+    }
+    rewind(qp, core, p);
+    qp.req.rnr_wait = true;
+    qp.req.rto_armed = false;
+    let at = now + rnr_timer_ns(timer);
+    qp.req.rnr_generation = core.arm_timer(qp.qpn, TimerKind::Rnr, at);
+}
+
+/// Go back N from PSN `p` after a sequence NAK, counting one retry.
+fn retry<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: u64, p: u32) {
+    if qp.req.retries_left == 0 {
+        fail_at(qp, p, WcStatus::RetryExcErr);
+        return;
+    }
+    qp.req.retries_left -= 1;
+    rewind(qp, core, p);
+    requester::arm_retransmit(qp, core, now);
+}
+
+/// The local ACK timer expired.
+pub(crate) fn on_retransmit_timeout<H: Hca>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    out: &mut Vec<Packet>,
+) {
+    qp.req.rto_armed = false;
+    if qp.req.una == qp.req.sent_end || !qp.can_send() {
+        return;
+    }
+    core.stats.timeouts += 1;
+    let una = qp.req.una;
+    retry(qp, core, hca, now, una);
+    requester::transmit(qp, core, hca, now, out);
+}
+
+/// Restarts transmission at PSN `p` (the WQE containing it, at the right offset).
+fn rewind(qp: &mut QpCtx, core: &Core, p: u32) {
+    let Some(c) = wqe_of_psn(qp, p) else {
+        return;
+    };
+    let mtu = u64::from(qp.mtu(core.port_mtu(qp.attr.port_num)));
+    let s = qp.req.slot(c);
+    let first_psn = s.first_psn;
+    let tx_offset = match s.wqe.op {
+        SendOp::RdmaRead { .. } => s.read_done,
+        _ => u64::from(psn::diff(p, first_psn) as u32) * mtu,
+    };
+    qp.req.tx = c;
+    qp.req.tx_offset = tx_offset;
+    qp.req.next_psn = psn::add(first_psn, (tx_offset / mtu) as u32);
+    qp.req.since_ackreq = 0;
+    qp.req.stalled = false;
+    // READs/atomics before the rewind point are still outstanding; the rest will be re-sent.
+    let mut out = 0;
+    let mut k = qp.req.comp;
+    while k != c {
+        let s = qp.req.slot(k);
+        if s.done.is_none() && s.wqe.op.is_read_or_atomic() {
+            out += 1;
+        }
+        k = k.wrapping_add(1);
+    }
+    qp.req.rd_atomic_out = out;
+}
+
+/// Completes the WQE containing `p` with an error; earlier WQEs were acknowledged by the caller.
+fn fail_at(qp: &mut QpCtx, p: u32, status: WcStatus) {
+    let c = wqe_of_psn(qp, p).unwrap_or(qp.req.comp);
+    if c != qp.req.fetched {
+        let s = qp.req.slot_mut(c);
+        if s.done.is_none() {
+            s.done = Some(status);
+        }
+    }
+    qp.req.stalled = true;
+    qp.req.rto_armed = false;
+}
+
+/// UC/UD send-side error: the send queue enters SQE (flushed); receives keep working.
+fn enter_sq_error<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
+    qp.state = QpState::Sqe;
+    flush_sq(qp, hca);
+}
+
+/// Moves the QP to ERR and flushes both queues.
+pub(crate) fn enter_error<H: Hca>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
+    if qp.state == QpState::Err {
+        return;
+    }
+    qp.state = QpState::Err;
+    hca.qp_error(qp.qpn);
+    qp.req.rto_armed = false;
+    qp.req.rnr_wait = false;
+    flush_sq(qp, hca);
+    flush_rq(qp, hca);
+}
+
+fn flush_sq<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
+    let flush = |hca: &mut H, qpn: u32, cqn: u32, c: u32| {
+        let cqe = Cqe {
+            qpn,
+            is_send: true,
+            wqe_index: c as u16,
+            status: WcStatus::WrFlushErr,
+            ..Cqe::default()
+        };
+        hca.post_completion(cqn, &cqe, false);
+    };
+    let (qpn, cqn) = (qp.qpn, qp.init.send_cqn);
+    while qp.req.comp != qp.req.fetched {
+        flush(hca, qpn, cqn, qp.req.comp);
+        qp.req.comp = qp.req.comp.wrapping_add(1);
+    }
+    if let Some(head) = hca.sq_head(qpn) {
+        while qp.req.fetched != head {
+            flush(hca, qpn, cqn, qp.req.fetched);
+            qp.req.fetched = qp.req.fetched.wrapping_add(1);
+        }
+    }
+    qp.req.comp = qp.req.fetched;
+    qp.req.tx = qp.req.fetched;
+    qp.req.tx_offset = 0;
+    qp.req.rd_atomic_out = 0;
+    qp.req.stalled = false;
+}
+
+fn flush_rq<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
+    let (qpn, cqn) = (qp.qpn, qp.init.recv_cqn);
+    let flush = |hca: &mut H, wqe_index: u32| {
+        let cqe = Cqe {
+            qpn,
+            is_send: false,
+            wqe_index: wqe_index as u16,
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Recv,
+            ..Cqe::default()
+        };
+        hca.post_completion(cqn, &cqe, false);
+    };
+    if qp.resp.recv_held {
+        qp.resp.recv_held = false;
+        flush(hca, qp.resp.recv.wqe_index);
+    }
+    qp.resp.msg = None;
+    match qp.recv_source() {
+        RecvSource::Rq { .. } => {
+            let src = qp.recv_source();
+            let mut wqe = std::mem::take(&mut qp.resp.recv);
+            while let Ok(true) = hca.take_recv_wqe(src, &mut wqe) {
+                flush(hca, wqe.wqe_index);
+            }
+            qp.resp.recv = wqe;
+        }
+        RecvSource::Srq { .. } => hca.post_event(DeviceEvent::Qp {
+            qpn,
+            kind: QpEventKind::LastWqeReached,
+        }),
+    }
+}
+
+/// Flushes WQEs posted to a QP already in ERR.
+pub(crate) fn flush_new<H: Hca>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
+    flush_sq(qp, hca);
+    if let RecvSource::Rq { .. } = qp.recv_source() {
+        flush_rq(qp, hca);
+    }
+}
+
+/// Applies a modify-QP command.
+pub(crate) fn modify<H: Hca>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    attr: &QpAttr,
+    mask: QpAttrMask,
+    out: &mut Vec<Packet>,
+) -> Result<(), CommandError> {
+    let cur = if mask.contains(QpAttrMask::CUR_STATE) {
+        attr.cur_qp_state
+    } else {
+        qp.state
+    };
+    if cur != qp.state {
+        return Err(CommandError::BadState {
+            object: "QP",
+            number: qp.qpn,
+            reason: format!("QP is in {}, not {}", qp.state, cur),
+        });
+    }
+    let next = if mask.contains(QpAttrMask::STATE) {
+        attr.qp_state
+    } else {
+        qp.state
+    };
+    let a = &mut qp.attr;
+    macro_rules! take {
+        ($flag:ident, $($field:ident),+) => {
+            if mask.contains(QpAttrMask::$flag) {
+                $(a.$field = attr.$field;)+
+            }
+        };
+    }
+    take!(ACCESS_FLAGS, qp_access_flags);
+    take!(PKEY_INDEX, pkey_index);
+    take!(PORT, port_num);
+    take!(QKEY, qkey);
+    take!(AV, ah_attr);
+    take!(PATH_MTU, path_mtu);
+    take!(TIMEOUT, timeout);
+    take!(RETRY_CNT, retry_cnt);
+    take!(RNR_RETRY, rnr_retry);
+    take!(RQ_PSN, rq_psn);
+    take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
+    take!(MIN_RNR_TIMER, min_rnr_timer);
+    take!(SQ_PSN, sq_psn);
+    take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+    take!(DEST_QPN, dest_qp_num);
+    take!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+    if mask.contains(QpAttrMask::RETRY_CNT) {
+        qp.req.retries_left = attr.retry_cnt;
+    }
+    if mask.contains(QpAttrMask::RNR_RETRY) {
+        qp.req.rnr_left = attr.rnr_retry;
+    }
+    if mask.contains(QpAttrMask::RQ_PSN) {
+        qp.resp.epsn = attr.rq_psn & psn::MASK;
+    }
+    if mask.contains(QpAttrMask::SQ_PSN) {
+        let p = attr.sq_psn & psn::MASK;
+        qp.req.next_psn = p;
+        qp.req.sent_end = p;
+        qp.req.una = p;
+    }
+    if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+        qp.resp.resources = vec![None; usize::from(attr.max_dest_rd_atomic)];
+        qp.resp.next_resource = 0;
+    }
+    let prev = qp.state;
+    if next != prev {
+        tracing::debug!(qpn = qp.qpn, "QP state {prev} => {next}");
+    }
+    match next {
+        QpState::Reset => {
+            qp.req.reset();
+            qp.resp.reset();
+            qp.draining = false;
+            qp.state = QpState::Reset;
+            hca.reset_queues(qp.qpn, qp.init.qp_type);
+        }
+        QpState::Err => enter_error(qp, core, hca),
+        QpState::Sqd => {
+            qp.state = QpState::Sqd;
+            if prev != QpState::Sqd {
+                qp.draining = true;
+                advance_completions(qp, core, hca, now, out);
+            }
+        }
+        QpState::Init if prev == QpState::Reset => {
+            hca.reset_queues(qp.qpn, qp.init.qp_type);
+            qp.state = QpState::Init;
+        }
+        QpState::Rts => {
+            qp.state = QpState::Rts;
+            qp.draining = false;
+            qp.req.stalled = false;
+            requester::transmit(qp, core, hca, now, out);
+        }
+        other => qp.state = other,
+    }
+    Ok(())
+}

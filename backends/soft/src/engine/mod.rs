@@ -1,0 +1,442 @@
+//! The RC/UC/UD transport engine, independent of any queue format.
+//!
+//! One [`Engine`] is the transport core of one device. It is sans-IO and clock-free: a driver
+//! (the fabric's simulation loop) feeds it doorbells ([`Engine::doorbell`]), packets
+//! ([`Engine::receive`]) and the time, asks it for its next deadline ([`Engine::poll_timeout`])
+//! and fires timers ([`Engine::handle_timeout`]); packets to send come out in a caller-owned
+//! `Vec`. Everything device-format specific goes through the [`Hca`] trait, so the software
+//! device and the mlx4 model share this code.
+//!
+//! Per QP there are three small machines (IBA chapter 9, with rxe's structure as a model):
+//! * the **requester** (`requester.rs`) fetches send WQEs, checks local keys, segments messages
+//!   into MTU-sized packets with PSNs, honours the fence, the READ/atomic depth and the PSN
+//!   window, and sets AckReq on the last packet of each message and every 64 packets;
+//! * the **completer** (`completer.rs`) consumes ACKs, NAKs, READ responses and atomic ACKs,
+//!   completes WQEs in order, goes back N on a sequence NAK or a timeout (bounded by `retry_cnt`),
+//!   backs off on RNR NAKs (bounded by `rnr_retry`, 7 = infinite), and flushes on error;
+//! * the **responder** (`responder.rs`) checks PSNs (one sequence NAK per gap, duplicates
+//!   re-ACKed, duplicate READs re-executed and duplicate atomics answered from the cached
+//!   result), opcode sequences, keys and rights, consumes receive WQEs, and coalesces ACKs
+//!   until the end of a burst ([`Engine::flush_acks`]).
+//!
+//! Memory is protected by [`memory::MemoryTable`]; nothing is read or written before its check
+//! passes, and every violation becomes the IBTA completion status on both sides.
+
+pub mod hca;
+pub mod memory;
+pub mod packet;
+pub mod qp;
+pub mod timers;
+
+mod completer;
+mod requester;
+mod responder;
+
+use std::collections::VecDeque;
+
+use portverbs_hal::attr::{QpAttr, QpAttrMask};
+use portverbs_hal::error::CommandError;
+use portverbs_hal::types::{Gid, Mtu, QpState};
+
+pub use hca::{Hca, RecvSource, RecvWqe, SendWqe, UdTarget, WqeFault};
+pub use memory::MemoryTable;
+pub use packet::{MemSeg, Packet, PayloadData};
+pub use qp::QpInit;
+
+use qp::QpCtx;
+use timers::{TimerHeap, TimerKind};
+
+/// Tunables of the transport.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    /// Highest QP number + 1.
+    pub max_qp: u32,
+    /// Size of the MR/MW key space.
+    pub max_keys: u32,
+    /// Unacknowledged PSNs allowed in flight per QP.
+    pub psn_window: u32,
+    /// Set AckReq at least every this many packets.
+    pub ack_req_every: u32,
+    /// Packets one QP may emit per scheduling turn (bounded work per call).
+    pub burst: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_qp: 1 << 16,
+            max_keys: 1 << 20,
+            psn_window: 128,
+            ack_req_every: 64,
+            burst: 64,
+        }
+    }
+}
+
+/// One port as the engine sees it.
+#[derive(Debug, Clone)]
+pub struct PortInfo {
+    /// GID table (index = sgid_index).
+    pub gids: Vec<Gid>,
+    /// Active MTU.
+    pub mtu: Mtu,
+    /// Port is up.
+    pub active: bool,
+}
+
+/// Counters of the transport (for tests and tools).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Packets emitted.
+    pub tx_packets: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets retransmitted (go-back-N and timeouts).
+    pub retransmits: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// Sequence NAKs sent.
+    pub seq_naks: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks: u64,
+    /// Duplicate requests seen.
+    pub duplicates: u64,
+    /// Packets dropped (bad Q_Key, unknown QP, wrong state …).
+    pub dropped: u64,
+}
+
+/// Everything of an engine except the QP table, so one QP and the rest can be borrowed together.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) cfg: EngineConfig,
+    pub(crate) memory: MemoryTable,
+    pub(crate) ports: Vec<PortInfo>,
+    pub(crate) timers: TimerHeap,
+    pub(crate) work: VecDeque<u32>,
+    pub(crate) acks: Vec<u32>,
+    pub(crate) stats: EngineStats,
+    pub(crate) timer_generation: u64,
+}
+
+impl Core {
+    pub(crate) fn port_mtu(&self, port: u8) -> u32 {
+        self.port(port)
+            .map_or(Mtu::Mtu1024.bytes(), |p| p.mtu.bytes())
+    }
+
+    pub(crate) fn port(&self, port: u8) -> Option<&PortInfo> {
+        self.ports.get(usize::from(port).wrapping_sub(1))
+    }
+
+    pub(crate) fn sgid(&self, port: u8, index: u8) -> Gid {
+        self.port(port)
+            .and_then(|p| p.gids.get(usize::from(index)))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn arm_timer(&mut self, qpn: u32, kind: TimerKind, at: u64) -> u64 {
+        self.timer_generation += 1;
+        let generation = self.timer_generation;
+        self.timers.push(timers::TimerEntry {
+            at,
+            qpn,
+            kind,
+            generation,
+        });
+        generation
+    }
+
+    pub(crate) fn schedule(&mut self, qp: &mut QpCtx) {
+        if !qp.scheduled {
+            qp.scheduled = true;
+            self.work.push_back(qp.qpn);
+        }
+    }
+}
+
+/// The transport core of one device. See the module documentation.
+#[derive(Debug)]
+pub struct Engine {
+    qps: Vec<Option<Box<QpCtx>>>,
+    core: Core,
+}
+
+impl Engine {
+    /// An engine with the given ports.
+    pub fn new(cfg: EngineConfig, ports: Vec<PortInfo>) -> Self {
+        Self {
+            qps: Vec::new(),
+            core: Core {
+                cfg,
+                memory: MemoryTable::new(cfg.max_keys),
+                ports,
+                timers: TimerHeap::default(),
+                work: VecDeque::new(),
+                acks: Vec::new(),
+                stats: EngineStats::default(),
+                timer_generation: 0,
+            },
+        }
+    }
+
+    /// The MR/MW table.
+    pub fn memory(&self) -> &MemoryTable {
+        &self.core.memory
+    }
+
+    /// The MR/MW table, for registration commands.
+    pub fn memory_mut(&mut self) -> &mut MemoryTable {
+        &mut self.core.memory
+    }
+
+    /// The ports.
+    pub fn ports(&self) -> &[PortInfo] {
+        &self.core.ports
+    }
+
+    /// The ports, for link state changes.
+    pub fn ports_mut(&mut self) -> &mut Vec<PortInfo> {
+        &mut self.core.ports
+    }
+
+    /// Transport counters.
+    pub fn stats(&self) -> EngineStats {
+        self.core.stats
+    }
+
+    /// Number of live QPs.
+    pub fn qp_count(&self) -> usize {
+        self.qps.iter().filter(|q| q.is_some()).count()
+    }
+
+    /// Creates a QP in RESET.
+    ///
+    /// # Errors
+    /// The number is out of range or taken.
+    pub fn create_qp(&mut self, qpn: u32, init: QpInit) -> Result<(), CommandError> {
+        if qpn >= self.core.cfg.max_qp {
+            return Err(CommandError::ResourceExhausted { resource: "QPs" });
+        }
+        let idx = qpn as usize;
+        if self.qps.len() <= idx {
+            self.qps.resize_with(idx + 1, || None);
+        }
+        if self.qps[idx].is_some() {
+            return Err(CommandError::BadState {
+                object: "QP",
+                number: qpn,
+                reason: "number already in use".into(),
+            });
+        }
+        self.qps[idx] = Some(Box::new(QpCtx::new(qpn, init)));
+        Ok(())
+    }
+
+    /// Destroys a QP without generating completions.
+    ///
+    /// # Errors
+    /// No such QP.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), CommandError> {
+        match self.qps.get_mut(qpn as usize).and_then(Option::take) {
+            Some(_) => {
+                self.core.timers.forget_qp(qpn);
+                self.core.work.retain(|&q| q != qpn);
+                self.core.acks.retain(|&q| q != qpn);
+                Ok(())
+            }
+            None => Err(no_qp(qpn)),
+        }
+    }
+
+    /// Queries a QP.
+    ///
+    /// # Errors
+    /// No such QP.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
+        self.qps
+            .get(qpn as usize)
+            .and_then(|q| q.as_deref())
+            .map(QpCtx::query)
+            .ok_or_else(|| no_qp(qpn))
+    }
+
+    /// The state of a QP as the device sees it.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qps.get(qpn as usize)?.as_deref().map(|q| q.state)
+    }
+
+    /// Applies a modify (the core validated the transition and mask; the device re-checks that
+    /// the QP really is in the state the caller believes).
+    ///
+    /// # Errors
+    /// No such QP, or the QP is not in `attr.cur_qp_state` (e.g. the device moved it to ERR).
+    pub fn modify_qp<H: Hca>(
+        &mut self,
+        now: u64,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        hca: &mut H,
+        out: &mut Vec<Packet>,
+    ) -> Result<(), CommandError> {
+        let Some(qp) = self
+            .qps
+            .get_mut(qpn as usize)
+            .and_then(|q| q.as_deref_mut())
+        else {
+            return Err(no_qp(qpn));
+        };
+        completer::modify(qp, &mut self.core, hca, now, attr, mask, out)
+    }
+
+    /// The host rang the send doorbell of `qpn` (or posted receives to a QP in error).
+    pub fn doorbell<H: Hca>(&mut self, now: u64, qpn: u32, hca: &mut H, out: &mut Vec<Packet>) {
+        let Some(qp) = self
+            .qps
+            .get_mut(qpn as usize)
+            .and_then(|q| q.as_deref_mut())
+        else {
+            return;
+        };
+        if qp.state == QpState::Err {
+            completer::flush_new(qp, &mut self.core, hca);
+            return;
+        }
+        requester::transmit(qp, &mut self.core, hca, now, out);
+    }
+
+    /// True when some QP has work left over from a bounded turn.
+    pub fn has_work(&self) -> bool {
+        !self.core.work.is_empty()
+    }
+
+    /// Runs one turn for every QP that had work left over.
+    pub fn run_work<H: Hca>(&mut self, now: u64, hca: &mut H, out: &mut Vec<Packet>) {
+        for _ in 0..self.core.work.len() {
+            let Some(qpn) = self.core.work.pop_front() else {
+                break;
+            };
+            if let Some(qp) = self
+                .qps
+                .get_mut(qpn as usize)
+                .and_then(|q| q.as_deref_mut())
+            {
+                qp.scheduled = false;
+                requester::transmit(qp, &mut self.core, hca, now, out);
+            }
+        }
+    }
+
+    /// A packet arrived on `port`.
+    pub fn receive<H: Hca>(
+        &mut self,
+        now: u64,
+        port: u8,
+        pkt: Packet,
+        hca: &mut H,
+        out: &mut Vec<Packet>,
+    ) {
+        self.core.stats.rx_packets += 1;
+        if !self.core.port(port).is_some_and(|p| p.active) {
+            self.core.stats.dropped += 1;
+            return;
+        }
+        let qpn = pkt.hdr.bth.dest_qp;
+        let Some(qp) = self
+            .qps
+            .get_mut(qpn as usize)
+            .and_then(|q| q.as_deref_mut())
+        else {
+            self.core.stats.dropped += 1;
+            return;
+        };
+        if qp.attr.port_num != port && qp.state != QpState::Reset {
+            self.core.stats.dropped += 1;
+            return;
+        }
+        let opcode = pkt.hdr.bth.opcode;
+        if opcode.is_ack() || opcode.is_read_response() {
+            completer::on_response(qp, &mut self.core, hca, now, &pkt, out);
+        } else {
+            responder::on_request(qp, &mut self.core, hca, now, pkt, out);
+        }
+    }
+
+    /// Sends the ACKs coalesced during the current burst.
+    pub fn flush_acks(&mut self, out: &mut Vec<Packet>) {
+        let acks = std::mem::take(&mut self.core.acks);
+        for qpn in &acks {
+            if let Some(qp) = self
+                .qps
+                .get_mut(*qpn as usize)
+                .and_then(|q| q.as_deref_mut())
+            {
+                responder::flush_ack(qp, &mut self.core, out);
+            }
+        }
+        self.core.acks = acks;
+        self.core.acks.clear();
+    }
+
+    /// Earliest timer deadline.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.core.timers.next_deadline()
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout<H: Hca>(&mut self, now: u64, hca: &mut H, out: &mut Vec<Packet>) {
+        while let Some(t) = self.core.timers.pop_due(now) {
+            let Some(qp) = self
+                .qps
+                .get_mut(t.qpn as usize)
+                .and_then(|q| q.as_deref_mut())
+            else {
+                continue;
+            };
+            match t.kind {
+                TimerKind::Retransmit => {
+                    if qp.req.rto_armed && qp.req.rto_generation == t.generation {
+                        completer::on_retransmit_timeout(qp, &mut self.core, hca, now, out);
+                    }
+                }
+                TimerKind::Rnr => {
+                    if qp.req.rnr_wait && qp.req.rnr_generation == t.generation {
+                        qp.req.rnr_wait = false;
+                        requester::transmit(qp, &mut self.core, hca, now, out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves every QP to ERR (device fatal error) and flushes them.
+    pub fn fail_all<H: Hca>(&mut self, hca: &mut H) {
+        for qp in self.qps.iter_mut().flatten() {
+            completer::enter_error(qp, &mut self.core, hca);
+        }
+    }
+
+    /// Moves one QP to ERR with a catastrophic-error event (a malformed WQE, or injected).
+    pub fn qp_fatal<H: Hca>(&mut self, qpn: u32, hca: &mut H) {
+        let Some(qp) = self
+            .qps
+            .get_mut(qpn as usize)
+            .and_then(|q| q.as_deref_mut())
+        else {
+            return;
+        };
+        hca.post_event(portverbs_hal::event::DeviceEvent::Qp {
+            qpn,
+            kind: portverbs_hal::event::QpEventKind::Fatal,
+        });
+        completer::enter_error(qp, &mut self.core, hca);
+    }
+}
+
+fn no_qp(qpn: u32) -> CommandError {
+    CommandError::NoSuchObject {
+        object: "QP",
+        number: qpn,
+    }
+}

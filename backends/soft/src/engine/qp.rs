@@ -1,0 +1,248 @@
+//! Per-QP transport state: the attributes set by modify, the requester's send window and the
+//! responder's receive state. The three machines (requester in `requester.rs`, completer in
+//! `completer.rs`, responder in `responder.rs`) each own their part and meet only through the
+//! QP's state and the completions they deliver.
+
+use portverbs_hal::attr::{QpAttr, QpCaps};
+use portverbs_hal::types::{QpState, QpType};
+use portverbs_hal::wc::WcStatus;
+
+use super::hca::{RecvSource, RecvWqe, SendWqe};
+use super::memory::Span;
+
+/// How a QP was created.
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pd: u32,
+    /// CQ for send completions.
+    pub send_cqn: u32,
+    /// CQ for receive completions.
+    pub recv_cqn: u32,
+    /// SRQ, if receives come from one.
+    pub srqn: Option<u32>,
+    /// Send-queue ring entries (power of two): bounds the WQEs in flight.
+    pub sq_entries: u32,
+    /// Granted capacities.
+    pub caps: QpCaps,
+}
+
+/// Engine bookkeeping for one send WQE in flight.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SendSlot {
+    pub(crate) wqe: SendWqe,
+    /// PSNs were assigned (the WQE was transmitted at least once).
+    pub(crate) assigned: bool,
+    pub(crate) first_psn: u32,
+    pub(crate) npsn: u32,
+    /// Final status once known.
+    pub(crate) done: Option<WcStatus>,
+    /// Bytes of an RDMA READ response received so far.
+    pub(crate) read_done: u64,
+    /// Bytes reported in the completion.
+    pub(crate) byte_len: u32,
+}
+
+/// The requester/completer side of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    pub(crate) slots: Vec<SendSlot>,
+    pub(crate) mask: u32,
+    /// Next counter to fetch from the send queue.
+    pub(crate) fetched: u32,
+    /// Counter of the WQE being transmitted.
+    pub(crate) tx: u32,
+    /// Bytes of WQE `tx` already packetised.
+    pub(crate) tx_offset: u64,
+    /// Oldest WQE not yet completed.
+    pub(crate) comp: u32,
+    /// PSN of the next packet to (re)transmit.
+    pub(crate) next_psn: u32,
+    /// One past the highest PSN ever sent.
+    pub(crate) sent_end: u32,
+    /// Oldest unacknowledged PSN.
+    pub(crate) una: u32,
+    pub(crate) retries_left: u8,
+    pub(crate) rnr_left: u8,
+    /// READ/atomic requests outstanding.
+    pub(crate) rd_atomic_out: u32,
+    /// Waiting for an RNR back-off to expire.
+    pub(crate) rnr_wait: bool,
+    /// Packets since the last one with AckReq.
+    pub(crate) since_ackreq: u32,
+    /// A local error stopped transmission at `tx`.
+    pub(crate) stalled: bool,
+    pub(crate) rto_generation: u64,
+    pub(crate) rto_armed: bool,
+    pub(crate) rnr_generation: u64,
+}
+
+impl Requester {
+    pub(crate) fn new(entries: u32) -> Self {
+        let entries = entries.max(1).next_power_of_two();
+        Self {
+            slots: (0..entries).map(|_| SendSlot::default()).collect(),
+            mask: entries - 1,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn slot(&self, counter: u32) -> &SendSlot {
+        &self.slots[(counter & self.mask) as usize]
+    }
+
+    pub(crate) fn slot_mut(&mut self, counter: u32) -> &mut SendSlot {
+        let mask = self.mask;
+        &mut self.slots[(counter & mask) as usize]
+    }
+
+    pub(crate) fn reset(&mut self) {
+        let entries = self.slots.len() as u32;
+        let slots = std::mem::take(&mut self.slots);
+        *self = Self {
+            slots,
+            mask: entries - 1,
+            ..Self::default()
+        };
+        for s in &mut self.slots {
+            s.assigned = false;
+            s.done = None;
+        }
+    }
+}
+
+/// A resource kept by the responder for duplicate READ and atomic requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resource {
+    Read {
+        first_psn: u32,
+        npsn: u32,
+        va: u64,
+        rkey: u32,
+        len: u32,
+    },
+    Atomic {
+        psn: u32,
+        orig: u64,
+    },
+}
+
+/// A multi-packet message being received.
+#[derive(Debug, Clone)]
+pub(crate) enum InMsg {
+    /// A SEND: scatter into the held receive WQE.
+    Send,
+    /// An RDMA WRITE: bytes land at `span` + `written`.
+    Write { span: Option<Span>, len: u64 },
+}
+
+/// The responder side of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// Expected PSN.
+    pub(crate) epsn: u32,
+    /// Message sequence number (messages completed).
+    pub(crate) msn: u32,
+    /// A PSN-sequence NAK was sent for the current gap.
+    pub(crate) nak_sent: bool,
+    pub(crate) msg: Option<InMsg>,
+    /// Bytes of the current message received so far.
+    pub(crate) offset: u64,
+    /// Receive WQE held for the current message.
+    pub(crate) recv: RecvWqe,
+    pub(crate) recv_held: bool,
+    pub(crate) resources: Vec<Option<Resource>>,
+    pub(crate) next_resource: usize,
+    /// An ACK owed for this PSN (sent when the current burst ends).
+    pub(crate) pending_ack: Option<u32>,
+    /// UC: drop packets until the next FIRST/ONLY.
+    pub(crate) drop_msg: bool,
+    /// COMM_EST already reported.
+    pub(crate) established: bool,
+}
+
+impl Responder {
+    pub(crate) fn reset(&mut self) {
+        let recv = std::mem::take(&mut self.recv);
+        *self = Self {
+            recv,
+            ..Self::default()
+        };
+    }
+}
+
+/// All transport state of one QP.
+#[derive(Debug)]
+pub(crate) struct QpCtx {
+    pub(crate) qpn: u32,
+    pub(crate) init: QpInit,
+    pub(crate) state: QpState,
+    pub(crate) attr: QpAttr,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
+    /// SQD entered and the drained event not yet reported.
+    pub(crate) draining: bool,
+    /// Queued in the engine's work list.
+    pub(crate) scheduled: bool,
+    /// Queued for an ACK flush.
+    pub(crate) ack_scheduled: bool,
+}
+
+impl QpCtx {
+    pub(crate) fn new(qpn: u32, init: QpInit) -> Self {
+        Self {
+            qpn,
+            init,
+            state: QpState::Reset,
+            attr: QpAttr {
+                cap: init.caps,
+                ..QpAttr::default()
+            },
+            req: Requester::new(init.sq_entries),
+            resp: Responder::default(),
+            draining: false,
+            scheduled: false,
+            ack_scheduled: false,
+        }
+    }
+
+    pub(crate) fn recv_source(&self) -> RecvSource {
+        match self.init.srqn {
+            Some(srqn) => RecvSource::Srq { srqn },
+            None => RecvSource::Rq { qpn: self.qpn },
+        }
+    }
+
+    /// Path MTU in bytes (UD uses the port MTU, given by the caller).
+    pub(crate) fn mtu(&self, port_mtu: u32) -> u32 {
+        match self.init.qp_type {
+            QpType::Ud => port_mtu,
+            _ => self.attr.path_mtu.bytes().min(port_mtu),
+        }
+    }
+
+    /// True when the send side may transmit.
+    pub(crate) fn can_send(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+    }
+
+    /// True when the receive side accepts requests.
+    pub(crate) fn can_receive(&self) -> bool {
+        matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+    }
+
+    /// Query view: attributes plus the live state.
+    pub(crate) fn query(&self) -> QpAttr {
+        QpAttr {
+            qp_state: self.state,
+            cur_qp_state: self.state,
+            sq_draining: self.draining,
+            ..self.attr
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! The requester: fetches send WQEs, validates them, executes local operations (bind,
+//! invalidate) and turns messages into packets.
+//!
+//! Invariants kept here (counters are free-running):
+//! `comp <= tx <= fetched <= sq_head` — WQEs in `[comp, fetched)` are in the slot ring; those
+//! before `tx` have all their packets out; `una <= next_psn <= sent_end` in PSN order.
+
+use portverbs_hal::attr::ack_timeout_ns;
+use portverbs_hal::types::{QpState, QpType};
+use portverbs_hal::wc::WcStatus;
+use portverbs_hal::wr::{SendFlags, SendOp};
+use smallvec::SmallVec;
+
+use super::completer;
+use super::hca::Hca;
+use super::packet::{MemSeg, Packet, PayloadData, psn};
+use super::qp::QpCtx;
+use super::timers::TimerKind;
+use super::{Core, WqeFault};
+use crate::wire::{AtomicEth, Bth, Deth, Opcode, Position, Reth, Service, TransportHdr};
+
+/// Largest message (2^31 bytes, as rxe).
+const MAX_MSG: u64 = 1 << 31;
+
+enum Step {
+    /// A packet went out or a WQE was retired locally; keep going.
+    Progress,
+    /// Blocked (window, fence, depth, nothing posted); stop until something changes.
+    Blocked,
+}
+
+/// Sends as much as the QP's state, window and budget allow, then delivers any completions
+/// that became possible.
+pub(crate) fn transmit<H: Hca>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    out: &mut Vec<Packet>,
+) {
+    if qp.can_send() && !qp.req.rnr_wait && !qp.req.stalled {
+        let mut budget = core.cfg.burst;
+        loop {
+            if budget == 0 {
+                core.schedule(qp);
+                break;
+            }
+            match step(qp, core, hca, now, out) {
+                Ok(Step::Progress) => budget -= 1,
+                Ok(Step::Blocked) => break,
+                Err(fault) => {
+                    tracing::warn!(qpn = qp.qpn, reason = fault.reason, "malformed send WQE");
+                    hca.post_event(portverbs_hal::event::DeviceEvent::Qp {
+                        qpn: qp.qpn,
+                        kind: portverbs_hal::event::QpEventKind::Fatal,
+                    });
+                    completer::enter_error(qp, core, hca);
+                    return;
+                }
+            }
+        }
+    }
+    completer::advance_completions(qp, core, hca, now, out);
+}
+
+fn step<H: Hca>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    out: &mut Vec<Packet>,
+) -> Result<Step, WqeFault> {
+    if qp.req.tx == qp.req.fetched && !fetch(qp, core, hca)? {
+        return Ok(Step::Blocked);
+    }
+    let tx = qp.req.tx;
+    let slot = qp.req.slot(tx);
+    if let Some(status) = slot.done {
+        if status != WcStatus::Success {
+            // A local error: nothing after it may start; completions catch up to it.
+            qp.req.stalled = true;
+            return Ok(Step::Blocked);
+        }
+        qp.req.tx = tx.wrapping_add(1);
+        return Ok(Step::Progress);
+    }
+    let op = slot.wqe.op;
+    if op.is_local() {
+        let status = execute_local(qp, core, op);
+        let slot = qp.req.slot_mut(tx);
+        slot.done = Some(status);
+        if status == WcStatus::Success {
+            qp.req.tx = tx.wrapping_add(1);
+        } else {
+            qp.req.stalled = true;
+        }
+        return Ok(Step::Progress);
+    }
+    if slot.wqe.flags.contains(SendFlags::FENCE) && qp.req.rd_atomic_out > 0 && !slot.assigned {
+        return Ok(Step::Blocked);
+    }
+    if op.is_read_or_atomic()
+        && qp.req.tx_offset == 0
+        && qp.req.rd_atomic_out >= u32::from(qp.attr.max_rd_atomic)
+    {
+        return Ok(Step::Blocked);
+    }
+    let mtu = qp.mtu(core.port_mtu(qp.attr.port_num));
+    if !qp.req.slot(tx).assigned {
+        if qp.init.qp_type == QpType::Rc
+            && qp.req.una != qp.req.next_psn
+            && psn::diff(qp.req.next_psn, qp.req.una) >= core.cfg.psn_window as i32
+        {
+            return Ok(Step::Blocked);
+        }
+        let len = qp.req.slot(tx).wqe.payload_len();
+        let npsn = match op {
+            SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. } => 1,
+            _ => len.div_ceil(u64::from(mtu)).max(1) as u32,
+        };
+        let first = qp.req.next_psn;
+        let slot = qp.req.slot_mut(tx);
+        slot.assigned = true;
+        slot.first_psn = first;
+        slot.npsn = npsn;
+    }
+    emit(qp, core, now, mtu, out);
+    Ok(Step::Progress)
+}
+
+/// Fetches the next posted WQE into the slot ring; false when none is posted or the ring of
+/// in-flight WQEs is full.
+fn fetch<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Result<bool, WqeFault> {
+    if qp.state != QpState::Rts {
+        return Ok(false);
+    }
+    let Some(head) = hca.sq_head(qp.qpn) else {
+        return Ok(false);
+    };
+    let c = qp.req.fetched;
+    if c == head || c.wrapping_sub(qp.req.comp) > qp.req.mask {
+        return Ok(false);
+    }
+    let qpn = qp.qpn;
+    let slot = qp.req.slot_mut(c);
+    hca.read_send_wqe(qpn, c, &mut slot.wqe)?;
+    slot.wqe.counter = c;
+    slot.assigned = false;
+    slot.done = None;
+    slot.read_done = 0;
+    slot.byte_len = 0;
+    let status = validate(qp, core, c);
+    if let Err(status) = status {
+        qp.req.slot_mut(c).done = Some(status);
+    }
+    qp.req.fetched = c.wrapping_add(1);
+    Ok(true)
+}
+
+/// Local checks a requester makes before anything goes on the wire.
+fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
+    let wqe = &qp.req.slot(counter).wqe;
+    let t = qp.init.qp_type;
+    let allowed = match wqe.op {
+        SendOp::Send | SendOp::SendWithImm { .. } => true,
+        SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => t != QpType::Ud,
+        SendOp::BindMw { .. } | SendOp::LocalInv { .. } => t != QpType::Ud,
+        SendOp::SendWithInv { .. }
+        | SendOp::RdmaRead { .. }
+        | SendOp::AtomicCmpSwp { .. }
+        | SendOp::AtomicFetchAdd { .. } => t == QpType::Rc,
+    };
+    if !allowed || (t == QpType::Ud) != wqe.ud.is_some() {
+        return Err(WcStatus::LocQpOpErr);
+    }
+    let len = wqe.payload_len();
+    if len > MAX_MSG {
+        return Err(WcStatus::LocLenErr);
+    }
+    if t == QpType::Ud && len > u64::from(core.port_mtu(qp.attr.port_num)) {
+        return Err(WcStatus::LocLenErr);
+    }
+    if wqe.op.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 {
+        return Err(WcStatus::LocQpOpErr);
+    }
+    let scatter = wqe.op.is_read_or_atomic();
+    if matches!(
+        wqe.op,
+        SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }
+    ) && wqe.sges.iter().map(|s| u64::from(s.length)).sum::<u64>() < 8
+    {
+        return Err(WcStatus::LocLenErr);
+    }
+    if !wqe.is_inline() {
+        for sge in wqe.sges.iter().filter(|s| s.length > 0) {
+            core.memory
+                .local(
+                    sge.lkey,
+                    qp.init.pd,
+                    sge.addr,
+                    u64::from(sge.length),
+                    scatter,
+                )
+                .map_err(|_| WcStatus::LocProtErr)?;
+        }
+    }
+    Ok(())
+}
+
+fn execute_local(qp: &mut QpCtx, core: &mut Core, op: SendOp) -> WcStatus {
+    let ok = match op {
+        SendOp::BindMw { bind } => core.memory.bind(qp.init.pd, qp.qpn, &bind).is_ok(),
+        SendOp::LocalInv { rkey } => core.memory.invalidate(rkey, qp.init.pd, None).is_ok(),
+        _ => false,
+    };
+    if ok {
+        WcStatus::Success
+    } else {
+        WcStatus::MwBindErr
+    }
+}
+
+fn service(t: QpType) -> Service {
+    match t {
+        QpType::Rc => Service::Rc,
+        QpType::Uc => Service::Uc,
+        QpType::Ud => Service::Ud,
+    }
+}
+
+fn position(first: bool, last: bool) -> Position {
+    match (first, last) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    }
+}
+
+/// Emits the next packet of WQE `tx` and advances the cursors.
+fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packet>) {
+    let tx = qp.req.tx;
+    let off = qp.req.tx_offset;
+    let t = qp.init.qp_type;
+    let slot = qp.req.slot(tx);
+    let wqe = &slot.wqe;
+    let len = wqe.payload_len();
+    let pkt_index = (off / u64::from(mtu)) as u32;
+    let psn_now = psn::add(slot.first_psn, pkt_index);
+    let mut hdr = TransportHdr::new(Bth {
+        opcode: Opcode::from_u8(0),
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        tver: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: qp.attr.dest_qp_num,
+        ack_req: false,
+        psn: psn_now,
+    });
+    let mut payload = PayloadData::Empty;
+    let last;
+    let next_psn;
+    match wqe.op {
+        SendOp::RdmaRead { remote } => {
+            hdr.bth.opcode = Opcode::ReadRequest;
+            hdr.reth = Some(Reth {
+                va: remote.addr.wrapping_add(off),
+                rkey: remote.rkey,
+                dma_len: (len - off) as u32,
+            });
+            hdr.bth.ack_req = true;
+            last = true;
+            next_psn = psn::add(slot.first_psn, slot.npsn);
+        }
+        SendOp::AtomicCmpSwp {
+            remote,
+            compare,
+            swap,
+        } => {
+            hdr.bth.opcode = Opcode::CompareSwap;
+            hdr.atomic = Some(AtomicEth {
+                va: remote.addr,
+                rkey: remote.rkey,
+                swap_add: swap,
+                compare,
+            });
+            hdr.bth.ack_req = true;
+            last = true;
+            next_psn = psn::add(psn_now, 1);
+        }
+        SendOp::AtomicFetchAdd { remote, add } => {
+            hdr.bth.opcode = Opcode::FetchAdd;
+            hdr.atomic = Some(AtomicEth {
+                va: remote.addr,
+                rkey: remote.rkey,
+                swap_add: add,
+                compare: 0,
+            });
+            hdr.bth.ack_req = true;
+            last = true;
+            next_psn = psn::add(psn_now, 1);
+        }
+        op => {
+            let n = (len - off).min(u64::from(mtu));
+            let first = off == 0;
+            last = off + n >= len;
+            let pos = position(first, last);
+            let (imm, inv) = match op {
+                SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } => {
+                    (Some(imm), None)
+                }
+                SendOp::SendWithInv { rkey } => (None, Some(rkey)),
+                _ => (None, None),
+            };
+            let is_write = matches!(
+                op,
+                SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
+            );
+            // Immediate data and the invalidated key travel in the last packet only.
+            let opcode = if is_write {
+                Opcode::write(service(t), pos, last && imm.is_some())
+            } else {
+                Opcode::send(
+                    service(t),
+                    pos,
+                    last && imm.is_some(),
+                    last && inv.is_some(),
+                )
+            };
+            // validate() only lets through combinations that exist.
+            hdr.bth.opcode = opcode.unwrap_or(Opcode::from_u8(0xff));
+            if last {
+                hdr.imm = imm;
+                hdr.ieth = inv;
+                hdr.bth.solicited = wqe.flags.contains(SendFlags::SOLICITED);
+            }
+            if is_write && first {
+                if let SendOp::RdmaWrite { remote } | SendOp::RdmaWriteWithImm { remote, .. } = op {
+                    hdr.reth = Some(Reth {
+                        va: remote.addr,
+                        rkey: remote.rkey,
+                        dma_len: len as u32,
+                    });
+                }
+            }
+            if let Some(ud) = &wqe.ud {
+                hdr.bth.dest_qp = ud.remote_qpn;
+                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
+                    qp.attr.qkey
+                } else {
+                    ud.remote_qkey
+                };
+                hdr.deth = Some(Deth {
+                    qkey,
+                    src_qp: qp.qpn,
+                });
+            }
+            hdr.bth.pad_count = ((4 - (n % 4)) % 4) as u8;
+            payload = gather(qp, core, off, n as u32);
+            hdr.bth.ack_req =
+                t == QpType::Rc && (last || qp.req.since_ackreq + 1 >= core.cfg.ack_req_every);
+            next_psn = psn::add(psn_now, 1);
+        }
+    }
+    let (dgid, sgid_index, flow_label, hop_limit, tclass) = match &qp.req.slot(tx).wqe.ud {
+        Some(ud) => (
+            ud.av.dgid,
+            ud.av.sgid_index,
+            ud.av.flow_label,
+            ud.av.hop_limit,
+            ud.av.traffic_class,
+        ),
+        None => {
+            let av = &qp.attr.ah_attr;
+            (
+                av.dgid,
+                av.sgid_index,
+                av.flow_label,
+                av.hop_limit,
+                av.traffic_class,
+            )
+        }
+    };
+    let pkt = Packet {
+        src_gid: core.sgid(qp.attr.port_num, sgid_index),
+        dst_gid: dgid,
+        flow_label,
+        traffic_class: tclass,
+        hop_limit,
+        udp_sport: crate::wire::udp_source_port(flow_label, qp.qpn, hdr.bth.dest_qp),
+        hdr,
+        payload,
+    };
+    let ack_req = pkt.hdr.bth.ack_req;
+    out.push(pkt);
+    core.stats.tx_packets += 1;
+
+    // Advance the cursors.
+    let req = &mut qp.req;
+    req.since_ackreq = if ack_req { 0 } else { req.since_ackreq + 1 };
+    let op = req.slot(tx).wqe.op;
+    if last {
+        if op.is_read_or_atomic() {
+            req.rd_atomic_out += 1;
+        }
+        req.tx = tx.wrapping_add(1);
+        req.tx_offset = 0;
+        if t != QpType::Rc {
+            let slot = req.slot_mut(tx);
+            slot.done = Some(WcStatus::Success);
+            slot.byte_len = len as u32;
+        }
+    } else {
+        req.tx_offset = off + u64::from(mtu);
+    }
+    if psn::diff(next_psn, req.sent_end) > 0 {
+        req.sent_end = next_psn;
+    } else {
+        core.stats.retransmits += 1;
+    }
+    req.next_psn = next_psn;
+    if t == QpType::Rc {
+        if !req.rto_armed {
+            arm_retransmit(qp, core, now);
+        }
+    } else {
+        qp.req.una = next_psn;
+    }
+}
+
+/// (Re)arms the local ACK timeout (`timeout` 0 means none).
+pub(crate) fn arm_retransmit(qp: &mut QpCtx, core: &mut Core, now: u64) {
+    match ack_timeout_ns(qp.attr.timeout) {
+        Some(ns) => {
+            qp.req.rto_generation = core.arm_timer(qp.qpn, TimerKind::Retransmit, now + ns);
+            qp.req.rto_armed = true;
+        }
+        None => qp.req.rto_armed = false,
+    }
+}
+
+/// Describes payload bytes `[off, off + n)` of WQE `tx` without copying them.
+fn gather(qp: &QpCtx, core: &Core, off: u64, n: u32) -> PayloadData {
+    if n == 0 {
+        return PayloadData::Empty;
+    }
+    let wqe = &qp.req.slot(qp.req.tx).wqe;
+    if wqe.is_inline() {
+        let start = off as usize;
+        let end = (start + n as usize).min(wqe.inline_data.len());
+        return PayloadData::Bytes(wqe.inline_data[start.min(end)..end].to_vec());
+    }
+    let mut segs: SmallVec<[MemSeg; 2]> = SmallVec::new();
+    let mut pos = 0u64;
+    let mut want = u64::from(n);
+    let mut at = off;
+    for sge in &wqe.sges {
+        let sl = u64::from(sge.length);
+        if want == 0 {
+            break;
+        }
+        if at < pos + sl {
+            let within = at - pos;
+            let take = (sl - within).min(want);
+            // Keys were checked when the WQE was fetched; a registration removed since then
+            // makes the bytes vanish (the responder sees a short message and errors out).
+            if let Ok(span) =
+                core.memory
+                    .local(sge.lkey, qp.init.pd, sge.addr + within, take, false)
+            {
+                segs.push(MemSeg {
+                    mem: span.mem,
+                    offset: span.offset,
+                    len: take as u32,
+                });
+            }
+            want -= take;
+            at += take;
+        }
+        pos += sl;
+    }
+    PayloadData::Mem(segs)
+}

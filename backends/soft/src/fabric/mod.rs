@@ -1,0 +1,387 @@
+//! The in-process fabric: any number of software devices and ports, addressed RoCEv2-style by
+//! GIDs made from IP addresses, joined by links with configurable delay and faults.
+//!
+//! Two ways to run it:
+//! * **free-running** ([`Mode::Threaded`]): one engine thread emulates all the hardware, woken by
+//!   doorbells and timers, on the real clock — what applications and benchmarks use;
+//! * **stepped** ([`Mode::Stepped`]): no thread at all; the caller drives it with
+//!   [`Fabric::step`], [`Fabric::run_until_idle`] or [`Fabric::run_for`] on *virtual* time, with
+//!   seeded loss, duplication, reordering, corruption and delay — what tests use, reproducible
+//!   from the seed.
+//!
+//! Device commands (create a QP, register memory …) take the fabric's lock; posting and polling
+//! never do.
+
+mod faults;
+mod rng;
+pub(crate) mod sim;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use portverbs_hal::types::{Gid, Mtu};
+use thiserror::Error;
+
+pub use faults::{FabricStats, LinkFaults};
+
+use crate::device::SoftDevice;
+use crate::device::doorbell::{EngineWake, Kick, Kicker};
+use sim::Sim;
+
+/// How the fabric is driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A background engine thread on the real clock.
+    Threaded,
+    /// Driven by the caller on virtual time.
+    Stepped,
+}
+
+/// Fabric settings.
+#[derive(Debug, Clone, Copy)]
+pub struct FabricConfig {
+    /// Driving mode.
+    pub mode: Mode,
+    /// Seed of the fault generator.
+    pub seed: u64,
+    /// Link behaviour.
+    pub faults: LinkFaults,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Threaded,
+            seed: 1,
+            faults: LinkFaults::NONE,
+        }
+    }
+}
+
+/// One port of a device to add.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    /// Addresses of the port; each becomes a RoCEv2 GID (index = position).
+    pub addrs: Vec<IpAddr>,
+    /// Active MTU.
+    pub mtu: Mtu,
+}
+
+/// A device to add to the fabric.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Name; `softN` by default.
+    pub name: Option<String>,
+    /// Ports (at least one).
+    pub ports: Vec<PortConfig>,
+}
+
+impl DeviceConfig {
+    /// One port with one address and a 4096-byte MTU.
+    pub fn with_ip(ip: IpAddr) -> Self {
+        Self {
+            name: None,
+            ports: vec![PortConfig {
+                addrs: vec![ip],
+                mtu: Mtu::Mtu4096,
+            }],
+        }
+    }
+}
+
+/// Fabric-level failures.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum FabricError {
+    /// Another port already owns an address.
+    #[error("address {0} is already on the fabric")]
+    DuplicateAddress(IpAddr),
+    /// A device needs between 1 and 254 ports.
+    #[error("a device needs 1 to 254 ports, got {0}")]
+    BadPortCount(usize),
+    /// The fabric is full.
+    #[error("the fabric holds at most 65535 devices")]
+    TooManyDevices,
+    /// `run_until_idle` gave up: work was still scheduled when the limit was reached.
+    #[error("still busy after {steps} steps at virtual time {now_ns} ns (a QP retrying forever?)")]
+    StillBusy {
+        /// Steps taken.
+        steps: u64,
+        /// Virtual time reached.
+        now_ns: u64,
+    },
+    /// The operation needs the other mode.
+    #[error("this operation needs a {0:?} fabric")]
+    WrongMode(Mode),
+}
+
+/// State shared by the fabric handle, its devices and the engine thread.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) sim: Mutex<Sim>,
+    pub(crate) kicks_tx: Sender<Kick>,
+    pub(crate) kicks_rx: Receiver<Kick>,
+    pub(crate) overflow: Arc<AtomicBool>,
+    pub(crate) wake: Arc<EngineWake>,
+    pub(crate) mode: Mode,
+    pub(crate) epoch: Instant,
+    pub(crate) shutdown: AtomicBool,
+}
+
+impl Shared {
+    /// Locks the simulation (a panic on another thread leaves it usable: its state is plain
+    /// data that every step re-validates).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Sim> {
+        self.sim.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn kicker(self: &Arc<Self>, dev: u16) -> Kicker {
+        Kicker {
+            dev,
+            tx: self.kicks_tx.clone(),
+            wake: self.wake.clone(),
+            overflow: self.overflow.clone(),
+        }
+    }
+
+    /// In free-running mode, the real clock in nanoseconds since the fabric started.
+    pub(crate) fn real_now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// Stops the engine thread when the last user handle goes away.
+#[derive(Debug)]
+pub(crate) struct Owner {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        if let Some(t) = self.shared.wake.thread.get() {
+            t.unpark();
+        }
+        let handle = self.thread.lock().map(|mut t| t.take()).unwrap_or(None);
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A handle to an in-process fabric. Cheap to clone; devices keep it alive.
+#[derive(Debug, Clone)]
+pub struct Fabric {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) _owner: Arc<Owner>,
+}
+
+/// How long the idle engine thread spins before parking (latency vs. CPU).
+const SPIN: Duration = Duration::from_micros(200);
+
+fn engine_thread(shared: Arc<Shared>) {
+    let mut idle_since: Option<Instant> = None;
+    while !shared.shutdown.load(Ordering::Acquire) {
+        let (did, next) = {
+            let mut sim = shared.lock();
+            sim.now = shared.real_now();
+            let did = sim.step(&shared.kicks_rx, &shared.overflow);
+            (did, sim.next_deadline())
+        };
+        if did {
+            idle_since = None;
+            continue;
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        let due = |n: Option<u64>| n.is_some_and(|t| shared.real_now() >= t);
+        if since.elapsed() < SPIN {
+            // Spin without the lock until a kick or a deadline arrives.
+            while shared.kicks_rx.is_empty()
+                && !shared.overflow.load(Ordering::Relaxed)
+                && !due(next)
+                && since.elapsed() < SPIN
+                && !shared.shutdown.load(Ordering::Relaxed)
+            {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        shared.wake.sleeping.store(true, Ordering::SeqCst);
+        if shared.kicks_rx.is_empty() && !shared.overflow.load(Ordering::SeqCst) {
+            let wait = next.map_or(Duration::from_millis(10), |t| {
+                Duration::from_nanos(t.saturating_sub(shared.real_now()))
+            });
+            std::thread::park_timeout(wait.min(Duration::from_millis(10)));
+        }
+        shared.wake.sleeping.store(false, Ordering::SeqCst);
+        idle_since = None;
+    }
+}
+
+impl Fabric {
+    /// A fabric with the given settings (free-running mode starts the engine thread).
+    pub fn new(config: FabricConfig) -> Self {
+        let (kicks_tx, kicks_rx) = crossbeam_channel::bounded(1 << 16);
+        let shared = Arc::new(Shared {
+            sim: Mutex::new(Sim::new(config.seed, config.faults)),
+            kicks_tx,
+            kicks_rx,
+            overflow: Arc::new(AtomicBool::new(false)),
+            wake: Arc::new(EngineWake::default()),
+            mode: config.mode,
+            epoch: Instant::now(),
+            shutdown: AtomicBool::new(false),
+        });
+        let thread = match config.mode {
+            Mode::Threaded => {
+                let s = shared.clone();
+                let handle = std::thread::Builder::new()
+                    .name("portverbs-soft-engine".into())
+                    .spawn(move || engine_thread(s))
+                    .ok();
+                if let Some(h) = &handle {
+                    let _ = shared.wake.thread.set(h.thread().clone());
+                }
+                handle
+            }
+            Mode::Stepped => None,
+        };
+        let owner = Arc::new(Owner {
+            shared: shared.clone(),
+            thread: Mutex::new(thread),
+        });
+        Self {
+            shared,
+            _owner: owner,
+        }
+    }
+
+    /// A stepped fabric on virtual time with perfect links.
+    pub fn stepped(seed: u64) -> Self {
+        Self::new(FabricConfig {
+            mode: Mode::Stepped,
+            seed,
+            faults: LinkFaults::NONE,
+        })
+    }
+
+    /// A free-running fabric with perfect links.
+    pub fn threaded() -> Self {
+        Self::new(FabricConfig::default())
+    }
+
+    /// How this fabric is driven.
+    pub fn mode(&self) -> Mode {
+        self.shared.mode
+    }
+
+    /// Adds a device.
+    ///
+    /// # Errors
+    /// Bad port count or an address already in use.
+    pub fn add_device(&self, config: DeviceConfig) -> Result<SoftDevice, FabricError> {
+        SoftDevice::attach(self, config)
+    }
+
+    /// Changes the link behaviour.
+    pub fn set_faults(&self, faults: LinkFaults) {
+        self.shared.lock().faults = faults;
+    }
+
+    /// Packet statistics.
+    pub fn stats(&self) -> FabricStats {
+        self.shared.lock().stats
+    }
+
+    /// Packets still in flight.
+    pub fn in_flight(&self) -> usize {
+        self.shared.lock().in_flight()
+    }
+
+    /// Current time in nanoseconds (virtual in stepped mode).
+    pub fn now_ns(&self) -> u64 {
+        match self.shared.mode {
+            Mode::Stepped => self.shared.lock().now,
+            Mode::Threaded => self.shared.real_now(),
+        }
+    }
+
+    /// Stepped mode: does everything due at the current virtual time; false when nothing was.
+    pub fn step(&self) -> bool {
+        self.shared
+            .lock()
+            .step(&self.shared.kicks_rx, &self.shared.overflow)
+    }
+
+    /// Stepped mode: runs (advancing virtual time) until nothing is left to do. Gives up after
+    /// `10_000_000` steps or 10 minutes of virtual time (a QP retrying forever).
+    ///
+    /// # Errors
+    /// [`FabricError::StillBusy`] at the limit; [`FabricError::WrongMode`] when free-running.
+    pub fn run_until_idle(&self) -> Result<(), FabricError> {
+        self.run_bounded(u64::MAX, 10_000_000, 600_000_000_000)
+    }
+
+    /// Stepped mode: runs for `ns` nanoseconds of virtual time (or until idle, whichever is
+    /// first), then sets the clock to the end of that interval.
+    ///
+    /// # Errors
+    /// [`FabricError::WrongMode`] when free-running.
+    pub fn run_for(&self, ns: u64) -> Result<(), FabricError> {
+        let end = self.now_ns().saturating_add(ns);
+        match self.run_bounded(end, u64::MAX, u64::MAX) {
+            Ok(()) | Err(FabricError::StillBusy { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let mut sim = self.shared.lock();
+        sim.now = sim.now.max(end);
+        Ok(())
+    }
+
+    fn run_bounded(&self, until: u64, max_steps: u64, max_time: u64) -> Result<(), FabricError> {
+        if self.shared.mode != Mode::Stepped {
+            return Err(FabricError::WrongMode(Mode::Stepped));
+        }
+        let start = self.now_ns();
+        let mut steps = 0u64;
+        loop {
+            let mut sim = self.shared.lock();
+            if sim.step(&self.shared.kicks_rx, &self.shared.overflow) {
+                steps += 1;
+            } else {
+                let next = sim.next_deadline();
+                match next {
+                    Some(t) if t <= until => {
+                        sim.advance_to_next();
+                    }
+                    _ => return Ok(()),
+                }
+            }
+            if steps >= max_steps || sim.now.saturating_sub(start) >= max_time {
+                return Err(FabricError::StillBusy {
+                    steps,
+                    now_ns: sim.now,
+                });
+            }
+        }
+    }
+
+    /// Every GID on the fabric, with its device name and port.
+    pub fn gids(&self) -> Vec<(String, u8, Gid)> {
+        let sim = self.shared.lock();
+        let mut v: Vec<_> = sim
+            .routes
+            .iter()
+            .map(|(gid, &(dev, port))| (sim.devices[dev].state.info.name.clone(), port, *gid))
+            .collect();
+        v.sort();
+        v
+    }
+}

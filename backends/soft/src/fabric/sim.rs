@@ -1,0 +1,297 @@
+//! The simulation: every device's engine and device-side state, the packets in flight, the
+//! clock, and the loop that moves them. One `Sim` sits behind the fabric's lock; the same
+//! [`Sim::step`] runs on virtual time (stepped mode, advanced by [`Sim::advance_to_next`]) and
+//! on the real clock (free-running mode, on the engine thread).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::Receiver;
+use portverbs_hal::types::Gid;
+
+use super::faults::{FabricStats, LinkFaults};
+use super::rng::SplitMix64;
+use crate::device::doorbell::{Kick, KickKind};
+use crate::device::hw::Hw;
+use crate::device::state::DevState;
+use crate::engine::{Engine, Packet};
+
+/// A device on the fabric.
+#[derive(Debug)]
+pub(crate) struct SimDevice {
+    pub(crate) engine: Engine,
+    pub(crate) hw: Hw,
+    pub(crate) state: DevState,
+}
+
+#[derive(Debug)]
+struct Delivery {
+    dev: usize,
+    port: u8,
+    pkt: Packet,
+}
+
+#[derive(Debug)]
+struct Timed {
+    at: u64,
+    seq: u64,
+    delivery: Delivery,
+}
+
+impl PartialEq for Timed {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// All simulated state of one fabric.
+#[derive(Debug)]
+pub(crate) struct Sim {
+    pub(crate) now: u64,
+    pub(crate) devices: Vec<SimDevice>,
+    pub(crate) routes: HashMap<Gid, (usize, u8)>,
+    ready: VecDeque<Delivery>,
+    delayed: BinaryHeap<Reverse<Timed>>,
+    seq: u64,
+    pub(crate) faults: LinkFaults,
+    rng: SplitMix64,
+    pub(crate) out: Vec<Packet>,
+    frame: Vec<u8>,
+    pub(crate) stats: FabricStats,
+}
+
+impl Sim {
+    pub(crate) fn new(seed: u64, faults: LinkFaults) -> Self {
+        Self {
+            now: 0,
+            devices: Vec::new(),
+            routes: HashMap::new(),
+            ready: VecDeque::new(),
+            delayed: BinaryHeap::new(),
+            seq: 0,
+            faults,
+            rng: SplitMix64::new(seed),
+            out: Vec::with_capacity(256),
+            frame: Vec::with_capacity(4200),
+            stats: FabricStats::default(),
+        }
+    }
+
+    /// Packets still travelling.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.ready.len() + self.delayed.len()
+    }
+
+    /// Hands every packet the engines produced to the links.
+    pub(crate) fn route_out(&mut self) {
+        let mut out = std::mem::take(&mut self.out);
+        for pkt in out.drain(..) {
+            self.route(pkt);
+        }
+        self.out = out;
+    }
+
+    fn route(&mut self, pkt: Packet) {
+        let Some(&(dev, port)) = self.routes.get(&pkt.dst_gid) else {
+            self.stats.unroutable += 1;
+            return;
+        };
+        let f = self.faults;
+        if self.rng.chance(f.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let copies = if self.rng.chance(f.duplicate) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        let mut pkt = Some(pkt);
+        for i in 0..copies {
+            let Some(pkt) = (if i + 1 == copies {
+                pkt.take()
+            } else {
+                pkt.clone()
+            }) else {
+                break;
+            };
+            let pkt = if self.rng.chance(f.corrupt) {
+                match self.corrupt(&pkt) {
+                    Some(p) => p,
+                    None => continue,
+                }
+            } else {
+                pkt
+            };
+            let mut delay = f.delay_ns + self.rng.below(f.jitter_ns);
+            if self.rng.chance(f.reorder) {
+                self.stats.reordered += 1;
+                delay += self.rng.below(f.reorder_window_ns.max(1));
+            }
+            let delivery = Delivery { dev, port, pkt };
+            if delay == 0 {
+                self.ready.push_back(delivery);
+            } else {
+                self.seq += 1;
+                self.delayed.push(Reverse(Timed {
+                    at: self.now + delay,
+                    seq: self.seq,
+                    delivery,
+                }));
+            }
+        }
+    }
+
+    /// Serialises the packet to a RoCEv2 frame, flips one bit, and parses it back as the
+    /// receiver would: `None` when the ICRC (or the frame parser) rejects it.
+    fn corrupt(&mut self, pkt: &Packet) -> Option<Packet> {
+        self.stats.corrupted += 1;
+        let mut frame = std::mem::take(&mut self.frame);
+        let result = match pkt.to_frame(&mut frame) {
+            Ok(()) if !frame.is_empty() => {
+                let bit = self.rng.below(frame.len() as u64 * 8);
+                frame[(bit / 8) as usize] ^= 1 << (bit % 8);
+                match Packet::from_frame(&frame) {
+                    Ok(Some(mut p)) => {
+                        p.flow_label = pkt.flow_label;
+                        p.traffic_class = pkt.traffic_class;
+                        p.hop_limit = pkt.hop_limit;
+                        Some(p)
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        self.frame = frame;
+        if result.is_none() {
+            self.stats.icrc_drops += 1;
+        }
+        result
+    }
+
+    fn kick(&mut self, k: Kick) {
+        let now = self.now;
+        let Some(d) = self.devices.get_mut(usize::from(k.dev)) else {
+            return;
+        };
+        match k.kind {
+            KickKind::Qp(qpn) => {
+                if let Some(qp) = d.hw.qps.get(qpn) {
+                    qp.sq.db.scheduled.store(false, Ordering::Release);
+                }
+                d.engine.doorbell(now, qpn, &mut d.hw, &mut self.out);
+            }
+            KickKind::Cq(cqn) => d.hw.check_arm(cqn),
+        }
+    }
+
+    /// Does every piece of work that is due now. Returns whether anything happened.
+    pub(crate) fn step(&mut self, kicks: &Receiver<Kick>, overflow: &AtomicBool) -> bool {
+        let mut did = false;
+        while let Ok(k) = kicks.try_recv() {
+            did = true;
+            self.kick(k);
+        }
+        if overflow.swap(false, Ordering::AcqRel) {
+            did = true;
+            self.rescan();
+        }
+        let now = self.now;
+        for d in &mut self.devices {
+            if d.engine.has_work() {
+                did = true;
+                d.engine.run_work(now, &mut d.hw, &mut self.out);
+            }
+        }
+        self.route_out();
+        while self.delayed.peek().is_some_and(|Reverse(t)| t.at <= now) {
+            if let Some(Reverse(t)) = self.delayed.pop() {
+                self.ready.push_back(t.delivery);
+            }
+        }
+        let n = self.ready.len();
+        for _ in 0..n {
+            let Some(Delivery { dev, port, pkt }) = self.ready.pop_front() else {
+                break;
+            };
+            did = true;
+            self.stats.delivered += 1;
+            if let Some(d) = self.devices.get_mut(dev) {
+                d.engine.receive(now, port, pkt, &mut d.hw, &mut self.out);
+            }
+        }
+        for d in &mut self.devices {
+            d.engine.flush_acks(&mut self.out);
+            if d.engine.poll_timeout().is_some_and(|t| t <= now) {
+                did = true;
+                d.engine.handle_timeout(now, &mut d.hw, &mut self.out);
+            }
+        }
+        self.route_out();
+        did
+    }
+
+    /// The kick channel overflowed: look at every QP and CQ once.
+    fn rescan(&mut self) {
+        let now = self.now;
+        for d in &mut self.devices {
+            let qpns: Vec<u32> = d.hw.qps.iter_mut().map(|(n, _)| n).collect();
+            for qpn in qpns {
+                d.engine.doorbell(now, qpn, &mut d.hw, &mut self.out);
+            }
+            let cqns: Vec<u32> = d.hw.cqs.iter_mut().map(|(n, _)| n).collect();
+            for cqn in cqns {
+                d.hw.check_arm(cqn);
+            }
+        }
+    }
+
+    /// The earliest future event (delayed packet or timer).
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        let packets = self.delayed.peek().map(|Reverse(t)| t.at);
+        let timers = self
+            .devices
+            .iter()
+            .filter_map(|d| d.engine.poll_timeout())
+            .min();
+        match (packets, timers) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Stepped mode: jumps virtual time to the next event. False when nothing is scheduled.
+    pub(crate) fn advance_to_next(&mut self) -> bool {
+        if !self.ready.is_empty() {
+            return true;
+        }
+        match self.next_deadline() {
+            Some(t) => {
+                self.now = self.now.max(t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Registers the GIDs of a device's ports for routing.
+    pub(crate) fn add_routes(&mut self, dev: usize, gids: &[(u8, Gid)]) {
+        for &(port, gid) in gids {
+            self.routes.insert(gid, (dev, port));
+        }
+    }
+}
