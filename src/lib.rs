@@ -1,1 +1,129 @@
-//! Portverbs facade (work in progress).
+//! # Portverbs
+//!
+//! A userspace RDMA stack in Rust that applications link directly, on Linux and on Windows.
+//! This facade is where an application starts: list devices, open one, and use the verbs of
+//! [`portverbs_verbs`] through the type aliases below, whatever the backend.
+//!
+//! ```
+//! use portverbs::prelude::*;
+//!
+//! let dev = portverbs::devices().into_iter().next().expect("the embedded fabric has devices");
+//! let ctx = portverbs::open(dev).unwrap();
+//! let pd = ctx.alloc_pd_blocking().unwrap();
+//! let buf = ctx.alloc_buffer(4096).unwrap();
+//! let mr = pd.reg_mr_blocking(&buf, 0..4096, AccessFlags::LOCAL_WRITE).unwrap();
+//! assert!(mr.rkey().is_none(), "no remote access was asked for");
+//! ```
+//!
+//! Backends:
+//! * **soft** — the software RDMA device ([`portverbs_soft`]). [`devices`] lists the devices of
+//!   an embedded in-process fabric (two devices, `soft0` at 10.0.0.1 and `soft1` at 10.0.0.2,
+//!   driven by an engine thread); build your own [`portverbs_soft::Fabric`] for other topologies
+//!   or for deterministic stepped tests.
+//!
+//! Completion delivery through the OS (eventfd/epoll on Linux) is in `portverbs-linux`, which
+//! this crate re-exports as [`linux`] on Linux.
+
+mod any;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::OnceLock;
+
+pub use any::AnyDevice;
+pub use portverbs_hal as hal;
+pub use portverbs_soft as soft;
+pub use portverbs_verbs as verbs;
+
+#[cfg(target_os = "linux")]
+pub use portverbs_linux as linux;
+
+use portverbs_soft::{DeviceConfig, Fabric, SoftDevice};
+use portverbs_verbs::{ContextOptions, OpenError};
+
+/// An opened device.
+pub type Context = portverbs_verbs::Context<AnyDevice>;
+/// A protection domain.
+pub type Pd = portverbs_verbs::Pd<AnyDevice>;
+/// A memory region.
+pub type Mr = portverbs_verbs::Mr<AnyDevice>;
+/// A memory window.
+pub type Mw = portverbs_verbs::Mw<AnyDevice>;
+/// A completion queue.
+pub type Cq = portverbs_verbs::Cq<AnyDevice>;
+/// A queue pair.
+pub type Qp = portverbs_verbs::Qp<AnyDevice>;
+/// A shared receive queue.
+pub type Srq = portverbs_verbs::Srq<AnyDevice>;
+/// An address handle.
+pub type AddressHandle = portverbs_verbs::AddressHandle<AnyDevice>;
+/// A completion channel.
+pub type CompletionChannel = portverbs_verbs::CompletionChannel<AnyDevice>;
+
+/// Everything an application usually needs.
+pub mod prelude {
+    pub use crate::{
+        AddressHandle, AnyDevice, CompletionChannel, Context, Cq, Mr, Mw, Pd, Qp, Srq,
+    };
+    pub use portverbs_hal::{BlockingDevice, Device};
+    pub use portverbs_verbs::{
+        AccessFlags, AddressVector, Buffer, CqInit, Gid, Mtu, MwType, NotifyKind, QpAttr,
+        QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr,
+        Sge, SrqInit, WcOpcode, WcStatus, WorkCompletion,
+    };
+}
+
+/// The addresses of the embedded fabric's devices.
+pub const EMBEDDED_ADDRS: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+];
+
+struct Embedded {
+    fabric: Fabric,
+    devices: Vec<SoftDevice>,
+}
+
+fn embedded() -> &'static Embedded {
+    static EMBEDDED: OnceLock<Embedded> = OnceLock::new();
+    EMBEDDED.get_or_init(|| {
+        let fabric = Fabric::threaded();
+        let devices = EMBEDDED_ADDRS
+            .iter()
+            .filter_map(|ip| fabric.add_device(DeviceConfig::with_ip(*ip)).ok())
+            .collect();
+        Embedded { fabric, devices }
+    })
+}
+
+/// The embedded in-process fabric (free-running; created on first use).
+pub fn embedded_fabric() -> &'static Fabric {
+    &embedded().fabric
+}
+
+/// Every device available to this process (`ibv_get_device_list`): today the devices of the
+/// embedded software fabric.
+pub fn devices() -> Vec<AnyDevice> {
+    embedded()
+        .devices
+        .iter()
+        .cloned()
+        .map(AnyDevice::Soft)
+        .collect()
+}
+
+/// The device with this name.
+pub fn device(name: &str) -> Option<AnyDevice> {
+    devices()
+        .into_iter()
+        .find(|d| portverbs_hal::Device::info(d).name == name)
+}
+
+/// Opens a device with polling sinks (completions are found by polling, events by
+/// [`portverbs_verbs::Context::process_events`]). On Linux, `portverbs::linux` opens it with
+/// eventfd-backed event queues instead.
+///
+/// # Errors
+/// A device command failed.
+pub fn open(dev: impl Into<AnyDevice>) -> Result<Context, OpenError> {
+    Context::open_blocking(dev.into(), ContextOptions::default())
+}

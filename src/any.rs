@@ -1,0 +1,168 @@
+//! [`AnyDevice`]: one device type for every backend, so that applications choose the backend at
+//! run time (from [`crate::devices`]) and never write generic code.
+
+use std::sync::Arc;
+
+use portverbs_hal::attr::{QpAttr, QpAttrMask};
+use portverbs_hal::caps::{DeviceAttr, DeviceInfo, GidEntry, PortAttr};
+use portverbs_hal::device::{
+    CqParams, Device, EqParams, MrKeys, MrParams, MrRereg, MwKeys, QpCreateParams, QpResources,
+    SrqModify, SrqParams,
+};
+use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::error::CommandError;
+use portverbs_hal::notify::InterruptSink;
+use portverbs_hal::queue::{CompletionQueue, EventQueue, SharedRecvQueue};
+use portverbs_hal::types::MwType;
+use portverbs_soft::SoftDevice;
+
+/// A device of any backend.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AnyDevice {
+    /// The software RDMA device.
+    Soft(SoftDevice),
+}
+
+impl From<SoftDevice> for AnyDevice {
+    fn from(d: SoftDevice) -> Self {
+        Self::Soft(d)
+    }
+}
+
+impl AnyDevice {
+    /// The software device behind this handle, if it is one (for fault injection and
+    /// stepping in tests).
+    pub fn as_soft(&self) -> Option<&SoftDevice> {
+        match self {
+            Self::Soft(d) => Some(d),
+        }
+    }
+}
+
+/// Forwards each command to the backend.
+macro_rules! forward {
+    ($self:ident, $d:ident => $e:expr) => {
+        match $self {
+            AnyDevice::Soft($d) => $e,
+        }
+    };
+}
+
+impl Device for AnyDevice {
+    fn info(&self) -> &DeviceInfo {
+        forward!(self, d => d.info())
+    }
+
+    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
+        forward!(self, d => d.alloc_dma(len))
+    }
+
+    async fn query_device(&self) -> Result<DeviceAttr, CommandError> {
+        forward!(self, d => d.query_device().await)
+    }
+
+    async fn query_port(&self, port: u8) -> Result<PortAttr, CommandError> {
+        forward!(self, d => d.query_port(port).await)
+    }
+
+    async fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry, CommandError> {
+        forward!(self, d => d.query_gid(port, index).await)
+    }
+
+    async fn query_pkey(&self, port: u8, index: u16) -> Result<u16, CommandError> {
+        forward!(self, d => d.query_pkey(port, index).await)
+    }
+
+    async fn alloc_pd(&self) -> Result<u32, CommandError> {
+        forward!(self, d => d.alloc_pd().await)
+    }
+
+    async fn dealloc_pd(&self, pd: u32) -> Result<(), CommandError> {
+        forward!(self, d => d.dealloc_pd(pd).await)
+    }
+
+    async fn create_eq(
+        &self,
+        params: EqParams,
+        sink: Arc<dyn InterruptSink>,
+    ) -> Result<Box<dyn EventQueue>, CommandError> {
+        forward!(self, d => d.create_eq(params, sink).await)
+    }
+
+    async fn destroy_eq(&self, eqn: u32) -> Result<(), CommandError> {
+        forward!(self, d => d.destroy_eq(eqn).await)
+    }
+
+    async fn create_cq(&self, params: CqParams) -> Result<Box<dyn CompletionQueue>, CommandError> {
+        forward!(self, d => d.create_cq(params).await)
+    }
+
+    async fn resize_cq(
+        &self,
+        cq: &mut dyn CompletionQueue,
+        entries: u32,
+    ) -> Result<(), CommandError> {
+        forward!(self, d => d.resize_cq(cq, entries).await)
+    }
+
+    async fn destroy_cq(&self, cqn: u32) -> Result<(), CommandError> {
+        forward!(self, d => d.destroy_cq(cqn).await)
+    }
+
+    async fn create_srq(
+        &self,
+        params: SrqParams,
+    ) -> Result<Box<dyn SharedRecvQueue>, CommandError> {
+        forward!(self, d => d.create_srq(params).await)
+    }
+
+    async fn modify_srq(&self, srqn: u32, change: SrqModify) -> Result<(), CommandError> {
+        forward!(self, d => d.modify_srq(srqn, change).await)
+    }
+
+    async fn destroy_srq(&self, srqn: u32) -> Result<(), CommandError> {
+        forward!(self, d => d.destroy_srq(srqn).await)
+    }
+
+    async fn create_qp(&self, params: QpCreateParams) -> Result<QpResources, CommandError> {
+        forward!(self, d => d.create_qp(params).await)
+    }
+
+    async fn modify_qp(
+        &self,
+        qpn: u32,
+        attr: QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), CommandError> {
+        forward!(self, d => d.modify_qp(qpn, attr, mask).await)
+    }
+
+    async fn query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
+        forward!(self, d => d.query_qp(qpn).await)
+    }
+
+    async fn destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {
+        forward!(self, d => d.destroy_qp(qpn).await)
+    }
+
+    async fn register_mr(&self, params: MrParams) -> Result<MrKeys, CommandError> {
+        forward!(self, d => d.register_mr(params).await)
+    }
+
+    async fn rereg_mr(&self, handle: u32, change: MrRereg) -> Result<MrKeys, CommandError> {
+        forward!(self, d => d.rereg_mr(handle, change).await)
+    }
+
+    async fn deregister_mr(&self, handle: u32) -> Result<(), CommandError> {
+        forward!(self, d => d.deregister_mr(handle).await)
+    }
+
+    async fn alloc_mw(&self, pd: u32, mw_type: MwType) -> Result<MwKeys, CommandError> {
+        forward!(self, d => d.alloc_mw(pd, mw_type).await)
+    }
+
+    async fn dealloc_mw(&self, handle: u32) -> Result<(), CommandError> {
+        forward!(self, d => d.dealloc_mw(handle).await)
+    }
+}

@@ -1,0 +1,254 @@
+//! Helpers shared by the conformance cases: QP bring-up with the masks rdma-core's pyverbs uses,
+//! and a connected RC/UC pair with registered buffers on both sides.
+
+#![allow(dead_code)]
+
+use portverbs::prelude::*;
+
+use super::env::Env;
+
+/// Attribute masks of rdma-core's `QP.to_init/to_rtr/to_rts` (facts §3.2).
+pub fn init_mask(t: QpType) -> QpAttrMask {
+    match t {
+        QpType::Ud => {
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
+        }
+        _ => {
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS
+        }
+    }
+}
+
+pub fn rtr_mask(t: QpType) -> QpAttrMask {
+    match t {
+        QpType::Ud => QpAttrMask::STATE,
+        QpType::Uc => {
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+        }
+        QpType::Rc => {
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER
+        }
+    }
+}
+
+pub fn rts_mask(t: QpType) -> QpAttrMask {
+    match t {
+        QpType::Rc => {
+            QpAttrMask::STATE
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::MAX_QP_RD_ATOMIC
+        }
+        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    }
+}
+
+pub const QKEY: u32 = 0x1111_2222;
+
+/// Connection parameters (what `ibv_rc_pingpong` uses unless a test changes them).
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    pub access: AccessFlags,
+    pub mtu: Mtu,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub rd_atomic: u8,
+    pub psn: u32,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            rd_atomic: 4,
+            psn: 0x1234,
+        }
+    }
+}
+
+/// RESET → INIT.
+pub fn to_init(qp: &Qp, p: &Params) {
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        pkey_index: 0,
+        qkey: QKEY,
+        qp_access_flags: p.access,
+        ..QpAttr::default()
+    };
+    let mut mask = init_mask(qp.qp_type());
+    if qp.qp_type() == QpType::Uc {
+        // UC has no remote read or atomics.
+        mask |= QpAttrMask::ACCESS_FLAGS;
+    }
+    qp.modify_blocking(&attr, mask).unwrap();
+}
+
+/// INIT → RTR → RTS toward `remote_qpn` at `remote_gid`.
+pub fn to_rts(qp: &Qp, remote_qpn: u32, remote_gid: Gid, p: &Params) {
+    let t = qp.qp_type();
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: p.mtu,
+        dest_qp_num: remote_qpn,
+        rq_psn: p.psn,
+        max_dest_rd_atomic: p.rd_atomic,
+        min_rnr_timer: p.min_rnr_timer,
+        ah_attr: AddressVector {
+            dgid: remote_gid,
+            is_global: true,
+            hop_limit: 1,
+            port_num: 1,
+            ..AddressVector::default()
+        },
+        ..QpAttr::default()
+    };
+    qp.modify_blocking(&rtr, rtr_mask(t)).unwrap();
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: p.psn,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
+        max_rd_atomic: p.rd_atomic,
+        ..QpAttr::default()
+    };
+    qp.modify_blocking(&rts, rts_mask(t)).unwrap();
+}
+
+/// One side of a connected pair.
+pub struct Side {
+    pub pd: Pd,
+    pub cq: Cq,
+    pub qp: Qp,
+    pub buf: Buffer,
+    pub mr: Mr,
+}
+
+impl Side {
+    pub fn new(
+        ctx: &Context,
+        t: QpType,
+        caps: QpCaps,
+        buf_len: usize,
+        access: AccessFlags,
+    ) -> Self {
+        let pd = ctx.alloc_pd_blocking().unwrap();
+        let cq = ctx
+            .create_cq_blocking(CqInit {
+                entries: 256,
+                ..CqInit::default()
+            })
+            .unwrap();
+        let qp = pd
+            .create_qp_blocking(QpInit {
+                qp_type: t,
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                caps,
+                sq_sig_all: false,
+            })
+            .unwrap();
+        let buf = ctx.alloc_buffer(buf_len).unwrap();
+        let mr = pd.reg_mr_blocking(&buf, 0..buf_len, access).unwrap();
+        Self {
+            pd,
+            cq,
+            qp,
+            buf,
+            mr,
+        }
+    }
+
+    /// An SGE over `len` bytes at `offset` of the side's MR.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        self.mr.sge(offset, len)
+    }
+
+    /// This side's buffer as a remote target.
+    pub fn remote(&self, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            addr: self.mr.addr() + offset,
+            rkey: self.mr.rkey().expect("remote access"),
+        }
+    }
+
+    pub fn post_recv(&self, wr_id: u64, offset: u64, len: u32) {
+        self.qp
+            .post_recv(&[RecvWr {
+                wr_id,
+                sges: &[self.sge(offset, len)],
+            }])
+            .unwrap();
+    }
+}
+
+pub const CAPS: QpCaps = QpCaps {
+    max_send_wr: 64,
+    max_recv_wr: 64,
+    max_send_sge: 4,
+    max_recv_sge: 4,
+    max_inline_data: 128,
+};
+
+pub const FULL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC)
+    .union(AccessFlags::MW_BIND);
+
+/// A connected pair of the given transport with 64 KiB registered on each side.
+pub struct Pair {
+    pub a: Side,
+    pub b: Side,
+}
+
+impl Pair {
+    pub fn new(env: &Env, t: QpType) -> Self {
+        Self::with(env, t, &Params::default(), FULL_ACCESS)
+    }
+
+    pub fn with(env: &Env, t: QpType, p: &Params, mr_access: AccessFlags) -> Self {
+        let a = Side::new(env.a(), t, CAPS, 1 << 16, mr_access);
+        let b = Side::new(env.b(), t, CAPS, 1 << 16, mr_access);
+        let mut pa = *p;
+        if t == QpType::Uc {
+            pa.access = p.access & (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+        }
+        to_init(&a.qp, &pa);
+        to_init(&b.qp, &pa);
+        to_rts(&a.qp, b.qp.qp_num(), Env::gid(env.b()), &pa);
+        to_rts(&b.qp, a.qp.qp_num(), Env::gid(env.a()), &pa);
+        Self { a, b }
+    }
+}
+
+/// Deterministic test data.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}

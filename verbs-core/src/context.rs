@@ -1,0 +1,607 @@
+//! An opened device: its cached attributes, its event queues, and the registry that routes
+//! device events to the objects they concern.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use portverbs_hal::caps::{DeviceAttr, GidEntry, PortAttr};
+use portverbs_hal::device::{Device, EqKind, EqParams};
+use portverbs_hal::event::DeviceEvent;
+use portverbs_hal::notify::{InterruptSink, NullSink};
+use portverbs_hal::queue::EventQueue;
+use portverbs_hal::{BlockingDevice, block_on};
+
+use crate::buffer::Buffer;
+use crate::cq::CqInner;
+use crate::error::{BufferError, EventError, OpenError, PdError, QueryError};
+use crate::events::{AsyncEvent, AsyncEventKind};
+use crate::pd::Pd;
+use crate::srq::SrqInner;
+
+/// Locks a mutex, recovering the data if another thread panicked while holding it (every
+/// structure here stays consistent between statements that could panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Provides the interrupt sink of each event queue the core creates. Platform crates implement
+/// it (an eventfd per EQ on Linux); [`PollingSinks`] gives sinks that do nothing, for
+/// applications that poll.
+pub trait SinkFactory: Send + Sync + fmt::Debug {
+    /// The sink for a new event queue of this kind.
+    fn sink(&self, kind: EqKind) -> Arc<dyn InterruptSink>;
+}
+
+/// Sinks that ignore interrupts.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PollingSinks;
+
+impl SinkFactory for PollingSinks {
+    fn sink(&self, _kind: EqKind) -> Arc<dyn InterruptSink> {
+        Arc::new(NullSink)
+    }
+}
+
+/// How to open a device.
+#[derive(Debug, Clone)]
+pub struct ContextOptions {
+    /// Interrupt sinks for the async EQ and the completion-vector EQs.
+    pub sinks: Arc<dyn SinkFactory>,
+    /// Entries of each event queue.
+    pub eq_entries: u32,
+}
+
+impl Default for ContextOptions {
+    fn default() -> Self {
+        Self {
+            sinks: Arc::new(PollingSinks),
+            eq_entries: 1024,
+        }
+    }
+}
+
+/// Live objects created through a context (the device keeps its own counts too).
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) pds: AtomicUsize,
+    pub(crate) mrs: AtomicUsize,
+    pub(crate) mws: AtomicUsize,
+    pub(crate) cqs: AtomicUsize,
+    pub(crate) qps: AtomicUsize,
+    pub(crate) srqs: AtomicUsize,
+    pub(crate) ahs: AtomicUsize,
+    pub(crate) channels: AtomicUsize,
+}
+
+/// A snapshot of the live objects of a context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Memory windows.
+    pub mws: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+    /// Address handles.
+    pub ahs: usize,
+    /// Completion channels.
+    pub channels: usize,
+}
+
+impl ObjectCounts {
+    /// True when nothing is alive.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// An event queue and the routing of what comes out of it.
+pub(crate) struct EqShared<D: Device> {
+    pub(crate) ctx: Weak<ContextInner<D>>,
+    pub(crate) dev: Arc<DevHolder<D>>,
+    pub(crate) eqn: u32,
+    pub(crate) eq: Mutex<Box<dyn EventQueue>>,
+}
+
+impl<D: Device> fmt::Debug for EqShared<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EqShared").field("eqn", &self.eqn).finish()
+    }
+}
+
+/// The device, shared by the context and the event queues (which must outlive neither).
+pub(crate) struct DevHolder<D: Device> {
+    pub(crate) dev: D,
+}
+
+impl<D: Device> EqShared<D> {
+    pub(crate) fn create(
+        ctx: &Arc<ContextInner<D>>,
+        kind: EqKind,
+        sink: Arc<dyn InterruptSink>,
+    ) -> Result<Arc<Self>, portverbs_hal::CommandError> {
+        Self::create_with(
+            Arc::downgrade(ctx),
+            &ctx.dev,
+            ctx.opts.eq_entries,
+            kind,
+            sink,
+        )
+    }
+
+    fn create_with(
+        ctx: Weak<ContextInner<D>>,
+        dev: &Arc<DevHolder<D>>,
+        entries: u32,
+        kind: EqKind,
+        sink: Arc<dyn InterruptSink>,
+    ) -> Result<Arc<Self>, portverbs_hal::CommandError> {
+        let eq = dev
+            .dev
+            .create_eq_blocking(EqParams { entries, kind }, sink)?;
+        Ok(Arc::new(Self {
+            ctx,
+            dev: dev.clone(),
+            eqn: eq.eqn(),
+            eq: Mutex::new(eq),
+        }))
+    }
+
+    /// Drains the EQ (at most `budget` entries), routes every event, and re-arms it.
+    ///
+    /// # Errors
+    /// The first malformed entry (every other entry was still processed).
+    pub(crate) fn process(&self, budget: usize) -> Result<usize, EventError> {
+        let ctx = self.ctx.upgrade();
+        let mut eq = lock(&self.eq);
+        let mut n = 0;
+        let mut first_error = None;
+        while n < budget {
+            match eq.poll_one() {
+                Ok(Some(ev)) => {
+                    n += 1;
+                    if let Some(ctx) = &ctx {
+                        ctx.dispatch(ev);
+                    }
+                    if n % 128 == 0 {
+                        eq.publish_ci();
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(eqn = self.eqn, error = %e, "malformed event");
+                    first_error.get_or_insert(EventError::BadEvent(e));
+                }
+            }
+        }
+        eq.arm();
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+}
+
+impl<D: Device> Drop for EqShared<D> {
+    fn drop(&mut self) {
+        if let Err(e) = self.dev.dev.destroy_eq_blocking(self.eqn) {
+            tracing::warn!(eqn = self.eqn, error = %e, "destroying an event queue failed");
+        }
+    }
+}
+
+/// Objects events are routed to.
+pub(crate) struct Registry<D: Device> {
+    pub(crate) cqs: Mutex<HashMap<u32, Weak<CqInner<D>>>>,
+    pub(crate) srqs: Mutex<HashMap<u32, Weak<SrqInner<D>>>>,
+}
+
+/// Shared state of an opened device.
+pub(crate) struct ContextInner<D: Device> {
+    pub(crate) dev: Arc<DevHolder<D>>,
+    pub(crate) name: String,
+    pub(crate) attr: DeviceAttr,
+    pub(crate) port_attrs: Vec<PortAttr>,
+    pub(crate) opts: ContextOptions,
+    pub(crate) async_eq: Mutex<Option<Arc<EqShared<D>>>>,
+    pub(crate) vectors: Mutex<Vec<Option<Arc<EqShared<D>>>>>,
+    pub(crate) registry: Registry<D>,
+    pub(crate) async_events: Mutex<VecDeque<AsyncEvent>>,
+    pub(crate) fatal: AtomicBool,
+    pub(crate) counts: Counts,
+}
+
+/// Oldest events are dropped beyond this many unread ones.
+const MAX_QUEUED_EVENTS: usize = 4096;
+
+impl<D: Device> ContextInner<D> {
+    pub(crate) fn device(&self) -> &D {
+        &self.dev.dev
+    }
+
+    fn dispatch(&self, ev: DeviceEvent) {
+        match ev {
+            DeviceEvent::Completion { cqn } => {
+                if let Some(cq) = self.cq(cqn) {
+                    cq.on_completion_event();
+                }
+            }
+            DeviceEvent::CqError { cqn, .. } => {
+                if let Some(cq) = self.cq(cqn) {
+                    cq.on_error();
+                }
+            }
+            DeviceEvent::Srq { srqn, .. } => {
+                if let Some(srq) = lock(&self.registry.srqs).get(&srqn).and_then(Weak::upgrade) {
+                    srq.limit_fired();
+                }
+            }
+            DeviceEvent::DeviceFatal => {
+                self.fatal.store(true, Ordering::SeqCst);
+                let cqs: Vec<_> = lock(&self.registry.cqs)
+                    .values()
+                    .filter_map(Weak::upgrade)
+                    .collect();
+                for cq in cqs {
+                    cq.on_device_fatal();
+                }
+            }
+            DeviceEvent::CommandDone { token, status, .. } => {
+                tracing::debug!(token, status, "command completion event");
+            }
+            DeviceEvent::Unknown {
+                event_type,
+                subtype,
+            } => {
+                tracing::warn!(event_type, subtype, "unknown device event");
+            }
+            _ => {}
+        }
+        if let Some(ae) = AsyncEvent::from_device(&ev) {
+            let mut q = lock(&self.async_events);
+            if q.len() >= MAX_QUEUED_EVENTS {
+                q.pop_front();
+                tracing::warn!("asynchronous event queue full: oldest event dropped");
+            }
+            q.push_back(ae);
+        }
+    }
+
+    pub(crate) fn cq(&self, cqn: u32) -> Option<Arc<CqInner<D>>> {
+        lock(&self.registry.cqs).get(&cqn).and_then(Weak::upgrade)
+    }
+
+    /// The EQ of completion vector `v`, created on first use.
+    pub(crate) fn vector_eq(
+        self: &Arc<Self>,
+        v: u32,
+    ) -> Result<Arc<EqShared<D>>, portverbs_hal::CommandError> {
+        let mut vectors = lock(&self.vectors);
+        let i = v as usize;
+        if vectors.len() <= i {
+            vectors.resize(i + 1, None);
+        }
+        if let Some(eq) = &vectors[i] {
+            return Ok(eq.clone());
+        }
+        let kind = EqKind::Completion { vector: v };
+        let eq = EqShared::create(self, kind, self.opts.sinks.sink(kind))?;
+        vectors[i] = Some(eq.clone());
+        Ok(eq)
+    }
+
+    pub(crate) fn ptr_eq(a: &Arc<Self>, b: &Arc<Self>) -> bool {
+        Arc::ptr_eq(a, b)
+    }
+}
+
+/// An opened RDMA device (`struct ibv_context`). Cheap to clone.
+pub struct Context<D: Device> {
+    pub(crate) inner: Arc<ContextInner<D>>,
+}
+
+impl<D: Device> Clone for Context<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: Device> fmt::Debug for Context<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.name)
+            .finish()
+    }
+}
+
+impl<D: Device> Context<D> {
+    /// Opens a device: caches its attributes and creates its asynchronous event queue.
+    ///
+    /// # Errors
+    /// A device command failed.
+    pub async fn open(dev: D, opts: ContextOptions) -> Result<Self, OpenError> {
+        let name = dev.info().name.clone();
+        let wrap = |source| OpenError::Device {
+            device: name.clone(),
+            source,
+        };
+        let attr = dev.query_device().await.map_err(wrap)?;
+        let mut port_attrs = Vec::new();
+        for p in 1..=attr.phys_port_cnt {
+            port_attrs.push(dev.query_port(p).await.map_err(wrap)?);
+        }
+        let inner = Arc::new(ContextInner {
+            dev: Arc::new(DevHolder { dev }),
+            name: name.clone(),
+            attr,
+            port_attrs,
+            opts,
+            async_eq: Mutex::new(None),
+            vectors: Mutex::new(Vec::new()),
+            registry: Registry {
+                cqs: Mutex::new(HashMap::new()),
+                srqs: Mutex::new(HashMap::new()),
+            },
+            async_events: Mutex::new(VecDeque::new()),
+            fatal: AtomicBool::new(false),
+            counts: Counts::default(),
+        });
+        let sink = inner.opts.sinks.sink(EqKind::Async);
+        let eq = EqShared::create(&inner, EqKind::Async, sink).map_err(wrap)?;
+        *lock(&inner.async_eq) = Some(eq);
+        Ok(Self { inner })
+    }
+
+    /// Blocking form of [`Context::open`].
+    ///
+    /// # Errors
+    /// As [`Context::open`].
+    pub fn open_blocking(dev: D, opts: ContextOptions) -> Result<Self, OpenError> {
+        block_on(Self::open(dev, opts))
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        self.inner.device()
+    }
+
+    /// Device name (`hca_id`).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Device attributes as read at open.
+    pub fn attr(&self) -> &DeviceAttr {
+        &self.inner.attr
+    }
+
+    /// Queries the device attributes now.
+    ///
+    /// # Errors
+    /// The device refused.
+    pub async fn query_device(&self) -> Result<DeviceAttr, QueryError> {
+        Ok(self.device().query_device().await?)
+    }
+
+    /// Blocking form of [`Context::query_device`].
+    ///
+    /// # Errors
+    /// As [`Context::query_device`].
+    pub fn query_device_blocking(&self) -> Result<DeviceAttr, QueryError> {
+        block_on(self.query_device())
+    }
+
+    fn check_port(&self, port: u8) -> Result<(), QueryError> {
+        let count = self.inner.attr.phys_port_cnt;
+        if port == 0 || port > count {
+            return Err(QueryError::NoSuchPort { port, count });
+        }
+        Ok(())
+    }
+
+    /// Queries a port (numbered from 1).
+    ///
+    /// # Errors
+    /// No such port, or the device refused.
+    pub async fn query_port(&self, port: u8) -> Result<PortAttr, QueryError> {
+        self.check_port(port)?;
+        Ok(self.device().query_port(port).await?)
+    }
+
+    /// Blocking form of [`Context::query_port`].
+    ///
+    /// # Errors
+    /// As [`Context::query_port`].
+    pub fn query_port_blocking(&self, port: u8) -> Result<PortAttr, QueryError> {
+        block_on(self.query_port(port))
+    }
+
+    /// Reads one GID-table entry.
+    ///
+    /// # Errors
+    /// No such port, an index beyond the table, an empty entry.
+    pub async fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry, QueryError> {
+        self.check_port(port)?;
+        let len = self.inner.port_attrs[usize::from(port) - 1].gid_tbl_len;
+        if index >= len {
+            return Err(QueryError::IndexOutOfRange {
+                table: "GID",
+                index,
+                len,
+            });
+        }
+        match self.device().query_gid(port, index).await {
+            Ok(e) if !e.gid.is_zero() => Ok(e),
+            Ok(_) | Err(portverbs_hal::CommandError::NoSuchObject { .. }) => {
+                Err(QueryError::EmptyGid { port, index })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Blocking form of [`Context::query_gid`].
+    ///
+    /// # Errors
+    /// As [`Context::query_gid`].
+    pub fn query_gid_blocking(&self, port: u8, index: u32) -> Result<GidEntry, QueryError> {
+        block_on(self.query_gid(port, index))
+    }
+
+    /// Every non-empty GID-table entry of a port, with its index.
+    ///
+    /// # Errors
+    /// No such port, or the device refused.
+    pub fn gid_table_blocking(&self, port: u8) -> Result<Vec<(u32, GidEntry)>, QueryError> {
+        self.check_port(port)?;
+        let len = self.inner.port_attrs[usize::from(port) - 1].gid_tbl_len;
+        let mut out = Vec::new();
+        for i in 0..len {
+            match self.query_gid_blocking(port, i) {
+                Ok(e) => out.push((i, e)),
+                Err(QueryError::EmptyGid { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads a P_Key-table entry.
+    ///
+    /// # Errors
+    /// No such port or index.
+    pub async fn query_pkey(&self, port: u8, index: u16) -> Result<u16, QueryError> {
+        self.check_port(port)?;
+        let len = u32::from(self.inner.port_attrs[usize::from(port) - 1].pkey_tbl_len);
+        if u32::from(index) >= len {
+            return Err(QueryError::IndexOutOfRange {
+                table: "P_Key",
+                index: u32::from(index),
+                len,
+            });
+        }
+        Ok(self.device().query_pkey(port, index).await?)
+    }
+
+    /// Blocking form of [`Context::query_pkey`].
+    ///
+    /// # Errors
+    /// As [`Context::query_pkey`].
+    pub fn query_pkey_blocking(&self, port: u8, index: u16) -> Result<u16, QueryError> {
+        block_on(self.query_pkey(port, index))
+    }
+
+    /// Allocates a protection domain.
+    ///
+    /// # Errors
+    /// The device refused.
+    pub async fn alloc_pd(&self) -> Result<Pd<D>, PdError> {
+        Pd::alloc(&self.inner).await
+    }
+
+    /// Blocking form of [`Context::alloc_pd`].
+    ///
+    /// # Errors
+    /// As [`Context::alloc_pd`].
+    pub fn alloc_pd_blocking(&self) -> Result<Pd<D>, PdError> {
+        block_on(self.alloc_pd())
+    }
+
+    /// Allocates `len` bytes of memory the device can reach (to register as MRs). The memory is
+    /// reached only by copying in and out ([`Buffer::write`], [`Buffer::read`]): the device may
+    /// write it at any time, so no Rust reference to it is ever handed out.
+    ///
+    /// # Errors
+    /// Zero length, or the device could not provide it.
+    pub fn alloc_buffer(&self, len: usize) -> Result<Buffer, BufferError> {
+        if len == 0 {
+            return Err(BufferError::Empty);
+        }
+        let mem = self.device().alloc_dma(len)?;
+        Ok(Buffer::new(
+            mem,
+            Arc::as_ptr(&self.inner) as *const () as usize,
+        ))
+    }
+
+    /// Processes the asynchronous and completion-vector event queues: routes completion
+    /// events to CQ notify requests and queues asynchronous events. Returns how many events
+    /// were handled.
+    ///
+    /// # Errors
+    /// A malformed event was skipped.
+    pub fn process_events(&self) -> Result<usize, EventError> {
+        let mut n = 0;
+        let async_eq = lock(&self.inner.async_eq).clone();
+        if let Some(eq) = async_eq {
+            n += eq.process(usize::MAX)?;
+        }
+        let vectors: Vec<_> = lock(&self.inner.vectors)
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        for eq in vectors {
+            n += eq.process(usize::MAX)?;
+        }
+        Ok(n)
+    }
+
+    /// The next asynchronous event, if any (after processing the async event queue). Unlike
+    /// libibverbs there is nothing to acknowledge: events name objects by number.
+    ///
+    /// # Errors
+    /// A malformed event was skipped.
+    pub fn get_async_event(&self) -> Result<Option<AsyncEvent>, EventError> {
+        let async_eq = lock(&self.inner.async_eq).clone();
+        if let Some(eq) = async_eq {
+            eq.process(usize::MAX)?;
+        }
+        Ok(lock(&self.inner.async_events).pop_front())
+    }
+
+    /// True after the device reported a fatal error.
+    pub fn is_fatal(&self) -> bool {
+        self.inner.fatal.load(Ordering::Acquire)
+    }
+
+    /// Live objects created through this context.
+    pub fn object_counts(&self) -> ObjectCounts {
+        let c = &self.inner.counts;
+        let l = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        ObjectCounts {
+            pds: l(&c.pds),
+            mrs: l(&c.mrs),
+            mws: l(&c.mws),
+            cqs: l(&c.cqs),
+            qps: l(&c.qps),
+            srqs: l(&c.srqs),
+            ahs: l(&c.ahs),
+            channels: l(&c.channels),
+        }
+    }
+
+    /// True when an asynchronous event of `kind` is queued (for tests and diagnostics).
+    pub fn has_queued_event(&self, kind: AsyncEventKind) -> bool {
+        lock(&self.inner.async_events)
+            .iter()
+            .any(|e| e.kind == kind)
+    }
+}
+
+impl<D: Device> Drop for ContextInner<D> {
+    fn drop(&mut self) {
+        // Event queues go before the device (their Drop issues destroy_eq).
+        lock(&self.vectors).clear();
+        lock(&self.async_eq).take();
+    }
+}

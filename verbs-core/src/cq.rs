@@ -1,0 +1,524 @@
+//! Completion queues: create, resize, destroy, batched poll, and notification (NetworkDirect
+//! requests and libibverbs `req_notify_cq` with completion channels).
+//!
+//! Polling takes only this CQ's own lock (plus, for SRQ receives, the SRQ's). Every field of a
+//! device CQE that the core uses is checked: the QP must be attached to this CQ and the WQE index
+//! must name an outstanding work request; otherwise polling returns an error for that entry and
+//! carries on with the next.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use portverbs_hal::device::{CqParams, Device};
+use portverbs_hal::error::CqeError;
+use portverbs_hal::queue::CompletionQueue;
+use portverbs_hal::wc::Cqe;
+use portverbs_hal::{BlockingDevice, block_on};
+
+use crate::channel::{ChannelInner, CompletionChannel};
+use crate::context::{Context, ContextInner, EqShared, lock};
+use crate::error::{CqError, EventError, NotifyError, PollError};
+use crate::notify::{NotifyKind, NotifyRequest, Request};
+use crate::shared::QpShared;
+use crate::wc::WorkCompletion;
+
+/// How to create a CQ.
+#[derive(Debug)]
+pub struct CqInit<'a, D: Device> {
+    /// Minimum entries.
+    pub entries: u32,
+    /// Completion vector (event queue) for its events.
+    pub comp_vector: u32,
+    /// Channel that receives its completion events (`ibv_create_cq`'s channel).
+    pub channel: Option<&'a CompletionChannel<D>>,
+}
+
+impl<D: Device> Default for CqInit<'_, D> {
+    fn default() -> Self {
+        Self {
+            entries: 0,
+            comp_vector: 0,
+            channel: None,
+        }
+    }
+}
+
+pub(crate) struct PollState {
+    pub(crate) hw: Box<dyn CompletionQueue>,
+    pub(crate) qps: HashMap<u32, Arc<QpShared>>,
+    last: Option<Arc<QpShared>>,
+    /// Completions taken out of the ring while cleaning up after a destroyed or reset QP.
+    backlog: VecDeque<WorkCompletion>,
+    pending_error: Option<PollError>,
+}
+
+impl PollState {
+    fn lookup(&mut self, qpn: u32) -> Option<Arc<QpShared>> {
+        if let Some(qp) = &self.last {
+            if qp.qpn == qpn {
+                return Some(qp.clone());
+            }
+        }
+        let qp = self.qps.get(&qpn)?.clone();
+        self.last = Some(qp.clone());
+        Some(qp)
+    }
+
+    /// Maps a device CQE to a work completion, retiring the WQEs it covers.
+    fn complete(&mut self, cqe: Cqe, cqn: u32) -> Result<WorkCompletion, CqeError> {
+        let qp = self.lookup(cqe.qpn).ok_or(CqeError::UnknownQp {
+            cqn,
+            index: 0,
+            qpn: cqe.qpn,
+        })?;
+        let bad = |wqe_index: u32| CqeError::BadWqeIndex {
+            cqn,
+            index: 0,
+            qpn: cqe.qpn,
+            wqe_index,
+        };
+        let wr_id = if cqe.is_send {
+            qp.sq
+                .retire_through(cqe.wqe_index)
+                .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?
+        } else if let Some(srq) = &qp.srq {
+            srq.complete(u32::from(cqe.wqe_index))
+                .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?
+        } else {
+            let rq = qp
+                .rq
+                .as_ref()
+                .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?;
+            rq.retire_next()
+                .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?
+        };
+        Ok(WorkCompletion {
+            wr_id,
+            status: cqe.status,
+            opcode: cqe.opcode,
+            vendor_err: cqe.vendor_err,
+            byte_len: cqe.byte_len,
+            imm_data: cqe.imm,
+            qp_num: cqe.qpn,
+            src_qp: cqe.src_qp,
+            wc_flags: cqe.flags,
+            pkey_index: cqe.pkey_index,
+            slid: cqe.slid,
+            sl: cqe.sl,
+            dlid_path_bits: cqe.dlid_path_bits,
+        })
+    }
+
+    /// Moves every unpolled completion into the backlog, dropping those of `qpn`, whose QP is
+    /// being destroyed or reset (mlx4's "CQ clean").
+    pub(crate) fn clean(&mut self, qpn: u32, cqn: u32) {
+        loop {
+            match self.hw.poll_one() {
+                Ok(Some(cqe)) if cqe.qpn == qpn => {}
+                Ok(Some(cqe)) => match self.complete(cqe, cqn) {
+                    Ok(w) => self.backlog.push_back(w),
+                    Err(e) => {
+                        self.pending_error.get_or_insert(e.into());
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    self.pending_error.get_or_insert(e.into());
+                    break;
+                }
+            }
+        }
+        self.hw.publish_ci();
+        self.backlog.retain(|w| w.qp_num != qpn);
+        if self.last.as_ref().is_some_and(|q| q.qpn == qpn) {
+            self.last = None;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct NotifyState {
+    waiters: Vec<Arc<Request>>,
+    /// The hardware is armed (`Some(solicited_only)`).
+    armed: Option<bool>,
+    /// `req_notify` was called: the next event goes to the channel.
+    channel_armed: bool,
+    error: bool,
+    fatal: bool,
+}
+
+pub(crate) struct CqInner<D: Device> {
+    pub(crate) ctx: Arc<ContextInner<D>>,
+    pub(crate) cqn: u32,
+    eq: Arc<EqShared<D>>,
+    pub(crate) poll: Mutex<PollState>,
+    notify: Mutex<NotifyState>,
+    channel: Option<Weak<ChannelInner<D>>>,
+    reported: AtomicU64,
+    acked: AtomicU64,
+    depth: AtomicU32,
+}
+
+/// A completion queue (`struct ibv_cq`). Cheap to clone; QPs using it hold a reference.
+pub struct Cq<D: Device> {
+    pub(crate) inner: Arc<CqInner<D>>,
+}
+
+impl<D: Device> Clone for Cq<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: Device> fmt::Debug for Cq<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cq")
+            .field("cqn", &self.inner.cqn)
+            .field("depth", &self.depth())
+            .finish()
+    }
+}
+
+impl<D: Device> Context<D> {
+    /// Creates a completion queue (`ibv_create_cq`).
+    ///
+    /// # Errors
+    /// Size outside `1..=max_cqe`, a vector beyond `num_comp_vectors`, a channel of another
+    /// device, or the device refused.
+    pub async fn create_cq(&self, init: CqInit<'_, D>) -> Result<Cq<D>, CqError> {
+        let ctx = &self.inner;
+        let max = ctx.attr.max_cqe;
+        if init.entries == 0 || init.entries > max {
+            return Err(CqError::BadSize {
+                requested: init.entries,
+                max,
+            });
+        }
+        let count = ctx.attr.num_comp_vectors;
+        if init.comp_vector >= count {
+            return Err(CqError::BadVector {
+                vector: init.comp_vector,
+                count,
+            });
+        }
+        let eq = match init.channel {
+            Some(ch) => {
+                if !ContextInner::ptr_eq(&ch.inner.ctx, ctx) {
+                    return Err(CqError::ForeignChannel);
+                }
+                ch.inner.eq.clone()
+            }
+            None => ctx.vector_eq(init.comp_vector)?,
+        };
+        let hw = ctx
+            .device()
+            .create_cq(CqParams {
+                entries: init.entries,
+                eqn: eq.eqn,
+            })
+            .await?;
+        let cqn = hw.cqn();
+        let depth = hw.depth();
+        let inner = Arc::new(CqInner {
+            ctx: ctx.clone(),
+            cqn,
+            eq,
+            poll: Mutex::new(PollState {
+                hw,
+                qps: HashMap::new(),
+                last: None,
+                backlog: VecDeque::new(),
+                pending_error: None,
+            }),
+            notify: Mutex::new(NotifyState::default()),
+            channel: init.channel.map(|c| Arc::downgrade(&c.inner)),
+            reported: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            depth: AtomicU32::new(depth),
+        });
+        lock(&ctx.registry.cqs).insert(cqn, Arc::downgrade(&inner));
+        ctx.counts.cqs.fetch_add(1, Ordering::Relaxed);
+        Ok(Cq { inner })
+    }
+
+    /// Blocking form of [`Context::create_cq`].
+    ///
+    /// # Errors
+    /// As [`Context::create_cq`].
+    pub fn create_cq_blocking(&self, init: CqInit<'_, D>) -> Result<Cq<D>, CqError> {
+        block_on(self.create_cq(init))
+    }
+}
+
+impl<D: Device> Cq<D> {
+    /// The device's CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.inner.cqn
+    }
+
+    /// Usable entries (≥ what was asked for).
+    pub fn depth(&self) -> u32 {
+        self.inner.depth.load(Ordering::Relaxed)
+    }
+
+    /// Polls up to `wc.len()` completions (`ibv_poll_cq`); returns how many were written.
+    ///
+    /// # Errors
+    /// A malformed device entry (reported once, after the good completions before it were
+    /// returned; polling may continue), or the CQ is in error.
+    pub fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
+        let mut g = lock(&self.inner.poll);
+        if let Some(e) = g.pending_error.take() {
+            return Err(e);
+        }
+        let mut n = 0;
+        while n < wc.len() {
+            let Some(w) = g.backlog.pop_front() else {
+                break;
+            };
+            wc[n] = w;
+            n += 1;
+        }
+        while n < wc.len() {
+            match g.hw.poll_one() {
+                Ok(Some(cqe)) => match g.complete(cqe, self.inner.cqn) {
+                    Ok(w) => {
+                        wc[n] = w;
+                        n += 1;
+                    }
+                    Err(e) => {
+                        g.pending_error = Some(e.into());
+                        break;
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    g.pending_error = Some(e.into());
+                    break;
+                }
+            }
+        }
+        g.hw.publish_ci();
+        if n == 0 {
+            if let Some(e) = g.pending_error.take() {
+                return Err(e);
+            }
+        }
+        Ok(n)
+    }
+
+    /// Arms the CQ so that its next completion (or, with `solicited_only`, its next solicited
+    /// or error completion) delivers one event to its completion channel
+    /// (`ibv_req_notify_cq`).
+    pub fn req_notify(&self, solicited_only: bool) {
+        let mut n = lock(&self.inner.notify);
+        n.channel_armed = true;
+        self.arm_locked(&mut n, solicited_only);
+    }
+
+    /// Requests a notification with NetworkDirect semantics (see [`crate::notify`]).
+    pub fn notify(&self, kind: NotifyKind) -> NotifyRequest {
+        let mut n = lock(&self.inner.notify);
+        let cqn = self.inner.cqn;
+        if n.fatal {
+            return NotifyRequest {
+                req: Request::done(kind, Err(NotifyError::DeviceFatal)),
+            };
+        }
+        if n.error {
+            return NotifyRequest {
+                req: Request::done(kind, Err(NotifyError::CqError { cqn })),
+            };
+        }
+        // Forget requests nobody waits for any more.
+        n.waiters.retain(|r| Arc::strong_count(r) > 1);
+        let req = Request::new(kind);
+        n.waiters.push(req.clone());
+        match kind {
+            NotifyKind::Any => self.arm_locked(&mut n, false),
+            NotifyKind::Solicited => self.arm_locked(&mut n, true),
+            NotifyKind::Errors => {}
+        }
+        NotifyRequest { req }
+    }
+
+    /// Arms the hardware, upgrading a solicited-only arming to "any" if asked.
+    fn arm_locked(&self, n: &mut NotifyState, solicited_only: bool) {
+        let want = match n.armed {
+            Some(cur) => cur && solicited_only,
+            None => solicited_only,
+        };
+        if n.armed == Some(want) {
+            return;
+        }
+        n.armed = Some(want);
+        lock(&self.inner.poll).hw.arm(want);
+    }
+
+    /// Processes the event queue this CQ reports to (completes notify requests, queues channel
+    /// events). Useful when no platform layer drives the interrupts.
+    ///
+    /// # Errors
+    /// A malformed event was skipped.
+    pub fn process_events(&self) -> Result<usize, EventError> {
+        self.inner.eq.process(usize::MAX)
+    }
+
+    /// Acknowledges `n` completion events read from the channel (`ibv_ack_cq_events`).
+    pub fn ack_events(&self, n: u32) {
+        self.inner.acked.fetch_add(u64::from(n), Ordering::AcqRel);
+    }
+
+    /// Events read from the channel and not acknowledged.
+    pub fn unacked_events(&self) -> u64 {
+        self.inner
+            .reported
+            .load(Ordering::Acquire)
+            .saturating_sub(self.inner.acked.load(Ordering::Acquire))
+    }
+
+    /// Resizes the CQ, keeping unpolled completions (`ibv_resize_cq`).
+    ///
+    /// # Errors
+    /// Size outside `1..=max_cqe`, fewer entries than unpolled completions, or the device
+    /// refused.
+    pub async fn resize(&self, entries: u32) -> Result<(), CqError> {
+        let max = self.inner.ctx.attr.max_cqe;
+        if entries == 0 || entries > max {
+            return Err(CqError::BadSize {
+                requested: entries,
+                max,
+            });
+        }
+        let ctx = self.inner.ctx.clone();
+        let mut g = lock(&self.inner.poll);
+        let backlog = g.backlog.len() as u32;
+        if backlog > entries {
+            return Err(CqError::ResizeBelowPending {
+                cqn: self.inner.cqn,
+                pending: backlog,
+                requested: entries,
+            });
+        }
+        // The command runs with the poll lock held: nobody may poll a ring being replaced.
+        ctx.device()
+            .resize_cq_blocking(g.hw.as_mut(), entries)
+            .map_err(|e| match e {
+                portverbs_hal::CommandError::InvalidArgument { .. } => {
+                    CqError::ResizeBelowPending {
+                        cqn: self.inner.cqn,
+                        pending: backlog,
+                        requested: entries,
+                    }
+                }
+                e => CqError::Device(e),
+            })?;
+        self.inner.depth.store(g.hw.depth(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Blocking form of [`Cq::resize`].
+    ///
+    /// # Errors
+    /// As [`Cq::resize`].
+    pub fn resize_blocking(&self, entries: u32) -> Result<(), CqError> {
+        block_on(self.resize(entries))
+    }
+
+    /// Destroys the CQ now (`ibv_destroy_cq`). Refused while QPs or other handles use it, or
+    /// while channel events are unacknowledged; the handle is given back.
+    ///
+    /// # Errors
+    /// [`CqError::Busy`] or [`CqError::UnackedEvents`], with the CQ handed back.
+    pub fn destroy(self) -> Result<(), (CqError, Self)> {
+        let unacked = self.unacked_events();
+        if unacked > 0 {
+            let cqn = self.inner.cqn;
+            return Err((CqError::UnackedEvents { cqn, unacked }, self));
+        }
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => {
+                drop(inner);
+                Ok(())
+            }
+            Err(inner) => {
+                let users = Arc::strong_count(&inner) - 1;
+                let cqn = inner.cqn;
+                Err((CqError::Busy { cqn, users }, Self { inner }))
+            }
+        }
+    }
+
+    pub(crate) fn ctx(&self) -> &Arc<ContextInner<D>> {
+        &self.inner.ctx
+    }
+}
+
+impl<D: Device> CqInner<D> {
+    /// The device reported a completion event for this CQ.
+    pub(crate) fn on_completion_event(self: &Arc<Self>) {
+        let (done, to_channel) = {
+            let mut n = lock(&self.notify);
+            lock(&self.poll).hw.event_delivered();
+            n.armed = None;
+            let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut n.waiters)
+                .into_iter()
+                .partition(|r| r.kind != NotifyKind::Errors);
+            n.waiters = keep;
+            (done, std::mem::take(&mut n.channel_armed))
+        };
+        for r in done {
+            r.complete(Ok(()));
+        }
+        if to_channel {
+            if let Some(ch) = self.channel.as_ref().and_then(Weak::upgrade) {
+                self.reported.fetch_add(1, Ordering::AcqRel);
+                ch.push(Cq {
+                    inner: self.clone(),
+                });
+            }
+        }
+    }
+
+    /// The CQ overflowed or failed: every request completes with an error.
+    pub(crate) fn on_error(&self) {
+        let waiters = {
+            let mut n = lock(&self.notify);
+            n.error = true;
+            std::mem::take(&mut n.waiters)
+        };
+        for r in waiters {
+            r.complete(Err(NotifyError::CqError { cqn: self.cqn }));
+        }
+    }
+
+    /// The device failed.
+    pub(crate) fn on_device_fatal(&self) {
+        let waiters = {
+            let mut n = lock(&self.notify);
+            n.fatal = true;
+            std::mem::take(&mut n.waiters)
+        };
+        for r in waiters {
+            r.complete(Err(NotifyError::DeviceFatal));
+        }
+    }
+}
+
+impl<D: Device> Drop for CqInner<D> {
+    fn drop(&mut self) {
+        let waiters = std::mem::take(&mut lock(&self.notify).waiters);
+        for r in waiters {
+            r.complete(Err(NotifyError::Cancelled { cqn: self.cqn }));
+        }
+        lock(&self.ctx.registry.cqs).remove(&self.cqn);
+        self.ctx.counts.cqs.fetch_sub(1, Ordering::Relaxed);
+        if let Err(e) = self.ctx.device().destroy_cq_blocking(self.cqn) {
+            tracing::warn!(cqn = self.cqn, error = %e, "destroying a CQ failed");
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! Errors, typed per operation. Each carries the object number, the opcode or the attribute
+//! involved, so that a log line says what went wrong where. Device failures are wrapped with
+//! `#[source]`.
+
+use portverbs_hal::attr::QpAttrMask;
+use portverbs_hal::dma::DmaError;
+use portverbs_hal::error::{CommandError, CqeError, EqeError, WqeError};
+use portverbs_hal::types::{AccessFlags, QpState, QpType};
+use thiserror::Error;
+
+/// Opening a device.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The device refused a command during open.
+    #[error("opening {device}: {source}")]
+    Device {
+        /// Device name.
+        device: String,
+        /// Cause.
+        #[source]
+        source: CommandError,
+    },
+}
+
+/// Queries of the device, ports, GIDs, P_Keys.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    /// No such port (ports are numbered from 1).
+    #[error("port {port} does not exist (the device has {count})")]
+    NoSuchPort {
+        /// Port asked for.
+        port: u8,
+        /// Ports on the device.
+        count: u8,
+    },
+    /// An index beyond the table.
+    #[error("{table} index {index} is beyond the table of {len} entries")]
+    IndexOutOfRange {
+        /// GID or P_Key.
+        table: &'static str,
+        /// Index asked for.
+        index: u32,
+        /// Table length.
+        len: u32,
+    },
+    /// The GID-table entry is empty.
+    #[error("GID index {index} of port {port} is empty")]
+    EmptyGid {
+        /// Port.
+        port: u8,
+        /// Index.
+        index: u32,
+    },
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}
+
+/// Allocating DMA-visible memory.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum BufferError {
+    /// Zero bytes asked for.
+    #[error("a buffer needs at least one byte")]
+    Empty,
+    /// The device could not provide it.
+    #[error(transparent)]
+    Dma(#[from] DmaError),
+}
+
+/// Allocating or freeing a protection domain.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum PdError {
+    /// Objects (or other handles) still use the PD.
+    #[error("PD {pdn} is still in use by {users} other handles or objects")]
+    Busy {
+        /// PD number.
+        pdn: u32,
+        /// References besides the one being released.
+        users: usize,
+    },
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}
+
+/// Registering, re-registering or deregistering memory.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum MrError {
+    /// Remote write or atomic access without local write (IBA 10.6.3.1).
+    #[error("access {access:?}: remote write and remote atomic need LOCAL_WRITE")]
+    RemoteWithoutLocalWrite {
+        /// Requested rights.
+        access: AccessFlags,
+    },
+    /// A right that makes no sense on an MR.
+    #[error("access {access:?} is not valid for a memory region")]
+    InvalidAccess {
+        /// Requested rights.
+        access: AccessFlags,
+    },
+    /// The range does not lie inside the buffer.
+    #[error("range {offset}+{len} is outside a buffer of {buffer_len} bytes")]
+    OutOfRange {
+        /// Offset.
+        offset: usize,
+        /// Length.
+        len: usize,
+        /// Buffer length.
+        buffer_len: usize,
+    },
+    /// The buffer or PD belongs to another device.
+    #[error("the {what} belongs to another device")]
+    ForeignObject {
+        /// Which object.
+        what: &'static str,
+    },
+    /// The MR is still in use (bound memory windows).
+    #[error("MR {lkey:#x} is busy: {source}")]
+    Busy {
+        /// Its lkey.
+        lkey: u32,
+        /// Device detail.
+        #[source]
+        source: CommandError,
+    },
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}
+
+/// Allocating a memory window.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum MwError {
+    /// The device has no memory windows of that type.
+    #[error("the device does not support memory windows of type {mw_type}")]
+    Unsupported {
+        /// Window type asked for.
+        mw_type: u8,
+    },
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}
+
+/// Creating, resizing or destroying a completion queue.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CqError {
+    /// Entries outside `1..=max_cqe`.
+    #[error("{requested} CQ entries requested, the device allows 1..={max}")]
+    BadSize {
+        /// Asked for.
+        requested: u32,
+        /// Device maximum.
+        max: u32,
+    },
+    /// No such completion vector.
+    #[error("completion vector {vector} does not exist (the device has {count})")]
+    BadVector {
+        /// Asked for.
+        vector: u32,
+        /// Available.
+        count: u32,
+    },
+    /// The channel belongs to another device.
+    #[error("the completion channel belongs to another device")]
+    ForeignChannel,
+    /// Resizing below the number of completions not yet polled.
+    #[error("CQ {cqn:#x}: {pending} completions are unpolled, more than {requested} entries")]
+    ResizeBelowPending {
+        /// CQ number.
+        cqn: u32,
+        /// Unpolled completions.
+        pending: u32,
+        /// Asked for.
+        requested: u32,
+    },
+    /// QPs or other handles still use the CQ.
+    #[error("CQ {cqn:#x} is still in use by {users} other handles or QPs")]
+    Busy {
+        /// CQ number.
+        cqn: u32,
+        /// References besides the one being released.
+        users: usize,
+    },
+    /// Completion events were read from the channel and not acknowledged.
+    #[error("CQ {cqn:#x} has {unacked} unacknowledged completion events")]
+    UnackedEvents {
+        /// CQ number.
+        cqn: u32,
+        /// Events reported and not acknowledged.
+        unacked: u64,
+    },
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}
+
+/// Polling a completion queue.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PollError {
+    /// The device wrote an entry that makes no sense; it was consumed, polling may continue.
+    #[error(transparent)]
+    BadCompletion(#[from] CqeError),
+}
+
+/// Waiting for a CQ notification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum NotifyError {
+    /// The CQ overflowed or failed; it is unusable.
+    #[error("CQ {cqn:#x} is in error")]
+    CqError {
+        /// CQ number.
+        cqn: u32,
+    },
+    /// The CQ was destroyed while the request was pending.
+    #[error("CQ {cqn:#x} was destroyed")]
+    Cancelled {
+        /// CQ number.
+        cqn: u32,
+    },
+    /// The device failed.
+    #[error("the device failed")]
+    DeviceFatal,
+}
+
+/// Processing an event queue.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum EventError {
+    /// The device wrote a malformed event (consumed).
+    #[error(transparent)]
+    BadEvent(#[from] EqeError),
+}
+
+/// Creating or destroying a queue pair.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CreateQpError {
+    /// A capacity beyond the device limits.
+    #[error("{what} = {requested} exceeds the device limit {max}")]
+    CapTooLarge {
+        /// Which capacity.
+        what: &'static str,
+        /// Asked for.
+        requested: u32,
+        /// Device limit.
+        max: u32,
+    },
+    /// A CQ, SRQ or PD from another device.
+    #[error("the {what} belongs to another device")]
+    ForeignObject {
+        /// Which object.
+        what: &'static str,
+    },
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}
+
+/// Destroying a queue pair explicitly.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum DestroyQpError {
+    /// Other handles to the QP exist.
+    #[error("QP {qpn:#x} is still referenced by {users} other handles")]
+    Busy {
+        /// QP number.
+        qpn: u32,
+        /// Other references.
+        users: usize,
+    },
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}
+
+/// Modifying a queue pair (IBA 11.2.5.2, the attribute-mask table).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ModifyQpError {
+    /// The transition is not in the IBTA state diagram for this transport.
+    #[error("QP {qpn:#x} ({qp_type}): {from} => {to} is not a valid transition")]
+    InvalidTransition {
+        /// QP number.
+        qpn: u32,
+        /// Transport.
+        qp_type: QpType,
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// Required attributes are missing from the mask.
+    #[error("QP {qpn:#x}: {from} => {to} requires {missing:?}")]
+    MissingAttributes {
+        /// QP number.
+        qpn: u32,
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+        /// Attributes required and not given.
+        missing: QpAttrMask,
+    },
+    /// Attributes the transition does not allow.
+    #[error("QP {qpn:#x}: {from} => {to} does not allow {unexpected:?}")]
+    UnexpectedAttributes {
+        /// QP number.
+        qpn: u32,
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+        /// Attributes given and not allowed.
+        unexpected: QpAttrMask,
+    },
+    /// An attribute value out of range.
+    #[error("QP {qpn:#x}: invalid {what}")]
+    InvalidAttribute {
+        /// QP number.
+        qpn: u32,
+        /// Which attribute and why.
+        what: String,
+    },
+    /// The device refused (e.g. it already moved the QP to ERR).
+    #[error("QP {qpn:#x}: {source}")]
+    Device {
+        /// QP number.
+        qpn: u32,
+        /// Cause.
+        #[source]
+        source: CommandError,
+    },
+}
+
+/// Why a work request was rejected at post time.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PostErrorKind {
+    /// The QP's state does not accept this queue's requests.
+    #[error("QP is in {state}")]
+    InvalidState {
+        /// Current state.
+        state: QpState,
+    },
+    /// The queue is full.
+    #[error("queue full ({depth} outstanding)")]
+    QueueFull {
+        /// Queue depth.
+        depth: u32,
+    },
+    /// More SGEs than the QP was created with.
+    #[error("{given} SGEs, the queue allows {max}")]
+    TooManySges {
+        /// Given.
+        given: usize,
+        /// Allowed.
+        max: u32,
+    },
+    /// More inline bytes than the QP was created with.
+    #[error("{given} inline bytes, the queue allows {max}")]
+    InlineTooLarge {
+        /// Given.
+        given: usize,
+        /// Allowed.
+        max: u32,
+    },
+    /// `INLINE` with a gather list: inline data is given as bytes (`SendWr::inline`), because
+    /// registered memory is never read through a reference at post time.
+    #[error("inline data must be given as bytes, not as a gather list")]
+    InlineFromSges,
+    /// The operation is not valid on this transport.
+    #[error("{op} is not valid on a {qp_type} QP")]
+    OpNotSupported {
+        /// Operation.
+        op: &'static str,
+        /// Transport.
+        qp_type: QpType,
+    },
+    /// UD sends need an address handle, connected ones must not have one.
+    #[error("destination: {0}")]
+    BadDestination(&'static str),
+    /// The QP receives through an SRQ; post to the SRQ.
+    #[error("the QP receives through SRQ {srqn:#x}")]
+    UsesSrq {
+        /// SRQ number.
+        srqn: u32,
+    },
+    /// The backend could not encode the request.
+    #[error(transparent)]
+    Encode(#[from] WqeError),
+}
+
+/// A post that stopped at `index`: requests before it were posted, it and later ones were not
+/// (the `bad_wr` of libibverbs).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{queue} of QP {qpn:#x}: work request {index} (wr_id {wr_id:#x}) rejected: {kind}")]
+pub struct PostError {
+    /// "send queue", "receive queue" or "SRQ".
+    pub queue: &'static str,
+    /// QP (or SRQ) number.
+    pub qpn: u32,
+    /// Index of the first rejected request in the slice.
+    pub index: usize,
+    /// Its `wr_id`.
+    pub wr_id: u64,
+    /// Why.
+    pub kind: PostErrorKind,
+}
+
+/// Creating or changing a shared receive queue.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SrqError {
+    /// Size or SGEs beyond the device limits.
+    #[error("{what} = {requested} exceeds the device limit {max}")]
+    CapTooLarge {
+        /// Which capacity.
+        what: &'static str,
+        /// Asked for.
+        requested: u32,
+        /// Device limit.
+        max: u32,
+    },
+    /// The limit cannot exceed the queue size.
+    #[error("SRQ limit {limit} is above its size {size}")]
+    LimitTooLarge {
+        /// Asked for.
+        limit: u32,
+        /// SRQ size.
+        size: u32,
+    },
+    /// QPs or other handles still use the SRQ.
+    #[error("SRQ {srqn:#x} is still in use by {users} other handles or QPs")]
+    Busy {
+        /// SRQ number.
+        srqn: u32,
+        /// Other references.
+        users: usize,
+    },
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}
+
+/// Creating an address handle.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum AhError {
+    /// RoCE ports need a GRH (IBA A16/A17: the destination is a GID).
+    #[error("port {port} is Ethernet (RoCE): the address handle needs a GRH")]
+    GrhRequired {
+        /// Port.
+        port: u8,
+    },
+    /// No such port.
+    #[error("port {port} does not exist")]
+    NoSuchPort {
+        /// Port.
+        port: u8,
+    },
+    /// The source GID index is beyond the table or empty.
+    #[error("source GID index {index} is not valid on port {port}")]
+    BadSgidIndex {
+        /// Port.
+        port: u8,
+        /// Index.
+        index: u8,
+    },
+    /// The destination GID is all zeros.
+    #[error("the destination GID is empty")]
+    EmptyDgid,
+    /// A query of the device failed.
+    #[error(transparent)]
+    Device(#[from] CommandError),
+}

@@ -1,0 +1,70 @@
+//! # Portverbs verbs core
+//!
+//! The portable InfiniBand verbs: devices opened as [`Context`]s, protection domains, memory
+//! regions and windows, completion queues with NetworkDirect-style notification requests and
+//! libibverbs-style completion channels, queue pairs (RC, UC, UD) with the IBTA state machine,
+//! shared receive queues, address handles, and asynchronous events. It runs on any backend that
+//! implements the HAL ([`portverbs_hal::Device`]); applications choose the backend at run time
+//! through the `portverbs` facade.
+//!
+//! ## The data path
+//! [`Qp::post_send`] / [`Qp::post_recv`] validate each work request, record its `wr_id` and let
+//! the backend encode it into its WQE slot, then ring the doorbell once. [`Cq::poll`] lets the
+//! backend decode device CQEs (after its ownership check), checks every field it uses, and maps
+//! them back to `wr_id`s. Both take only the lock of the queue concerned and allocate nothing.
+//!
+//! ## Memory safety around the device
+//! Memory the device may write is a [`Buffer`] that is only ever copied into and out of; no
+//! Rust reference into it exists, so safe code cannot race the device. Handles are `Arc`-owned
+//! and cheap to clone; every object keeps alive what it depends on (a QP its PD, CQs and SRQ; a
+//! CQ its context and event queue), and explicit `destroy`/`dealloc` calls return the handle
+//! with a `Busy` error while something still uses it.
+//!
+//! ## Sync or async
+//! Every slow operation (create, modify, register …) is an `async fn` with a `*_blocking` twin
+//! that is a thin wrapper over it; nothing here chooses a blocking model for the application.
+//!
+//! ## What this layer must never do
+//! Spawn a thread, sleep, read a clock, name a backend or a platform crate, or use `unsafe`.
+//! Completion and event delivery is driven by the application's calls or by a platform layer
+//! (`portverbs-linux`, …) that reacts to the interrupt sinks ([`SinkFactory`]).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod ah;
+mod buffer;
+mod channel;
+mod context;
+mod cq;
+pub mod error;
+pub mod events;
+mod mr;
+mod mw;
+pub mod notify;
+mod pd;
+mod qp;
+pub mod qp_state;
+mod shared;
+mod srq;
+mod wc;
+
+pub use ah::AddressHandle;
+pub use buffer::Buffer;
+pub use channel::CompletionChannel;
+pub use context::{Context, ContextOptions, ObjectCounts, PollingSinks, SinkFactory};
+pub use cq::{Cq, CqInit};
+pub use error::*;
+pub use events::{AsyncEvent, AsyncEventKind, EventElement};
+pub use mr::{Mr, Rereg};
+pub use mw::{Mw, inc_rkey};
+pub use notify::{NotifyKind, NotifyRequest};
+pub use pd::Pd;
+pub use qp::{Qp, QpInit, RecvWr};
+pub use srq::{Srq, SrqInit};
+pub use wc::WorkCompletion;
+
+pub use portverbs_hal as hal;
+pub use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
+pub use portverbs_hal::types::{AccessFlags, Gid, Mtu, MwType, PortState, QpState, QpType};
+pub use portverbs_hal::wc::{WcFlags, WcOpcode, WcStatus};
+pub use portverbs_hal::wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};

@@ -1,0 +1,331 @@
+//! Memory regions: registration, re-registration, deregistration, and the IBTA access rules.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use portverbs_hal::device::{Device, MrKeys, MrParams, MrRereg};
+use portverbs_hal::types::AccessFlags;
+use portverbs_hal::wr::Sge;
+use portverbs_hal::{BlockingDevice, CommandError, block_on};
+
+use crate::buffer::Buffer;
+use crate::context::lock;
+use crate::error::MrError;
+use crate::pd::Pd;
+
+/// Checks the access-flag rules of IBA 10.6.3.1 for a memory region.
+pub(crate) fn check_mr_access(access: AccessFlags) -> Result<(), MrError> {
+    let needs_local_write =
+        access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC);
+    if needs_local_write && !access.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(MrError::RemoteWithoutLocalWrite { access });
+    }
+    if access.contains(AccessFlags::ZERO_BASED) {
+        return Err(MrError::InvalidAccess { access });
+    }
+    Ok(())
+}
+
+fn check_range(buffer: &Buffer, range: &Range<usize>) -> Result<(), MrError> {
+    if range.start > range.end || range.end > buffer.len() {
+        return Err(MrError::OutOfRange {
+            offset: range.start,
+            len: range.end.saturating_sub(range.start),
+            buffer_len: buffer.len(),
+        });
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+struct MrState {
+    keys: MrKeys,
+    access: AccessFlags,
+    buffer: Buffer,
+    range: Range<usize>,
+}
+
+pub(crate) struct MrInner<D: Device> {
+    pd: Mutex<Pd<D>>,
+    state: Mutex<MrState>,
+    handle: u32,
+}
+
+/// A registered memory region (`struct ibv_mr`). Cheap to clone.
+pub struct Mr<D: Device> {
+    inner: Arc<MrInner<D>>,
+}
+
+impl<D: Device> Clone for Mr<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: Device> fmt::Debug for Mr<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = lock(&self.inner.state);
+        f.debug_struct("Mr")
+            .field("lkey", &format_args!("{:#x}", s.keys.lkey))
+            .field("addr", &format_args!("{:#x}", s.keys.addr))
+            .field("len", &s.range.len())
+            .field("access", &s.access)
+            .finish()
+    }
+}
+
+/// A change to a registration (`ibv_rereg_mr`); `None` keeps the current value.
+#[derive(Debug)]
+pub struct Rereg<'a, D: Device> {
+    /// Move the MR to another PD.
+    pub pd: Option<&'a Pd<D>>,
+    /// Point it at other memory.
+    pub memory: Option<(&'a Buffer, Range<usize>)>,
+    /// Change its rights.
+    pub access: Option<AccessFlags>,
+}
+
+impl<D: Device> Default for Rereg<'_, D> {
+    fn default() -> Self {
+        Self {
+            pd: None,
+            memory: None,
+            access: None,
+        }
+    }
+}
+
+impl<D: Device> Pd<D> {
+    /// Registers `range` of `buffer` (`ibv_reg_mr`).
+    ///
+    /// # Errors
+    /// Access-flag rules (remote write/atomic need local write), a range outside the buffer, a
+    /// buffer of another device, or the device refused.
+    pub async fn reg_mr(
+        &self,
+        buffer: &Buffer,
+        range: Range<usize>,
+        access: AccessFlags,
+    ) -> Result<Mr<D>, MrError> {
+        check_mr_access(access)?;
+        check_range(buffer, &range)?;
+        let ctx = &self.inner.ctx;
+        if buffer.owner != Arc::as_ptr(ctx) as *const () as usize {
+            return Err(MrError::ForeignObject { what: "buffer" });
+        }
+        let keys = ctx
+            .device()
+            .register_mr(MrParams {
+                pd: self.pdn(),
+                region: buffer.mem.clone(),
+                offset: range.start,
+                length: range.len(),
+                access,
+            })
+            .await?;
+        ctx.counts.mrs.fetch_add(1, Ordering::Relaxed);
+        Ok(Mr {
+            inner: Arc::new(MrInner {
+                pd: Mutex::new(self.clone()),
+                handle: keys.handle,
+                state: Mutex::new(MrState {
+                    keys,
+                    access,
+                    buffer: buffer.clone(),
+                    range,
+                }),
+            }),
+        })
+    }
+
+    /// Blocking form of [`Pd::reg_mr`].
+    ///
+    /// # Errors
+    /// As [`Pd::reg_mr`].
+    pub fn reg_mr_blocking(
+        &self,
+        buffer: &Buffer,
+        range: Range<usize>,
+        access: AccessFlags,
+    ) -> Result<Mr<D>, MrError> {
+        block_on(self.reg_mr(buffer, range, access))
+    }
+}
+
+impl<D: Device> Mr<D> {
+    /// Local key (always present, IBTA and DESIGN.md §3.9).
+    pub fn lkey(&self) -> u32 {
+        lock(&self.inner.state).keys.lkey
+    }
+
+    /// Remote key, present only when remote access was granted.
+    pub fn rkey(&self) -> Option<u32> {
+        let s = lock(&self.inner.state);
+        s.access.has_remote().then_some(s.keys.rkey)
+    }
+
+    /// Virtual address of the first byte.
+    pub fn addr(&self) -> u64 {
+        lock(&self.inner.state).keys.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        lock(&self.inner.state).range.len()
+    }
+
+    /// True for a zero-length registration.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Current rights.
+    pub fn access(&self) -> AccessFlags {
+        lock(&self.inner.state).access
+    }
+
+    /// The buffer and range registered.
+    pub fn buffer(&self) -> (Buffer, Range<usize>) {
+        let s = lock(&self.inner.state);
+        (s.buffer.clone(), s.range.clone())
+    }
+
+    /// The PD the MR is in.
+    pub fn pd(&self) -> Pd<D> {
+        lock(&self.inner.pd).clone()
+    }
+
+    /// A gather/scatter entry for `len` bytes at `offset` into the MR.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        let s = lock(&self.inner.state);
+        Sge {
+            addr: s.keys.addr + offset,
+            length: len,
+            lkey: s.keys.lkey,
+        }
+    }
+
+    /// Changes the registration (`ibv_rereg_mr`). Work requests already posted are checked
+    /// against the new attributes when the device executes them.
+    ///
+    /// # Errors
+    /// The same rules as registration; the device may refuse (e.g. windows are bound).
+    pub async fn rereg(&self, change: Rereg<'_, D>) -> Result<(), MrError> {
+        if let Some(access) = change.access {
+            check_mr_access(access)?;
+        }
+        let ctx = lock(&self.inner.pd).inner.ctx.clone();
+        if let Some(pd) = change.pd {
+            if !pd.same_device(&ctx) {
+                return Err(MrError::ForeignObject { what: "PD" });
+            }
+        }
+        if let Some((buffer, range)) = &change.memory {
+            check_range(buffer, range)?;
+            if buffer.owner != Arc::as_ptr(&ctx) as *const () as usize {
+                return Err(MrError::ForeignObject { what: "buffer" });
+            }
+        }
+        let req = MrRereg {
+            pd: change.pd.map(Pd::pdn),
+            range: change
+                .memory
+                .as_ref()
+                .map(|(b, r)| (b.mem.clone(), r.start, r.len())),
+            access: change.access,
+        };
+        let keys = ctx.device().rereg_mr(self.inner.handle, req).await?;
+        let mut s = lock(&self.inner.state);
+        s.keys = keys;
+        if let Some(access) = change.access {
+            s.access = access;
+        }
+        if let Some((buffer, range)) = change.memory {
+            s.buffer = buffer.clone();
+            s.range = range;
+        }
+        if let Some(pd) = change.pd {
+            *lock(&self.inner.pd) = pd.clone();
+        }
+        Ok(())
+    }
+
+    /// Blocking form of [`Mr::rereg`].
+    ///
+    /// # Errors
+    /// As [`Mr::rereg`].
+    pub fn rereg_blocking(&self, change: Rereg<'_, D>) -> Result<(), MrError> {
+        block_on(self.rereg(change))
+    }
+
+    /// Deregisters now (`ibv_dereg_mr`). If the device refuses (bound windows, see
+    /// `QuirkId::DeregMrWithBoundMwRefused`) or other handles exist, the MR is handed back.
+    ///
+    /// # Errors
+    /// [`MrError::Busy`] with the MR handed back.
+    pub fn dereg(self) -> Result<(), (MrError, Self)> {
+        let users = Arc::strong_count(&self.inner) - 1;
+        let lkey = self.lkey();
+        if users > 0 {
+            let e = MrError::Busy {
+                lkey,
+                source: CommandError::Busy {
+                    object: "MR",
+                    reason: format!("{users} other handles exist"),
+                },
+            };
+            return Err((e, self));
+        }
+        let ctx = lock(&self.inner.pd).inner.ctx.clone();
+        match ctx.device().deregister_mr_blocking(self.inner.handle) {
+            Ok(()) => {
+                ctx.counts.mrs.fetch_sub(1, Ordering::Relaxed);
+                // The device has forgotten it; make Drop a no-op.
+                let mut s = lock(&self.inner.state);
+                s.keys.handle = u32::MAX;
+                drop(s);
+                Ok(())
+            }
+            Err(source) => Err((MrError::Busy { lkey, source }, self)),
+        }
+    }
+}
+
+impl<D: Device> Drop for MrInner<D> {
+    fn drop(&mut self) {
+        let s = lock(&self.state);
+        if s.keys.handle == u32::MAX {
+            return;
+        }
+        drop(s);
+        let ctx = lock(&self.pd).inner.ctx.clone();
+        ctx.counts.mrs.fetch_sub(1, Ordering::Relaxed);
+        if let Err(e) = ctx.device().deregister_mr_blocking(self.handle) {
+            tracing::warn!(handle = self.handle, error = %e, "deregistering an MR failed; leaked");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_write_or_atomic_needs_local_write() {
+        assert!(check_mr_access(AccessFlags::REMOTE_READ).is_ok());
+        assert!(matches!(
+            check_mr_access(AccessFlags::REMOTE_WRITE),
+            Err(MrError::RemoteWithoutLocalWrite { .. })
+        ));
+        assert!(matches!(
+            check_mr_access(AccessFlags::REMOTE_ATOMIC),
+            Err(MrError::RemoteWithoutLocalWrite { .. })
+        ));
+        assert!(check_mr_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC).is_ok());
+        assert!(check_mr_access(AccessFlags::ZERO_BASED).is_err());
+    }
+}

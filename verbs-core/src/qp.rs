@@ -1,0 +1,729 @@
+//! Queue pairs: create with capacities, modify through the IBTA table, query, destroy, and the
+//! data path (`post_send`, `post_recv`, `bind_mw`).
+//!
+//! The post path checks the QP state (one atomic load), validates each request against the QP's
+//! transport and capacities, records its `wr_id`, asks the backend to encode it into its WQE
+//! slot, and rings the doorbell once per call. It takes only this queue's own lock and
+//! allocates nothing. A rejected request stops the post; the ones before it are posted and the
+//! error names the index of the first rejected one (libibverbs' `bad_wr`).
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
+use portverbs_hal::device::{Device, QpCreateParams};
+use portverbs_hal::queue::{RecvQueue, SendQueue};
+use portverbs_hal::types::{AccessFlags, LinkLayer, QpState, QpType};
+use portverbs_hal::wr::{MwBind, Payload, SendFlags, SendOp, SendWr, Sge};
+use portverbs_hal::{BlockingDevice, CommandError, block_on};
+
+use crate::context::{ContextInner, lock};
+use crate::cq::Cq;
+use crate::error::{CreateQpError, DestroyQpError, ModifyQpError, PostError, PostErrorKind};
+use crate::mr::Mr;
+use crate::mw::Mw;
+use crate::pd::Pd;
+use crate::qp_state::{self, Violation};
+use crate::shared::{QpShared, WrRing};
+use crate::srq::Srq;
+
+/// A receive work request (`struct ibv_recv_wr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: &'a [Sge],
+}
+
+/// How to create a QP (`struct ibv_qp_init_attr`).
+#[derive(Debug)]
+pub struct QpInit<'a, D: Device> {
+    /// Transport.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: &'a Cq<D>,
+    /// CQ for receive completions.
+    pub recv_cq: &'a Cq<D>,
+    /// Receive through an SRQ instead of an own receive queue.
+    pub srq: Option<&'a Srq<D>>,
+    /// Requested capacities.
+    pub caps: QpCaps,
+    /// Every send generates a completion, whatever its flags.
+    pub sq_sig_all: bool,
+}
+
+struct SqState {
+    hw: Box<dyn SendQueue>,
+    head: u32,
+}
+
+struct RqState {
+    hw: Box<dyn RecvQueue>,
+    head: u32,
+}
+
+pub(crate) struct QpInner<D: Device> {
+    pd: Pd<D>,
+    send_cq: Cq<D>,
+    recv_cq: Cq<D>,
+    srq: Option<Srq<D>>,
+    qpn: u32,
+    qp_type: QpType,
+    caps: QpCaps,
+    sq_sig_all: bool,
+    state: AtomicU8,
+    attr: Mutex<QpAttr>,
+    modifying: AtomicBool,
+    sq: Mutex<SqState>,
+    rq: Option<Mutex<RqState>>,
+    shared: Arc<QpShared>,
+}
+
+/// A queue pair (`struct ibv_qp`). Cheap to clone.
+pub struct Qp<D: Device> {
+    pub(crate) inner: Arc<QpInner<D>>,
+}
+
+impl<D: Device> Clone for Qp<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: Device> fmt::Debug for Qp<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &format_args!("{:#x}", self.inner.qpn))
+            .field("type", &self.inner.qp_type)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl<D: Device> Pd<D> {
+    /// Creates a queue pair in RESET (`ibv_create_qp`).
+    ///
+    /// # Errors
+    /// Capacities beyond the device limits, objects of another device, or the device refused.
+    pub async fn create_qp(&self, init: QpInit<'_, D>) -> Result<Qp<D>, CreateQpError> {
+        let ctx = &self.inner.ctx;
+        for (what, cq) in [("send CQ", init.send_cq), ("receive CQ", init.recv_cq)] {
+            if !ContextInner::ptr_eq(cq.ctx(), ctx) {
+                return Err(CreateQpError::ForeignObject { what });
+            }
+        }
+        if let Some(srq) = init.srq {
+            if !srq.inner.pd.same_device(ctx) {
+                return Err(CreateQpError::ForeignObject { what: "SRQ" });
+            }
+        }
+        let a = &ctx.attr;
+        let c = &init.caps;
+        let limits = [
+            ("max_send_wr", c.max_send_wr, a.max_qp_wr),
+            ("max_recv_wr", c.max_recv_wr, a.max_qp_wr),
+            ("max_send_sge", c.max_send_sge, a.max_sge),
+            ("max_recv_sge", c.max_recv_sge, a.max_sge),
+            ("max_inline_data", c.max_inline_data, a.max_inline_data),
+        ];
+        for (what, requested, max) in limits {
+            if requested > max {
+                return Err(CreateQpError::CapTooLarge {
+                    what,
+                    requested,
+                    max,
+                });
+            }
+        }
+        let res = ctx
+            .device()
+            .create_qp(QpCreateParams {
+                pd: self.pdn(),
+                qp_type: init.qp_type,
+                send_cqn: init.send_cq.cqn(),
+                recv_cqn: init.recv_cq.cqn(),
+                srqn: init.srq.map(Srq::srqn),
+                caps: init.caps,
+            })
+            .await?;
+        let shared = Arc::new(QpShared {
+            qpn: res.qpn,
+            sq: WrRing::new(res.sq.depth()),
+            rq: res.rq.as_ref().map(|rq| WrRing::new(rq.depth())),
+            srq: init.srq.map(|s| s.inner.shared.clone()),
+        });
+        for cq in [init.send_cq, init.recv_cq] {
+            lock(&cq.inner.poll).qps.insert(res.qpn, shared.clone());
+        }
+        ctx.counts.qps.fetch_add(1, Ordering::Relaxed);
+        Ok(Qp {
+            inner: Arc::new(QpInner {
+                pd: self.clone(),
+                send_cq: init.send_cq.clone(),
+                recv_cq: init.recv_cq.clone(),
+                srq: init.srq.cloned(),
+                qpn: res.qpn,
+                qp_type: init.qp_type,
+                caps: res.caps,
+                sq_sig_all: init.sq_sig_all,
+                state: AtomicU8::new(QpState::Reset as u8),
+                attr: Mutex::new(QpAttr {
+                    cap: res.caps,
+                    ..QpAttr::default()
+                }),
+                modifying: AtomicBool::new(false),
+                sq: Mutex::new(SqState {
+                    hw: res.sq,
+                    head: 0,
+                }),
+                rq: res.rq.map(|hw| Mutex::new(RqState { hw, head: 0 })),
+                shared,
+            }),
+        })
+    }
+
+    /// Blocking form of [`Pd::create_qp`].
+    ///
+    /// # Errors
+    /// As [`Pd::create_qp`].
+    pub fn create_qp_blocking(&self, init: QpInit<'_, D>) -> Result<Qp<D>, CreateQpError> {
+        block_on(self.create_qp(init))
+    }
+}
+
+impl<D: Device> Qp<D> {
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    /// Transport.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// Granted capacities (≥ requested).
+    pub fn caps(&self) -> QpCaps {
+        self.inner.caps
+    }
+
+    /// State as last set by a modify (the device may since have moved it to ERR or SQE; see
+    /// [`Qp::query`]).
+    pub fn state(&self) -> QpState {
+        QpState::from_u8(self.inner.state.load(Ordering::Acquire)).unwrap_or(QpState::Err)
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Pd<D> {
+        &self.inner.pd
+    }
+
+    /// The send CQ.
+    pub fn send_cq(&self) -> &Cq<D> {
+        &self.inner.send_cq
+    }
+
+    /// The receive CQ.
+    pub fn recv_cq(&self) -> &Cq<D> {
+        &self.inner.recv_cq
+    }
+
+    fn ctx(&self) -> &Arc<ContextInner<D>> {
+        &self.inner.pd.inner.ctx
+    }
+
+    fn validate_send(&self, wr: &SendWr<'_>) -> Result<(), PostErrorKind> {
+        let t = self.inner.qp_type;
+        let ok = match wr.op {
+            SendOp::Send | SendOp::SendWithImm { .. } => true,
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => t != QpType::Ud,
+            SendOp::BindMw { .. } | SendOp::LocalInv { .. } => t != QpType::Ud,
+            SendOp::SendWithInv { .. }
+            | SendOp::RdmaRead { .. }
+            | SendOp::AtomicCmpSwp { .. }
+            | SendOp::AtomicFetchAdd { .. } => t == QpType::Rc,
+        };
+        if !ok {
+            return Err(PostErrorKind::OpNotSupported {
+                op: wr.op.name(),
+                qp_type: t,
+            });
+        }
+        match (t, wr.ud.is_some()) {
+            (QpType::Ud, false) => {
+                return Err(PostErrorKind::BadDestination(
+                    "a UD send needs an address handle",
+                ));
+            }
+            (QpType::Rc | QpType::Uc, true) => {
+                return Err(PostErrorKind::BadDestination(
+                    "connected QPs take no address handle",
+                ));
+            }
+            _ => {}
+        }
+        let caps = &self.inner.caps;
+        match wr.payload {
+            Payload::Sges(sges) => {
+                if wr.flags.contains(SendFlags::INLINE) && !sges.is_empty() {
+                    return Err(PostErrorKind::InlineFromSges);
+                }
+                if sges.len() > caps.max_send_sge as usize {
+                    return Err(PostErrorKind::TooManySges {
+                        given: sges.len(),
+                        max: caps.max_send_sge,
+                    });
+                }
+            }
+            Payload::Inline(bytes) => {
+                if wr.op.is_read_or_atomic() {
+                    return Err(PostErrorKind::OpNotSupported {
+                        op: "inline data with RDMA READ or atomics",
+                        qp_type: t,
+                    });
+                }
+                if bytes.len() > caps.max_inline_data as usize {
+                    return Err(PostErrorKind::InlineTooLarge {
+                        given: bytes.len(),
+                        max: caps.max_inline_data,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts send work requests (`ibv_post_send`). Allowed in RTS and SQD (queued), SQE and ERR
+    /// (completed with `WR_FLUSH_ERR`); refused in RESET, INIT and RTR (IBA 10.8.2).
+    ///
+    /// # Errors
+    /// The first rejected request; those before it were posted.
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        let qpn = self.inner.qpn;
+        let state = self.state();
+        let fail = |index: usize, kind| PostError {
+            queue: "send queue",
+            qpn,
+            index,
+            wr_id: wrs.get(index).map_or(0, |w| w.wr_id),
+            kind,
+        };
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(fail(0, PostErrorKind::InvalidState { state }));
+        }
+        let ring = &self.inner.shared.sq;
+        let mut sq = lock(&self.inner.sq);
+        let depth = sq.hw.depth().min(self.inner.caps.max_send_wr.max(1));
+        let mut head = sq.head;
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(kind) = self.validate_send(wr) {
+                result = Err(fail(i, kind));
+                break;
+            }
+            if head.wrapping_sub(ring.tail.load(Ordering::Acquire)) >= depth {
+                result = Err(fail(i, PostErrorKind::QueueFull { depth }));
+                break;
+            }
+            let signaled = self.inner.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+            ring.set(head, wr.wr_id);
+            if let Err(e) = sq.hw.write_wqe(head, wr, signaled) {
+                result = Err(fail(i, PostErrorKind::Encode(e)));
+                break;
+            }
+            head = head.wrapping_add(1);
+        }
+        if head != sq.head {
+            sq.head = head;
+            ring.publish(head);
+            sq.hw.ring_doorbell(head);
+        }
+        result
+    }
+
+    /// Posts receive work requests (`ibv_post_recv`). Refused in RESET and on QPs with an SRQ.
+    ///
+    /// # Errors
+    /// The first rejected request; those before it were posted.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let qpn = self.inner.qpn;
+        let fail = |index: usize, kind| PostError {
+            queue: "receive queue",
+            qpn,
+            index,
+            wr_id: wrs.get(index).map_or(0, |w| w.wr_id),
+            kind,
+        };
+        let Some(rq) = &self.inner.rq else {
+            let srqn = self.inner.srq.as_ref().map_or(0, Srq::srqn);
+            return Err(fail(0, PostErrorKind::UsesSrq { srqn }));
+        };
+        let state = self.state();
+        if state == QpState::Reset {
+            return Err(fail(0, PostErrorKind::InvalidState { state }));
+        }
+        let Some(ring) = &self.inner.shared.rq else {
+            return Err(fail(0, PostErrorKind::UsesSrq { srqn: 0 }));
+        };
+        let mut rq = lock(rq);
+        let depth = rq.hw.depth().min(self.inner.caps.max_recv_wr.max(1));
+        let max_sge = self.inner.caps.max_recv_sge;
+        let mut head = rq.head;
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if wr.sges.len() > max_sge as usize {
+                result = Err(fail(
+                    i,
+                    PostErrorKind::TooManySges {
+                        given: wr.sges.len(),
+                        max: max_sge,
+                    },
+                ));
+                break;
+            }
+            if head.wrapping_sub(ring.tail.load(Ordering::Acquire)) >= depth {
+                result = Err(fail(i, PostErrorKind::QueueFull { depth }));
+                break;
+            }
+            ring.set(head, wr.wr_id);
+            if let Err(e) = rq.hw.write_wqe(head, wr.sges) {
+                result = Err(fail(i, PostErrorKind::Encode(e)));
+                break;
+            }
+            head = head.wrapping_add(1);
+        }
+        if head != rq.head {
+            rq.head = head;
+            ring.publish(head);
+            rq.hw.ring_doorbell(head);
+        }
+        result
+    }
+
+    /// Binds a type-1 memory window (`ibv_bind_mw`): posts the bind as a send work request
+    /// and returns the window's new rkey (valid once the bind completes successfully).
+    ///
+    /// # Errors
+    /// The post was refused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_mw(
+        &self,
+        mw: &Mw<D>,
+        mr: &Mr<D>,
+        addr: u64,
+        len: u64,
+        access: AccessFlags,
+        wr_id: u64,
+        signaled: bool,
+    ) -> Result<u32, PostError> {
+        let bind: MwBind = mw.bind(mr, addr, len, access);
+        let mut wr = SendWr::new(wr_id, SendOp::BindMw { bind });
+        if signaled {
+            wr = wr.signaled();
+        }
+        self.post_send(&[wr])?;
+        Ok(bind.new_rkey)
+    }
+
+    fn check_values(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), String> {
+        let ctx = self.ctx();
+        let a = &ctx.attr;
+        let port_ok = |p: u8| p >= 1 && p <= a.phys_port_cnt;
+        if mask.contains(QpAttrMask::PORT) && !port_ok(attr.port_num) {
+            return Err(format!("port_num {}", attr.port_num));
+        }
+        if mask.contains(QpAttrMask::PKEY_INDEX) && attr.pkey_index >= a.max_pkeys {
+            return Err(format!(
+                "pkey_index {} (table of {})",
+                attr.pkey_index, a.max_pkeys
+            ));
+        }
+        for (flag, v, name) in [
+            (QpAttrMask::RQ_PSN, attr.rq_psn, "rq_psn"),
+            (QpAttrMask::SQ_PSN, attr.sq_psn, "sq_psn"),
+            (QpAttrMask::DEST_QPN, attr.dest_qp_num, "dest_qp_num"),
+        ] {
+            if mask.contains(flag) && v > 0x00ff_ffff {
+                return Err(format!("{name} {v:#x} (24 bits)"));
+            }
+        }
+        for (flag, v, max, name) in [
+            (QpAttrMask::TIMEOUT, attr.timeout, 31, "timeout"),
+            (QpAttrMask::RETRY_CNT, attr.retry_cnt, 7, "retry_cnt"),
+            (QpAttrMask::RNR_RETRY, attr.rnr_retry, 7, "rnr_retry"),
+            (
+                QpAttrMask::MIN_RNR_TIMER,
+                attr.min_rnr_timer,
+                31,
+                "min_rnr_timer",
+            ),
+        ] {
+            if mask.contains(flag) && v > max {
+                return Err(format!("{name} {v} (at most {max})"));
+            }
+        }
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC)
+            && u32::from(attr.max_rd_atomic) > a.max_qp_init_rd_atom
+        {
+            return Err(format!(
+                "max_rd_atomic {} (device allows {})",
+                attr.max_rd_atomic, a.max_qp_init_rd_atom
+            ));
+        }
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
+            && u32::from(attr.max_dest_rd_atomic) > a.max_qp_rd_atom
+        {
+            return Err(format!(
+                "max_dest_rd_atomic {} (device allows {})",
+                attr.max_dest_rd_atomic, a.max_qp_rd_atom
+            ));
+        }
+        if mask.intersects(QpAttrMask::ALT_PATH | QpAttrMask::PATH_MIG_STATE) {
+            return Err("alternate path: automatic path migration is not supported \
+                        (QuirkId::NoAutomaticPathMigration)"
+                .into());
+        }
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+            let allowed = AccessFlags::REMOTE | AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND;
+            if !allowed.contains(attr.qp_access_flags) {
+                return Err(format!("qp_access_flags {:?}", attr.qp_access_flags));
+            }
+        }
+        if mask.contains(QpAttrMask::AV) {
+            let av = &attr.ah_attr;
+            if !port_ok(av.port_num) {
+                return Err(format!("ah_attr.port_num {}", av.port_num));
+            }
+            let pa = &ctx.port_attrs[usize::from(av.port_num) - 1];
+            if pa.link_layer == LinkLayer::Ethernet && !av.is_global {
+                return Err("ah_attr: a RoCE port needs a GRH (is_global)".into());
+            }
+            if av.is_global && u32::from(av.sgid_index) >= pa.gid_tbl_len {
+                return Err(format!("ah_attr.sgid_index {}", av.sgid_index));
+            }
+            if mask.contains(QpAttrMask::PATH_MTU) && attr.path_mtu > pa.max_mtu {
+                return Err(format!(
+                    "path_mtu {} above the port's {}",
+                    attr.path_mtu, pa.max_mtu
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Modifies the QP (`ibv_modify_qp`): checks the transition and the attribute mask against
+    /// the IBTA table for the QP's transport and the values against the device limits, then
+    /// asks the device. A move to RESET discards outstanding work requests and their
+    /// completions.
+    ///
+    /// # Errors
+    /// [`ModifyQpError`] naming the QP, states and attributes involved.
+    pub async fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), ModifyQpError> {
+        let qpn = self.inner.qpn;
+        let t = self.inner.qp_type;
+        if self.inner.modifying.swap(true, Ordering::AcqRel) {
+            return Err(ModifyQpError::InvalidAttribute {
+                qpn,
+                what: "another modify of this QP is in progress".into(),
+            });
+        }
+        let result = self.modify_inner(attr, mask, qpn, t).await;
+        self.inner.modifying.store(false, Ordering::Release);
+        result
+    }
+
+    async fn modify_inner(
+        &self,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        qpn: u32,
+        t: QpType,
+    ) -> Result<(), ModifyQpError> {
+        let cur = if mask.contains(QpAttrMask::CUR_STATE) {
+            attr.cur_qp_state
+        } else {
+            self.state()
+        };
+        let to = qp_state::check(t, cur, attr.qp_state, mask).map_err(|v| match v {
+            Violation::Transition => ModifyQpError::InvalidTransition {
+                qpn,
+                qp_type: t,
+                from: cur,
+                to: attr.qp_state,
+            },
+            Violation::Missing(missing) => ModifyQpError::MissingAttributes {
+                qpn,
+                from: cur,
+                to: attr.qp_state,
+                missing,
+            },
+            Violation::Unexpected(unexpected) => ModifyQpError::UnexpectedAttributes {
+                qpn,
+                from: cur,
+                to: attr.qp_state,
+                unexpected,
+            },
+        })?;
+        self.check_values(attr, mask)
+            .map_err(|what| ModifyQpError::InvalidAttribute { qpn, what })?;
+        let cmd = QpAttr {
+            qp_state: to,
+            cur_qp_state: cur,
+            ..*attr
+        };
+        let cmd_mask = mask | QpAttrMask::STATE | QpAttrMask::CUR_STATE;
+        if to == QpState::Reset {
+            // Discard outstanding requests and their completions with the CQs held, so no
+            // completion of the old incarnation can be polled afterwards.
+            let ctx = self.ctx().clone();
+            with_cqs_cleaned(&self.inner.send_cq, &self.inner.recv_cq, qpn, || {
+                ctx.device().modify_qp_blocking(qpn, cmd, cmd_mask)
+            })
+            .map_err(|source| ModifyQpError::Device { qpn, source })?;
+            let mut sq = lock(&self.inner.sq);
+            sq.head = 0;
+            sq.hw.reset();
+            self.inner.shared.sq.reset();
+            if let (Some(rq), Some(ring)) = (&self.inner.rq, &self.inner.shared.rq) {
+                let mut rq = lock(rq);
+                rq.head = 0;
+                rq.hw.reset();
+                ring.reset();
+            }
+        } else {
+            self.ctx()
+                .device()
+                .modify_qp(qpn, cmd, cmd_mask)
+                .await
+                .map_err(|source| ModifyQpError::Device { qpn, source })?;
+        }
+        let mut cached = lock(&self.inner.attr);
+        merge(&mut cached, attr, mask);
+        cached.qp_state = to;
+        self.inner.state.store(to as u8, Ordering::Release);
+        if to != cur {
+            tracing::debug!(qpn, "QP {cur} => {to}");
+        }
+        Ok(())
+    }
+
+    /// Blocking form of [`Qp::modify`].
+    ///
+    /// # Errors
+    /// As [`Qp::modify`].
+    pub fn modify_blocking(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), ModifyQpError> {
+        block_on(self.modify(attr, mask))
+    }
+
+    /// Queries the QP from the device (`ibv_query_qp`), including a state the device changed on
+    /// its own (ERR after a fatal error, SQE).
+    ///
+    /// # Errors
+    /// The device refused.
+    pub async fn query(&self) -> Result<QpAttr, CommandError> {
+        let mut a = self.ctx().device().query_qp(self.inner.qpn).await?;
+        a.cap = self.inner.caps;
+        self.inner.state.store(a.qp_state as u8, Ordering::Release);
+        Ok(a)
+    }
+
+    /// Blocking form of [`Qp::query`].
+    ///
+    /// # Errors
+    /// As [`Qp::query`].
+    pub fn query_blocking(&self) -> Result<QpAttr, CommandError> {
+        block_on(self.query())
+    }
+
+    /// Destroys the QP now (`ibv_destroy_qp`). Refused while other handles exist.
+    ///
+    /// # Errors
+    /// [`DestroyQpError::Busy`] with the QP handed back.
+    pub fn destroy(self) -> Result<(), (DestroyQpError, Self)> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => {
+                drop(inner);
+                Ok(())
+            }
+            Err(inner) => {
+                let users = Arc::strong_count(&inner) - 1;
+                let qpn = inner.qpn;
+                Err((DestroyQpError::Busy { qpn, users }, Self { inner }))
+            }
+        }
+    }
+}
+
+/// Copies the attributes named by `mask` into the cached ones.
+fn merge(cached: &mut QpAttr, attr: &QpAttr, mask: QpAttrMask) {
+    macro_rules! take {
+        ($flag:ident, $($field:ident),+) => {
+            if mask.contains(QpAttrMask::$flag) {
+                $(cached.$field = attr.$field;)+
+            }
+        };
+    }
+    take!(ACCESS_FLAGS, qp_access_flags);
+    take!(PKEY_INDEX, pkey_index);
+    take!(PORT, port_num);
+    take!(QKEY, qkey);
+    take!(AV, ah_attr);
+    take!(PATH_MTU, path_mtu);
+    take!(TIMEOUT, timeout);
+    take!(RETRY_CNT, retry_cnt);
+    take!(RNR_RETRY, rnr_retry);
+    take!(RQ_PSN, rq_psn);
+    take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
+    take!(MIN_RNR_TIMER, min_rnr_timer);
+    take!(SQ_PSN, sq_psn);
+    take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+    take!(DEST_QPN, dest_qp_num);
+    take!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+}
+
+/// Runs `f` (a device command that ends a QP's current incarnation) with both CQs' poll locks
+/// held, then removes the QP's unpolled completions from them (mlx4's "CQ clean").
+fn with_cqs_cleaned<D: Device, R>(
+    send: &Cq<D>,
+    recv: &Cq<D>,
+    qpn: u32,
+    f: impl FnOnce() -> R,
+) -> R {
+    let (s, r) = (&send.inner, &recv.inner);
+    if Arc::ptr_eq(s, r) {
+        let mut g = lock(&s.poll);
+        let out = f();
+        g.clean(qpn, s.cqn);
+        out
+    } else {
+        // Lock in CQ-number order so that two teardowns never deadlock.
+        let (a, b) = if s.cqn < r.cqn { (s, r) } else { (r, s) };
+        let mut ga = lock(&a.poll);
+        let mut gb = lock(&b.poll);
+        let out = f();
+        ga.clean(qpn, a.cqn);
+        gb.clean(qpn, b.cqn);
+        out
+    }
+}
+
+impl<D: Device> Drop for QpInner<D> {
+    fn drop(&mut self) {
+        let qpn = self.qpn;
+        let ctx = self.pd.inner.ctx.clone();
+        let r = with_cqs_cleaned(&self.send_cq, &self.recv_cq, qpn, || {
+            ctx.device().destroy_qp_blocking(qpn)
+        });
+        if let Err(e) = r {
+            tracing::warn!(qpn, error = %e, "destroying a QP failed");
+        }
+        for cq in [&self.send_cq, &self.recv_cq] {
+            lock(&cq.inner.poll).qps.remove(&qpn);
+        }
+        ctx.counts.qps.fetch_sub(1, Ordering::Relaxed);
+    }
+}

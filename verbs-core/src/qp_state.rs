@@ -1,0 +1,263 @@
+//! The QP state machine: which transitions exist for each transport, and which attributes each
+//! one requires and allows (IBA 10.3.1 / 11.2.5.2, as Linux's `ib_modify_qp_is_ok` and
+//! rdma-core's pyverbs tests apply it). Every modify goes through [`check`].
+
+use portverbs_hal::attr::QpAttrMask as M;
+use portverbs_hal::types::{QpState, QpType};
+
+/// Required and optional attributes of one transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// Must be in the mask.
+    pub required: M,
+    /// May be in the mask.
+    pub optional: M,
+}
+
+const fn rule(required: M, optional: M) -> Option<Rule> {
+    Some(Rule { required, optional })
+}
+
+const NONE: M = M::empty();
+
+/// Attributes of the RESET→INIT and INIT→INIT transitions.
+const fn init_attrs(t: QpType) -> M {
+    match t {
+        QpType::Ud => M::PKEY_INDEX.union(M::PORT).union(M::QKEY),
+        QpType::Uc | QpType::Rc => M::PKEY_INDEX.union(M::PORT).union(M::ACCESS_FLAGS),
+    }
+}
+
+/// The rule for `from → to` on transport `t`, or `None` when the transition does not exist.
+/// `STATE` itself is handled by [`check`].
+pub fn rule_for(t: QpType, from: QpState, to: QpState) -> Option<Rule> {
+    use QpState::*;
+    use QpType::*;
+    match (from, to) {
+        // Any state may go to RESET or ERR with no attributes.
+        (_, Reset) | (_, Err) => rule(NONE, NONE),
+        (Reset, Init) => rule(init_attrs(t), NONE),
+        (Init, Init) => rule(NONE, init_attrs(t)),
+        (Init, Rtr) => match t {
+            Ud => rule(NONE, M::PKEY_INDEX.union(M::QKEY)),
+            Uc => rule(
+                M::AV.union(M::PATH_MTU).union(M::DEST_QPN).union(M::RQ_PSN),
+                M::ALT_PATH.union(M::ACCESS_FLAGS).union(M::PKEY_INDEX),
+            ),
+            Rc => rule(
+                M::AV
+                    .union(M::PATH_MTU)
+                    .union(M::DEST_QPN)
+                    .union(M::RQ_PSN)
+                    .union(M::MAX_DEST_RD_ATOMIC)
+                    .union(M::MIN_RNR_TIMER),
+                M::ALT_PATH.union(M::ACCESS_FLAGS).union(M::PKEY_INDEX),
+            ),
+        },
+        (Rtr, Rts) => match t {
+            Ud => rule(M::SQ_PSN, M::CUR_STATE.union(M::QKEY)),
+            Uc => rule(
+                M::SQ_PSN,
+                M::CUR_STATE
+                    .union(M::ALT_PATH)
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::PATH_MIG_STATE),
+            ),
+            Rc => rule(
+                M::TIMEOUT
+                    .union(M::RETRY_CNT)
+                    .union(M::RNR_RETRY)
+                    .union(M::SQ_PSN)
+                    .union(M::MAX_QP_RD_ATOMIC),
+                M::CUR_STATE
+                    .union(M::ALT_PATH)
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::MIN_RNR_TIMER)
+                    .union(M::PATH_MIG_STATE),
+            ),
+        },
+        (Rts, Rts) | (Sqd, Rts) => match t {
+            Ud => rule(NONE, M::CUR_STATE.union(M::QKEY)),
+            Uc => rule(
+                NONE,
+                M::CUR_STATE
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::ALT_PATH)
+                    .union(M::PATH_MIG_STATE),
+            ),
+            Rc => rule(
+                NONE,
+                M::CUR_STATE
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::ALT_PATH)
+                    .union(M::PATH_MIG_STATE)
+                    .union(M::MIN_RNR_TIMER),
+            ),
+        },
+        (Rts, Sqd) => rule(NONE, M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => match t {
+            Ud => rule(NONE, M::PKEY_INDEX.union(M::QKEY)),
+            Uc => rule(
+                NONE,
+                M::AV
+                    .union(M::ALT_PATH)
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::PKEY_INDEX)
+                    .union(M::PATH_MIG_STATE),
+            ),
+            Rc => rule(
+                NONE,
+                M::PORT
+                    .union(M::AV)
+                    .union(M::TIMEOUT)
+                    .union(M::RETRY_CNT)
+                    .union(M::RNR_RETRY)
+                    .union(M::MAX_QP_RD_ATOMIC)
+                    .union(M::MAX_DEST_RD_ATOMIC)
+                    .union(M::ALT_PATH)
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::PKEY_INDEX)
+                    .union(M::MIN_RNR_TIMER)
+                    .union(M::PATH_MIG_STATE),
+            ),
+        },
+        // SQE exists for UD and UC (a send-side error); RC errors go to ERR.
+        (Sqe, Rts) => match t {
+            Ud => rule(NONE, M::CUR_STATE.union(M::QKEY)),
+            Uc => rule(NONE, M::CUR_STATE.union(M::ACCESS_FLAGS)),
+            Rc => None,
+        },
+        _ => None,
+    }
+}
+
+/// Why a modify was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    /// No such transition.
+    Transition,
+    /// Required attributes missing.
+    Missing(M),
+    /// Attributes not allowed.
+    Unexpected(M),
+}
+
+/// Checks a modify from `cur` with `mask` (and target `attr_state` when `STATE` is set) and
+/// returns the target state.
+///
+/// # Errors
+/// The [`Violation`].
+pub fn check(t: QpType, cur: QpState, attr_state: QpState, mask: M) -> Result<QpState, Violation> {
+    let to = if mask.contains(M::STATE) {
+        attr_state
+    } else {
+        cur
+    };
+    let rule = rule_for(t, cur, to).ok_or(Violation::Transition)?;
+    let given = mask - M::STATE;
+    let missing = rule.required - given;
+    if !missing.is_empty() {
+        return Err(Violation::Missing(missing));
+    }
+    let unexpected = given - rule.required - rule.optional;
+    if !unexpected.is_empty() {
+        return Err(Violation::Unexpected(unexpected));
+    }
+    Ok(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use QpState::*;
+    use QpType::*;
+
+    #[test]
+    fn pyverbs_masks_are_accepted() {
+        // rdma-core's QP.to_init/to_rtr/to_rts masks (facts §3.2).
+        let init_rc = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+        assert_eq!(check(Rc, Reset, Init, init_rc), Ok(Init));
+        let rtr_rc = M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        assert_eq!(check(Rc, Init, Rtr, rtr_rc), Ok(Rtr));
+        let rts_rc =
+            M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+        assert_eq!(check(Rc, Rtr, Rts, rts_rc), Ok(Rts));
+        assert_eq!(
+            check(
+                Uc,
+                Init,
+                Rtr,
+                M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN
+            ),
+            Ok(Rtr)
+        );
+        assert_eq!(check(Uc, Rtr, Rts, M::STATE | M::SQ_PSN), Ok(Rts));
+        assert_eq!(
+            check(
+                Ud,
+                Reset,
+                Init,
+                M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY
+            ),
+            Ok(Init)
+        );
+        assert_eq!(check(Ud, Init, Rtr, M::STATE), Ok(Rtr));
+        assert_eq!(check(Ud, Rtr, Rts, M::STATE | M::SQ_PSN), Ok(Rts));
+    }
+
+    #[test]
+    fn missing_and_unexpected_attributes_are_reported() {
+        assert_eq!(
+            check(Rc, Reset, Init, M::STATE | M::PKEY_INDEX | M::PORT),
+            Err(Violation::Missing(M::ACCESS_FLAGS))
+        );
+        assert_eq!(
+            check(
+                Ud,
+                Reset,
+                Init,
+                M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY | M::ACCESS_FLAGS
+            ),
+            Err(Violation::Unexpected(M::ACCESS_FLAGS))
+        );
+        assert_eq!(
+            check(Rc, Rtr, Rts, M::STATE | M::SQ_PSN),
+            Err(Violation::Missing(
+                M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
+            ))
+        );
+    }
+
+    #[test]
+    fn invalid_transitions_are_refused() {
+        for t in [Rc, Uc, Ud] {
+            assert_eq!(check(t, Reset, Rtr, M::STATE), Err(Violation::Transition));
+            assert_eq!(check(t, Reset, Rts, M::STATE), Err(Violation::Transition));
+            assert_eq!(check(t, Init, Rts, M::STATE), Err(Violation::Transition));
+            assert_eq!(check(t, Err, Rts, M::STATE), Err(Violation::Transition));
+            assert_eq!(check(t, Rtr, Init, M::STATE), Err(Violation::Transition));
+            // Every state may go to RESET and ERR.
+            for s in QpState::ALL {
+                assert!(check(t, s, Reset, M::STATE).is_ok());
+                assert!(check(t, s, Err, M::STATE).is_ok());
+            }
+        }
+        assert_eq!(check(Rc, Sqe, Rts, M::STATE), Err(Violation::Transition));
+        assert_eq!(check(Uc, Sqe, Rts, M::STATE), Ok(Rts));
+    }
+
+    #[test]
+    fn modify_without_state_uses_the_same_state_rule() {
+        assert_eq!(check(Rc, Rts, Reset, M::ACCESS_FLAGS), Ok(Rts));
+        assert_eq!(
+            check(Rc, Rtr, Reset, M::ACCESS_FLAGS),
+            Err(Violation::Transition)
+        );
+    }
+}
