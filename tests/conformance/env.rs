@@ -166,7 +166,11 @@ impl Drop for Env {
         self.ctxs.clear();
         for d in &self.devs {
             let r = d.resources();
-            assert!(r.is_zero(), "device resources left after the test: {r:?}");
+            assert!(
+                r.is_zero(),
+                "device resources left after the test: {r:?} ({} packets in flight)",
+                self.fabric.in_flight()
+            );
         }
     }
 }

@@ -57,6 +57,11 @@ pub(crate) fn advance_completions<H: Hca>(
             hca.post_completion(qp.init.send_cqn, &cqe, false);
         }
         qp.req.comp = c.wrapping_add(1);
+        if qp.req.tx == c {
+            // Keep comp <= tx: a WQE retired at the transmit point needs no more packets.
+            qp.req.tx = qp.req.comp;
+            qp.req.tx_offset = 0;
+        }
         if status != WcStatus::Success {
             error = Some(status);
             break;
@@ -111,7 +116,19 @@ pub(crate) fn on_response<H: Hca>(
             AethSyndrome::RnrNak { timer } => on_rnr_nak(qp, core, hca, now, p, timer),
             AethSyndrome::Nak(NakCode::PsnSequenceError) => {
                 ack_through(qp, core, now, psn::add(p, psn::MASK));
-                retry(qp, core, hca, now, p);
+                // The responder NAKs a gap once; the same NAK again without progress is a
+                // duplicate from the network and must not cost another retry.
+                if qp.req.last_nak == Some(p) {
+                    core.stats.duplicates += 1;
+                    requester::transmit(qp, core, hca, now, out);
+                    return;
+                }
+                qp.req.last_nak = Some(p);
+                // Go back to the oldest unacknowledged PSN, not to `p`: an RDMA READ or atomic
+                // before `p` may be missing its response even though the responder has moved
+                // on (facts §6.4: rewind to the oldest uncompleted WQE).
+                let una = qp.req.una;
+                retry(qp, core, hca, now, una);
             }
             AethSyndrome::Nak(code) => {
                 ack_through(qp, core, now, psn::add(p, psn::MASK));
@@ -176,6 +193,7 @@ fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
     }
     if psn::diff(una, qp.req.una) > 0 {
         qp.req.una = una;
+        qp.req.last_nak = None;
         qp.req.retries_left = qp.attr.retry_cnt;
         qp.req.rnr_left = qp.attr.rnr_retry;
         if qp.req.una == qp.req.sent_end {
@@ -232,7 +250,6 @@ fn on_read_response<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: 
     let status = scatter(qp, core, target, read_done, pkt);
     if let Err(status) = status {
         qp.req.slot_mut(target).done = Some(status);
-        qp.req.rd_atomic_out = qp.req.rd_atomic_out.saturating_sub(1);
         return;
     }
     qp.req.slot_mut(target).read_done += n;
@@ -240,7 +257,6 @@ fn on_read_response<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: 
         let s = qp.req.slot_mut(target);
         s.done = Some(WcStatus::Success);
         s.byte_len = total as u32;
-        qp.req.rd_atomic_out = qp.req.rd_atomic_out.saturating_sub(1);
         let last = psn::add(first_psn, npsn.saturating_sub(1));
         ack_through(qp, core, now, last);
     } else if psn::diff(psn::add(p, 1), qp.req.una) > 0 {
@@ -335,7 +351,6 @@ fn on_atomic_ack<H: Hca>(
     let s = qp.req.slot_mut(target);
     s.done = Some(result.err().unwrap_or(WcStatus::Success));
     s.byte_len = 8;
-    qp.req.rd_atomic_out = qp.req.rd_atomic_out.saturating_sub(1);
     ack_through(qp, core, now, p);
 }
 
@@ -402,17 +417,6 @@ fn rewind(qp: &mut QpCtx, core: &Core, p: u32) {
     qp.req.next_psn = psn::add(first_psn, (tx_offset / mtu) as u32);
     qp.req.since_ackreq = 0;
     qp.req.stalled = false;
-    // READs/atomics before the rewind point are still outstanding; the rest will be re-sent.
-    let mut out = 0;
-    let mut k = qp.req.comp;
-    while k != c {
-        let s = qp.req.slot(k);
-        if s.done.is_none() && s.wqe.op.is_read_or_atomic() {
-            out += 1;
-        }
-        k = k.wrapping_add(1);
-    }
-    qp.req.rd_atomic_out = out;
 }
 
 /// Completes the WQE containing `p` with an error; earlier WQEs were acknowledged by the caller.
@@ -472,7 +476,6 @@ fn flush_sq<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
     qp.req.comp = qp.req.fetched;
     qp.req.tx = qp.req.fetched;
     qp.req.tx_offset = 0;
-    qp.req.rd_atomic_out = 0;
     qp.req.stalled = false;
 }
 

@@ -66,14 +66,14 @@ pub(crate) struct Requester {
     pub(crate) una: u32,
     pub(crate) retries_left: u8,
     pub(crate) rnr_left: u8,
-    /// READ/atomic requests outstanding.
-    pub(crate) rd_atomic_out: u32,
     /// Waiting for an RNR back-off to expire.
     pub(crate) rnr_wait: bool,
     /// Packets since the last one with AckReq.
     pub(crate) since_ackreq: u32,
     /// A local error stopped transmission at `tx`.
     pub(crate) stalled: bool,
+    /// PSN of the last sequence NAK acted on since the last progress.
+    pub(crate) last_nak: Option<u32>,
     pub(crate) rto_generation: u64,
     pub(crate) rto_armed: bool,
     pub(crate) rnr_generation: u64,
@@ -96,6 +96,20 @@ impl Requester {
     pub(crate) fn slot_mut(&mut self, counter: u32) -> &mut SendSlot {
         let mask = self.mask;
         &mut self.slots[(counter & mask) as usize]
+    }
+
+    /// READ/atomic requests sent and not yet completed. Each holds a responder resource until
+    /// it completes *in order* (IBA 9.5.3), so a response arriving early does not free it.
+    pub(crate) fn rd_atomic_outstanding(&self) -> u32 {
+        let mut n = 0;
+        let mut c = self.comp;
+        while c != self.tx {
+            if self.slot(c).wqe.op.is_read_or_atomic() {
+                n += 1;
+            }
+            c = c.wrapping_add(1);
+        }
+        n
     }
 
     pub(crate) fn reset(&mut self) {

@@ -96,12 +96,15 @@ fn step<H: Hca>(
         }
         return Ok(Step::Progress);
     }
-    if slot.wqe.flags.contains(SendFlags::FENCE) && qp.req.rd_atomic_out > 0 && !slot.assigned {
+    if slot.wqe.flags.contains(SendFlags::FENCE)
+        && !slot.assigned
+        && qp.req.rd_atomic_outstanding() > 0
+    {
         return Ok(Step::Blocked);
     }
     if op.is_read_or_atomic()
         && qp.req.tx_offset == 0
-        && qp.req.rd_atomic_out >= u32::from(qp.attr.max_rd_atomic)
+        && qp.req.rd_atomic_outstanding() >= u32::from(qp.attr.max_rd_atomic)
     {
         return Ok(Step::Blocked);
     }
@@ -401,11 +404,7 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
     // Advance the cursors.
     let req = &mut qp.req;
     req.since_ackreq = if ack_req { 0 } else { req.since_ackreq + 1 };
-    let op = req.slot(tx).wqe.op;
     if last {
-        if op.is_read_or_atomic() {
-            req.rd_atomic_out += 1;
-        }
         req.tx = tx.wrapping_add(1);
         req.tx_offset = 0;
         if t != QpType::Rc {

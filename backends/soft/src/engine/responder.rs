@@ -8,7 +8,6 @@ use portverbs_hal::attr::rnr_timer_ns;
 use portverbs_hal::event::{DeviceEvent, QpEventKind};
 use portverbs_hal::types::{AccessFlags, QpState, QpType};
 use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus};
-use smallvec::SmallVec;
 
 use super::Core;
 use super::completer;
@@ -364,21 +363,11 @@ fn read_responses(
         }
         hdr.bth.pad_count = ((4 - (n % 4)) % 4) as u8;
         let payload = match span {
-            Some(s) if n > 0 => PayloadData::Mem(SmallVec::from_buf_and_len(
-                [
-                    MemSeg {
-                        mem: s.mem.clone(),
-                        offset: s.offset + off as usize,
-                        len: n as u32,
-                    },
-                    MemSeg {
-                        mem: s.mem.clone(),
-                        offset: 0,
-                        len: 0,
-                    },
-                ],
-                1,
-            )),
+            Some(s) if n > 0 => PayloadData::Mem(smallvec::smallvec![MemSeg {
+                mem: s.mem.clone(),
+                offset: s.offset + off as usize,
+                len: n as u32,
+            }]),
             _ => PayloadData::Empty,
         };
         out.push(reply(qp, core, hdr, payload));
