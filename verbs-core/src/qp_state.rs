@@ -169,7 +169,7 @@ pub fn check(t: QpType, cur: QpState, attr_state: QpState, mask: M) -> Result<Qp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use QpState::*;
+    use QpState::{Err as Error, Init, Reset, Rtr, Rts, Sqe};
     use QpType::*;
 
     #[test]
@@ -240,12 +240,12 @@ mod tests {
             assert_eq!(check(t, Reset, Rtr, M::STATE), Err(Violation::Transition));
             assert_eq!(check(t, Reset, Rts, M::STATE), Err(Violation::Transition));
             assert_eq!(check(t, Init, Rts, M::STATE), Err(Violation::Transition));
-            assert_eq!(check(t, Err, Rts, M::STATE), Err(Violation::Transition));
+            assert_eq!(check(t, Error, Rts, M::STATE), Err(Violation::Transition));
             assert_eq!(check(t, Rtr, Init, M::STATE), Err(Violation::Transition));
             // Every state may go to RESET and ERR.
             for s in QpState::ALL {
                 assert!(check(t, s, Reset, M::STATE).is_ok());
-                assert!(check(t, s, Err, M::STATE).is_ok());
+                assert!(check(t, s, Error, M::STATE).is_ok());
             }
         }
         assert_eq!(check(Rc, Sqe, Rts, M::STATE), Err(Violation::Transition));
