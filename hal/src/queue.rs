@@ -118,6 +118,10 @@ pub trait CompletionQueue: Send + Debug {
     /// already present beyond the consumer index fires at once.
     fn arm(&mut self, solicited_only: bool);
 
+    /// Entries the device has written that the host has not consumed yet (a scan of the owner
+    /// bits ahead of the consumer index; used before a resize).
+    fn pending(&self) -> u32;
+
     /// Tells the queue that a completion event for it was delivered (mlx4 bumps its arm sequence
     /// number here).
     fn event_delivered(&mut self);

@@ -29,6 +29,12 @@ impl Buffer {
         Self { mem, owner }
     }
 
+    /// The device memory behind the buffer (for backends and benchmarks; it offers only
+    /// copy-in/out and atomic access, never a reference).
+    pub fn dma(&self) -> &Arc<dyn DmaMemory> {
+        &self.mem
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.mem.len()

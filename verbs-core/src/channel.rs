@@ -6,23 +6,25 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use portverbs_hal::device::{Device, EqKind};
 use portverbs_hal::notify::InterruptSink;
 
 use crate::context::{Context, ContextInner, EqShared, lock};
-use crate::cq::Cq;
+use crate::cq::{Cq, CqInner};
 use crate::error::{CqError, EventError};
 
 pub(crate) struct ChannelInner<D: Device> {
     pub(crate) ctx: Arc<ContextInner<D>>,
     pub(crate) eq: Arc<EqShared<D>>,
-    events: Mutex<VecDeque<Cq<D>>>,
+    /// CQs with an unread event. Weak: an unread event keeps no CQ alive, and a CQ destroyed
+    /// before its event was read simply has no event any more (as in libibverbs).
+    events: Mutex<VecDeque<Weak<CqInner<D>>>>,
 }
 
 impl<D: Device> ChannelInner<D> {
-    pub(crate) fn push(&self, cq: Cq<D>) {
+    pub(crate) fn push(&self, cq: Weak<CqInner<D>>) {
         lock(&self.events).push_back(cq);
     }
 }
@@ -94,15 +96,31 @@ impl<D: Device> CompletionChannel<D> {
     /// # Errors
     /// A malformed event was skipped.
     pub fn get_event(&self) -> Result<Option<Cq<D>>, EventError> {
-        if lock(&self.inner.events).is_empty() {
+        if self.queued() == 0 {
             self.process()?;
         }
-        Ok(lock(&self.inner.events).pop_front())
+        let mut q = lock(&self.inner.events);
+        while let Some(weak) = q.pop_front() {
+            if let Some(inner) = weak.upgrade() {
+                let cq = Cq { inner };
+                cq.event_read();
+                return Ok(Some(cq));
+            }
+        }
+        Ok(None)
     }
 
-    /// Events waiting to be read.
+    /// Events waiting to be read (for CQs that still exist).
     pub fn queued(&self) -> usize {
-        lock(&self.inner.events).len()
+        lock(&self.inner.events)
+            .iter()
+            .filter(|w| w.strong_count() > 0)
+            .count()
+    }
+
+    /// True when `cq` reports its completion events to this channel.
+    pub fn owns(&self, cq: &Cq<D>) -> bool {
+        cq.eqn() == self.inner.eq.eqn
     }
 
     /// The event queue number behind the channel.

@@ -260,6 +260,11 @@ impl<D: Device> Cq<D> {
         self.inner.cqn
     }
 
+    /// The event queue this CQ reports its completion events to.
+    pub fn eqn(&self) -> u32 {
+        self.inner.eq.eqn
+    }
+
     /// Usable entries (≥ what was asked for).
     pub fn depth(&self) -> u32 {
         self.inner.depth.load(Ordering::Relaxed)
@@ -368,6 +373,11 @@ impl<D: Device> Cq<D> {
         self.inner.eq.process(usize::MAX)
     }
 
+    /// An event for this CQ was handed to the application (`ibv_get_cq_event`).
+    pub(crate) fn event_read(&self) {
+        self.inner.reported.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Acknowledges `n` completion events read from the channel (`ibv_ack_cq_events`).
     pub fn ack_events(&self, n: u32) {
         self.inner.acked.fetch_add(u64::from(n), Ordering::AcqRel);
@@ -396,27 +406,18 @@ impl<D: Device> Cq<D> {
         }
         let ctx = self.inner.ctx.clone();
         let mut g = lock(&self.inner.poll);
-        let backlog = g.backlog.len() as u32;
-        if backlog > entries {
+        let pending = g.backlog.len() as u32 + g.hw.pending();
+        if pending > entries {
             return Err(CqError::ResizeBelowPending {
                 cqn: self.inner.cqn,
-                pending: backlog,
+                pending,
                 requested: entries,
             });
         }
         // The command runs with the poll lock held: nobody may poll a ring being replaced.
         ctx.device()
             .resize_cq_blocking(g.hw.as_mut(), entries)
-            .map_err(|e| match e {
-                portverbs_hal::CommandError::InvalidArgument { .. } => {
-                    CqError::ResizeBelowPending {
-                        cqn: self.inner.cqn,
-                        pending: backlog,
-                        requested: entries,
-                    }
-                }
-                e => CqError::Device(e),
-            })?;
+            .map_err(CqError::Device)?;
         self.inner.depth.store(g.hw.depth(), Ordering::Relaxed);
         Ok(())
     }
@@ -476,10 +477,7 @@ impl<D: Device> CqInner<D> {
         }
         if to_channel {
             if let Some(ch) = self.channel.as_ref().and_then(Weak::upgrade) {
-                self.reported.fetch_add(1, Ordering::AcqRel);
-                ch.push(Cq {
-                    inner: self.clone(),
-                });
+                ch.push(Arc::downgrade(self));
             }
         }
     }

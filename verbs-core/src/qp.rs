@@ -575,7 +575,9 @@ impl<D: Device> Qp<D> {
             cur_qp_state: cur,
             ..*attr
         };
-        let cmd_mask = mask | QpAttrMask::STATE | QpAttrMask::CUR_STATE;
+        // The device checks the transition against the state it really is in (it may have
+        // moved the QP to ERR on its own); CUR_STATE goes down only when the caller asserted it.
+        let cmd_mask = mask | QpAttrMask::STATE;
         if to == QpState::Reset {
             // Discard outstanding requests and their completions with the CQs held, so no
             // completion of the old incarnation can be polled afterwards.

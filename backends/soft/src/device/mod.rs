@@ -119,8 +119,10 @@ impl SoftDevice {
             dma: state.dma.clone(),
             fatal: state.fatal.clone(),
         };
+        let mut engine = Engine::new(EngineConfig::default(), engine_ports);
+        engine.set_max_train(sim.max_train());
         sim.devices.push(SimDevice {
-            engine: Engine::new(EngineConfig::default(), engine_ports),
+            engine,
             hw: Hw::default(),
             state,
         });

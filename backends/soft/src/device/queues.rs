@@ -244,6 +244,26 @@ impl CompletionQueue for SoftCq {
         self.kicker.kick(KickKind::Cq(self.cqn));
     }
 
+    fn pending(&self) -> u32 {
+        let geom = self.consumer.geometry();
+        let mut n = 0;
+        let mut c = self.consumer.tail();
+        while n < geom.entries() {
+            let owner = self
+                .ring
+                .load_u8(geom.offset(c) + CQE_SIZE - 1)
+                .unwrap_or(0)
+                & 1
+                == 1;
+            if owner != geom.parity(c) {
+                break;
+            }
+            n += 1;
+            c = c.wrapping_add(1);
+        }
+        n
+    }
+
     fn event_delivered(&mut self) {}
 
     fn as_any_mut(&mut self) -> &mut dyn Any {

@@ -227,6 +227,13 @@ fn on_read_response<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: 
         (s.first_psn, s.npsn, s.read_done, s.wqe.payload_len());
     let expected = psn::add(first_psn, (read_done / mtu) as u32);
     if p != expected {
+        if pkt.train > 1 && psn::diff(p, expected) < 0 {
+            // A retransmitted train may reach past what arrived: take it apart.
+            for part in pkt.clone().split() {
+                on_read_response(qp, core, _hca, now, &part);
+            }
+            return;
+        }
         if psn::diff(p, expected) < 0 {
             core.stats.duplicates += 1;
         }
@@ -235,13 +242,16 @@ fn on_read_response<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: 
     // Everything before this READ is implicitly acknowledged.
     ack_through(qp, core, now, psn::add(first_psn, psn::MASK));
     let n = pkt.payload.len() as u64;
-    let pos = pkt.hdr.bth.opcode.position();
-    let final_pkt = matches!(pos, Some(Position::Last | Position::Only));
+    let k = u64::from(pkt.psn_count());
+    let final_pkt = matches!(
+        pkt.train_last.position(),
+        Some(Position::Last | Position::Only)
+    );
     let remaining = total - read_done;
     let good_len = if final_pkt {
-        n == remaining
+        n == remaining && (k == 1 || n > (k - 1) * mtu) && n <= k * mtu
     } else {
-        n == mtu && n < remaining
+        n == k * mtu && n < remaining
     };
     if !good_len {
         fail_at(qp, p, WcStatus::BadRespErr);
@@ -259,8 +269,8 @@ fn on_read_response<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: 
         s.byte_len = total as u32;
         let last = psn::add(first_psn, npsn.saturating_sub(1));
         ack_through(qp, core, now, last);
-    } else if psn::diff(psn::add(p, 1), qp.req.una) > 0 {
-        qp.req.una = psn::add(p, 1);
+    } else if psn::diff(psn::add(p, k as u32), qp.req.una) > 0 {
+        qp.req.una = psn::add(p, k as u32);
         qp.req.retries_left = qp.attr.retry_cnt;
         requester::arm_retransmit(qp, core, now);
     }
@@ -521,6 +531,21 @@ pub(crate) fn flush_new<H: Hca>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
     }
 }
 
+/// The IBA state diagram (10.3.1) as the device enforces it, from the state the QP is
+/// really in.
+fn legal(t: QpType, from: QpState, to: QpState) -> bool {
+    use QpState::*;
+    matches!(
+        (from, to),
+        (_, Reset | Err)
+            | (Reset, Init)
+            | (Init, Init | Rtr)
+            | (Rtr, Rts)
+            | (Rts, Rts | Sqd)
+            | (Sqd, Sqd | Rts)
+    ) || (from == Sqe && to == Rts && t != QpType::Rc)
+}
+
 /// Applies a modify-QP command.
 pub(crate) fn modify<H: Hca>(
     qp: &mut QpCtx,
@@ -548,6 +573,13 @@ pub(crate) fn modify<H: Hca>(
     } else {
         qp.state
     };
+    if !legal(qp.init.qp_type, qp.state, next) {
+        return Err(CommandError::BadState {
+            object: "QP",
+            number: qp.qpn,
+            reason: format!("QP is in {}, it cannot go to {next}", qp.state),
+        });
+    }
     let a = &mut qp.attr;
     macro_rules! take {
         ($flag:ident, $($field:ident),+) => {

@@ -116,6 +116,8 @@ pub(crate) struct Core {
     pub(crate) acks: Vec<u32>,
     pub(crate) stats: EngineStats,
     pub(crate) timer_generation: u64,
+    /// Packets of one message that may travel as one train (1 = no trains).
+    pub(crate) max_train: u32,
 }
 
 impl Core {
@@ -176,6 +178,7 @@ impl Engine {
                 acks: Vec::new(),
                 stats: EngineStats::default(),
                 timer_generation: 0,
+                max_train: 1,
             },
         }
     }
@@ -198,6 +201,12 @@ impl Engine {
     /// The ports, for link state changes.
     pub fn ports_mut(&mut self) -> &mut Vec<PortInfo> {
         &mut self.core.ports
+    }
+
+    /// Allows up to `n` packets of one message to travel as one train (segmentation offload on
+    /// a fault-free link); 1 disables trains. The fabric sets this from its link settings.
+    pub fn set_max_train(&mut self, n: u32) {
+        self.core.max_train = n.max(1);
     }
 
     /// Transport counters.
@@ -333,7 +342,7 @@ impl Engine {
         &mut self,
         now: u64,
         port: u8,
-        pkt: Packet,
+        pkt: &Packet,
         hca: &mut H,
         out: &mut Vec<Packet>,
     ) {
@@ -357,7 +366,7 @@ impl Engine {
         }
         let opcode = pkt.hdr.bth.opcode;
         if opcode.is_ack() || opcode.is_read_response() {
-            completer::on_response(qp, &mut self.core, hca, now, &pkt, out);
+            completer::on_response(qp, &mut self.core, hca, now, pkt, out);
         } else {
             responder::on_request(qp, &mut self.core, hca, now, pkt, out);
         }

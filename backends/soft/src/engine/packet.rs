@@ -15,7 +15,7 @@ use portverbs_hal::types::Gid;
 use smallvec::SmallVec;
 
 use crate::dma::SoftDma;
-use crate::wire::{self, TransportHdr, WireError};
+use crate::wire::{self, Opcode, Position, TransportHdr, WireError};
 
 /// A piece of payload that lives in registered memory.
 #[derive(Debug, Clone)]
@@ -28,12 +28,23 @@ pub struct MemSeg {
     pub len: u32,
 }
 
+/// Largest payload kept inside the packet instead of on the heap.
+pub const INLINE_PAYLOAD: usize = 32;
+
 /// Payload of a packet.
 #[derive(Debug, Clone, Default)]
 pub enum PayloadData {
     /// No payload.
     #[default]
     Empty,
+    /// Up to [`INLINE_PAYLOAD`] bytes carried in the packet itself (inline sends, small
+    /// messages): no allocation.
+    Inline {
+        /// Bytes used.
+        len: u8,
+        /// Storage.
+        bytes: [u8; INLINE_PAYLOAD],
+    },
     /// Owned bytes.
     Bytes(Vec<u8>),
     /// References into registered memory, in order.
@@ -41,10 +52,27 @@ pub enum PayloadData {
 }
 
 impl PayloadData {
+    /// Owned bytes, inline when small.
+    pub fn from_slice(b: &[u8]) -> Self {
+        if b.is_empty() {
+            Self::Empty
+        } else if b.len() <= INLINE_PAYLOAD {
+            let mut bytes = [0u8; INLINE_PAYLOAD];
+            bytes[..b.len()].copy_from_slice(b);
+            Self::Inline {
+                len: b.len() as u8,
+                bytes,
+            }
+        } else {
+            Self::Bytes(b.to_vec())
+        }
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         match self {
             Self::Empty => 0,
+            Self::Inline { len, .. } => usize::from(*len),
             Self::Bytes(b) => b.len(),
             Self::Mem(segs) => segs.iter().map(|s| s.len as usize).sum(),
         }
@@ -63,6 +91,7 @@ impl PayloadData {
         use portverbs_hal::DmaMemory;
         match self {
             Self::Empty => Ok(()),
+            Self::Inline { len, bytes } => dst.write(dst_off, &bytes[..usize::from(*len)]),
             Self::Bytes(b) => dst.write(dst_off, b),
             Self::Mem(segs) => {
                 let mut at = dst_off;
@@ -91,6 +120,7 @@ impl PayloadData {
         portverbs_hal::dma::check_range(from, len, self.len())?;
         match self {
             Self::Empty => Ok(()),
+            Self::Inline { bytes, .. } => dst.write(dst_off, &bytes[from..from + len]),
             Self::Bytes(b) => dst.write(dst_off, &b[from..from + len]),
             Self::Mem(segs) => {
                 let mut pos = 0usize;
@@ -121,6 +151,10 @@ impl PayloadData {
         portverbs_hal::dma::check_range(from, out.len(), total)?;
         match self {
             Self::Empty => Ok(()),
+            Self::Inline { bytes, .. } => {
+                out.copy_from_slice(&bytes[from..from + out.len()]);
+                Ok(())
+            }
             Self::Bytes(b) => {
                 out.copy_from_slice(&b[from..from + out.len()]);
                 Ok(())
@@ -170,13 +204,110 @@ pub struct Packet {
     pub hop_limit: u8,
     /// UDP source port.
     pub udp_sport: u16,
-    /// Transport headers (BTH and extensions).
+    /// Transport headers (BTH and extensions). For a train: the BTH opcode and PSN of its
+    /// first packet and the RETH/AETH that packet carries; immediate data, IETH, SE, AckReq and
+    /// PadCnt belong to its last packet.
     pub hdr: TransportHdr,
-    /// Payload (without pad).
+    /// Payload (without pad); for a train, all its packets' payloads in order.
     pub payload: PayloadData,
+    /// Number of consecutive packets of one message this value stands for (1 = a plain packet).
+    /// Trains exist only between engines on a fault-free link (segmentation offload); the
+    /// fabric splits them ([`Packet::split`]) before faults, captures or serialisation.
+    pub train: u16,
+    /// Opcode of the train's last packet (equal to `hdr.bth.opcode` when `train == 1`).
+    pub train_last: Opcode,
+    /// Payload bytes of every packet of a train but the last (the path MTU).
+    pub train_mtu: u16,
 }
 
 impl Packet {
+    /// A plain (non-train) packet.
+    pub fn new(src_gid: Gid, dst_gid: Gid, hdr: TransportHdr, payload: PayloadData) -> Self {
+        let op = hdr.bth.opcode;
+        Self {
+            src_gid,
+            dst_gid,
+            flow_label: 0,
+            traffic_class: 0,
+            hop_limit: 64,
+            udp_sport: 0,
+            hdr,
+            payload,
+            train: 1,
+            train_last: op,
+            train_mtu: 0,
+        }
+    }
+
+    /// Number of PSNs the packet covers.
+    pub fn psn_count(&self) -> u32 {
+        u32::from(self.train.max(1))
+    }
+
+    /// The individual packets of a train (a plain packet is returned as is).
+    pub fn split(self) -> Vec<Self> {
+        let mtu = usize::from(self.train_mtu);
+        let k = usize::from(self.train.max(1));
+        if k == 1 {
+            return vec![self];
+        }
+        let first = self.hdr.bth.opcode;
+        let last = self.train_last;
+        let total = self.payload.len();
+        let middle = |pos| match first.service() {
+            wire::Service::Uc if first.is_write() => Opcode::write(wire::Service::Uc, pos, false),
+            wire::Service::Uc => Opcode::send(wire::Service::Uc, pos, false, false),
+            _ if first.is_write() => Opcode::write(wire::Service::Rc, pos, false),
+            _ if first.is_read_response() => Opcode::read_response(pos),
+            _ => Opcode::send(wire::Service::Rc, pos, false, false),
+        };
+        let mut out = Vec::with_capacity(k);
+        for i in 0..k {
+            let from = (i * mtu).min(total);
+            let n = if i + 1 == k {
+                total - from
+            } else {
+                mtu.min(total - from)
+            };
+            let mut hdr = TransportHdr::new(self.hdr.bth);
+            hdr.bth.psn = psn::add(self.hdr.bth.psn, i as u32);
+            hdr.bth.opcode = if i == 0 {
+                first
+            } else if i + 1 == k {
+                last
+            } else {
+                middle(Position::Middle).unwrap_or(last)
+            };
+            let is_last = i + 1 == k;
+            hdr.bth.solicited = is_last && self.hdr.bth.solicited;
+            hdr.bth.ack_req = is_last && self.hdr.bth.ack_req;
+            hdr.bth.pad_count = if is_last { self.hdr.bth.pad_count } else { 0 };
+            if i == 0 {
+                hdr.reth = self.hdr.reth;
+            }
+            if is_last {
+                hdr.imm = self.hdr.imm;
+                hdr.ieth = self.hdr.ieth;
+            }
+            if hdr.bth.opcode.headers().contains(wire::HeaderSet::AETH) {
+                hdr.aeth = self.hdr.aeth;
+            }
+            let mut bytes = vec![0u8; n];
+            let payload = match self.payload.read(from, &mut bytes) {
+                Ok(()) => PayloadData::from_slice(&bytes),
+                Err(_) => PayloadData::Empty,
+            };
+            out.push(Self {
+                hdr,
+                payload,
+                train: 1,
+                train_last: hdr.bth.opcode,
+                ..self.clone()
+            });
+        }
+        out
+    }
+
     /// Serialises the packet as a RoCEv2 frame (IP, UDP, transport headers, payload, pad, ICRC).
     ///
     /// # Errors
@@ -218,11 +349,10 @@ impl Packet {
             hop_limit: 64,
             udp_sport: view.udp_sport,
             hdr: parsed.hdr,
-            payload: if parsed.payload.is_empty() {
-                PayloadData::Empty
-            } else {
-                PayloadData::Bytes(parsed.payload.to_vec())
-            },
+            payload: PayloadData::from_slice(parsed.payload),
+            train: 1,
+            train_last: parsed.hdr.bth.opcode,
+            train_mtu: 0,
         }))
     }
 }
@@ -282,5 +412,49 @@ mod tests {
         p.read(4, &mut mid).unwrap();
         assert_eq!(&mid, b"ghijk");
         assert!(p.read(10, &mut mid).is_err());
+    }
+}
+
+#[cfg(test)]
+mod train_tests {
+    use super::*;
+    use crate::wire::{Bth, Reth};
+
+    #[test]
+    fn a_write_train_splits_into_the_packets_it_stands_for() {
+        let mut hdr = TransportHdr::new(Bth::new(Opcode::WriteFirst, 0x11, 100));
+        hdr.reth = Some(Reth {
+            va: 0x1000,
+            rkey: 7,
+            dma_len: 2600,
+        });
+        hdr.bth.ack_req = true;
+        hdr.bth.pad_count = 0;
+        let data: Vec<u8> = (0..2600u32).map(|i| i as u8).collect();
+        let pkt = Packet {
+            train: 3,
+            train_last: Opcode::WriteLast,
+            train_mtu: 1024,
+            ..Packet::new(Gid::ZERO, Gid::ZERO, hdr, PayloadData::Bytes(data.clone()))
+        };
+        let parts = pkt.split();
+        assert_eq!(parts.len(), 3);
+        let ops: Vec<_> = parts.iter().map(|p| p.hdr.bth.opcode).collect();
+        assert_eq!(
+            ops,
+            [Opcode::WriteFirst, Opcode::WriteMiddle, Opcode::WriteLast]
+        );
+        let psns: Vec<_> = parts.iter().map(|p| p.hdr.bth.psn).collect();
+        assert_eq!(psns, [100, 101, 102]);
+        assert!(parts[0].hdr.reth.is_some() && parts[1].hdr.reth.is_none());
+        assert!(!parts[0].hdr.bth.ack_req && parts[2].hdr.bth.ack_req);
+        let lens: Vec<_> = parts.iter().map(|p| p.payload.len()).collect();
+        assert_eq!(lens, [1024, 1024, 552]);
+        let mut joined = Vec::new();
+        for p in &parts {
+            joined.extend(p.payload.to_vec().unwrap());
+            p.hdr.validate().unwrap();
+        }
+        assert_eq!(joined, data);
     }
 }

@@ -264,6 +264,8 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
         psn: psn_now,
     });
     let mut payload = PayloadData::Empty;
+    let mut train = 1u32;
+    let mut train_last = Opcode::from_u8(0xff);
     let last;
     let next_psn;
     match wqe.op {
@@ -307,10 +309,28 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
             next_psn = psn::add(psn_now, 1);
         }
         op => {
-            let n = (len - off).min(u64::from(mtu));
+            let mtu64 = u64::from(mtu);
+            // A train: as many packets of this message as the engine may coalesce and the
+            // PSN window allows (facts §6.1), all MTU-sized but the last.
+            if core.max_train > 1 && t != QpType::Ud {
+                let left = (len - off).div_ceil(mtu64).max(1);
+                let mut room = u64::from(core.max_train);
+                if t == QpType::Rc {
+                    let in_flight = psn::diff(psn_now, qp.req.una).max(0) as u64;
+                    room = room.min(
+                        u64::from(core.cfg.psn_window)
+                            .saturating_sub(in_flight)
+                            .max(1),
+                    );
+                }
+                train = left.min(room) as u32;
+            }
+            let n = (len - off).min(mtu64 * u64::from(train));
             let first = off == 0;
             last = off + n >= len;
-            let pos = position(first, last);
+            let pos = position(first, last && train == 1);
+            let last_pos = position(first && train == 1, last);
+            let last_n = n - mtu64 * u64::from(train - 1);
             let (imm, inv) = match op {
                 SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } => {
                     (Some(imm), None)
@@ -322,19 +342,35 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
                 op,
                 SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
             );
-            // Immediate data and the invalidated key travel in the last packet only.
+            // Immediate data and the invalidated key travel in the last packet only (for a
+            // train: its last packet, see `train_last`).
+            let first_is_last = last && train == 1;
             let opcode = if is_write {
-                Opcode::write(service(t), pos, last && imm.is_some())
+                Opcode::write(service(t), pos, first_is_last && imm.is_some())
             } else {
                 Opcode::send(
                     service(t),
                     pos,
-                    last && imm.is_some(),
-                    last && inv.is_some(),
+                    first_is_last && imm.is_some(),
+                    first_is_last && inv.is_some(),
                 )
             };
             // validate() only lets through combinations that exist.
             hdr.bth.opcode = opcode.unwrap_or(Opcode::from_u8(0xff));
+            train_last = if train == 1 {
+                hdr.bth.opcode
+            } else if is_write {
+                Opcode::write(service(t), last_pos, last && imm.is_some())
+                    .unwrap_or(Opcode::from_u8(0xff))
+            } else {
+                Opcode::send(
+                    service(t),
+                    last_pos,
+                    last && imm.is_some(),
+                    last && inv.is_some(),
+                )
+                .unwrap_or(Opcode::from_u8(0xff))
+            };
             if last {
                 hdr.imm = imm;
                 hdr.ieth = inv;
@@ -361,11 +397,11 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
                     src_qp: qp.qpn,
                 });
             }
-            hdr.bth.pad_count = ((4 - (n % 4)) % 4) as u8;
+            hdr.bth.pad_count = ((4 - (last_n % 4)) % 4) as u8;
             payload = gather(qp, core, off, n as u32);
             hdr.bth.ack_req =
-                t == QpType::Rc && (last || qp.req.since_ackreq + 1 >= core.cfg.ack_req_every);
-            next_psn = psn::add(psn_now, 1);
+                t == QpType::Rc && (last || qp.req.since_ackreq + train >= core.cfg.ack_req_every);
+            next_psn = psn::add(psn_now, train);
         }
     }
     let (dgid, sgid_index, flow_label, hop_limit, tclass) = match &qp.req.slot(tx).wqe.ud {
@@ -387,6 +423,9 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
             )
         }
     };
+    if train == 1 {
+        train_last = hdr.bth.opcode;
+    }
     let pkt = Packet {
         src_gid: core.sgid(qp.attr.port_num, sgid_index),
         dst_gid: dgid,
@@ -396,6 +435,9 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
         udp_sport: crate::wire::udp_source_port(flow_label, qp.qpn, hdr.bth.dest_qp),
         hdr,
         payload,
+        train: train as u16,
+        train_last,
+        train_mtu: mtu as u16,
     };
     let ack_req = pkt.hdr.bth.ack_req;
     out.push(pkt);
@@ -413,7 +455,7 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
             slot.byte_len = len as u32;
         }
     } else {
-        req.tx_offset = off + u64::from(mtu);
+        req.tx_offset = off + u64::from(mtu) * u64::from(train);
     }
     if psn::diff(next_psn, req.sent_end) > 0 {
         req.sent_end = next_psn;
@@ -450,7 +492,7 @@ fn gather(qp: &QpCtx, core: &Core, off: u64, n: u32) -> PayloadData {
     if wqe.is_inline() {
         let start = off as usize;
         let end = (start + n as usize).min(wqe.inline_data.len());
-        return PayloadData::Bytes(wqe.inline_data[start.min(end)..end].to_vec());
+        return PayloadData::from_slice(&wqe.inline_data[start.min(end)..end]);
     }
     let mut segs: SmallVec<[MemSeg; 2]> = SmallVec::new();
     let mut pos = 0u64;

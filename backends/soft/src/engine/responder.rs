@@ -26,7 +26,7 @@ pub(crate) fn on_request<H: Hca>(
     core: &mut Core,
     hca: &mut H,
     now: u64,
-    pkt: Packet,
+    pkt: &Packet,
     out: &mut Vec<Packet>,
 ) {
     let _ = now;
@@ -42,13 +42,19 @@ pub(crate) fn on_request<H: Hca>(
         });
     }
     match qp.init.qp_type {
-        QpType::Ud => on_ud(qp, core, hca, &pkt),
-        QpType::Uc => on_uc(qp, core, hca, &pkt),
+        QpType::Ud => on_ud(qp, core, hca, pkt),
+        QpType::Uc => on_uc(qp, core, hca, pkt),
         QpType::Rc => on_rc(qp, core, hca, pkt, out),
     }
 }
 
-fn on_rc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: Packet, out: &mut Vec<Packet>) {
+fn on_rc<H: Hca>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    pkt: &Packet,
+    out: &mut Vec<Packet>,
+) {
     let p = pkt.hdr.bth.psn;
     let d = psn::diff(p, qp.resp.epsn);
     if d > 0 {
@@ -67,6 +73,13 @@ fn on_rc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: Packet, out:
         return;
     }
     if d < 0 {
+        if pkt.train > 1 {
+            // A retransmitted train may reach past what was received: take it apart.
+            for part in pkt.clone().split() {
+                on_rc(qp, core, hca, &part, out);
+            }
+            return;
+        }
         core.stats.duplicates += 1;
         duplicate(qp, core, pkt, out);
         return;
@@ -78,13 +91,13 @@ fn on_rc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: Packet, out:
         return;
     }
     if op.is_read_request() {
-        read_request(qp, core, hca, &pkt, out);
+        read_request(qp, core, hca, pkt, out);
     } else if op.is_atomic() {
-        atomic(qp, core, hca, &pkt, out);
+        atomic(qp, core, hca, pkt, out);
     } else if op.is_send() {
-        send_packet(qp, core, hca, &pkt, out);
+        send_packet(qp, core, hca, pkt, out);
     } else if op.is_write() {
-        write_packet(qp, core, hca, &pkt, out);
+        write_packet(qp, core, hca, pkt, out);
     } else {
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
     }
@@ -105,14 +118,38 @@ fn mtu_of(qp: &QpCtx, core: &Core) -> u64 {
     u64::from(qp.mtu(core.port_mtu(qp.attr.port_num)))
 }
 
-/// Payload length rules: FIRST/MIDDLE carry exactly one MTU, LAST/ONLY at most one.
+/// Payload length rules: FIRST/MIDDLE carry exactly one MTU, LAST/ONLY at most one; a train
+/// of k packets carries k − 1 full MTUs plus its last packet's share.
 fn length_ok(qp: &QpCtx, core: &Core, pkt: &Packet) -> bool {
     let n = pkt.payload.len() as u64;
     let mtu = mtu_of(qp, core);
+    let k = u64::from(pkt.psn_count());
+    if k > 1 {
+        let opens = matches!(
+            pkt.hdr.bth.opcode.position(),
+            Some(Position::First | Position::Middle)
+        );
+        let full = (k - 1) * mtu;
+        return opens
+            && u64::from(pkt.train_mtu) == mtu
+            && match pkt.train_last.position() {
+                Some(Position::Middle) => n == k * mtu,
+                Some(Position::Last) => n > full && n <= k * mtu,
+                _ => false,
+            };
+    }
     match pkt.hdr.bth.opcode.position() {
         Some(Position::First | Position::Middle) => n == mtu,
         _ => n <= mtu,
     }
+}
+
+/// Where the (last packet of the) packet leaves the message.
+fn ends(pkt: &Packet) -> bool {
+    matches!(
+        pkt.train_last.position(),
+        Some(Position::Last | Position::Only)
+    )
 }
 
 fn send_packet<H: Hca>(
@@ -155,7 +192,7 @@ fn send_packet<H: Hca>(
         return;
     }
     qp.resp.offset += pkt.payload.len() as u64;
-    if matches!(op.position(), Some(Position::Last | Position::Only)) {
+    if ends(pkt) {
         if let Some(rkey) = pkt.hdr.ieth {
             if core
                 .memory
@@ -189,10 +226,10 @@ fn write_packet<H: Hca>(
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
         return;
     }
-    let ends = matches!(pos, Some(Position::Last | Position::Only));
+    let ends_msg = ends(pkt);
     // A WRITE with immediate needs a receive WQE: check before touching memory, so an RNR
     // retry finds everything as it was.
-    if ends && op.has_imm() && !qp.resp.recv_held {
+    if ends_msg && pkt.train_last.has_imm() && !qp.resp.recv_held {
         match take_recv(qp, hca) {
             Ok(true) => {}
             Ok(false) => {
@@ -230,7 +267,7 @@ fn write_packet<H: Hca>(
         return;
     };
     let n = pkt.payload.len() as u64;
-    if qp.resp.offset + n > len || (ends && qp.resp.offset + n != len) {
+    if qp.resp.offset + n > len || (ends_msg && qp.resp.offset + n != len) {
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
         return;
     }
@@ -250,8 +287,8 @@ fn write_packet<H: Hca>(
         }
     }
     qp.resp.offset += n;
-    if ends {
-        if op.has_imm() {
+    if ends_msg {
+        if pkt.train_last.has_imm() {
             complete_recv(
                 qp,
                 hca,
@@ -341,27 +378,33 @@ fn read_responses(
     len: u64,
 ) {
     let mtu = mtu_of(qp, core);
-    for i in from..npsn {
+    let pos_of = |i: u32| match (i == 0, i + 1 == npsn) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    };
+    let mut i = from;
+    while i < npsn {
+        // Consecutive responses travel as one train when the engine may coalesce them.
+        let k = (npsn - i).min(core.max_train.max(1));
         let off = u64::from(i) * mtu;
-        let n = (len - off.min(len)).min(mtu);
-        let pos = match (i == 0, i + 1 == npsn) {
-            (true, true) => Position::Only,
-            (true, false) => Position::First,
-            (false, true) => Position::Last,
-            (false, false) => Position::Middle,
-        };
+        let n = (len - off.min(len)).min(mtu * u64::from(k));
+        let last_n = n - (mtu * u64::from(k - 1)).min(n);
+        let pos = pos_of(i);
         let mut hdr = TransportHdr::new(bth(
             qp,
             Opcode::read_response(pos).unwrap_or(Opcode::from_u8(0xff)),
             psn::add(first_psn, i),
         ));
-        if pos != Position::Middle {
+        let last_pos = pos_of(i + k - 1);
+        if pos != Position::Middle || last_pos != Position::Middle {
             hdr.aeth = Some(Aeth {
                 syndrome: AethSyndrome::Ack { credits: 0x1f },
                 msn: qp.resp.msn,
             });
         }
-        hdr.bth.pad_count = ((4 - (n % 4)) % 4) as u8;
+        hdr.bth.pad_count = ((4 - (last_n % 4)) % 4) as u8;
         let payload = match span {
             Some(s) if n > 0 => PayloadData::Mem(smallvec::smallvec![MemSeg {
                 mem: s.mem.clone(),
@@ -370,7 +413,13 @@ fn read_responses(
             }]),
             _ => PayloadData::Empty,
         };
-        out.push(reply(qp, core, hdr, payload));
+        out.push(Packet {
+            train: k as u16,
+            train_last: Opcode::read_response(last_pos).unwrap_or(Opcode::from_u8(0xff)),
+            train_mtu: mtu as u16,
+            ..reply(qp, core, hdr, payload)
+        });
+        i += k;
     }
 }
 
@@ -432,7 +481,7 @@ fn store_resource(qp: &mut QpCtx, r: Resource) {
 }
 
 /// A request with a PSN behind the expected one (IBA 9.9.2.2).
-fn duplicate(qp: &mut QpCtx, core: &mut Core, pkt: Packet, out: &mut Vec<Packet>) {
+fn duplicate(qp: &mut QpCtx, core: &mut Core, pkt: &Packet, out: &mut Vec<Packet>) {
     let p = pkt.hdr.bth.psn;
     let op = pkt.hdr.bth.opcode;
     if op.is_read_request() {
@@ -617,10 +666,10 @@ fn complete_recv<H: Hca>(
 
 /// The packet was executed: advance the expected PSN and owe an ACK if asked for.
 fn accept(qp: &mut QpCtx, core: &mut Core, pkt: &Packet) {
-    let p = pkt.hdr.bth.psn;
-    qp.resp.epsn = psn::add(p, 1);
+    let last = psn::add(pkt.hdr.bth.psn, pkt.psn_count() - 1);
+    qp.resp.epsn = psn::add(last, 1);
     if pkt.hdr.bth.ack_req {
-        qp.resp.pending_ack = Some(p);
+        qp.resp.pending_ack = Some(last);
         if !qp.ack_scheduled {
             qp.ack_scheduled = true;
             core.acks.push(qp.qpn);
@@ -716,20 +765,23 @@ fn reply(qp: &QpCtx, core: &mut Core, hdr: TransportHdr, payload: PayloadData) -
     core.stats.tx_packets += 1;
     let av = &qp.attr.ah_attr;
     Packet {
-        src_gid: core.sgid(qp.attr.port_num, av.sgid_index),
-        dst_gid: av.dgid,
         flow_label: av.flow_label,
         traffic_class: av.traffic_class,
         hop_limit: av.hop_limit,
         udp_sport: crate::wire::udp_source_port(av.flow_label, qp.qpn, qp.attr.dest_qp_num),
-        hdr,
-        payload,
+        ..Packet::new(
+            core.sgid(qp.attr.port_num, av.sgid_index),
+            av.dgid,
+            hdr,
+            payload,
+        )
     }
 }
 
 /// UC: no ACKs, no NAKs; a gap drops the rest of the message (facts §6.3).
 fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
     let p = pkt.hdr.bth.psn;
+    let k = pkt.psn_count();
     let op = pkt.hdr.bth.opcode;
     let starts = matches!(op.position(), Some(Position::First | Position::Only));
     if p != qp.resp.epsn || qp.resp.drop_msg {
@@ -738,7 +790,7 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
             qp.resp.msg = None;
         } else {
             qp.resp.drop_msg = true;
-            qp.resp.epsn = psn::add(p, 1);
+            qp.resp.epsn = psn::add(p, k);
             core.stats.dropped += 1;
             return;
         }
@@ -746,13 +798,13 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
     if !sequence_ok(qp, op) || !length_ok(qp, core, pkt) {
         qp.resp.msg = None;
         qp.resp.drop_msg = true;
-        qp.resp.epsn = psn::add(p, 1);
+        qp.resp.epsn = psn::add(p, k);
         return;
     }
     if op.is_send() {
         if starts && !matches!(take_recv(qp, hca), Ok(true)) {
-            qp.resp.drop_msg = !matches!(op.position(), Some(Position::Only));
-            qp.resp.epsn = psn::add(p, 1);
+            qp.resp.drop_msg = !ends(pkt);
+            qp.resp.epsn = psn::add(p, k);
             core.stats.dropped += 1;
             return;
         }
@@ -763,7 +815,7 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
         match scatter_recv(qp, core, pkt, 0) {
             Ok(()) => {
                 qp.resp.offset += pkt.payload.len() as u64;
-                if matches!(op.position(), Some(Position::Last | Position::Only)) {
+                if ends(pkt) {
                     let len = qp.resp.offset as u32;
                     complete_recv(qp, hca, WcStatus::Success, WcOpcode::Recv, pkt, len);
                     qp.resp.msg = None;
@@ -775,12 +827,12 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
                 qp.resp.drop_msg = true;
             }
         }
-        qp.resp.epsn = psn::add(p, 1);
+        qp.resp.epsn = psn::add(p, k);
     } else if op.is_write() {
-        let ends = matches!(op.position(), Some(Position::Last | Position::Only));
-        if ends && op.has_imm() && !matches!(take_recv(qp, hca), Ok(true)) {
+        let ends_msg = ends(pkt);
+        if ends_msg && pkt.train_last.has_imm() && !matches!(take_recv(qp, hca), Ok(true)) {
             qp.resp.msg = None;
-            qp.resp.epsn = psn::add(p, 1);
+            qp.resp.epsn = psn::add(p, k);
             return;
         }
         if starts {
@@ -793,8 +845,8 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
                     Ok(s) => Some(s),
                     Err(_) => {
                         // UC: silently dropped.
-                        qp.resp.drop_msg = !matches!(op.position(), Some(Position::Only));
-                        qp.resp.epsn = psn::add(p, 1);
+                        qp.resp.drop_msg = !ends(pkt);
+                        qp.resp.epsn = psn::add(p, k);
                         core.stats.dropped += 1;
                         return;
                     }
@@ -816,8 +868,8 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
                 }
                 qp.resp.offset += n;
             }
-            if ends {
-                if op.has_imm() {
+            if ends_msg {
+                if pkt.train_last.has_imm() {
                     complete_recv(
                         qp,
                         hca,
@@ -830,7 +882,7 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
                 qp.resp.msg = None;
             }
         }
-        qp.resp.epsn = psn::add(p, 1);
+        qp.resp.epsn = psn::add(p, k);
     }
 }
 

@@ -292,7 +292,7 @@ impl Fabric {
 
     /// Changes the link behaviour.
     pub fn set_faults(&self, faults: LinkFaults) {
-        self.shared.lock().faults = faults;
+        self.shared.lock().set_faults(faults);
     }
 
     /// Packet statistics.

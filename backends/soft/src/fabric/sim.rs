@@ -5,6 +5,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::Receiver;
@@ -16,6 +17,32 @@ use crate::device::doorbell::{Kick, KickKind};
 use crate::device::hw::Hw;
 use crate::device::state::DevState;
 use crate::engine::{Engine, Packet};
+
+/// Hashes GIDs (16 bytes that are already well spread) with two multiply-xorshift rounds
+/// instead of SipHash: the routing table is looked up once per packet.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct GidHasher(u64);
+
+impl Hasher for GidHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0 ^ u64::from_le_bytes(w)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            self.0 ^= self.0 >> 29;
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The routing table: GID → (device, port).
+pub(crate) type Routes = HashMap<Gid, (usize, u8), BuildHasherDefault<GidHasher>>;
+
+/// Longest train (packets of one message delivered as one unit) on a fault-free fabric.
+pub(crate) const MAX_TRAIN: u32 = 64;
 
 /// A device on the fabric.
 #[derive(Debug)]
@@ -61,7 +88,7 @@ impl Ord for Timed {
 pub(crate) struct Sim {
     pub(crate) now: u64,
     pub(crate) devices: Vec<SimDevice>,
-    pub(crate) routes: HashMap<Gid, (usize, u8)>,
+    pub(crate) routes: Routes,
     ready: VecDeque<Delivery>,
     delayed: BinaryHeap<Reverse<Timed>>,
     seq: u64,
@@ -77,7 +104,7 @@ impl Sim {
         Self {
             now: 0,
             devices: Vec::new(),
-            routes: HashMap::new(),
+            routes: Routes::default(),
             ready: VecDeque::new(),
             delayed: BinaryHeap::new(),
             seq: 0,
@@ -109,6 +136,17 @@ impl Sim {
             return;
         };
         let f = self.faults;
+        if f == LinkFaults::NONE {
+            self.ready.push_back(Delivery { dev, port, pkt });
+            return;
+        }
+        if pkt.train > 1 {
+            // Faults hit real packets: take the train apart first.
+            for part in pkt.split() {
+                self.route(part);
+            }
+            return;
+        }
         if self.rng.chance(f.loss) {
             self.stats.lost += 1;
             return;
@@ -231,7 +269,7 @@ impl Sim {
             did = true;
             self.stats.delivered += 1;
             if let Some(d) = self.devices.get_mut(dev) {
-                d.engine.receive(now, port, pkt, &mut d.hw, &mut self.out);
+                d.engine.receive(now, port, &pkt, &mut d.hw, &mut self.out);
             }
         }
         for d in &mut self.devices {
@@ -285,6 +323,24 @@ impl Sim {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Packets of one message that may travel as one train on this fabric's links.
+    pub(crate) fn max_train(&self) -> u32 {
+        if self.faults == LinkFaults::NONE {
+            MAX_TRAIN
+        } else {
+            1
+        }
+    }
+
+    /// Changes the link behaviour (and whether engines may form trains).
+    pub(crate) fn set_faults(&mut self, faults: LinkFaults) {
+        self.faults = faults;
+        let n = self.max_train();
+        for d in &mut self.devices {
+            d.engine.set_max_train(n);
         }
     }
 

@@ -125,6 +125,7 @@ macro_rules! opcodes {
 
         impl Opcode {
             /// The opcode byte as carried in BTH byte 0.
+            #[inline]
             pub const fn to_u8(self) -> u8 {
                 match self {
                     $( Self::$variant => $byte, )*
@@ -212,6 +213,7 @@ opcodes! {
 
 impl Opcode {
     /// Decodes an opcode byte; bytes without a table entry become [`Opcode::Unknown`].
+    #[inline]
     pub const fn from_u8(b: u8) -> Self {
         match TABLE[b as usize].op {
             Some(op) => op,
@@ -220,6 +222,7 @@ impl Opcode {
     }
 
     /// The table row for this opcode ([`Opcode::Unknown`] always gets the "unknown" row).
+    #[inline]
     const fn info(self) -> &'static OpInfo {
         match self {
             Self::Unknown(_) => &OpInfo::UNKNOWN,
@@ -233,37 +236,44 @@ impl Opcode {
     }
 
     /// Whether this opcode has a table entry (i.e. is not [`Opcode::Unknown`]).
+    #[inline]
     pub const fn is_known(self) -> bool {
         self.info().op.is_some()
     }
 
     /// The transport service of the opcode ([`Service::Other`] when unknown).
+    #[inline]
     pub const fn service(self) -> Service {
         self.info().service
     }
 
     /// The operation family, or `None` when unknown.
+    #[inline]
     pub const fn kind(self) -> Option<OpKind> {
         self.info().kind
     }
 
     /// The extension headers (and payload permission) that follow the BTH.
     /// Empty for unknown opcodes.
+    #[inline]
     pub const fn headers(self) -> HeaderSet {
         self.info().headers
     }
 
     /// BTH plus extension header length in bytes (payload and pad excluded).
+    #[inline]
     pub const fn header_len(self) -> usize {
         super::Bth::LEN + self.headers().ext_len()
     }
 
     /// Position within a message for SEND / RDMA WRITE / RDMA READ response opcodes.
+    #[inline]
     pub const fn position(self) -> Option<Position> {
         self.info().position
     }
 
     /// Human-readable name such as `"RC SEND_ONLY"` (`"UNKNOWN"` for unknown opcodes).
+    #[inline]
     pub const fn name(self) -> &'static str {
         self.info().name
     }
@@ -273,87 +283,127 @@ impl Opcode {
     }
 
     /// Any SEND opcode (RC, UC or UD).
+    #[inline]
     pub const fn is_send(self) -> bool {
         self.kind_is(OpKind::Send)
     }
 
     /// Any RDMA WRITE opcode (RC or UC).
+    #[inline]
     pub const fn is_write(self) -> bool {
         self.kind_is(OpKind::Write)
     }
 
     /// RDMA READ request.
+    #[inline]
     pub const fn is_read_request(self) -> bool {
         self.kind_is(OpKind::ReadRequest)
     }
 
     /// Any RDMA READ response opcode.
+    #[inline]
     pub const fn is_read_response(self) -> bool {
         self.kind_is(OpKind::ReadResponse)
     }
 
     /// Atomic request: compare-and-swap or fetch-and-add.
+    #[inline]
     pub const fn is_atomic(self) -> bool {
         self.kind_is(OpKind::CompareSwap) || self.kind_is(OpKind::FetchAdd)
     }
 
     /// ACKNOWLEDGE or ATOMIC_ACKNOWLEDGE.
+    #[inline]
     pub const fn is_ack(self) -> bool {
         self.kind_is(OpKind::Acknowledge) || self.kind_is(OpKind::AtomicAcknowledge)
     }
 
     /// Carries immediate data.
+    #[inline]
     pub const fn has_imm(self) -> bool {
         self.headers().contains(HeaderSet::IMM)
     }
 
     /// Carries an IETH (SEND with invalidate).
+    #[inline]
     pub const fn has_inv(self) -> bool {
         self.headers().contains(HeaderSet::IETH)
     }
 
     /// Sent by a requester: SEND, RDMA WRITE, RDMA READ request or atomic request.
+    #[inline]
     pub const fn is_request(self) -> bool {
         self.is_send() || self.is_write() || self.is_read_request() || self.is_atomic()
     }
 
     /// Sent by a responder: RDMA READ response, ACK or atomic ACK.
+    #[inline]
     pub const fn is_response(self) -> bool {
         self.is_read_response() || self.is_ack()
     }
 
     /// The first known opcode whose table row satisfies `pred`.
-    fn find(pred: impl Fn(&OpInfo) -> bool) -> Option<Self> {
-        TABLE.iter().find(|i| pred(i)).and_then(|i| i.op)
-    }
-
     /// The SEND opcode for `service` and `position`, with immediate data and/or invalidate.
     /// `None` when no such opcode exists (e.g. UD SEND_FIRST, UC SEND with invalidate, or
     /// both `imm` and `inv`).
+    #[inline]
     pub fn send(service: Service, position: Position, imm: bool, inv: bool) -> Option<Self> {
-        Self::find(|i| {
-            i.kind == Some(OpKind::Send)
-                && i.service == service
-                && i.position == Some(position)
-                && i.headers.contains(HeaderSet::IMM) == imm
-                && i.headers.contains(HeaderSet::IETH) == inv
-        })
+        // IBA table 38: SEND opcodes are FIRST, MIDDLE, LAST, LAST_IMM, ONLY, ONLY_IMM at
+        // offsets 0..=5 of the service's block; RC adds LAST_INV (0x16) and ONLY_INV (0x17).
+        let base = match service {
+            Service::Rc => 0x00,
+            Service::Uc if !inv => 0x20,
+            Service::Ud if !inv && position == Position::Only => {
+                return Some(Self::from_u8(if imm { 0x65 } else { 0x64 }));
+            }
+            _ => return None,
+        };
+        let off = match (position, imm, inv) {
+            (_, true, true) => return None,
+            (Position::First, false, false) => 0,
+            (Position::Middle, false, false) => 1,
+            (Position::Last, false, false) => 2,
+            (Position::Last, true, false) => 3,
+            (Position::Only, false, false) => 4,
+            (Position::Only, true, false) => 5,
+            (Position::Last, false, true) => return Some(Self::from_u8(0x16)),
+            (Position::Only, false, true) => return Some(Self::from_u8(0x17)),
+            _ => return None,
+        };
+        Some(Self::from_u8(base + off))
     }
 
-    /// The RDMA WRITE opcode for `service` and `position`, with or without immediate data.
-    /// `None` when no such opcode exists (e.g. UD, or FIRST/MIDDLE with immediate).
+    /// The RDMA WRITE opcode with these properties, if IBTA defines one.
+    #[inline]
     pub fn write(service: Service, position: Position, imm: bool) -> Option<Self> {
-        Self::find(|i| {
-            i.kind == Some(OpKind::Write)
-                && i.service == service
-                && i.position == Some(position)
-                && i.headers.contains(HeaderSet::IMM) == imm
-        })
+        // RDMA WRITE opcodes follow the SEND ones: FIRST, MIDDLE, LAST, LAST_IMM, ONLY,
+        // ONLY_IMM at offsets 6..=0xB of the RC and UC blocks.
+        let base = match service {
+            Service::Rc => 0x06,
+            Service::Uc => 0x26,
+            _ => return None,
+        };
+        let off = match (position, imm) {
+            (Position::First, false) => 0,
+            (Position::Middle, false) => 1,
+            (Position::Last, false) => 2,
+            (Position::Last, true) => 3,
+            (Position::Only, false) => 4,
+            (Position::Only, true) => 5,
+            _ => return None,
+        };
+        Some(Self::from_u8(base + off))
     }
 
     /// The (RC) RDMA READ response opcode for `position`.
+    #[inline]
     pub fn read_response(position: Position) -> Option<Self> {
-        Self::find(|i| i.kind == Some(OpKind::ReadResponse) && i.position == Some(position))
+        Some(Self::from_u8(match position {
+            Position::First => 0x0d,
+            Position::Middle => 0x0e,
+            Position::Last => 0x0f,
+            Position::Only => 0x10,
+        }))
     }
 }
 

@@ -1,0 +1,194 @@
+//! The headline figures of the software device, printed as a table (`cargo bench --bench
+//! figures`): RDMA-write bandwidth at 64 KiB as a ratio to memcpy of the same buffers in the
+//! same run, and the 8-byte RDMA-write message rate with batched posting. Each figure is the
+//! median of several runs after a warm-up; the machine is shared and noisy, so read them as
+//! orders of magnitude and compare ratios, not absolute values across machines.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use portverbs::prelude::*;
+use portverbs::soft::{Fabric, SoftDma};
+
+const RUNS: usize = 7;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// memcpy of `len` bytes between the two registered buffers, GB/s.
+fn memcpy_gbs(p: &common::Pair, len: usize, iters: usize) -> f64 {
+    let src = p.a.buf.dma().as_any().downcast_ref::<SoftDma>().expect("soft memory");
+    let dst = p.b.buf.dma().as_any().downcast_ref::<SoftDma>().expect("soft memory");
+    let t = Instant::now();
+    for i in 0..iters {
+        let off = (i % 4) * len;
+        SoftDma::copy(src, off, dst, off, len).expect("copy");
+    }
+    (len * iters) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+/// Posts `iters` RDMA writes of `len` bytes keeping `depth` outstanding, one completion per
+/// `signal`; `drive` runs the device when the fabric is stepped. Returns GB/s and Mops/s.
+fn write_rate(
+    p: &common::Pair,
+    len: u32,
+    iters: u64,
+    depth: u64,
+    signal: u64,
+    batch: u64,
+    inline: bool,
+    drive: &dyn Fn(),
+) -> (f64, f64) {
+    let remote = RemoteAddr {
+        addr: p.b.mr.addr(),
+        rkey: p.b.mr.rkey().expect("rkey"),
+    };
+    let sge = [p.a.mr.sge(0, len)];
+    let payload = [0x5au8; 64];
+    let mut wc = [WorkCompletion::default(); 64];
+    let mut wrs = Vec::with_capacity(batch as usize);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let t = Instant::now();
+    while done < iters {
+        while posted < iters && posted - done + batch <= depth {
+            wrs.clear();
+            for _ in 0..batch.min(iters - posted) {
+                let off = (posted % 4) * u64::from(len);
+                let mut wr = SendWr::new(
+                    posted,
+                    SendOp::RdmaWrite {
+                        remote: RemoteAddr {
+                            addr: remote.addr + off,
+                            ..remote
+                        },
+                    },
+                );
+                wr = if inline {
+                    wr.inline(&payload[..len as usize])
+                } else {
+                    wr.sges(&sge)
+                };
+                posted += 1;
+                if posted % signal == 0 || posted == iters {
+                    wr = wr.signaled();
+                }
+                wrs.push(wr);
+            }
+            p.a.qp.post_send(&wrs).expect("post");
+        }
+        drive();
+        let n = p.a.cq.poll(&mut wc).expect("poll");
+        for w in &wc[..n] {
+            assert!(w.is_ok(), "{w:?}");
+            done = w.wr_id + 1;
+        }
+    }
+    let s = t.elapsed().as_secs_f64();
+    (
+        (u64::from(len) * iters) as f64 / s / 1e9,
+        iters as f64 / s / 1e6,
+    )
+}
+
+/// `--profile-rate N`: only the one-core 8-byte scenario, N writes (for callgrind).
+fn profile_rate(n: u64) {
+    let p = common::pair(Fabric::stepped(1), 4096, 1024);
+    let fabric = p.fabric.clone();
+    let drive = move || {
+        fabric.run_until_idle().expect("idle");
+    };
+    let (_, mops) = write_rate(&p, 8, n, 512, 32, 32, true, &drive);
+    println!("{n} writes, {mops:.2} Mops/s");
+}
+
+/// `--profile-bw N`: only the one-core 64 KiB write scenario, N writes (for callgrind).
+fn profile_bw(n: u64) {
+    let len = 64 << 10;
+    let p = common::pair(Fabric::stepped(1), 4 * len, 256);
+    let fabric = p.fabric.clone();
+    let drive = move || {
+        fabric.run_until_idle().expect("idle");
+    };
+    let (gbs, _) = write_rate(&p, len as u32, n, 128, 16, 16, false, &drive);
+    println!("{n} writes, {gbs:.2} GB/s");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--profile-bw") {
+        let n = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(2_000);
+        return profile_bw(n);
+    }
+    if let Some(i) = args.iter().position(|a| a == "--profile-rate") {
+        let n = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(100_000);
+        return profile_rate(n);
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let runs = if quick { 1 } else { RUNS };
+    println!("# portverbs soft device — figures ({runs} runs each, median)");
+    println!();
+
+    // Bandwidth at 64 KiB, free-running fabric: the app thread posts and polls, the engine
+    // thread moves the data (one copy from source MR to destination MR).
+    let len = 64 << 10;
+    let p = common::pair(Fabric::threaded(), 4 * len, 256);
+    let idle = || {};
+    let _ = write_rate(&p, len as u32, 2_000, 128, 16, 16, false, &idle);
+    let (mut bw, mut mc) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        mc.push(memcpy_gbs(&p, len, 20_000));
+        bw.push(write_rate(&p, len as u32, 20_000, 128, 16, 16, false, &idle).0);
+    }
+    let (bw, mc) = (median(bw), median(mc));
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!("| memcpy 64 KiB, same buffers | {mc:.2} GB/s |");
+    println!("| RDMA WRITE 64 KiB, threaded engine | {bw:.2} GB/s |");
+    println!("| ratio write / memcpy | {:.2} (goal ≥ 0.7) |", bw / mc);
+    drop(p);
+
+    // The same on a stepped fabric: one core does post, transport, copy and poll.
+    let p = common::pair(Fabric::stepped(1), 4 * len, 256);
+    let fabric = p.fabric.clone();
+    let drive = move || {
+        fabric.run_until_idle().expect("idle");
+    };
+    let mut bw = Vec::new();
+    for _ in 0..runs {
+        bw.push(write_rate(&p, len as u32, 5_000, 128, 16, 16, false, &drive).0);
+    }
+    println!("| RDMA WRITE 64 KiB, stepped (one core) | {:.2} GB/s |", median(bw));
+    drop(p);
+
+    // 8-byte inline writes, batches of 32, one completion per batch, one core.
+    let p = common::pair(Fabric::stepped(1), 4096, 1024);
+    let fabric = p.fabric.clone();
+    let drive = move || {
+        fabric.run_until_idle().expect("idle");
+    };
+    let _ = write_rate(&p, 8, 50_000, 512, 32, 32, true, &drive);
+    let mut rate = Vec::new();
+    for _ in 0..runs {
+        rate.push(write_rate(&p, 8, 500_000, 512, 32, 32, true, &drive).1);
+    }
+    println!(
+        "| 8-byte RDMA WRITE, post lists of 32, one core | {:.2} Mops/s (goal ≥ 5) |",
+        median(rate)
+    );
+    drop(p);
+
+    // The same with the engine on its own thread.
+    let p = common::pair(Fabric::threaded(), 4096, 1024);
+    let mut rate = Vec::new();
+    for _ in 0..runs {
+        rate.push(write_rate(&p, 8, 500_000, 512, 32, 32, true, &idle).1);
+    }
+    println!(
+        "| 8-byte RDMA WRITE, post lists of 32, threaded engine | {:.2} Mops/s |",
+        median(rate)
+    );
+    let _ = Duration::ZERO;
+}
