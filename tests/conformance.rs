@@ -27,5 +27,24 @@ mod conformance {
     pub mod env;
     pub mod util;
 
+    mod ah;
+    mod cq;
+    mod device;
+    mod errors_rc;
+    mod events;
+    mod mr;
+    mod mw;
+    mod notify;
+    mod obj_util;
+    mod pd;
+    mod qp;
+    mod qp_misc;
+    mod qp_post;
+    mod reliability_rc;
+    mod srq;
     mod traffic_rc;
+    mod traffic_rc_flow;
+    mod traffic_uc;
+    mod traffic_ud;
+    mod tx_util;
 }

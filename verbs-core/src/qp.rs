@@ -548,23 +548,29 @@ impl<D: Device> Qp<D> {
         } else {
             self.state()
         };
+        // Without STATE in the mask the modify stays in the current state.
+        let target = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
         let to = qp_state::check(t, cur, attr.qp_state, mask).map_err(|v| match v {
             Violation::Transition => ModifyQpError::InvalidTransition {
                 qpn,
                 qp_type: t,
                 from: cur,
-                to: attr.qp_state,
+                to: target,
             },
             Violation::Missing(missing) => ModifyQpError::MissingAttributes {
                 qpn,
                 from: cur,
-                to: attr.qp_state,
+                to: target,
                 missing,
             },
             Violation::Unexpected(unexpected) => ModifyQpError::UnexpectedAttributes {
                 qpn,
                 from: cur,
-                to: attr.qp_state,
+                to: target,
                 unexpected,
             },
         })?;

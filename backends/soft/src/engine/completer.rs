@@ -30,14 +30,16 @@ fn send_opcode(op: SendOp) -> WcOpcode {
 }
 
 /// Delivers, in order, the completions of every WQE whose outcome is known.
+/// Returns how many WQEs were retired.
 pub(crate) fn advance_completions<H: Hca>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
     now: u64,
     out: &mut Vec<Packet>,
-) {
+) -> u32 {
     let mut error = None;
+    let start = qp.req.comp;
     while qp.req.comp != qp.req.fetched {
         let c = qp.req.comp;
         let slot = qp.req.slot(c);
@@ -67,12 +69,13 @@ pub(crate) fn advance_completions<H: Hca>(
             break;
         }
     }
+    let retired = qp.req.comp.wrapping_sub(start);
     if error.is_some() {
         match qp.init.qp_type {
             QpType::Rc => enter_error(qp, core, hca),
             QpType::Uc | QpType::Ud => enter_sq_error(qp, hca),
         }
-        return;
+        return retired;
     }
     if qp.draining && qp.req.comp == qp.req.fetched && qp.req.tx == qp.req.fetched {
         qp.draining = false;
@@ -84,6 +87,7 @@ pub(crate) fn advance_completions<H: Hca>(
         }
     }
     let _ = (now, out);
+    retired
 }
 
 /// Processes an ACK, NAK, READ response or atomic ACK for this QP's requests.
@@ -521,6 +525,11 @@ fn flush_rq<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
             kind: QpEventKind::LastWqeReached,
         }),
     }
+}
+
+/// Flushes send WQEs posted to a QP in SQE (its receive queue keeps working).
+pub(crate) fn flush_new_sends<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
+    flush_sq(qp, hca);
 }
 
 /// Flushes WQEs posted to a QP already in ERR.

@@ -308,9 +308,16 @@ impl Engine {
         else {
             return;
         };
-        if qp.state == QpState::Err {
-            completer::flush_new(qp, &mut self.core, hca);
-            return;
+        match qp.state {
+            QpState::Err => {
+                completer::flush_new(qp, &mut self.core, hca);
+                return;
+            }
+            QpState::Sqe => {
+                completer::flush_new_sends(qp, hca);
+                return;
+            }
+            _ => {}
         }
         requester::transmit(qp, &mut self.core, hca, now, out);
     }

@@ -38,29 +38,39 @@ pub(crate) fn transmit<H: Hca>(
     now: u64,
     out: &mut Vec<Packet>,
 ) {
-    if qp.can_send() && !qp.req.rnr_wait && !qp.req.stalled {
-        let mut budget = core.cfg.burst;
-        loop {
-            if budget == 0 {
-                core.schedule(qp);
-                break;
-            }
-            match step(qp, core, hca, now, out) {
-                Ok(Step::Progress) => budget -= 1,
-                Ok(Step::Blocked) => break,
-                Err(fault) => {
-                    tracing::warn!(qpn = qp.qpn, reason = fault.reason, "malformed send WQE");
-                    hca.post_event(portverbs_hal::event::DeviceEvent::Qp {
-                        qpn: qp.qpn,
-                        kind: portverbs_hal::event::QpEventKind::Fatal,
-                    });
-                    completer::enter_error(qp, core, hca);
-                    return;
+    let mut budget = core.cfg.burst;
+    loop {
+        let mut blocked = false;
+        if qp.can_send() && !qp.req.rnr_wait && !qp.req.stalled {
+            while budget > 0 {
+                match step(qp, core, hca, now, out) {
+                    Ok(Step::Progress) => budget -= 1,
+                    Ok(Step::Blocked) => {
+                        blocked = true;
+                        break;
+                    }
+                    Err(fault) => {
+                        tracing::warn!(qpn = qp.qpn, reason = fault.reason, "malformed send WQE");
+                        hca.post_event(portverbs_hal::event::DeviceEvent::Qp {
+                            qpn: qp.qpn,
+                            kind: portverbs_hal::event::QpEventKind::Fatal,
+                        });
+                        completer::enter_error(qp, core, hca);
+                        return;
+                    }
                 }
             }
+            if budget == 0 {
+                core.schedule(qp);
+            }
+        }
+        // Retiring completions can unblock the loop (a fence or the READ/atomic depth waits
+        // for in-order completion), so go round again when it did.
+        let retired = completer::advance_completions(qp, core, hca, now, out);
+        if !(blocked && retired > 0 && budget > 0) {
+            break;
         }
     }
-    completer::advance_completions(qp, core, hca, now, out);
 }
 
 fn step<H: Hca>(

@@ -516,7 +516,7 @@ fn duplicate(qp: &mut QpCtx, core: &mut Core, pkt: &Packet, out: &mut Vec<Packet
             remote(
                 qp,
                 core,
-                rkey_of(&pkt),
+                rkey_of(pkt),
                 va,
                 u64::from(len),
                 AccessFlags::REMOTE_READ,

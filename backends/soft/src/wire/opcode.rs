@@ -111,27 +111,19 @@ const CNP_RESV: HeaderSet = HeaderSet::CNP_RESERVED;
 macro_rules! opcodes {
     ($( $variant:ident = $byte:literal =>
         ($service:ident, $kind:ident, $pos:expr, [$($h:ident),*], $name:literal); )*) => {
-        /// A BTH opcode. Bytes without a meaning here are kept as [`Opcode::Unknown`].
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum Opcode {
+        /// A BTH opcode: the byte itself, so every query is one table index. Bytes without a
+        /// meaning here are kept as they are ([`Opcode::is_known`] says which).
+        #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+        pub struct Opcode(u8);
+
+        /// The known opcodes, named as the IBTA operation (CamelCase, so they read like the
+        /// enum variants they replace).
+        #[allow(non_upper_case_globals)]
+        impl Opcode {
             $(
                 #[doc = concat!($name, " (opcode ", stringify!($byte), ")")]
-                $variant,
+                pub const $variant: Self = Self($byte);
             )*
-            /// An opcode byte that is not interpreted (reserved, RD, vendor, ...); kept as-is.
-            /// [`Opcode::from_u8`] produces it only for bytes that are not known opcodes.
-            Unknown(u8),
-        }
-
-        impl Opcode {
-            /// The opcode byte as carried in BTH byte 0.
-            #[inline]
-            pub const fn to_u8(self) -> u8 {
-                match self {
-                    $( Self::$variant => $byte, )*
-                    Self::Unknown(b) => b,
-                }
-            }
         }
 
         /// The opcode table, indexed by opcode byte.
@@ -139,7 +131,7 @@ macro_rules! opcodes {
             let mut t = [OpInfo::UNKNOWN; 256];
             $(
                 t[$byte] = OpInfo {
-                    op: Some(Opcode::$variant),
+                    op: Some(Opcode($byte)),
                     service: Service::$service,
                     kind: Some(OpKind::$kind),
                     position: $pos,
@@ -212,22 +204,22 @@ opcodes! {
 }
 
 impl Opcode {
-    /// Decodes an opcode byte; bytes without a table entry become [`Opcode::Unknown`].
+    /// The opcode byte as carried in BTH byte 0.
+    #[inline]
+    pub const fn to_u8(self) -> u8 {
+        self.0
+    }
+
+    /// Decodes an opcode byte (unknown bytes are kept; see [`Opcode::is_known`]).
     #[inline]
     pub const fn from_u8(b: u8) -> Self {
-        match TABLE[b as usize].op {
-            Some(op) => op,
-            None => Self::Unknown(b),
-        }
+        Self(b)
     }
 
     /// The table row for this opcode ([`Opcode::Unknown`] always gets the "unknown" row).
     #[inline]
     const fn info(self) -> &'static OpInfo {
-        match self {
-            Self::Unknown(_) => &OpInfo::UNKNOWN,
-            known => &TABLE[known.to_u8() as usize],
-        }
+        &TABLE[self.0 as usize]
     }
 
     /// Iterates over every known opcode in byte order.
@@ -235,7 +227,7 @@ impl Opcode {
         TABLE.iter().filter_map(|i| i.op)
     }
 
-    /// Whether this opcode has a table entry (i.e. is not [`Opcode::Unknown`]).
+    /// Whether this opcode has a table entry.
     #[inline]
     pub const fn is_known(self) -> bool {
         self.info().op.is_some()
@@ -409,10 +401,17 @@ impl Opcode {
 
 impl fmt::Display for Opcode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Unknown(b) => write!(f, "UNKNOWN(0x{b:02x})"),
-            known => f.write_str(known.name()),
+        if self.is_known() {
+            f.write_str(self.name())
+        } else {
+            write!(f, "UNKNOWN(0x{:02x})", self.0)
         }
+    }
+}
+
+impl fmt::Debug for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

@@ -246,7 +246,7 @@ fn emit_checks_headers_against_opcode() {
     h.ieth = Some(3);
     assert_eq!(h.emit(&mut out), Err(WireError::UnexpectedHeader("IETH")));
 
-    let h = TransportHdr::new(Bth::new(Opcode::Unknown(0x15), 1, 1));
+    let h = TransportHdr::new(Bth::new(Opcode::from_u8(0x15), 1, 1));
     assert_eq!(h.emit(&mut out), Err(WireError::UnknownOpcode(0x15)));
     let h = full_hdr(Opcode::WriteFirst);
     assert_eq!(

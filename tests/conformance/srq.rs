@@ -1,0 +1,307 @@
+//! Shared receive queues: traffic through an SRQ from two QPs, depth, the limit event, resize,
+//! the rules of QPs attached to an SRQ, and the last-WQE-reached event.
+
+use portverbs::hal::CommandError;
+use portverbs::hal::caps::QuirkId;
+use portverbs::prelude::*;
+use portverbs::verbs::{AsyncEventKind, EventElement, PostErrorKind, SrqError};
+
+use super::env::{Backend, Env};
+use super::tx_util::*;
+use super::util::*;
+
+/// Device b: one PD, CQ, buffer and SRQ, with QPs attached to it.
+struct SrqSide {
+    pd: Pd,
+    cq: Cq,
+    srq: Srq,
+    buf: Buffer,
+    mr: Mr,
+}
+
+impl SrqSide {
+    fn new(ctx: &Context, init: SrqInit) -> Self {
+        let pd = ctx.alloc_pd_blocking().unwrap();
+        let cq = make_cq(ctx);
+        let srq = pd.create_srq_blocking(init).unwrap();
+        let buf = ctx.alloc_buffer(1 << 16).unwrap();
+        let mr = pd.reg_mr_blocking(&buf, 0..1 << 16, FULL_ACCESS).unwrap();
+        Self {
+            pd,
+            cq,
+            srq,
+            buf,
+            mr,
+        }
+    }
+
+    fn qp(&self) -> Qp {
+        make_qp(&self.pd, &self.cq, QpType::Rc, Some(&self.srq), false)
+    }
+
+    /// Posts one 256-byte receive at slot `slot`; the wr_id encodes the slot.
+    fn post(&self, slot: u64, seq: u64) {
+        let sge = [self.mr.sge(slot * 256, 256)];
+        self.srq
+            .post_recv(&[RecvWr {
+                wr_id: (slot << 32) | seq,
+                sges: &sge,
+            }])
+            .unwrap();
+    }
+}
+
+fn srq_init(max_wr: u32) -> SrqInit {
+    SrqInit {
+        max_wr,
+        max_sge: 1,
+        limit: 0,
+    }
+}
+
+fn rc_traffic_through_an_srq_from_two_qps(backend: Backend) {
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(16));
+    let (b1, b2) = (b.qp(), b.qp());
+    let a1 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    let a2 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    connect(&env, &a1.qp, &b1, &Params::default());
+    connect(&env, &a2.qp, &b2, &Params::default());
+    for slot in 0..16 {
+        b.post(slot, 0);
+    }
+    // 48 messages through 16 slots: every consumed slot is reposted.
+    for seq in 0..48u64 {
+        let (a, bqp) = if seq % 2 == 0 { (&a1, &b1) } else { (&a2, &b2) };
+        let data = pattern(seq as u8, 100 + seq as usize);
+        a.buf.write(0, &data).unwrap();
+        a.qp.post_send(&[SendWr::new(seq, SendOp::Send)
+            .sges(&[a.sge(0, data.len() as u32)])
+            .signaled()])
+            .unwrap();
+        check_wc(
+            &poll_one(&env, &a.cq),
+            seq,
+            WcStatus::Success,
+            WcOpcode::Send,
+        );
+        let wc = poll_one(&env, &b.cq);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert_eq!(wc.opcode, WcOpcode::Recv);
+        assert_eq!(wc.qp_num, bqp.qp_num(), "the QP the message came in on");
+        assert_eq!(wc.byte_len, data.len() as u32);
+        let slot = wc.wr_id >> 32;
+        let posted_seq = wc.wr_id & 0xffff_ffff;
+        assert!(slot < 16, "{wc:?}");
+        assert!(posted_seq <= seq, "{wc:?}");
+        assert_eq!(b.buf.to_vec(slot as usize * 256, data.len()).unwrap(), data);
+        b.post(slot, seq + 1);
+    }
+}
+
+fn posting_more_than_the_srq_depth_is_queue_full(backend: Backend) {
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(8));
+    let depth = b.srq.depth();
+    assert!(depth >= 8);
+    let sges: Vec<[Sge; 1]> = (0..=depth)
+        .map(|i| [b.mr.sge(u64::from(i) * 16, 16)])
+        .collect();
+    let wrs: Vec<RecvWr<'_>> = sges
+        .iter()
+        .enumerate()
+        .map(|(i, s)| RecvWr {
+            wr_id: i as u64,
+            sges: s,
+        })
+        .collect();
+    let e = b.srq.post_recv(&wrs).unwrap_err();
+    assert_eq!(e.index, depth as usize);
+    assert_eq!(e.wr_id, u64::from(depth));
+    assert_eq!(e.qpn, b.srq.srqn());
+    assert_eq!(e.kind, PostErrorKind::QueueFull { depth });
+    // Too many SGEs.
+    let two = [b.mr.sge(0, 8), b.mr.sge(8, 8)];
+    let e = b
+        .srq
+        .post_recv(&[RecvWr {
+            wr_id: 1,
+            sges: &two,
+        }])
+        .unwrap_err();
+    assert_eq!(e.index, 0);
+    assert_eq!(
+        e.kind,
+        PostErrorKind::TooManySges {
+            given: 2,
+            max: b.srq.max_sge()
+        }
+    );
+}
+
+fn srq_beyond_device_limits_is_refused(backend: Backend) {
+    let env = Env::new(backend);
+    let pd = env.a().alloc_pd_blocking().unwrap();
+    let max = env.a().attr().max_srq_wr;
+    match pd.create_srq_blocking(srq_init(max + 1)) {
+        Err(SrqError::CapTooLarge {
+            what,
+            requested,
+            max: m,
+        }) => assert_eq!((what, requested, m), ("max_wr", max + 1, max)),
+        other => panic!("expected CapTooLarge, got {other:?}"),
+    }
+    match pd.create_srq_blocking(SrqInit {
+        limit: 11,
+        ..srq_init(10)
+    }) {
+        Err(SrqError::LimitTooLarge { limit, size }) => assert_eq!((limit, size), (11, 10)),
+        other => panic!("expected LimitTooLarge, got {other:?}"),
+    }
+}
+
+fn srq_limit_event_fires_once_below_the_limit(backend: Backend) {
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(10));
+    let bq = b.qp();
+    let a = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    connect(&env, &a.qp, &bq, &Params::default());
+    for slot in 0..10 {
+        b.post(slot, 0);
+    }
+    b.srq.arm_limit_blocking(7).unwrap();
+    assert_eq!(b.srq.limit(), 7);
+    let srq_ev = EventElement::Srq(b.srq.srqn());
+    let send = |i: u64| {
+        a.qp.post_send(&[SendWr::new(i, SendOp::Send)
+            .sges(&[a.sge(0, 16)])
+            .signaled()])
+            .unwrap();
+        check_wc(&poll_one(&env, &a.cq), i, WcStatus::Success, WcOpcode::Send);
+        let wc = poll_one(&env, &b.cq);
+        assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Recv));
+        assert!(wc.wr_id >> 32 < 10, "{wc:?}");
+    };
+    for i in 0..3 {
+        send(i);
+    }
+    // 7 left: not below the limit yet.
+    let evs = drain_events(env.b());
+    assert_eq!(
+        count_events(&evs, AsyncEventKind::SrqLimitReached, srq_ev),
+        0,
+        "{evs:?}"
+    );
+    send(3);
+    let mut evs = drain_events(env.b());
+    assert_eq!(b.srq.limit(), 0, "the limit is disarmed once it fired");
+    // More consumption raises nothing more.
+    send(4);
+    evs.extend(drain_events(env.b()));
+    assert_eq!(
+        count_events(&evs, AsyncEventKind::SrqLimitReached, srq_ev),
+        1,
+        "{evs:?}"
+    );
+}
+
+fn srq_resize_is_refused_by_a_device_without_srq_resize(backend: Backend) {
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(10));
+    let quirks = env.b().device().info().quirks;
+    let no_resize = quirks.iter().any(|q| q.id == QuirkId::NoSrqResize);
+    let before = b.srq.depth();
+    let r = b.srq.resize_blocking(20);
+    if no_resize {
+        assert!(
+            matches!(r, Err(SrqError::Device(CommandError::Unsupported { .. }))),
+            "{r:?}"
+        );
+        assert_eq!(b.srq.depth(), before);
+    } else {
+        r.unwrap();
+    }
+}
+
+fn qp_with_srq_refuses_post_recv(backend: Backend) {
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(4));
+    let qp = b.qp();
+    to_init(&qp, &Params::default());
+    let sge = [b.mr.sge(0, 16)];
+    let e = qp
+        .post_recv(&[RecvWr {
+            wr_id: 1,
+            sges: &sge,
+        }])
+        .unwrap_err();
+    assert_eq!(e.index, 0);
+    assert_eq!(e.kind, PostErrorKind::UsesSrq { srqn: b.srq.srqn() });
+}
+
+fn destroying_an_srq_in_use_is_busy(backend: Backend) {
+    let env = Env::new(backend);
+    let SrqSide {
+        pd,
+        cq,
+        srq,
+        buf,
+        mr,
+    } = SrqSide::new(env.b(), srq_init(4));
+    let qp = make_qp(&pd, &cq, QpType::Rc, Some(&srq), false);
+    let srqn = srq.srqn();
+    let srq = match srq.destroy() {
+        Err((SrqError::Busy { srqn: n, users }, srq)) => {
+            assert_eq!(n, srqn);
+            assert!(users >= 1);
+            srq
+        }
+        other => panic!("expected Busy, got {:?}", other.map_err(|e| e.0)),
+    };
+    drop(qp);
+    srq.destroy()
+        .map_err(|e| e.0)
+        .expect("free once no QP uses it");
+    drop((mr, buf, cq, pd));
+}
+
+fn qp_with_srq_to_err_reports_last_wqe_reached(backend: Backend) {
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(4));
+    let bq = b.qp();
+    let a = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    connect(&env, &a.qp, &bq, &Params::default());
+    b.post(0, 0);
+    bq.modify_blocking(
+        &QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    env.settle();
+    let evs = drain_events(env.b());
+    assert_eq!(
+        count_events(
+            &evs,
+            AsyncEventKind::QpLastWqeReached,
+            EventElement::Qp(bq.qp_num())
+        ),
+        1,
+        "{evs:?}"
+    );
+    // The SRQ's receive is not flushed: it stays available to other QPs.
+    assert_eq!(env.poll(&b.cq, 0), []);
+}
+
+cases!(
+    rc_traffic_through_an_srq_from_two_qps,
+    posting_more_than_the_srq_depth_is_queue_full,
+    srq_beyond_device_limits_is_refused,
+    srq_limit_event_fires_once_below_the_limit,
+    srq_resize_is_refused_by_a_device_without_srq_resize,
+    qp_with_srq_refuses_post_recv,
+    destroying_an_srq_in_use_is_busy,
+    qp_with_srq_to_err_reports_last_wqe_reached,
+);

@@ -1,0 +1,318 @@
+//! UD traffic through address handles: the 40-byte GRH area (RoCEv2 over IPv4), Q_Key
+//! checks, size limits, zero-length and immediate sends.
+
+use std::sync::Arc;
+
+use portverbs::hal::NullSink;
+use portverbs::prelude::*;
+use portverbs::verbs::{UdDest, WcFlags};
+
+use super::env::{Backend, Env};
+use super::tx_util::*;
+use super::util::*;
+
+const GRH: u32 = 40;
+
+struct Ud {
+    p: Pair,
+    ah: AddressHandle,
+}
+
+impl Ud {
+    fn new(env: &Env) -> Self {
+        let p = Pair::new(env, QpType::Ud);
+        let ah =
+            p.a.pd
+                .create_ah_blocking(AddressVector {
+                    dgid: Env::gid(env.b()),
+                    is_global: true,
+                    hop_limit: 64,
+                    port_num: 1,
+                    ..AddressVector::default()
+                })
+                .unwrap();
+        Self { p, ah }
+    }
+
+    fn dest(&self, qkey: u32) -> UdDest<'_> {
+        UdDest {
+            av: self.ah.av(),
+            remote_qpn: self.p.b.qp.qp_num(),
+            remote_qkey: qkey,
+        }
+    }
+
+    /// Sends `len` bytes from offset 0 of a's buffer with `op`.
+    fn send(&self, env: &Env, wr_id: u64, op: SendOp, len: u32, qkey: u32) -> WorkCompletion {
+        let sge = [self.p.a.sge(0, len)];
+        let wr = SendWr::new(wr_id, op)
+            .sges(if len == 0 { &[] } else { &sge })
+            .ud(self.dest(qkey))
+            .signaled();
+        self.p.a.qp.post_send(&[wr]).unwrap();
+        poll_one(env, &self.p.a.cq)
+    }
+}
+
+fn ud_send_delivers_grh_area_and_source(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    let data = pattern(30, 1000);
+    u.p.a.buf.write(0, &data).unwrap();
+    u.p.b.buf.fill(0, 2048, 0xcc).unwrap();
+    u.p.b.post_recv(1, 0, 2048);
+    let wc = u.send(&env, 2, SendOp::Send, 1000, QKEY);
+    check_wc(&wc, 2, WcStatus::Success, WcOpcode::Send);
+    let wc = poll_one(&env, &u.p.b.cq);
+    check_wc(&wc, 1, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(wc.byte_len, 1000 + GRH);
+    assert!(wc.wc_flags.contains(WcFlags::GRH), "{wc:?}");
+    assert_eq!(wc.src_qp, u.p.a.qp.qp_num());
+    assert_eq!(wc.qp_num, u.p.b.qp.qp_num());
+    assert_eq!(wc.imm(), None);
+    let grh = u.p.b.buf.to_vec(0, 40).unwrap();
+    assert_eq!(grh[..20], [0; 20], "RoCEv2/IPv4: 20 reserved bytes first");
+    let ip = &grh[20..];
+    assert_eq!(ip[0], 0x45, "IPv4, 20-byte header");
+    assert_eq!(ip[9], 17, "UDP");
+    assert_eq!(ip[12..16], [10, 0, 0, 1], "source address: the sender's IP");
+    assert_eq!(
+        ip[16..20],
+        [10, 0, 0, 2],
+        "destination address: the receiver's IP"
+    );
+    let mut sum = 0u32;
+    for w in ip.chunks_exact(2) {
+        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    assert_eq!(sum, 0xffff, "valid IPv4 header checksum");
+    assert_eq!(u.p.b.buf.to_vec(40, 1000).unwrap(), data);
+    assert_eq!(u.p.b.buf.to_vec(1040, 8).unwrap(), [0xcc; 8]);
+}
+
+fn ud_wrong_qkey_is_dropped_silently(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    u.p.b.post_recv(1, 0, 2048);
+    let wc = u.send(&env, 2, SendOp::Send, 100, QKEY ^ 1);
+    check_wc(&wc, 2, WcStatus::Success, WcOpcode::Send);
+    assert_eq!(env.poll(&u.p.b.cq, 0), [], "no completion at the receiver");
+    // The receive is still there for a good datagram.
+    let wc = u.send(&env, 3, SendOp::Send, 100, QKEY);
+    check_wc(&wc, 3, WcStatus::Success, WcOpcode::Send);
+    let wc = poll_one(&env, &u.p.b.cq);
+    check_wc(&wc, 1, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(wc.byte_len, 100 + GRH);
+}
+
+fn ud_qkey_with_high_bit_uses_the_senders_qkey(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    u.p.b.post_recv(1, 0, 2048);
+    // Bit 31 set: the sending QP's own Q_Key (QKEY, which the receiver has) is used.
+    let wc = u.send(&env, 2, SendOp::Send, 10, 0x8000_0000);
+    check_wc(&wc, 2, WcStatus::Success, WcOpcode::Send);
+    let wc = poll_one(&env, &u.p.b.cq);
+    check_wc(&wc, 1, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(wc.byte_len, 10 + GRH);
+}
+
+fn to_rts_from_sqe(qp: &Qp) {
+    qp.modify_blocking(
+        &QpAttr {
+            qp_state: QpState::Rts,
+            cur_qp_state: QpState::Sqe,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::CUR_STATE,
+    )
+    .unwrap();
+}
+
+fn ud_send_larger_than_the_mtu_is_loc_len_and_the_qp_enters_sqe(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    let mtu = env.a().query_port_blocking(1).unwrap().active_mtu.bytes();
+    u.p.b.post_recv(1, 0, 8192);
+    let wc = u.send(&env, 2, SendOp::Send, mtu + 1, QKEY);
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::LocLenErr), "{wc:?}");
+    assert_eq!(env.poll(&u.p.b.cq, 0), []);
+    // A UD send error moves the QP to SQE (IBA 10.3.1); SQE → RTS recovers it.
+    assert_eq!(queried_state(&u.p.a.qp), QpState::Sqe);
+    to_rts_from_sqe(&u.p.a.qp);
+    assert_eq!(queried_state(&u.p.a.qp), QpState::Rts);
+    // Exactly one MTU is fine.
+    let wc = u.send(&env, 3, SendOp::Send, mtu, QKEY);
+    check_wc(&wc, 3, WcStatus::Success, WcOpcode::Send);
+    let wc = poll_one(&env, &u.p.b.cq);
+    check_wc(&wc, 1, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(wc.byte_len, mtu + GRH);
+}
+
+fn ud_sends_posted_in_sqe_are_flushed_and_receives_still_work(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    let mtu = env.a().query_port_blocking(1).unwrap().active_mtu.bytes();
+    let wc = u.send(&env, 1, SendOp::Send, mtu + 1, QKEY);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::LocLenErr), "{wc:?}");
+    assert_eq!(queried_state(&u.p.a.qp), QpState::Sqe);
+    // The receive queue of a QP in SQE keeps working.
+    let back =
+        u.p.b
+            .pd
+            .create_ah_blocking(AddressVector {
+                dgid: Env::gid(env.a()),
+                is_global: true,
+                hop_limit: 64,
+                port_num: 1,
+                ..AddressVector::default()
+            })
+            .unwrap();
+    u.p.a.post_recv(5, 0, 256);
+    let sge = [u.p.b.sge(0, 16)];
+    let wr = SendWr::new(6, SendOp::Send)
+        .sges(&sge)
+        .ud(UdDest {
+            av: back.av(),
+            remote_qpn: u.p.a.qp.qp_num(),
+            remote_qkey: QKEY,
+        })
+        .signaled();
+    u.p.b.qp.post_send(&[wr]).unwrap();
+    check_wc(
+        &poll_one(&env, &u.p.b.cq),
+        6,
+        WcStatus::Success,
+        WcOpcode::Send,
+    );
+    let wc = poll_one(&env, &u.p.a.cq);
+    check_wc(&wc, 5, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(wc.byte_len, 16 + GRH);
+    // A send posted in SQE completes with WR_FLUSH_ERR.
+    let wc = u.send(&env, 2, SendOp::Send, 8, QKEY);
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::WrFlushErr), "{wc:?}");
+}
+
+fn ud_zero_length_send_and_send_with_imm(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    u.p.b.post_recv(1, 0, 256);
+    u.p.b.post_recv(2, 256, 256);
+    let wc = u.send(&env, 3, SendOp::Send, 0, QKEY);
+    check_wc(&wc, 3, WcStatus::Success, WcOpcode::Send);
+    let wc = poll_one(&env, &u.p.b.cq);
+    check_wc(&wc, 1, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(wc.byte_len, GRH);
+    u.p.a.buf.write(0, b"imm!").unwrap();
+    let wc = u.send(&env, 4, SendOp::SendWithImm { imm: 0xfeed }, 4, QKEY);
+    check_wc(&wc, 4, WcStatus::Success, WcOpcode::Send);
+    let wc = poll_one(&env, &u.p.b.cq);
+    check_wc(&wc, 2, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!((wc.byte_len, wc.imm()), (4 + GRH, Some(0xfeed)));
+    assert_eq!(u.p.b.buf.to_vec(256 + 40, 4).unwrap(), b"imm!");
+}
+
+fn ud_receive_smaller_than_payload_plus_grh_is_loc_len(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    // Room for the payload but not for the GRH area in front of it.
+    u.p.b.post_recv(1, 0, 100);
+    let wc = u.send(&env, 2, SendOp::Send, 100, QKEY);
+    check_wc(&wc, 2, WcStatus::Success, WcOpcode::Send);
+    let wc = poll_one(&env, &u.p.b.cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::LocLenErr), "{wc:?}");
+    // UD errors do not change the receiver's state.
+    assert_eq!(queried_state(&u.p.b.qp), QpState::Rts);
+    u.p.b.post_recv(3, 0, 256);
+    let wc = u.send(&env, 4, SendOp::Send, 100, QKEY);
+    check_wc(&wc, 4, WcStatus::Success, WcOpcode::Send);
+    check_wc(
+        &poll_one(&env, &u.p.b.cq),
+        3,
+        WcStatus::Success,
+        WcOpcode::Recv,
+    );
+}
+
+fn ud_traffic_driven_by_completion_events(backend: Backend) {
+    // pyverbs test_cq_events, UD flavour: arm, get the channel event, acknowledge, poll.
+    let env = Env::new(backend);
+    let ch = env.b().create_comp_channel(Arc::new(NullSink)).unwrap();
+    let b_cq = env
+        .b()
+        .create_cq_blocking(CqInit {
+            entries: 16,
+            comp_vector: 0,
+            channel: Some(&ch),
+        })
+        .unwrap();
+    let b_pd = env.b().alloc_pd_blocking().unwrap();
+    let b_qp = make_qp(&b_pd, &b_cq, QpType::Ud, None, false);
+    let b_buf = env.b().alloc_buffer(4096).unwrap();
+    let b_mr = b_pd
+        .reg_mr_blocking(&b_buf, 0..4096, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let a = Side::new(env.a(), QpType::Ud, CAPS, 4096, FULL_ACCESS);
+    let p = Params::default();
+    connect(&env, &a.qp, &b_qp, &p);
+    let ah =
+        a.pd.create_ah_blocking(AddressVector {
+            dgid: Env::gid(env.b()),
+            is_global: true,
+            hop_limit: 64,
+            port_num: 1,
+            ..AddressVector::default()
+        })
+        .unwrap();
+    for i in 0..3u64 {
+        b_cq.req_notify(false);
+        let rsge = [b_mr.sge(0, 256)];
+        b_qp.post_recv(&[RecvWr {
+            wr_id: i,
+            sges: &rsge,
+        }])
+        .unwrap();
+        let data = pattern(i as u8, 50);
+        a.buf.write(0, &data).unwrap();
+        let sge = [a.sge(0, 50)];
+        let wr = SendWr::new(100 + i, SendOp::Send)
+            .sges(&sge)
+            .ud(UdDest {
+                av: ah.av(),
+                remote_qpn: b_qp.qp_num(),
+                remote_qkey: QKEY,
+            })
+            .signaled();
+        a.qp.post_send(&[wr]).unwrap();
+        env.settle();
+        let ev = ch.get_event().unwrap().expect("a completion event");
+        assert_eq!(ev.cqn(), b_cq.cqn());
+        ev.ack_events(1);
+        let wc = poll_one(&env, &b_cq);
+        check_wc(&wc, i, WcStatus::Success, WcOpcode::Recv);
+        assert_eq!(wc.byte_len, 50 + GRH);
+        assert_eq!(b_buf.to_vec(40, 50).unwrap(), data);
+        check_wc(
+            &poll_one(&env, &a.cq),
+            100 + i,
+            WcStatus::Success,
+            WcOpcode::Send,
+        );
+        assert!(ch.get_event().unwrap().is_none(), "one event per arming");
+    }
+    assert_eq!(b_cq.unacked_events(), 0);
+}
+
+cases!(
+    ud_send_delivers_grh_area_and_source,
+    ud_wrong_qkey_is_dropped_silently,
+    ud_qkey_with_high_bit_uses_the_senders_qkey,
+    ud_send_larger_than_the_mtu_is_loc_len_and_the_qp_enters_sqe,
+    ud_sends_posted_in_sqe_are_flushed_and_receives_still_work,
+    ud_zero_length_send_and_send_with_imm,
+    ud_traffic_driven_by_completion_events,
+    ud_receive_smaller_than_payload_plus_grh_is_loc_len,
+);
