@@ -301,9 +301,16 @@ fn rc_lost_packets_exhaust_transport_retries(backend: Backend) {
 }
 
 fn rc_more_reads_than_max_rd_atomic_all_complete(backend: Backend) {
+    // 1 is the edge where a READ queued behind the only outstanding one must still start.
+    for rd_atomic in [1, 2] {
+        more_reads_than(backend, rd_atomic);
+    }
+}
+
+fn more_reads_than(backend: Backend, rd_atomic: u8) {
     let env = Env::new(backend);
     let params = Params {
-        rd_atomic: 2,
+        rd_atomic,
         ..Params::default()
     };
     let p = Pair::with(&env, QpType::Rc, &params, FULL_ACCESS);

@@ -1,5 +1,68 @@
-//! The `portverbs` command-line tool (work in progress).
-#[allow(dead_code)]
-mod report;
+//! The `portverbs` command-line tool.
+//!
+//! * `portverbs devices`: the devices and ports, laid out like `ibv_devinfo`.
+//! * `portverbs perf <TEST>`: perftest's bandwidth and latency tests (`ib_write_bw` …).
+//! * `portverbs pingpong`: `ibv_rc_pingpong`.
+//!
+//! The devices are those of Portverbs' embedded in-process fabric, so `perf` and `pingpong`
+//! run both ends of the connection in this process. Errors go to stderr with a non-zero exit
+//! code (2 for bad usage, 1 for failures while running).
 
-fn main() {}
+mod devices;
+mod error;
+mod perf;
+mod pingpong;
+mod report;
+mod verbs;
+mod wait;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use error::{CliError, IoContext as _};
+
+/// Userspace RDMA tools over Portverbs: device information, perftest-style benchmarks and an
+/// RC ping-pong.
+#[derive(Debug, Parser)]
+#[command(name = "portverbs", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands. Their help texts come from the argument structs (plain comments here:
+/// a doc comment on a variant would replace them).
+#[derive(Debug, Subcommand)]
+enum Command {
+    // `portverbs devices`.
+    Devices(devices::DevicesArgs),
+    // `portverbs perf`.
+    Perf(perf::PerfArgs),
+    // `portverbs pingpong`.
+    Pingpong(pingpong::PingpongArgs),
+}
+
+fn print(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .io_ctx("writing to stdout")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Devices(args) => devices::run(args).and_then(|t| print(&t)),
+        Command::Perf(args) => perf::run(args),
+        Command::Pingpong(args) => pingpong::run(args).and_then(|t| print(&t)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("portverbs: {e}");
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
+        }
+    }
+}

@@ -23,27 +23,17 @@ pub(crate) mod pingpong;
 pub(crate) mod progress;
 pub(crate) mod stats;
 
-// Nothing in the CLI calls these yet; the re-exports are the intended entry points.
-#[allow(unused_imports)]
 pub(crate) use devinfo::{
     DevinfoDevice, DevinfoGid, DevinfoLimits, DevinfoPort, DevinfoPortExtra, GidType,
     format_device, format_list,
 };
-#[allow(unused_imports)]
-pub(crate) use gid::Gid;
-#[allow(unused_imports)]
 pub(crate) use perftest::{
-    AddressSide, AtomicOp, BannerRole, CqePoll, Feature, GidLine, PerftestBanner, PerftestDest,
-    RdmaBuffer, TestKind, Verb, bw_header, bw_json, bw_row, format_address, format_banner,
-    lat_duration_header, lat_duration_json, lat_duration_row, lat_header, lat_json, lat_row,
-    result_rule,
+    AddressSide, AtomicOp, Feature, GidLine, PerftestBanner, PerftestDest, RdmaBuffer, TestKind,
+    Verb, bw_header, bw_json, bw_row, format_address, format_banner, lat_duration_header,
+    lat_duration_json, lat_duration_row, lat_header, lat_json, lat_row, result_rule,
 };
-#[allow(unused_imports)]
-pub(crate) use pingpong::{Dest, ParseDestError, PingpongSide, format_dest, parse_dest};
-#[allow(unused_imports)]
+pub(crate) use pingpong::PingpongSide;
 pub(crate) use progress::Progress;
-#[allow(unused_imports)]
 pub(crate) use stats::{
-    BwResult, BwUnits, CompletionMark, DurationLatency, LatencyStats, bw_result, duration_latency,
-    latency_stats,
+    BwResult, BwUnits, CompletionMark, DurationLatency, bw_result, duration_latency, latency_stats,
 };

@@ -43,6 +43,10 @@ impl Progress<io::Stderr> {
     }
 
     /// An indicator on stderr, started now, enabled even when stderr is not a terminal.
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "for callers that want progress in logs; tested")
+    )]
     pub(crate) fn forced(label: &str, total_work: Option<u64>) -> Self {
         Self::with_sink(label, total_work, io::stderr(), Instant::now())
     }
@@ -63,6 +67,10 @@ impl<W: Write> Progress<W> {
     }
 
     /// Turns output on or off (turning it off erases a line already shown).
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "not needed by the CLI today; tested")
+    )]
     pub(crate) fn set_enabled(&mut self, enabled: bool) {
         if !enabled {
             self.finish();
@@ -116,6 +124,7 @@ impl<W: Write> Progress<W> {
     }
 
     /// The sink (tests read what was written).
+    #[cfg_attr(not(test), allow(dead_code, reason = "an accessor for tests"))]
     pub(crate) fn sink(&self) -> &W {
         &self.sink
     }

@@ -180,6 +180,13 @@ pub(crate) enum GidType {
     /// RoCE v2 GID: printed as IPv6 text.
     RoceV2,
     /// Type unknown: `ibv_devinfo` prints no line for it.
+    #[cfg_attr(
+        not(test),
+        allow(
+            dead_code,
+            reason = "no HAL GID type maps to it today; the layout rule is tested"
+        )
+    )]
     Unknown,
 }
 

@@ -1,0 +1,157 @@
+//! The command line of `portverbs perf`: perftest's flag names, short and long.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// `portverbs perf <TEST> [perftest flags]`.
+#[derive(Debug, Args)]
+#[command(
+    about = "Measure bandwidth or latency like perftest (ib_write_bw, ib_send_lat, ...)",
+    long_about = "Measure bandwidth or latency with perftest's flags, defaults and output \
+                  (banner, address lines, result table, --out_json).\n\n\
+                  Both ends run in this process on the embedded fabric: the client on the first \
+                  device (or -d), the server on the other device; a server thread plays the peer \
+                  where the test needs one (ping-pong latency, receivers of send tests).\n\n\
+                  TEST is one of write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, \
+                  atomic_bw, atomic_lat (perftest program names such as ib_write_bw work too).\n\n\
+                  BW tests keep up to --tx-depth requests outstanding per QP, ask for a \
+                  completion every --cq-mod requests and report the average over the whole run \
+                  (first post to last completion), the peak over completion intervals, and the \
+                  message rate. Latency tests time every iteration: send and write report half \
+                  the round trip of a ping-pong, read and atomic the whole operation.",
+    after_help = "Examples:\n  portverbs perf write_bw\n  portverbs perf ib_send_lat -s 64 -n 10000\n  \
+                  portverbs perf read_bw -a -n 100\n  portverbs perf send_bw -c UD -D 5 -f 1"
+)]
+pub(crate) struct PerfArgs {
+    /// Test to run: write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, atomic_bw,
+    /// atomic_lat (or ib_write_bw, ...).
+    #[arg(value_name = "TEST")]
+    pub(crate) test: String,
+
+    /// Client device (default: the first device); the server uses the other one.
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub(crate) device: Option<String>,
+
+    /// Port of the device.
+    #[arg(
+        short = 'i',
+        long = "ib-port",
+        value_name = "PORT",
+        default_value_t = 1
+    )]
+    pub(crate) ib_port: u8,
+
+    /// Message size in bytes (default 65536 for BW, 2 for latency, 8 for atomics).
+    #[arg(short = 's', long = "size", value_name = "BYTES")]
+    pub(crate) size: Option<u64>,
+
+    /// Run every size from 2 to 2^23 bytes (up to the MTU on UD).
+    #[arg(short = 'a', long = "all")]
+    pub(crate) all: bool,
+
+    /// Iterations per size (default 1000; 5000 for write_bw; at least 5).
+    #[arg(short = 'n', long = "iters", value_name = "N")]
+    pub(crate) iters: Option<u64>,
+
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration", value_name = "SECS")]
+    pub(crate) duration: Option<u64>,
+
+    /// Duration mode: seconds left out of the measurement at the start and at the end
+    /// (default 2, less for runs shorter than 5 s).
+    #[arg(short = 'f', long = "margin", value_name = "SECS")]
+    pub(crate) margin: Option<u64>,
+
+    /// Number of QPs (BW tests).
+    #[arg(short = 'q', long = "qp", value_name = "N", default_value_t = 1)]
+    pub(crate) qps: u32,
+
+    /// Connection type: RC, UC or UD.
+    #[arg(
+        short = 'c',
+        long = "connection",
+        value_name = "TYPE",
+        default_value = "RC"
+    )]
+    pub(crate) connection: String,
+
+    /// Send queue depth: requests outstanding per QP (default 128 for BW, 1 for latency).
+    #[arg(short = 't', long = "tx-depth", value_name = "N")]
+    pub(crate) tx_depth: Option<u32>,
+
+    /// Receive queue depth of send tests.
+    #[arg(short = 'r', long = "rx-depth", value_name = "N")]
+    pub(crate) rx_depth: Option<u32>,
+
+    /// Ask for a completion every N requests (BW tests).
+    #[arg(short = 'Q', long = "cq-mod", value_name = "N")]
+    pub(crate) cq_mod: Option<u32>,
+
+    /// Post this many requests per post call (BW tests).
+    #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]
+    pub(crate) post_list: u32,
+
+    /// Largest message sent inline (default 0 for BW, 220 for write_lat, 236 for send_lat
+    /// over RC/UC, 188 over UD).
+    #[arg(short = 'I', long = "inline_size", value_name = "BYTES")]
+    pub(crate) inline_size: Option<u32>,
+
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU).
+    #[arg(short = 'm', long = "mtu", value_name = "BYTES")]
+    pub(crate) mtu: Option<u32>,
+
+    /// GID index of the local port (RoCE needs one; default 0).
+    #[arg(short = 'x', long = "gid-index", value_name = "INDEX")]
+    pub(crate) gid_index: Option<u32>,
+
+    /// Service level.
+    #[arg(short = 'S', long = "sl", value_name = "SL", default_value_t = 0)]
+    pub(crate) sl: u8,
+
+    /// QP timeout code (4.096 us x 2^code).
+    #[arg(
+        short = 'u',
+        long = "qp-timeout",
+        value_name = "CODE",
+        default_value_t = 14
+    )]
+    pub(crate) qp_timeout: u8,
+
+    /// Atomic operation: CMP_AND_SWAP or FETCH_AND_ADD.
+    #[arg(
+        short = 'A',
+        long = "atomic_type",
+        value_name = "TYPE",
+        default_value = "FETCH_AND_ADD"
+    )]
+    pub(crate) atomic_type: String,
+
+    /// Outstanding reads/atomics (default: the device maximum).
+    #[arg(short = 'o', long = "outs", value_name = "N")]
+    pub(crate) outs: Option<u32>,
+
+    /// Do not compute the peak bandwidth.
+    #[arg(short = 'N', long = "noPeak")]
+    pub(crate) no_peak: bool,
+
+    /// Accepted for perftest compatibility (there is no CPU-frequency check to silence).
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub(crate) cpu_freq: bool,
+
+    /// Report bandwidth in Gb/s instead of MiB/s.
+    #[arg(long = "report_gbits")]
+    pub(crate) report_gbits: bool,
+
+    /// Also print the result as perftest's JSON document (after the table).
+    #[arg(long = "out_json")]
+    pub(crate) out_json: bool,
+
+    /// Write the JSON document to this file instead of stdout (implies --out_json).
+    #[arg(long = "out_json_file", value_name = "FILE")]
+    pub(crate) out_json_file: Option<PathBuf>,
+
+    /// Latency histogram: not implemented (rejected).
+    #[arg(short = 'H', long = "report-histogram")]
+    pub(crate) histogram: bool,
+}

@@ -1,0 +1,242 @@
+//! Latency tests.
+//!
+//! * `write_lat`: ping-pong of RDMA writes. Each side writes the iteration number into the
+//!   last byte of its message and waits until the peer's write shows that number in the last
+//!   byte of its own receive region (read with [`Buffer::read`]).
+//! * `send_lat`: ping-pong of sends; each side waits for its receive completion and reposts.
+//! * `read_lat`, `atomic_lat`: the client alone, one operation at a time.
+//!
+//! The client stamps the clock before every iteration and once after the last; a sample is the
+//! difference of consecutive stamps. Ping-pong samples are halved (half the round trip).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use portverbs::prelude::*;
+
+use super::bw::RecvState;
+use super::config::RunMode;
+use super::ops::{OpPlan, RecvPlan, check_wc};
+use super::recorder::{LatOutcome, Recorder};
+use super::setup::{Setup, Side};
+use super::tracker::Tracker;
+use crate::error::{CliError, Context as _};
+use crate::report::Verb;
+use crate::wait::Waiter;
+
+/// Runs one size.
+pub(crate) fn run(
+    setup: &Setup,
+    size: u64,
+    recv: &mut [RecvState; 2],
+    tracker: &mut Tracker,
+) -> Result<LatOutcome, CliError> {
+    let cfg = &setup.cfg;
+    let (client, server) = (&setup.client, &setup.server);
+    let mut cplan = OpPlan::new(client, server, cfg.test.verb, cfg.atomic, size, cfg.inline);
+    let mut splan = OpPlan::new(server, client, cfg.test.verb, cfg.atomic, size, cfg.inline);
+    let mut rec = Recorder::new(cfg.mode);
+    let half = matches!(cfg.test.verb, Verb::Send | Verb::Write);
+    if !half {
+        solo(client, &cplan, &mut rec, tracker)?;
+        return Ok(rec.outcome(half));
+    }
+    let pingpong = Pingpong {
+        verb: cfg.test.verb,
+        size: size as usize,
+        mode: cfg.mode,
+    };
+    let (crecv, srecv) = (RecvPlan::new(client), RecvPlan::new(server));
+    let [cstate, sstate] = recv;
+    if cfg.test.verb == Verb::Send {
+        let depth = cfg.rx_depth as usize;
+        let cb: Vec<_> = (0..client.qps.len())
+            .map(|i| vec![crecv.wr(i); depth])
+            .collect();
+        let sb: Vec<_> = (0..server.qps.len())
+            .map(|i| vec![srecv.wr(i); depth])
+            .collect();
+        cstate.top_up(client, &cb, cfg.rx_depth)?;
+        sstate.top_up(server, &sb, cfg.rx_depth)?;
+    } else {
+        for side in [client, server] {
+            side.buf
+                .fill(0, side.buf.len(), 0)
+                .ctx("clearing the buffer")?;
+        }
+    }
+    // The client's end (normal or not) stops the server; the server stops the client only when
+    // it failed (after its last answer the client may still be reading that answer).
+    let client_done = AtomicBool::new(false);
+    let server_failed = AtomicBool::new(false);
+    let (c, s) = std::thread::scope(|sc| {
+        let peer = sc.spawn(|| {
+            let r = pingpong.serve(server, &mut splan, &srecv, &client_done);
+            server_failed.store(r.is_err(), Ordering::Release);
+            r
+        });
+        let c = pingpong.ping(
+            client,
+            &mut cplan,
+            &crecv,
+            &mut rec,
+            tracker,
+            &server_failed,
+        );
+        client_done.store(true, Ordering::Release);
+        let s = peer
+            .join()
+            .unwrap_or_else(|_| Err(CliError::Failed("the server thread panicked".into())));
+        (c, s)
+    });
+    CliError::merge(c, s)?;
+    Ok(rec.outcome(half))
+}
+
+/// One operation at a time from the client (read and atomic latency).
+fn solo(
+    side: &Side,
+    plan: &OpPlan<'_>,
+    rec: &mut Recorder,
+    tracker: &mut Tracker,
+) -> Result<(), CliError> {
+    let mut wc = [WorkCompletion::default(); 1];
+    let mut waiter = Waiter::new("waiting for a completion", None);
+    let mut k = 0u64;
+    while rec.tick(k) {
+        side.qps[0]
+            .post_send(&[plan.wr(0, k + 1, true)])
+            .ctx("posting a request")?;
+        poll_one(&side.send_cq, &mut wc, &mut waiter)?;
+        k += 1;
+        if k % 256 == 0 {
+            tracker.update(rec.units(k));
+        }
+    }
+    Ok(())
+}
+
+/// The two halves of a ping-pong.
+#[derive(Debug, Clone, Copy)]
+struct Pingpong {
+    verb: Verb,
+    size: usize,
+    mode: RunMode,
+}
+
+impl Pingpong {
+    /// The measuring side: sends first, then waits for the answer (gives up when
+    /// `peer_failed` is set).
+    fn ping(
+        &self,
+        side: &Side,
+        plan: &mut OpPlan<'_>,
+        recv: &RecvPlan,
+        rec: &mut Recorder,
+        tracker: &mut Tracker,
+        peer_failed: &AtomicBool,
+    ) -> Result<(), CliError> {
+        let mut wc = [WorkCompletion::default(); 1];
+        let mut waiter = Waiter::new("waiting for the peer's answer", Some(peer_failed));
+        let mut k = 0u64;
+        while rec.tick(k) {
+            k += 1;
+            self.send(side, plan, k, &mut wc, &mut waiter)?;
+            self.receive(side, recv, k, &mut wc, &mut waiter)?;
+            if k % 256 == 0 {
+                tracker.update(rec.units(k));
+            }
+        }
+        Ok(())
+    }
+
+    /// The answering side: waits for a message, then answers, until `peer_done` (the client
+    /// ended) or after the configured iterations.
+    fn serve(
+        &self,
+        side: &Side,
+        plan: &mut OpPlan<'_>,
+        recv: &RecvPlan,
+        peer_done: &AtomicBool,
+    ) -> Result<(), CliError> {
+        let mut wc = [WorkCompletion::default(); 1];
+        let mut waiter = Waiter::new("waiting for the client's message", Some(peer_done));
+        let mut k = 0u64;
+        while !matches!(self.mode, RunMode::Iters(n) if k >= n) {
+            k += 1;
+            match self.receive(side, recv, k, &mut wc, &mut waiter) {
+                Err(CliError::PeerStopped(_)) => return Ok(()),
+                other => other?,
+            }
+            self.send(side, plan, k, &mut wc, &mut waiter)?;
+        }
+        Ok(())
+    }
+
+    /// Sends message `k` and reaps its completion.
+    fn send(
+        &self,
+        side: &Side,
+        plan: &mut OpPlan<'_>,
+        k: u64,
+        wc: &mut [WorkCompletion; 1],
+        waiter: &mut Waiter<'_>,
+    ) -> Result<(), CliError> {
+        if self.verb == Verb::Write {
+            let mark = k as u8;
+            if plan.is_inline() {
+                plan.set_inline_last(mark);
+            } else {
+                side.buf
+                    .write(side.send_off(0) + self.size - 1, &[mark])
+                    .ctx("writing the iteration mark")?;
+            }
+        }
+        side.qps[0]
+            .post_send(&[plan.wr(0, k, true)])
+            .ctx("posting a request")?;
+        poll_one(&side.send_cq, wc, waiter)
+    }
+
+    /// Waits for the peer's message `k` (and reposts the receive it used).
+    fn receive(
+        &self,
+        side: &Side,
+        recv: &RecvPlan,
+        k: u64,
+        wc: &mut [WorkCompletion; 1],
+        waiter: &mut Waiter<'_>,
+    ) -> Result<(), CliError> {
+        if self.verb == Verb::Send {
+            poll_one(&side.recv_cq, wc, waiter)?;
+            return side.qps[0]
+                .post_recv(&[recv.wr(0)])
+                .ctx("reposting a receive");
+        }
+        let at = side.recv_off(0) + self.size - 1;
+        let want = k as u8;
+        let mut byte = [0u8; 1];
+        loop {
+            side.buf.read(at, &mut byte).ctx("reading the buffer")?;
+            if byte[0] == want {
+                waiter.progress();
+                return Ok(());
+            }
+            waiter.idle()?;
+        }
+    }
+}
+
+/// Polls `cq` until one completion arrives and checks it.
+fn poll_one(
+    cq: &Cq,
+    wc: &mut [WorkCompletion; 1],
+    waiter: &mut Waiter<'_>,
+) -> Result<(), CliError> {
+    loop {
+        if cq.poll(wc).ctx("polling a CQ")? == 1 {
+            waiter.progress();
+            return check_wc(&wc[0]);
+        }
+        waiter.idle()?;
+    }
+}

@@ -1,0 +1,295 @@
+//! One side of `ibv_rc_pingpong`: an RC QP with `rx_depth` receives posted, and the loop that
+//! answers every received message with a send.
+//!
+//! The buffer holds a send region and a receive region of `size` bytes each. The loop follows
+//! the C tool: a side may send again once its previous send completed and the peer's message
+//! arrived; receives are reposted in bulk when at most one is left.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use portverbs::hal::NullSink;
+use portverbs::prelude::*;
+
+use crate::error::{CliError, Context as _};
+use crate::report::pingpong::Dest;
+use crate::verbs::{self, Link, PortInfo, Remote};
+use crate::wait::Waiter;
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
+/// Options shared by both sides.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PpConfig {
+    /// Message size.
+    pub(crate) size: usize,
+    /// Path MTU.
+    pub(crate) mtu: Mtu,
+    /// Receives kept posted.
+    pub(crate) rx_depth: u32,
+    /// Messages each way.
+    pub(crate) iters: u64,
+    /// Service level.
+    pub(crate) sl: u8,
+    /// Wait for completions on a completion channel instead of polling.
+    pub(crate) events: bool,
+    /// `-g`.
+    pub(crate) gid_index: Option<u32>,
+    /// Check the contents of every received message.
+    pub(crate) validate: bool,
+}
+
+/// One side's objects.
+#[derive(Debug)]
+pub(crate) struct PpSide {
+    cfg: PpConfig,
+    link: Link,
+    psn: u32,
+    cq: Cq,
+    qp: Qp,
+    buf: Buffer,
+    mr: Mr,
+    channel: Option<CompletionChannel>,
+}
+
+impl PpSide {
+    /// Creates the objects on `ctx` port `ib_port`, moves the QP to INIT and posts the receives.
+    pub(crate) fn new(ctx: &Context, ib_port: u8, cfg: PpConfig) -> Result<Self, CliError> {
+        let port: PortInfo = verbs::port_info(ctx, ib_port, cfg.gid_index)?;
+        if cfg.mtu > port.max_mtu {
+            return Err(CliError::usage(format_args!(
+                "MTU {} is above the port's maximum {}",
+                cfg.mtu, port.max_mtu
+            )));
+        }
+        let max_wr = ctx.attr().max_qp_wr;
+        if cfg.rx_depth > max_wr {
+            return Err(CliError::usage(format_args!(
+                "rx depth {} exceeds the device limit of {max_wr}",
+                cfg.rx_depth
+            )));
+        }
+        let name = ctx.name().to_owned();
+        let channel = if cfg.events {
+            Some(
+                ctx.create_comp_channel(Arc::new(NullSink))
+                    .ctx("creating the completion channel")?,
+            )
+        } else {
+            None
+        };
+        let pd = ctx
+            .alloc_pd_blocking()
+            .ctx(format_args!("allocating a PD on {name}"))?;
+        let cq = ctx
+            .create_cq_blocking(CqInit {
+                entries: cfg.rx_depth + 1,
+                comp_vector: 0,
+                channel: channel.as_ref(),
+            })
+            .ctx("creating the CQ")?;
+        let len = 2 * cfg.size;
+        let buf = ctx
+            .alloc_buffer(len)
+            .ctx(format_args!("allocating {len} bytes"))?;
+        let mr = pd
+            .reg_mr_blocking(&buf, 0..len, AccessFlags::LOCAL_WRITE)
+            .ctx("registering the buffer")?;
+        let qp = pd
+            .create_qp_blocking(QpInit {
+                qp_type: QpType::Rc,
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                caps: QpCaps {
+                    max_send_wr: 1,
+                    max_recv_wr: cfg.rx_depth,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            })
+            .ctx("creating the QP")?;
+        let link = Link {
+            port,
+            mtu: cfg.mtu,
+            access: AccessFlags::empty(),
+            sl: cfg.sl,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+        };
+        verbs::to_init(&qp, &link)?;
+        let side = Self {
+            cfg,
+            link,
+            psn: verbs::random_psn(),
+            cq,
+            qp,
+            buf,
+            mr,
+            channel,
+        };
+        side.post_receives(cfg.rx_depth as usize)?;
+        Ok(side)
+    }
+
+    /// The address the peer needs.
+    pub(crate) fn dest(&self) -> Dest {
+        Dest {
+            lid: self.link.port.lid,
+            qpn: self.qp.qp_num(),
+            psn: self.psn,
+            gid: if self.link.port.gid_index.is_some() {
+                self.link.port.gid.0
+            } else {
+                [0; 16]
+            },
+        }
+    }
+
+    /// Moves the QP to RTR toward `remote`, then to RTS.
+    pub(crate) fn connect(&self, remote: &Dest) -> Result<(), CliError> {
+        let r = Remote {
+            lid: remote.lid,
+            qpn: remote.qpn,
+            psn: remote.psn,
+            gid: Gid(remote.gid),
+        };
+        verbs::to_rtr(&self.qp, &self.link, &r)?;
+        verbs::to_rts(&self.qp, &self.link, self.psn)
+    }
+
+    fn post_receives(&self, n: usize) -> Result<(), CliError> {
+        let sge = [self.mr.sge(self.cfg.size as u64, self.cfg.size as u32)];
+        let wr = RecvWr {
+            wr_id: RECV_WRID,
+            sges: &sge,
+        };
+        for _ in 0..n {
+            self.qp.post_recv(&[wr]).ctx("posting a receive")?;
+        }
+        Ok(())
+    }
+
+    fn post_send(&self, count: u64) -> Result<(), CliError> {
+        let size = self.cfg.size;
+        if self.cfg.validate {
+            self.buf
+                .fill(0, size, count as u8)
+                .ctx("filling the send buffer")?;
+        }
+        let sge = [self.mr.sge(0, size as u32)];
+        self.qp
+            .post_send(&[SendWr::new(SEND_WRID, SendOp::Send).sges(&sge).signaled()])
+            .ctx("posting a send")
+    }
+
+    /// Checks that received message `count` holds its expected byte everywhere.
+    fn check_data(&self, count: u64, scratch: &mut [u8]) -> Result<(), CliError> {
+        self.buf
+            .read(self.cfg.size, scratch)
+            .ctx("reading the receive buffer")?;
+        let want = count as u8;
+        match scratch.iter().position(|&b| b != want) {
+            None => Ok(()),
+            Some(at) => Err(CliError::Failed(format!(
+                "invalid data in message {count} at byte {at}: expected {want:#04x}, found {:#04x}",
+                scratch[at]
+            ))),
+        }
+    }
+
+    /// Waits for the next event of the completion channel and re-arms the CQ.
+    fn wait_event(&self, waiter: &mut Waiter<'_>) -> Result<(), CliError> {
+        let Some(channel) = &self.channel else {
+            return Ok(());
+        };
+        loop {
+            if let Some(cq) = channel.get_event().ctx("reading the completion channel")? {
+                if cq.cqn() != self.cq.cqn() {
+                    return Err(CliError::Failed(format!(
+                        "event for an unknown CQ {:#x}",
+                        cq.cqn()
+                    )));
+                }
+                cq.ack_events(1);
+                self.cq.req_notify(false);
+                waiter.progress();
+                return Ok(());
+            }
+            waiter.idle()?;
+        }
+    }
+
+    /// Runs the ping-pong; the client sends first. Gives up when `peer_failed` is set. Returns
+    /// the elapsed time.
+    pub(crate) fn run(&self, client: bool, peer_failed: &AtomicBool) -> Result<Duration, CliError> {
+        let iters = self.cfg.iters;
+        let depth = self.cfg.rx_depth;
+        let mut routs = depth;
+        let (mut scnt, mut rcnt) = (0u64, 0u64);
+        let mut wcs = [WorkCompletion::default(); 2];
+        let mut scratch = vec![0u8; if self.cfg.validate { self.cfg.size } else { 0 }];
+        let mut waiter = Waiter::new("waiting for the peer", Some(peer_failed));
+        if self.channel.is_some() {
+            self.cq.req_notify(false);
+        }
+        let start = Instant::now();
+        let mut pending = RECV_WRID;
+        if client {
+            self.post_send(1)?;
+            pending |= SEND_WRID;
+        }
+        while scnt < iters || rcnt < iters {
+            self.wait_event(&mut waiter)?;
+            let n = self.cq.poll(&mut wcs).ctx("polling the CQ")?;
+            if n == 0 {
+                if self.channel.is_none() {
+                    waiter.idle()?;
+                }
+                continue;
+            }
+            waiter.progress();
+            for wc in &wcs[..n] {
+                if !wc.is_ok() {
+                    return Err(CliError::Failed(format!(
+                        "Failed status {} ({}) for wr_id {}",
+                        wc.status, wc.status as u8, wc.wr_id
+                    )));
+                }
+                match wc.wr_id {
+                    SEND_WRID => scnt += 1,
+                    RECV_WRID => {
+                        routs -= 1;
+                        if routs <= 1 {
+                            self.post_receives((depth - routs) as usize)?;
+                            routs = depth;
+                        }
+                        rcnt += 1;
+                        if self.cfg.validate {
+                            self.check_data(rcnt, &mut scratch)?;
+                        }
+                    }
+                    other => {
+                        return Err(CliError::Failed(format!(
+                            "Completion for unknown wr_id {other}"
+                        )));
+                    }
+                }
+                pending &= !wc.wr_id;
+                if scnt < iters && pending == 0 {
+                    self.post_send(scnt + 1)?;
+                    pending = RECV_WRID | SEND_WRID;
+                }
+            }
+        }
+        Ok(start.elapsed())
+    }
+}

@@ -1,0 +1,108 @@
+//! Helpers shared by the CLI tests: run the built `portverbs` binary and pick its output apart.
+
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+
+/// Every run of the binary spins an engine thread and busy-polls; running them one at a time
+/// keeps small machines responsive and the runs independent.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The finished run of one command.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Run {
+    /// Panics with the whole output unless the command exited with 0.
+    pub(crate) fn ok(self) -> Self {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "command failed:\n{}\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// Panics unless the command failed with a message on stderr (and no panic).
+    pub(crate) fn failed(self) -> Self {
+        assert!(
+            matches!(self.code, Some(c) if c != 0),
+            "command should fail:\n{}\n{}",
+            self.stdout,
+            self.stderr
+        );
+        assert!(
+            self.stderr.trim_start().starts_with("portverbs: ") || self.stderr.contains("error:"),
+            "no error message: {:?}",
+            self.stderr
+        );
+        assert!(!self.stderr.contains("panicked"), "panic: {}", self.stderr);
+        self
+    }
+}
+
+/// Runs `portverbs <args>`.
+pub(crate) fn portverbs(args: &[&str]) -> Run {
+    let _serial: MutexGuard<'_, ()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(env!("CARGO_BIN_EXE_portverbs"))
+        .args(args)
+        .output()
+        .expect("the portverbs binary runs");
+    Run {
+        code: status.code(),
+        stdout: String::from_utf8(stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// The numbers of a whitespace-separated line.
+pub(crate) fn numbers(line: &str) -> Vec<f64> {
+    line.split_whitespace()
+        .map(|w| {
+            w.parse()
+                .unwrap_or_else(|_| panic!("not a number {w:?} in {line:?}"))
+        })
+        .collect()
+}
+
+/// The result rows of a perftest table: the lines after the ` #bytes` header up to the closing
+/// rule.
+pub(crate) fn table_rows(stdout: &str) -> Vec<Vec<f64>> {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with(" #bytes"))
+        .unwrap_or_else(|| panic!("no table header in:\n{stdout}"));
+    lines[header + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("-----"))
+        .map(|l| numbers(l))
+        .collect()
+}
+
+/// The header line of the table.
+pub(crate) fn table_header(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(" #bytes"))
+        .unwrap_or_else(|| panic!("no table header in:\n{stdout}"))
+}
+
+/// The `--out_json` document printed after the table.
+pub(crate) fn json_document(stdout: &str) -> serde_json::Value {
+    let start = stdout
+        .find("\n{\n")
+        .unwrap_or_else(|| panic!("no JSON document in:\n{stdout}"));
+    serde_json::from_str(&stdout[start + 1..]).expect("the JSON document parses")
+}
