@@ -1,6 +1,6 @@
 //! Shared set-up of the benchmarks: a connected RC pair on a soft fabric.
 
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use portverbs::prelude::*;
 use portverbs::soft::{DeviceConfig, Fabric, SoftDevice};
@@ -49,7 +49,10 @@ fn side(dev: &SoftDevice, buf_len: usize, depth: u32) -> Side {
         })
         .expect("qp");
     let buf = ctx.alloc_buffer(buf_len).expect("buffer");
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
     let mr = pd.reg_mr_blocking(&buf, 0..buf_len, access).expect("mr");
     Side {
         ctx,
@@ -65,7 +68,9 @@ fn connect(qp: &Qp, remote_qpn: u32, gid: Gid, mtu: Mtu) {
     let init = QpAttr {
         qp_state: QpState::Init,
         port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        qp_access_flags: AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC,
         ..QpAttr::default()
     };
     qp.modify_blocking(

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Instructions per posted work request and per polled completion on the software device,
+# counted by callgrind (valgrind). Builds the `figures` bench, runs its `--profile-calls N`
+# scenario (N signalled 8-byte inline RDMA writes in post lists of 32, stepped fabric, one
+# thread) under callgrind, and divides the inclusive instruction counts of the bench's
+# never-inlined `post` and `poll` wrappers by N.
+#
+#   benches/callgrind.sh [N]        (needs valgrind; default N = 20000)
+#
+# `post` covers verbs-core's post_send and the soft device's WQE encoding and doorbell;
+# `poll` covers verbs-core's poll and the soft device's CQE decoding. The transport engine
+# (run_until_idle) is reported separately, per write.
+set -euo pipefail
+n=${1:-20000}
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is not installed" >&2; exit 2; }
+bin=$(cargo bench --bench figures --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="figures" and m.get("executable"):
+        print(m["executable"])')
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" "$bin" --profile-calls "$n" >/dev/null 2>"$out/log" ||
+    { cat "$out/log" >&2; exit 1; }
+callgrind_annotate --inclusive=yes "$out/cg.out" >"$out/annot" 2>/dev/null
+N="$n" python3 - "$out/annot" <<'PY'
+import os, re, sys
+n = int(os.environ["N"])
+cost = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+\S*:?(.*)", line)
+    if not m:
+        continue
+    ir, name = int(m.group(1).replace(",", "")), m.group(2)
+    for key, pat in (("post", r"figures::post\b"), ("poll", r"figures::poll\b"),
+                     ("engine", r"Fabric::run_until_idle\b")):
+        if re.search(pat, name) and key not in cost:
+            cost[key] = ir
+missing = [k for k in ("post", "poll", "engine") if k not in cost]
+if missing:
+    sys.exit(f"callgrind.sh: no inclusive count for {missing} in the annotation")
+print(f"callgrind, {n} signalled 8-byte inline RDMA writes, post lists of 32, polls of 64")
+print("| path | instructions per operation |")
+print("|---|---|")
+print(f"| post_send, per work request | {cost['post'] / n:.0f} |")
+print(f"| poll_cq, per completion | {cost['poll'] / n:.0f} |")
+print(f"| soft transport engine, per write (both ends) | {cost['engine'] / n:.0f} |")
+PY
