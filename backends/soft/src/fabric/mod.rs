@@ -183,8 +183,14 @@ pub struct Fabric {
     pub(crate) _owner: Arc<Owner>,
 }
 
-/// How long the idle engine thread spins before parking (latency vs. CPU).
-const SPIN: Duration = Duration::from_micros(200);
+/// How long the idle engine thread keeps looking for work before parking (latency vs. CPU).
+const SPIN: Duration = Duration::from_micros(500);
+
+/// For this long at the start of an idle spell the engine spins on the CPU; after it, it yields
+/// the CPU between looks. A parked or spinning engine must not starve an application thread
+/// that shares its core (on a two-core machine the scheduler often leaves them together, and a
+/// pure spin then costs the application a whole spin period per doorbell).
+const HOT_SPIN: Duration = Duration::from_micros(50);
 
 fn engine_thread(shared: Arc<Shared>) {
     let mut idle_since: Option<Instant> = None;
@@ -202,14 +208,21 @@ fn engine_thread(shared: Arc<Shared>) {
         let since = *idle_since.get_or_insert_with(Instant::now);
         let due = |n: Option<u64>| n.is_some_and(|t| shared.real_now() >= t);
         if since.elapsed() < SPIN {
-            // Spin without the lock until a kick or a deadline arrives.
+            // Look for a kick or a deadline without the lock.
             while shared.kicks_rx.is_empty()
                 && !shared.overflow.load(Ordering::Relaxed)
                 && !due(next)
-                && since.elapsed() < SPIN
                 && !shared.shutdown.load(Ordering::Relaxed)
             {
-                std::hint::spin_loop();
+                let idle = since.elapsed();
+                if idle >= SPIN {
+                    break;
+                }
+                if idle < HOT_SPIN {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
             continue;
         }

@@ -246,7 +246,11 @@ impl Sim {
         match k.kind {
             KickKind::Qp(qpn) => {
                 if let Some(qp) = d.hw.qps.get(qpn) {
-                    qp.sq.db.scheduled.store(false, Ordering::Release);
+                    // A read-modify-write, not a plain store: it orders this clear before the
+                    // head read below against the host's head store and `scheduled` swap
+                    // (a store could pass the head load, and a post seeing `scheduled` still
+                    // set would then be lost until the next kick).
+                    qp.sq.db.scheduled.swap(false, Ordering::AcqRel);
                 }
                 d.engine.doorbell(now, qpn, &mut d.hw, &mut self.out);
             }
