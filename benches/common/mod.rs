@@ -28,7 +28,7 @@ fn side(dev: &SoftDevice, buf_len: usize, depth: u32) -> Side {
     let pd = ctx.alloc_pd_blocking().expect("pd");
     let cq = ctx
         .create_cq_blocking(CqInit {
-            entries: 4096,
+            entries: depth.max(64),
             ..CqInit::default()
         })
         .expect("cq");

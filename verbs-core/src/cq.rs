@@ -55,15 +55,13 @@ pub(crate) struct PollState {
 }
 
 impl PollState {
-    fn lookup(&mut self, qpn: u32) -> Option<Arc<QpShared>> {
-        if let Some(qp) = &self.last {
-            if qp.qpn == qpn {
-                return Some(qp.clone());
-            }
+    fn lookup(&mut self, qpn: u32) -> Option<&QpShared> {
+        // Completions come in runs of one QP: remember the last one (no reference count is
+        // touched on a hit).
+        if self.last.as_ref().is_none_or(|q| q.qpn != qpn) {
+            self.last = Some(self.qps.get(&qpn)?.clone());
         }
-        let qp = self.qps.get(&qpn)?.clone();
-        self.last = Some(qp.clone());
-        Some(qp)
+        self.last.as_deref()
     }
 
     /// Maps a device CQE to a work completion, retiring the WQEs it covers.

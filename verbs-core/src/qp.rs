@@ -320,15 +320,24 @@ impl<D: Device> Qp<D> {
         let depth = sq.hw.depth().min(self.inner.caps.max_send_wr.max(1));
         let mut head = sq.head;
         let mut result = Ok(());
+        // Free slots, re-read from the poller's tail only when they run out (the tail's cache
+        // line belongs to whoever polls the CQ).
+        let free =
+            |head: u32| depth.saturating_sub(head.wrapping_sub(ring.tail.load(Ordering::Acquire)));
+        let mut room = free(head);
         for (i, wr) in wrs.iter().enumerate() {
             if let Err(kind) = self.validate_send(wr) {
                 result = Err(fail(i, kind));
                 break;
             }
-            if head.wrapping_sub(ring.tail.load(Ordering::Acquire)) >= depth {
-                result = Err(fail(i, PostErrorKind::QueueFull { depth }));
-                break;
+            if room == 0 {
+                room = free(head);
+                if room == 0 {
+                    result = Err(fail(i, PostErrorKind::QueueFull { depth }));
+                    break;
+                }
             }
+            room -= 1;
             let signaled = self.inner.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
             ring.set(head, wr.wr_id);
             if let Err(e) = sq.hw.write_wqe(head, wr, signaled) {

@@ -937,7 +937,7 @@ mod tests {
             let wr = SendWr::new(1, op).sges(&sges).flags(SendFlags::FENCE);
             let got = round_trip(&wr, QpType::Rc);
             assert_eq!(got.op, op);
-            assert_eq!(got.sges, sges);
+            assert_eq!(got.sges.as_slice(), &sges[..]);
             assert!(got.signaled);
             assert!(got.flags.contains(SendFlags::FENCE));
         }
@@ -958,7 +958,7 @@ mod tests {
             remote_qkey: 0x1111,
         });
         let got = round_trip(&wr, QpType::Ud);
-        assert_eq!(got.inline_data, b"hello");
+        assert_eq!(got.inline_data.as_slice(), b"hello");
         let ud = got.ud.unwrap();
         assert_eq!(ud.av, av);
         assert_eq!(ud.remote_qpn, 0x22);

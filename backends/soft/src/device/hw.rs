@@ -140,15 +140,22 @@ pub(crate) fn init_owner(ring: &SoftDma, geom: RingGeometry, owner_offset: usize
     }
 }
 
-impl Hw {
-    fn read_slot(&mut self, ring: &SoftDma, off: usize, len: usize) -> Result<&[u8], WqeFault> {
-        self.scratch.resize(len, 0);
-        ring.read(off, &mut self.scratch).map_err(|_| WqeFault {
-            reason: "WQE slot outside its ring",
-        })?;
-        Ok(&self.scratch)
-    }
+/// Copies one WQE slot out of its ring into `scratch` (the device reads DMA memory into its own
+/// buffer before decoding it; the host may rewrite the slot at any time).
+fn read_slot<'a>(
+    scratch: &'a mut Vec<u8>,
+    ring: &SoftDma,
+    off: usize,
+    len: usize,
+) -> Result<&'a [u8], WqeFault> {
+    scratch.resize(len, 0);
+    ring.read(off, scratch).map_err(|_| WqeFault {
+        reason: "WQE slot outside its ring",
+    })?;
+    Ok(scratch)
+}
 
+impl Hw {
     /// Writes an EQE; raises the interrupt if the EQ is armed.
     pub(crate) fn write_eqe(&mut self, eqn: u32, ev: &DeviceEvent) {
         let Some(eq) = self.eqs.get_mut(eqn) else {
@@ -221,8 +228,13 @@ impl Hca for Hw {
                 reason: "no such QP",
             });
         };
-        let (ring, geom, qp_type) = (qp.sq.ring.clone(), qp.sq.geom, qp.qp_type);
-        let slot = self.read_slot(&ring, geom.offset(counter), geom.stride())?;
+        let (geom, qp_type) = (qp.sq.geom, qp.qp_type);
+        let slot = read_slot(
+            &mut self.scratch,
+            &qp.sq.ring,
+            geom.offset(counter),
+            geom.stride(),
+        )?;
         if format::send_owner(slot) != geom.parity(counter) {
             return Err(WqeFault {
                 reason: "owner bit does not match the WQE counter",
@@ -246,8 +258,8 @@ impl Hca for Hw {
                 }
                 let c = qp.rq_ci;
                 qp.rq_ci = c.wrapping_add(1);
-                let (ring, geom) = (rq.ring.clone(), rq.geom);
-                let slot = self.read_slot(&ring, geom.offset(c), geom.stride())?;
+                let geom = rq.geom;
+                let slot = read_slot(&mut self.scratch, &rq.ring, geom.offset(c), geom.stride())?;
                 format::decode_recv(slot, out)?;
                 out.wqe_index = c;
                 Ok(true)
@@ -276,8 +288,12 @@ impl Hca for Hw {
                 if limit_hit {
                     srq.limit = 0;
                 }
-                let ring = srq.wq.ring.clone();
-                let slot = self.read_slot(&ring, geom.offset(slot_no), geom.stride())?;
+                let slot = read_slot(
+                    &mut self.scratch,
+                    &srq.wq.ring,
+                    geom.offset(slot_no),
+                    geom.stride(),
+                )?;
                 format::decode_recv(slot, out)?;
                 out.wqe_index = slot_no;
                 if limit_hit {

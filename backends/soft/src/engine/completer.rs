@@ -296,19 +296,9 @@ fn scatter(qp: &QpCtx, core: &Core, c: u32, at: u64, pkt: &Packet) -> Result<(),
                 .memory
                 .local(sge.lkey, qp.init.pd, sge.addr + within, take as u64, true)
                 .map_err(|_| WcStatus::LocProtErr)?;
-            let mut tmp = [0u8; 256];
-            let mut done = 0;
-            while done < take {
-                let k = (take - done).min(tmp.len());
-                pkt.payload
-                    .read(src + done, &mut tmp[..k])
-                    .map_err(|_| WcStatus::LocLenErr)?;
-                use portverbs_hal::DmaMemory;
-                span.mem
-                    .write(span.offset + done, &tmp[..k])
-                    .map_err(|_| WcStatus::LocProtErr)?;
-                done += k;
-            }
+            pkt.payload
+                .copy_range_to(src, take, &span.mem, span.offset)
+                .map_err(|_| WcStatus::LocProtErr)?;
             src += take;
         }
         pos += sl;

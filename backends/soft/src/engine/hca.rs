@@ -11,6 +11,7 @@ use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::QpType;
 use portverbs_hal::wc::Cqe;
 use portverbs_hal::wr::{SendFlags, SendOp, Sge};
+use smallvec::SmallVec;
 
 /// The UD destination carried by a send WQE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,10 +36,11 @@ pub struct SendWqe {
     pub flags: SendFlags,
     /// Generate a completion on success.
     pub signaled: bool,
-    /// Gather (or, for reads and atomics, scatter) list; empty for inline data.
-    pub sges: Vec<Sge>,
-    /// Inline payload, when `flags` contains `INLINE`.
-    pub inline_data: Vec<u8>,
+    /// Gather (or, for reads and atomics, scatter) list; empty for inline data. Short lists
+    /// live inside the WQE copy itself (no pointer to chase on the data path).
+    pub sges: SmallVec<[Sge; 2]>,
+    /// Inline payload, when `flags` contains `INLINE` (small ones kept in place too).
+    pub inline_data: SmallVec<[u8; 64]>,
     /// UD destination.
     pub ud: Option<UdTarget>,
 }
@@ -50,8 +52,8 @@ impl Default for SendWqe {
             op: SendOp::Send,
             flags: SendFlags::empty(),
             signaled: false,
-            sges: Vec::new(),
-            inline_data: Vec::new(),
+            sges: SmallVec::new(),
+            inline_data: SmallVec::new(),
             ud: None,
         }
     }
@@ -79,7 +81,7 @@ pub struct RecvWqe {
     /// Index reported in the completion: the SRQ slot for SRQ receives, the RQ counter otherwise.
     pub wqe_index: u32,
     /// Scatter list.
-    pub sges: Vec<Sge>,
+    pub sges: SmallVec<[Sge; 2]>,
 }
 
 impl RecvWqe {

@@ -345,7 +345,7 @@ impl MemoryTable {
     }
 
     /// Checks a local access through an lkey (gather needs local read, always granted; scatter
-    /// needs `LOCAL_WRITE`).
+    /// needs `LOCAL_WRITE`) and returns where the bytes are.
     ///
     /// # Errors
     /// The [`KeyError`] of the failed rule.
@@ -357,6 +357,36 @@ impl MemoryTable {
         len: u64,
         write: bool,
     ) -> Result<Span, KeyError> {
+        let mr = self.local_mr(lkey, pd, va, len, write)?;
+        Ok(Span {
+            mem: mr.mem.clone(),
+            offset: mr.mem_offset + (va - mr.va) as usize,
+        })
+    }
+
+    /// The checks of [`Self::local`] alone (no reference to the memory is taken).
+    ///
+    /// # Errors
+    /// The [`KeyError`] of the failed rule.
+    pub fn check_local(
+        &self,
+        lkey: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        write: bool,
+    ) -> Result<(), KeyError> {
+        self.local_mr(lkey, pd, va, len, write).map(|_| ())
+    }
+
+    fn local_mr(
+        &self,
+        lkey: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        write: bool,
+    ) -> Result<&MrEntry, KeyError> {
         let Some(Slot {
             object: Object::Mr(mr),
             ..
@@ -373,10 +403,7 @@ impl MemoryTable {
         if !in_range(mr.va, mr.len, va, len) {
             return Err(KeyError::OutOfRange);
         }
-        Ok(Span {
-            mem: mr.mem.clone(),
-            offset: mr.mem_offset + (va - mr.va) as usize,
-        })
+        Ok(mr)
     }
 
     /// Checks a remote access through an rkey arriving on QP `qpn` of domain `pd`; `need` is the

@@ -412,7 +412,20 @@ impl Engine {
             };
             match t.kind {
                 TimerKind::Retransmit => {
-                    if qp.req.rto_armed && qp.req.rto_generation == t.generation {
+                    if qp.req.rto_generation != t.generation {
+                        continue;
+                    }
+                    qp.req.rto_queued = None;
+                    if !qp.req.rto_armed {
+                        continue;
+                    }
+                    if qp.req.rto_deadline > now {
+                        // Re-armed since this entry was queued: wait for the new deadline.
+                        let at = qp.req.rto_deadline;
+                        qp.req.rto_generation =
+                            self.core.arm_timer(qp.qpn, TimerKind::Retransmit, at);
+                        qp.req.rto_queued = Some(at);
+                    } else {
                         completer::on_retransmit_timeout(qp, &mut self.core, hca, now, out);
                     }
                 }

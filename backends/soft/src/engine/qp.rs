@@ -74,8 +74,16 @@ pub(crate) struct Requester {
     pub(crate) stalled: bool,
     /// PSN of the last sequence NAK acted on since the last progress.
     pub(crate) last_nak: Option<u32>,
+    /// Generation of the retransmit timer's heap entry.
     pub(crate) rto_generation: u64,
+    /// The local ACK timeout is running.
     pub(crate) rto_armed: bool,
+    /// When it expires (engine time).
+    pub(crate) rto_deadline: u64,
+    /// Due time of this QP's retransmit entry in the timer heap, if one is queued. Re-arming
+    /// only moves `rto_deadline`; the queued entry, when it comes due early, queues itself again
+    /// for the deadline (so an ACK costs no heap operation).
+    pub(crate) rto_queued: Option<u64>,
     pub(crate) rnr_generation: u64,
 }
 

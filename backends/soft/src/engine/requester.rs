@@ -73,6 +73,9 @@ pub(crate) fn transmit<H: Hca>(
     }
 }
 
+/// Send WQEs read per fetch burst.
+const FETCH_AHEAD: u32 = 16;
+
 fn step<H: Hca>(
     qp: &mut QpCtx,
     core: &mut Core,
@@ -80,8 +83,18 @@ fn step<H: Hca>(
     now: u64,
     out: &mut Vec<Packet>,
 ) -> Result<Step, WqeFault> {
-    if qp.req.tx == qp.req.fetched && !fetch(qp, core, hca)? {
-        return Ok(Step::Blocked);
+    if qp.req.tx == qp.req.fetched {
+        if !fetch(qp, core, hca)? {
+            return Ok(Step::Blocked);
+        }
+        // Fetch the WQEs posted behind it now too, as an HCA's prefetcher does: reading
+        // consecutive slots back to back overlaps their cache misses (the host wrote them on
+        // another core). A malformed one is left for when transmission reaches it.
+        for _ in 1..FETCH_AHEAD {
+            if !matches!(fetch(qp, core, hca), Ok(true)) {
+                break;
+            }
+        }
     }
     let tx = qp.req.tx;
     let slot = qp.req.slot(tx);
@@ -207,7 +220,7 @@ fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     if !wqe.is_inline() {
         for sge in wqe.sges.iter().filter(|s| s.length > 0) {
             core.memory
-                .local(
+                .check_local(
                     sge.lkey,
                     qp.init.pd,
                     sge.addr,
@@ -486,8 +499,15 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
 pub(crate) fn arm_retransmit(qp: &mut QpCtx, core: &mut Core, now: u64) {
     match ack_timeout_ns(qp.attr.timeout) {
         Some(ns) => {
-            qp.req.rto_generation = core.arm_timer(qp.qpn, TimerKind::Retransmit, now + ns);
+            let at = now + ns;
+            qp.req.rto_deadline = at;
             qp.req.rto_armed = true;
+            // A queued entry due no later than `at` re-queues itself when it fires early; only
+            // an earlier deadline needs a new one.
+            if qp.req.rto_queued.is_none_or(|q| q > at) {
+                qp.req.rto_generation = core.arm_timer(qp.qpn, TimerKind::Retransmit, at);
+                qp.req.rto_queued = Some(at);
+            }
         }
         None => qp.req.rto_armed = false,
     }

@@ -262,30 +262,32 @@ fn write_packet<H: Hca>(
         qp.resp.msg = Some(InMsg::Write { span, len });
         qp.resp.offset = 0;
     }
-    let Some(InMsg::Write { span, len }) = qp.resp.msg.clone() else {
-        nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
-        return;
-    };
     let n = pkt.payload.len() as u64;
-    if qp.resp.offset + n > len || (ends_msg && qp.resp.offset + n != len) {
-        nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
-        return;
-    }
-    if let Some(span) = &span {
-        if pkt
-            .payload
-            .copy_range_to(
-                0,
-                n as usize,
-                &span.mem,
-                span.offset + qp.resp.offset as usize,
-            )
-            .is_err()
-        {
-            nak_fatal(qp, core, hca, out, p, NakCode::RemoteOperationalError);
+    let at = qp.resp.offset;
+    let placed = match &qp.resp.msg {
+        Some(InMsg::Write { span, len }) => {
+            if at + n > *len || (ends_msg && at + n != *len) {
+                Err(NakCode::InvalidRequest)
+            } else {
+                match span {
+                    Some(span) => pkt
+                        .payload
+                        .copy_range_to(0, n as usize, &span.mem, span.offset + at as usize)
+                        .map(|()| *len)
+                        .map_err(|_| NakCode::RemoteOperationalError),
+                    None => Ok(*len),
+                }
+            }
+        }
+        _ => Err(NakCode::InvalidRequest),
+    };
+    let len = match placed {
+        Ok(len) => len,
+        Err(code) => {
+            nak_fatal(qp, core, hca, out, p, code);
             return;
         }
-    }
+    };
     qp.resp.offset += n;
     if ends_msg {
         if pkt.train_last.has_imm() {
@@ -855,10 +857,11 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
             qp.resp.msg = Some(InMsg::Write { span, len });
             qp.resp.offset = 0;
         }
-        if let Some(InMsg::Write { span, len }) = qp.resp.msg.clone() {
-            let n = pkt.payload.len() as u64;
-            if qp.resp.offset + n <= len {
-                if let Some(span) = span {
+        let written = match &qp.resp.msg {
+            Some(InMsg::Write { span, len }) => {
+                let n = pkt.payload.len() as u64;
+                let fits = qp.resp.offset + n <= *len;
+                if let (true, Some(span)) = (fits, span) {
                     let _ = pkt.payload.copy_range_to(
                         0,
                         n as usize,
@@ -866,8 +869,12 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
                         span.offset + qp.resp.offset as usize,
                     );
                 }
-                qp.resp.offset += n;
+                Some((*len, if fits { n } else { 0 }))
             }
+            _ => None,
+        };
+        if let Some((len, n)) = written {
+            qp.resp.offset += n;
             if ends_msg {
                 if pkt.train_last.has_imm() {
                     complete_recv(

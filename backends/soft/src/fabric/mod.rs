@@ -184,7 +184,11 @@ pub struct Fabric {
 }
 
 /// How long the idle engine thread keeps looking for work before parking (latency vs. CPU).
-const SPIN: Duration = Duration::from_micros(500);
+/// Long, because waking a parked engine is slow and, worse, the scheduler tends to wake it on
+/// the core of the thread that rang the doorbell (wake-affine), where the two then share a core
+/// until the load balancer separates them; while it looks the engine yields (`HOT_SPIN`), so it
+/// costs other threads little.
+const SPIN: Duration = Duration::from_millis(5);
 
 /// For this long at the start of an idle spell the engine spins on the CPU; after it, it yields
 /// the CPU between looks. A parked or spinning engine must not starve an application thread
