@@ -169,6 +169,36 @@ impl Default for QpAttr {
     }
 }
 
+impl QpAttr {
+    /// Copies the attributes that `mask` names from `attr` into `self` (what a modify changes;
+    /// the state fields are left to the caller, which checks the transition first).
+    pub fn apply(&mut self, attr: &Self, mask: QpAttrMask) {
+        macro_rules! take {
+            ($flag:ident, $field:ident) => {
+                if mask.contains(QpAttrMask::$flag) {
+                    self.$field = attr.$field;
+                }
+            };
+        }
+        take!(ACCESS_FLAGS, qp_access_flags);
+        take!(PKEY_INDEX, pkey_index);
+        take!(PORT, port_num);
+        take!(QKEY, qkey);
+        take!(AV, ah_attr);
+        take!(PATH_MTU, path_mtu);
+        take!(TIMEOUT, timeout);
+        take!(RETRY_CNT, retry_cnt);
+        take!(RNR_RETRY, rnr_retry);
+        take!(RQ_PSN, rq_psn);
+        take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
+        take!(MIN_RNR_TIMER, min_rnr_timer);
+        take!(SQ_PSN, sq_psn);
+        take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        take!(DEST_QPN, dest_qp_num);
+        take!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+    }
+}
+
 /// The retransmission timeout of an IB `timeout` code, in nanoseconds: 4.096 µs × 2^code;
 /// `None` for code 0 (infinite).
 pub fn ack_timeout_ns(code: u8) -> Option<u64> {
@@ -196,6 +226,23 @@ pub fn rnr_timer_ns(code: u8) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apply_copies_only_the_masked_attributes() {
+        let mut cached = QpAttr::default();
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            timeout: 14,
+            retry_cnt: 7,
+            sq_psn: 99,
+            qkey: 5,
+            ..QpAttr::default()
+        };
+        cached.apply(&attr, QpAttrMask::TIMEOUT | QpAttrMask::SQ_PSN);
+        assert_eq!((cached.timeout, cached.sq_psn), (14, 99));
+        assert_eq!((cached.retry_cnt, cached.qkey), (0, 0), "not in the mask");
+        assert_eq!(cached.qp_state, QpState::Reset, "states are the caller's");
+    }
 
     #[test]
     fn attr_mask_values_match_libibverbs() {

@@ -619,7 +619,7 @@ impl<D: Device> Qp<D> {
                 .map_err(|source| ModifyQpError::Device { qpn, source })?;
         }
         let mut cached = lock(&self.inner.attr);
-        merge(&mut cached, attr, mask);
+        cached.apply(attr, mask);
         cached.qp_state = to;
         self.inner.state.store(to as u8, Ordering::Release);
         if to != cur {
@@ -673,33 +673,6 @@ impl<D: Device> Qp<D> {
             }
         }
     }
-}
-
-/// Copies the attributes named by `mask` into the cached ones.
-fn merge(cached: &mut QpAttr, attr: &QpAttr, mask: QpAttrMask) {
-    macro_rules! take {
-        ($flag:ident, $($field:ident),+) => {
-            if mask.contains(QpAttrMask::$flag) {
-                $(cached.$field = attr.$field;)+
-            }
-        };
-    }
-    take!(ACCESS_FLAGS, qp_access_flags);
-    take!(PKEY_INDEX, pkey_index);
-    take!(PORT, port_num);
-    take!(QKEY, qkey);
-    take!(AV, ah_attr);
-    take!(PATH_MTU, path_mtu);
-    take!(TIMEOUT, timeout);
-    take!(RETRY_CNT, retry_cnt);
-    take!(RNR_RETRY, rnr_retry);
-    take!(RQ_PSN, rq_psn);
-    take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
-    take!(MIN_RNR_TIMER, min_rnr_timer);
-    take!(SQ_PSN, sq_psn);
-    take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
-    take!(DEST_QPN, dest_qp_num);
-    take!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
 }
 
 /// Runs `f` (a device command that ends a QP's current incarnation) with both CQs' poll locks

@@ -579,30 +579,7 @@ pub(crate) fn modify<H: Hca>(
             reason: format!("QP is in {}, it cannot go to {next}", qp.state),
         });
     }
-    let a = &mut qp.attr;
-    macro_rules! take {
-        ($flag:ident, $($field:ident),+) => {
-            if mask.contains(QpAttrMask::$flag) {
-                $(a.$field = attr.$field;)+
-            }
-        };
-    }
-    take!(ACCESS_FLAGS, qp_access_flags);
-    take!(PKEY_INDEX, pkey_index);
-    take!(PORT, port_num);
-    take!(QKEY, qkey);
-    take!(AV, ah_attr);
-    take!(PATH_MTU, path_mtu);
-    take!(TIMEOUT, timeout);
-    take!(RETRY_CNT, retry_cnt);
-    take!(RNR_RETRY, rnr_retry);
-    take!(RQ_PSN, rq_psn);
-    take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
-    take!(MIN_RNR_TIMER, min_rnr_timer);
-    take!(SQ_PSN, sq_psn);
-    take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
-    take!(DEST_QPN, dest_qp_num);
-    take!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+    qp.attr.apply(attr, mask);
     if mask.contains(QpAttrMask::RETRY_CNT) {
         qp.req.retries_left = attr.retry_cnt;
     }

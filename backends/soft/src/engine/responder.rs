@@ -243,51 +243,67 @@ fn write_packet<H: Hca>(
         }
     }
     if matches!(pos, Some(Position::First | Position::Only)) {
-        let Some(reth) = pkt.hdr.reth else {
-            nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
-            return;
-        };
-        let len = u64::from(reth.dma_len);
-        let span = if len == 0 {
-            None
-        } else {
-            match remote(qp, core, reth.rkey, reth.va, len, AccessFlags::REMOTE_WRITE) {
-                Ok(span) => Some(span),
-                Err(_) => {
-                    access_error(qp, core, hca, out, p);
-                    return;
-                }
+        match open_write(qp, core, pkt) {
+            Ok(()) => {}
+            Err(None) => {
+                nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
+                return;
             }
-        };
-        qp.resp.msg = Some(InMsg::Write { span, len });
-        qp.resp.offset = 0;
+            Err(Some(_)) => {
+                access_error(qp, core, hca, out, p);
+                return;
+            }
+        }
     }
+    if let Err(code) = place_write(qp, hca, pkt, ends_msg) {
+        nak_fatal(qp, core, hca, out, p, code);
+        return;
+    }
+    if ends_msg {
+        qp.resp.msn = psn::add(qp.resp.msn, 1);
+    }
+    accept(qp, core, pkt);
+}
+
+/// Opens an incoming RDMA WRITE message from its RETH, checking the rkey for the whole length
+/// before any byte lands. `Err(None)`: no RETH; `Err(Some(_))`: the key check failed.
+fn open_write(qp: &mut QpCtx, core: &Core, pkt: &Packet) -> Result<(), Option<KeyError>> {
+    let reth = pkt.hdr.reth.ok_or(None)?;
+    let len = u64::from(reth.dma_len);
+    let span = if len == 0 {
+        None
+    } else {
+        Some(remote(qp, core, reth.rkey, reth.va, len, AccessFlags::REMOTE_WRITE).map_err(Some)?)
+    };
+    qp.resp.msg = Some(InMsg::Write { span, len });
+    qp.resp.offset = 0;
+    Ok(())
+}
+
+/// Places one (train of) RDMA WRITE packet(s) of the current message at the message offset
+/// and, on its last packet, completes a WRITE with immediate into the held receive WQE. Checks
+/// the payload against the RETH length before touching memory; the caller turns an error into
+/// its transport's reaction (RC: a NAK; UC: a silent drop).
+fn place_write<H: Hca>(
+    qp: &mut QpCtx,
+    hca: &mut H,
+    pkt: &Packet,
+    ends_msg: bool,
+) -> Result<(), NakCode> {
     let n = pkt.payload.len() as u64;
     let at = qp.resp.offset;
-    let placed = match &qp.resp.msg {
-        Some(InMsg::Write { span, len }) => {
-            if at + n > *len || (ends_msg && at + n != *len) {
-                Err(NakCode::InvalidRequest)
-            } else {
-                match span {
-                    Some(span) => pkt
-                        .payload
-                        .copy_range_to(0, n as usize, &span.mem, span.offset + at as usize)
-                        .map(|()| *len)
-                        .map_err(|_| NakCode::RemoteOperationalError),
-                    None => Ok(*len),
-                }
-            }
-        }
-        _ => Err(NakCode::InvalidRequest),
+    let Some(InMsg::Write { span, len }) = &qp.resp.msg else {
+        return Err(NakCode::InvalidRequest);
     };
-    let len = match placed {
-        Ok(len) => len,
-        Err(code) => {
-            nak_fatal(qp, core, hca, out, p, code);
-            return;
-        }
-    };
+    let len = *len;
+    if at + n > len || (ends_msg && at + n != len) {
+        return Err(NakCode::InvalidRequest);
+    }
+    if let Some(span) = span {
+        pkt.payload
+            .copy_range_to(0, n as usize, &span.mem, span.offset + at as usize)
+            .map_err(|_| NakCode::RemoteOperationalError)?;
+    }
     qp.resp.offset += n;
     if ends_msg {
         if pkt.train_last.has_imm() {
@@ -301,9 +317,8 @@ fn write_packet<H: Hca>(
             );
         }
         qp.resp.msg = None;
-        qp.resp.msn = psn::add(qp.resp.msn, 1);
     }
-    accept(qp, core, pkt);
+    Ok(())
 }
 
 fn remote(
@@ -837,57 +852,18 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
             qp.resp.epsn = psn::add(p, k);
             return;
         }
-        if starts {
-            let Some(reth) = pkt.hdr.reth else { return };
-            let len = u64::from(reth.dma_len);
-            let span = if len == 0 {
-                None
-            } else {
-                match remote(qp, core, reth.rkey, reth.va, len, AccessFlags::REMOTE_WRITE) {
-                    Ok(s) => Some(s),
-                    Err(_) => {
-                        // UC: silently dropped.
-                        qp.resp.drop_msg = !ends(pkt);
-                        qp.resp.epsn = psn::add(p, k);
-                        core.stats.dropped += 1;
-                        return;
-                    }
-                }
-            };
-            qp.resp.msg = Some(InMsg::Write { span, len });
-            qp.resp.offset = 0;
+        if starts && open_write(qp, core, pkt).is_err() {
+            // UC: silently dropped.
+            qp.resp.drop_msg = !ends_msg;
+            qp.resp.epsn = psn::add(p, k);
+            core.stats.dropped += 1;
+            return;
         }
-        let written = match &qp.resp.msg {
-            Some(InMsg::Write { span, len }) => {
-                let n = pkt.payload.len() as u64;
-                let fits = qp.resp.offset + n <= *len;
-                if let (true, Some(span)) = (fits, span) {
-                    let _ = pkt.payload.copy_range_to(
-                        0,
-                        n as usize,
-                        &span.mem,
-                        span.offset + qp.resp.offset as usize,
-                    );
-                }
-                Some((*len, if fits { n } else { 0 }))
-            }
-            _ => None,
-        };
-        if let Some((len, n)) = written {
-            qp.resp.offset += n;
-            if ends_msg {
-                if pkt.train_last.has_imm() {
-                    complete_recv(
-                        qp,
-                        hca,
-                        WcStatus::Success,
-                        WcOpcode::RecvRdmaWithImm,
-                        pkt,
-                        len as u32,
-                    );
-                }
-                qp.resp.msg = None;
-            }
+        if place_write(qp, hca, pkt, ends_msg).is_err() {
+            // UC: a message that does not fit its RETH length is silently dropped.
+            qp.resp.msg = None;
+            qp.resp.drop_msg = !ends_msg;
+            core.stats.dropped += 1;
         }
         qp.resp.epsn = psn::add(p, k);
     }
