@@ -10,6 +10,7 @@
 
 mod devices;
 mod error;
+mod events;
 mod perf;
 mod pingpong;
 mod report;

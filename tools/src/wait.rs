@@ -88,6 +88,18 @@ impl<'a> Waiter<'a> {
         Ok(())
     }
 
+    /// Runs the stall and peer checks now (for waits that block instead of spinning).
+    ///
+    /// # Errors
+    /// As [`Waiter::idle`].
+    #[cfg_attr(
+        not(target_os = "linux"),
+        allow(dead_code, reason = "only Linux blocks")
+    )]
+    pub(crate) fn check_now(&mut self) -> Result<(), CliError> {
+        self.check()
+    }
+
     #[cold]
     fn check(&mut self) -> Result<(), CliError> {
         if self.peer_done.is_some_and(|a| a.load(Ordering::Acquire)) {

@@ -61,8 +61,8 @@ pub(crate) struct PingpongArgs {
     /// Service level.
     #[arg(short = 'l', long = "sl", default_value_t = 0)]
     sl: u8,
-    /// Wait for CQ events on a completion channel instead of polling the CQ (the channel is
-    /// itself polled until the OS-level event layer is used).
+    /// Wait for CQ events on a completion channel instead of polling the CQ (on Linux the
+    /// thread sleeps on the channel's eventfd; elsewhere the channel is polled).
     #[arg(short = 'e', long = "events")]
     events: bool,
     /// Local GID index (RoCE always uses a GID; default 0 there).

@@ -5,14 +5,13 @@
 //! the C tool: a side may send again once its previous send completed and the peer's message
 //! arrived; receives are reposted in bulk when at most one is left.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use portverbs::hal::NullSink;
 use portverbs::prelude::*;
 
 use crate::error::{CliError, Context as _};
+use crate::events::EventChannel;
 use crate::report::pingpong::Dest;
 use crate::verbs::{self, Link, PortInfo, Remote};
 use crate::wait::Waiter;
@@ -51,7 +50,7 @@ pub(crate) struct PpSide {
     qp: Qp,
     buf: Buffer,
     mr: Mr,
-    channel: Option<CompletionChannel>,
+    channel: Option<EventChannel>,
 }
 
 impl PpSide {
@@ -73,10 +72,7 @@ impl PpSide {
         }
         let name = ctx.name().to_owned();
         let channel = if cfg.events {
-            Some(
-                ctx.create_comp_channel(Arc::new(NullSink))
-                    .ctx("creating the completion channel")?,
-            )
+            Some(EventChannel::new(ctx)?)
         } else {
             None
         };
@@ -87,7 +83,7 @@ impl PpSide {
             .create_cq_blocking(CqInit {
                 entries: cfg.rx_depth + 1,
                 comp_vector: 0,
-                channel: channel.as_ref(),
+                channel: channel.as_ref().map(EventChannel::channel),
             })
             .ctx("creating the CQ")?;
         let len = 2 * cfg.size;
@@ -211,21 +207,17 @@ impl PpSide {
         let Some(channel) = &self.channel else {
             return Ok(());
         };
-        loop {
-            if let Some(cq) = channel.get_event().ctx("reading the completion channel")? {
-                if cq.cqn() != self.cq.cqn() {
-                    return Err(CliError::Failed(format!(
-                        "event for an unknown CQ {:#x}",
-                        cq.cqn()
-                    )));
-                }
-                cq.ack_events(1);
-                self.cq.req_notify(false);
-                waiter.progress();
-                return Ok(());
-            }
-            waiter.idle()?;
+        let cq = channel.next(waiter)?;
+        if cq.cqn() != self.cq.cqn() {
+            return Err(CliError::Failed(format!(
+                "event for an unknown CQ {:#x}",
+                cq.cqn()
+            )));
         }
+        cq.ack_events(1);
+        self.cq.req_notify(false);
+        waiter.progress();
+        Ok(())
     }
 
     /// Runs the ping-pong; the client sends first. Gives up when `peer_failed` is set. Returns
