@@ -4,20 +4,18 @@ mod common;
 
 use std::collections::HashSet;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use common::{Dev, Net, PATIENCE, epoll_on, epoll_ready, is_would_block, poll_n, send};
 use portverbs_linux::{CompChannel, NotifyWaitError};
-use portverbs_verbs::{CqError, NotifyKind, SendFlags, WcStatus};
+use portverbs_verbs::{Cq, CqError, NotifyKind, Qp, SendFlags, WcStatus};
 
 #[test]
 fn level_triggered_epoll_get_ack_destroy() {
     let net = Net::threaded();
     let chan = CompChannel::new(&net.b.ctx).unwrap();
-    let cq_a = net.a.cq(None);
-    let cq_b = net.b.cq(Some(&chan));
-    let (qa, qb) = (net.a.qp(&cq_a), net.b.qp(&cq_b));
-    net.connect(&qa, &qb);
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(&chan));
     let ep = epoll_on(&chan, false);
 
     assert_eq!(
@@ -61,27 +59,56 @@ fn level_triggered_epoll_get_ack_destroy() {
     qa.destroy().map_err(|(e, _)| e).unwrap();
 }
 
+/// B's two CQs share one edge-triggered channel; each is armed and gets one receive
+/// completion from its own connected QP pair.
+struct TwoCqs {
+    chan: CompChannel<Dev>,
+    cq1: Cq<Dev>,
+    cq2: Cq<Dev>,
+    ep: OwnedFd,
+    // Kept alive until the test ends.
+    _rest: (Cq<Dev>, [Qp<Dev>; 4]),
+}
+
+impl TwoCqs {
+    fn fire(net: &Net) -> Self {
+        let chan = CompChannel::new(&net.b.ctx).unwrap();
+        let cq_a = net.a.cq(None);
+        let (cq1, cq2) = (net.b.cq(Some(&chan)), net.b.cq(Some(&chan)));
+        let (qa1, qa2) = (net.a.qp(&cq_a), net.a.qp(&cq_a));
+        let (qb1, qb2) = (net.b.qp(&cq1), net.b.qp(&cq2));
+        net.connect(&qa1, &qb1);
+        net.connect(&qa2, &qb2);
+        let ep = epoll_on(&chan, true);
+        cq1.req_notify(false);
+        cq2.req_notify(false);
+        net.b.post_recv(&qb1, 1);
+        net.b.post_recv(&qb2, 2);
+        send(&qa1, 11, SendFlags::empty());
+        send(&qa2, 12, SendFlags::empty());
+        Self {
+            chan,
+            cq1,
+            cq2,
+            ep,
+            _rest: (cq_a, [qa1, qa2, qb1, qb2]),
+        }
+    }
+}
+
 /// Two CQs on one channel fire before the application looks; an edge-triggered epoll that
 /// reads one event per wakeup still gets both, because the fd is signalled again while an
 /// event is left (stepped, so both events are certainly in before the first read).
 #[test]
 fn edge_triggered_epoll_one_event_per_wakeup_stepped() {
     let net = Net::stepped(3);
-    let chan = CompChannel::new(&net.b.ctx).unwrap();
-    let cq_a = net.a.cq(None);
-    let (cq1, cq2) = (net.b.cq(Some(&chan)), net.b.cq(Some(&chan)));
-    let (qa1, qa2) = (net.a.qp(&cq_a), net.a.qp(&cq_a));
-    let (qb1, qb2) = (net.b.qp(&cq1), net.b.qp(&cq2));
-    net.connect(&qa1, &qb1);
-    net.connect(&qa2, &qb2);
-    let ep = epoll_on(&chan, true);
-
-    cq1.req_notify(false);
-    cq2.req_notify(false);
-    net.b.post_recv(&qb1, 1);
-    net.b.post_recv(&qb2, 2);
-    send(&qa1, 11, SendFlags::empty());
-    send(&qa2, 12, SendFlags::empty());
+    let TwoCqs {
+        chan,
+        cq1,
+        cq2,
+        ep,
+        _rest,
+    } = TwoCqs::fire(&net);
     net.settle();
 
     assert_eq!(
@@ -113,21 +140,13 @@ fn edge_triggered_epoll_one_event_per_wakeup_stepped() {
 #[test]
 fn edge_triggered_epoll_two_cqs_threaded() {
     let net = Net::threaded();
-    let chan = CompChannel::new(&net.b.ctx).unwrap();
-    let cq_a = net.a.cq(None);
-    let (cq1, cq2) = (net.b.cq(Some(&chan)), net.b.cq(Some(&chan)));
-    let (qa1, qa2) = (net.a.qp(&cq_a), net.a.qp(&cq_a));
-    let (qb1, qb2) = (net.b.qp(&cq1), net.b.qp(&cq2));
-    net.connect(&qa1, &qb1);
-    net.connect(&qa2, &qb2);
-    let ep = epoll_on(&chan, true);
-
-    cq1.req_notify(false);
-    cq2.req_notify(false);
-    net.b.post_recv(&qb1, 1);
-    net.b.post_recv(&qb2, 2);
-    send(&qa1, 11, SendFlags::empty());
-    send(&qa2, 12, SendFlags::empty());
+    let TwoCqs {
+        chan,
+        cq1,
+        cq2,
+        ep,
+        _rest,
+    } = TwoCqs::fire(&net);
 
     let deadline = Instant::now() + PATIENCE;
     let mut seen = Vec::new();
@@ -157,10 +176,7 @@ fn edge_triggered_epoll_two_cqs_threaded() {
 fn blocking_wait_returns_the_cq_and_times_out_when_idle() {
     let net = Net::threaded();
     let chan = CompChannel::new(&net.b.ctx).unwrap();
-    let cq_a = net.a.cq(None);
-    let cq_b = net.b.cq(Some(&chan));
-    let (qa, qb) = (net.a.qp(&cq_a), net.b.qp(&cq_b));
-    net.connect(&qa, &qb);
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(&chan));
 
     let idle = chan.wait(Some(Duration::from_millis(20))).unwrap_err();
     assert_eq!(idle.kind(), io::ErrorKind::TimedOut);
@@ -176,10 +192,7 @@ fn blocking_wait_returns_the_cq_and_times_out_when_idle() {
 fn wait_notify_completes_on_a_completion_and_times_out_otherwise() {
     let net = Net::threaded();
     let chan = CompChannel::new(&net.b.ctx).unwrap();
-    let cq_a = net.a.cq(None);
-    let cq_b = net.b.cq(Some(&chan));
-    let (qa, qb) = (net.a.qp(&cq_a), net.b.qp(&cq_b));
-    net.connect(&qa, &qb);
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(&chan));
 
     let mut idle = cq_b.notify(NotifyKind::Any);
     let r = chan.wait_notify(&mut idle, Some(Duration::from_millis(20)));
@@ -244,10 +257,7 @@ fn wait_notify_on_a_destroyed_cq_is_cancelled() {
 #[test]
 fn completion_vector_fd_completes_notify_requests() {
     let net = Net::threaded();
-    let cq_a = net.a.cq(None);
-    let cq_b = net.b.cq(None);
-    let (qa, qb) = (net.a.qp(&cq_a), net.b.qp(&cq_b));
-    net.connect(&qa, &qb);
+    let (_cq_a, cq_b, qa, qb) = net.link(None);
     let fd = net
         .b
         .events

@@ -15,10 +15,7 @@ fn no_thread_is_created() {
     let before = thread_count();
     let net = Net::stepped(9);
     let chan = CompChannel::new(&net.b.ctx).unwrap();
-    let cq_a = net.a.cq(None);
-    let cq_b = net.b.cq(Some(&chan));
-    let (qa, qb) = (net.a.qp(&cq_a), net.b.qp(&cq_b));
-    net.connect(&qa, &qb);
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(&chan));
     assert_eq!(thread_count(), before, "opening and creating");
 
     cq_b.req_notify(false);

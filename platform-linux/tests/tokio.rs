@@ -28,10 +28,7 @@ async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
 async fn async_fd_readiness_and_get_cq_event() {
     let net = Net::threaded();
     let chan = TokioCompChannel::new(CompChannel::new(&net.b.ctx).unwrap()).unwrap();
-    let cq_a = net.a.cq(None);
-    let cq_b = net.b.cq(Some(chan.get_ref()));
-    let (qa, qb) = (net.a.qp(&cq_a), net.b.qp(&cq_b));
-    net.connect(&qa, &qb);
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(chan.get_ref()));
 
     // The raw AsyncFd: readable, then try_io until an event comes out.
     cq_b.req_notify(false);
@@ -69,10 +66,7 @@ async fn async_fd_readiness_and_get_cq_event() {
 async fn notify_future_resolves_on_a_completion_from_the_engine() {
     let net = Net::threaded();
     let chan = TokioCompChannel::new(CompChannel::new(&net.b.ctx).unwrap()).unwrap();
-    let cq_a = net.a.cq(None);
-    let cq_b = net.b.cq(Some(chan.get_ref()));
-    let (qa, qb) = (net.a.qp(&cq_a), net.b.qp(&cq_b));
-    net.connect(&qa, &qb);
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(chan.get_ref()));
 
     net.b.post_recv(&qb, 1);
     let notified = tokio::spawn(chan.notify(&cq_b, NotifyKind::Any));
@@ -116,10 +110,7 @@ async fn notify_future_on_a_destroyed_cq_is_cancelled() {
 async fn solicited_notify_ignores_unsolicited_receives() {
     let net = Net::threaded();
     let chan = TokioCompChannel::new(CompChannel::new(&net.b.ctx).unwrap()).unwrap();
-    let cq_a = net.a.cq(None);
-    let cq_b = net.b.cq(Some(chan.get_ref()));
-    let (qa, qb) = (net.a.qp(&cq_a), net.b.qp(&cq_b));
-    net.connect(&qa, &qb);
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(chan.get_ref()));
     net.b.post_recv(&qb, 1);
     net.b.post_recv(&qb, 2);
 

@@ -105,17 +105,7 @@ fn create_cq_with_a_completion_channel(backend: Backend) {
     let env = Env::new(backend);
     let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
     assert_eq!(env.a().object_counts().channels, 1);
-    let cqs: Vec<Cq> = (0..2)
-        .map(|_| {
-            env.a()
-                .create_cq_blocking(CqInit {
-                    entries: 32,
-                    comp_vector: 0,
-                    channel: Some(&ch),
-                })
-                .unwrap()
-        })
-        .collect();
+    let cqs: Vec<Cq> = (0..2).map(|_| channel_cq(env.a(), &ch, 32)).collect();
     assert_ne!(cqs[0].cqn(), cqs[1].cqn(), "one channel serves several CQs");
     assert!(
         cqs.iter()

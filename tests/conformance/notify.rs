@@ -24,14 +24,7 @@ fn deliver(env: &Env, cq: &Cq) {
 /// A pair whose side-a CQ reports to a new completion channel.
 fn channel_pair(env: &Env) -> (CompletionChannel, Pair) {
     let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
-    let a_cq = env
-        .a()
-        .create_cq_blocking(CqInit {
-            entries: 64,
-            comp_vector: 0,
-            channel: Some(&ch),
-        })
-        .unwrap();
+    let a_cq = channel_cq(env.a(), &ch, 64);
     let p = pair_on(env, a_cq, cq(env.b(), 64));
     (ch, p)
 }
@@ -310,14 +303,7 @@ fn rc_traffic_driven_by_completion_events(backend: Backend) {
     // pyverbs test_cq_events: arm, wait for the event, acknowledge, poll, re-arm.
     let env = Env::new(backend);
     let ch = env.b().create_comp_channel(Arc::new(NullSink)).unwrap();
-    let b_cq = env
-        .b()
-        .create_cq_blocking(CqInit {
-            entries: 16,
-            comp_vector: 0,
-            channel: Some(&ch),
-        })
-        .unwrap();
+    let b_cq = channel_cq(env.b(), &ch, 16);
     let p = pair_on(&env, cq(env.a(), 16), b_cq);
     p.b.cq.req_notify(false);
     for i in 0..5u64 {
@@ -347,14 +333,7 @@ fn rc_traffic_driven_by_completion_events(backend: Backend) {
 fn destroy_cq_with_unacknowledged_events_fails(backend: Backend) {
     let env = Env::new(backend);
     let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
-    let a_cq = env
-        .a()
-        .create_cq_blocking(CqInit {
-            entries: 16,
-            comp_vector: 0,
-            channel: Some(&ch),
-        })
-        .unwrap();
+    let a_cq = channel_cq(env.a(), &ch, 16);
     let cqn = a_cq.cqn();
     let p = pair_on(&env, a_cq, cq(env.b(), 16));
     p.a.cq.req_notify(false);
@@ -390,23 +369,9 @@ fn no_channel_event_without_req_notify(backend: Backend) {
 fn req_notify_solicited_only_ignores_unsolicited_completions(backend: Backend) {
     let env = Env::new(backend);
     let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
-    let b_cq = env
-        .b()
-        .create_cq_blocking(CqInit {
-            entries: 16,
-            comp_vector: 0,
-            channel: None,
-        })
-        .unwrap();
+    let b_cq = cq(env.b(), 16);
     // Receives land on a's CQ: b sends to a.
-    let a_cq = env
-        .a()
-        .create_cq_blocking(CqInit {
-            entries: 16,
-            comp_vector: 0,
-            channel: Some(&ch),
-        })
-        .unwrap();
+    let a_cq = channel_cq(env.a(), &ch, 16);
     let p = pair_on(&env, a_cq, b_cq);
     let swapped = Pair { a: p.b, b: p.a };
     swapped.b.cq.req_notify(true);
@@ -421,15 +386,7 @@ fn req_notify_solicited_only_ignores_unsolicited_completions(backend: Backend) {
 fn one_channel_multiplexes_events_of_several_cqs(backend: Backend) {
     let env = Env::new(backend);
     let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
-    let mk = || {
-        env.a()
-            .create_cq_blocking(CqInit {
-                entries: 16,
-                comp_vector: 0,
-                channel: Some(&ch),
-            })
-            .unwrap()
-    };
+    let mk = || channel_cq(env.a(), &ch, 16);
     let p1 = pair_on(&env, mk(), cq(env.b(), 16));
     let p2 = pair_on(&env, mk(), cq(env.b(), 16));
     p1.a.cq.req_notify(false);

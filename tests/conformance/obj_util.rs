@@ -53,15 +53,6 @@ pub fn pair_on(env: &Env, a_cq: Cq, b_cq: Cq) -> Pair {
     Pair { a, b }
 }
 
-/// A CQ of `entries` on `ctx`.
-pub fn cq(ctx: &Context, entries: u32) -> Cq {
-    ctx.create_cq_blocking(CqInit {
-        entries,
-        ..CqInit::default()
-    })
-    .unwrap()
-}
-
 /// RESET → INIT → RTR → RTS again (how pyverbs' `restate_qps` recovers a QP in ERR).
 pub fn restate(qp: &Qp, remote_qpn: u32, remote_gid: Gid, p: &Params) {
     let reset = QpAttr {

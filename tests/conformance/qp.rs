@@ -37,7 +37,7 @@ fn create_qp_beyond_device_limits_is_refused(backend: Backend) {
     let env = Env::new(backend);
     let ctx = env.a();
     let pd = ctx.alloc_pd_blocking().unwrap();
-    let cq = make_cq(ctx);
+    let cq = cq(ctx, 256);
     let lim = ctx.attr().clone();
     let cases: [(&str, QpCaps, u32, u32); 5] = [
         (

@@ -59,7 +59,7 @@ fn dealloc_pd_with_live_qp_is_busy(backend: Backend) {
     let env = Env::new(backend);
     let ctx = env.a();
     let pd = ctx.alloc_pd_blocking().unwrap();
-    let cq = make_cq(ctx);
+    let cq = cq(ctx, 256);
     let qp = make_qp(&pd, &cq, QpType::Rc, None, false);
     let pdn = pd.pdn();
     let pd = match pd.dealloc() {
@@ -115,8 +115,8 @@ fn modify_without_state_changes_attributes_in_place(backend: Backend) {
 fn create_qp_with_objects_of_another_device_is_refused(backend: Backend) {
     let env = Env::new(backend);
     let pd = env.a().alloc_pd_blocking().unwrap();
-    let cq = make_cq(env.a());
-    let other_cq = make_cq(env.b());
+    let other_cq = cq(env.b(), 256);
+    let cq = cq(env.a(), 256);
     let other_pd = env.b().alloc_pd_blocking().unwrap();
     let other_srq = other_pd
         .create_srq_blocking(SrqInit {

@@ -22,7 +22,7 @@ struct SrqSide {
 impl SrqSide {
     fn new(ctx: &Context, init: SrqInit) -> Self {
         let pd = ctx.alloc_pd_blocking().unwrap();
-        let cq = make_cq(ctx);
+        let cq = cq(ctx, 256);
         let srq = pd.create_srq_blocking(init).unwrap();
         let buf = ctx.alloc_buffer(1 << 16).unwrap();
         let mr = pd.reg_mr_blocking(&buf, 0..1 << 16, FULL_ACCESS).unwrap();

@@ -53,7 +53,7 @@ fn rc_sq_sig_all_signals_every_request(backend: Backend) {
     let env = Env::new(backend);
     let ctx = env.a();
     let pd = ctx.alloc_pd_blocking().unwrap();
-    let cq = make_cq(ctx);
+    let cq = cq(ctx, 256);
     let qp = make_qp(&pd, &cq, QpType::Rc, None, true);
     let b = Side::new(env.b(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
     connect(&env, &qp, &b.qp, &Params::default());

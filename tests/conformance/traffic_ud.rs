@@ -241,14 +241,7 @@ fn ud_traffic_driven_by_completion_events(backend: Backend) {
     // pyverbs test_cq_events, UD flavour: arm, get the channel event, acknowledge, poll.
     let env = Env::new(backend);
     let ch = env.b().create_comp_channel(Arc::new(NullSink)).unwrap();
-    let b_cq = env
-        .b()
-        .create_cq_blocking(CqInit {
-            entries: 16,
-            comp_vector: 0,
-            channel: Some(&ch),
-        })
-        .unwrap();
+    let b_cq = channel_cq(env.b(), &ch, 16);
     let b_pd = env.b().alloc_pd_blocking().unwrap();
     let b_qp = make_qp(&b_pd, &b_cq, QpType::Ud, None, false);
     let b_buf = env.b().alloc_buffer(4096).unwrap();

@@ -115,15 +115,6 @@ pub fn make_qp(pd: &Pd, cq: &Cq, t: QpType, srq: Option<&Srq>, sq_sig_all: bool)
     .unwrap()
 }
 
-/// A CQ of 256 entries.
-pub fn make_cq(ctx: &Context) -> Cq {
-    ctx.create_cq_blocking(CqInit {
-        entries: 256,
-        ..CqInit::default()
-    })
-    .unwrap()
-}
-
 /// Brings `a` and `b` (on `env.a()` and `env.b()`) from RESET to RTS toward each other.
 pub fn connect(env: &Env, a: &Qp, b: &Qp, p: &Params) {
     to_init(a, p);

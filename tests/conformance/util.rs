@@ -252,3 +252,22 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
+
+/// A CQ of `entries` entries without a completion channel.
+pub fn cq(ctx: &Context, entries: u32) -> Cq {
+    ctx.create_cq_blocking(CqInit {
+        entries,
+        ..CqInit::default()
+    })
+    .unwrap()
+}
+
+/// A CQ of `entries` entries whose events go to `ch`.
+pub fn channel_cq(ctx: &Context, ch: &CompletionChannel, entries: u32) -> Cq {
+    ctx.create_cq_blocking(CqInit {
+        entries,
+        comp_vector: 0,
+        channel: Some(ch),
+    })
+    .unwrap()
+}

@@ -129,6 +129,16 @@ impl Net {
         self.fabric.run_until_idle().unwrap();
     }
 
+    /// A connected RC pair: a CQ and a QP on each side, b's CQ on `chan_b` (if any).
+    /// Returns `(cq_a, cq_b, qa, qb)`.
+    pub fn link(&self, chan_b: Option<&CompChannel<Dev>>) -> (Cq<Dev>, Cq<Dev>, Qp<Dev>, Qp<Dev>) {
+        let cq_a = self.a.cq(None);
+        let cq_b = self.b.cq(chan_b);
+        let (qa, qb) = (self.a.qp(&cq_a), self.b.qp(&cq_b));
+        self.connect(&qa, &qb);
+        (cq_a, cq_b, qa, qb)
+    }
+
     /// Brings `qa` (on a) and `qb` (on b) to RTS toward each other.
     pub fn connect(&self, qa: &Qp<Dev>, qb: &Qp<Dev>) {
         to_rts(qa, qb.qp_num(), self.b.gid());
