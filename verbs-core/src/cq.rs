@@ -286,8 +286,11 @@ impl<D: Device> Cq<D> {
             wc[n] = w;
             n += 1;
         }
+        let mut consumed = false;
         while n < wc.len() {
-            match g.hw.poll_one() {
+            let got = g.hw.poll_one();
+            consumed |= !matches!(got, Ok(None));
+            match got {
                 Ok(Some(cqe)) => match g.complete(cqe, self.inner.cqn) {
                     Ok(w) => {
                         wc[n] = w;
@@ -305,7 +308,11 @@ impl<D: Device> Cq<D> {
                 }
             }
         }
-        g.hw.publish_ci();
+        if consumed {
+            // Only a consumed CQE moves the consumer index: an empty poll writes nothing the
+            // device reads.
+            g.hw.publish_ci();
+        }
         if n == 0 {
             if let Some(e) = g.pending_error.take() {
                 return Err(e);
