@@ -320,24 +320,16 @@ impl<D: Device> Qp<D> {
         let depth = sq.hw.depth().min(self.inner.caps.max_send_wr.max(1));
         let mut head = sq.head;
         let mut result = Ok(());
-        // Free slots, re-read from the poller's tail only when they run out (the tail's cache
-        // line belongs to whoever polls the CQ).
-        let free =
-            |head: u32| depth.saturating_sub(head.wrapping_sub(ring.tail.load(Ordering::Acquire)));
-        let mut room = free(head);
+        let mut room = 0;
         for (i, wr) in wrs.iter().enumerate() {
             if let Err(kind) = self.validate_send(wr) {
                 result = Err(fail(i, kind));
                 break;
             }
-            if room == 0 {
-                room = free(head);
-                if room == 0 {
-                    result = Err(fail(i, PostErrorKind::QueueFull { depth }));
-                    break;
-                }
+            if !ring.take_slot(head, depth, &mut room) {
+                result = Err(fail(i, PostErrorKind::QueueFull { depth }));
+                break;
             }
-            room -= 1;
             let signaled = self.inner.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
             ring.set(head, wr.wr_id);
             if let Err(e) = sq.hw.write_wqe(head, wr, signaled) {
@@ -383,6 +375,7 @@ impl<D: Device> Qp<D> {
         let max_sge = self.inner.caps.max_recv_sge;
         let mut head = rq.head;
         let mut result = Ok(());
+        let mut room = 0;
         for (i, wr) in wrs.iter().enumerate() {
             if wr.sges.len() > max_sge as usize {
                 result = Err(fail(
@@ -394,7 +387,7 @@ impl<D: Device> Qp<D> {
                 ));
                 break;
             }
-            if head.wrapping_sub(ring.tail.load(Ordering::Acquire)) >= depth {
+            if !ring.take_slot(head, depth, &mut room) {
                 result = Err(fail(i, PostErrorKind::QueueFull { depth }));
                 break;
             }

@@ -44,6 +44,22 @@ impl WrRing {
             .wrapping_sub(self.tail.load(Ordering::Acquire))
     }
 
+    /// Poster: takes the slot of counter `head` in a queue of `depth`. `room` carries the free
+    /// slots seen so far across one post call (start it at 0): the poller's tail, whose cache
+    /// line belongs to whoever polls the CQ, is re-read only when they run out. False when the
+    /// queue is full.
+    pub(crate) fn take_slot(&self, head: u32, depth: u32, room: &mut u32) -> bool {
+        if *room == 0 {
+            let used = head.wrapping_sub(self.tail.load(Ordering::Acquire));
+            *room = depth.saturating_sub(used);
+            if *room == 0 {
+                return false;
+            }
+        }
+        *room -= 1;
+        true
+    }
+
     /// Poster: records the `wr_id` of counter `c`.
     pub(crate) fn set(&self, c: u32, wr_id: u64) {
         self.wr_ids[(c & self.mask) as usize].store(wr_id, Ordering::Relaxed);
@@ -137,6 +153,23 @@ pub(crate) struct QpShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn take_slot_stops_at_depth_and_sees_retired_slots() {
+        let r = WrRing::new(4);
+        let mut room = 0;
+        let mut head = 0;
+        while r.take_slot(head, 4, &mut room) {
+            r.set(head, u64::from(head));
+            head += 1;
+        }
+        assert_eq!(head, 4, "a full queue refuses the fifth");
+        r.publish(head);
+        assert_eq!(r.retire_through(1), Some(1));
+        assert!(r.take_slot(head, 4, &mut room), "two slots came back");
+        assert!(r.take_slot(head + 1, 4, &mut room));
+        assert!(!r.take_slot(head + 2, 4, &mut room));
+    }
 
     #[test]
     fn send_completion_retires_unsignaled_predecessors() {
