@@ -48,6 +48,7 @@ impl WrRing {
     /// slots seen so far across one post call (start it at 0): the poller's tail, whose cache
     /// line belongs to whoever polls the CQ, is re-read only when they run out. False when the
     /// queue is full.
+    #[inline]
     pub(crate) fn take_slot(&self, head: u32, depth: u32, room: &mut u32) -> bool {
         if *room == 0 {
             let used = head.wrapping_sub(self.tail.load(Ordering::Acquire));
