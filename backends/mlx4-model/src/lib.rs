@@ -1,0 +1,2 @@
+//! An emulated mlx4 HCA (work in progress).
+#![deny(unsafe_code)]
