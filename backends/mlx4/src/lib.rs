@@ -6,3 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod layout;
+pub mod pci;
+
+pub use pci::{PciError, PciFunction};
