@@ -70,6 +70,9 @@ pub(crate) enum KickKind {
     Qp(u32),
     /// A CQ was armed: fire at once if completions are already waiting.
     Cq(u32),
+    /// For a foreign device model (`Kick::dev` indexes the foreign devices): passed to its
+    /// [`crate::fabric::ForeignDevice::kick`] as is.
+    Foreign(u32),
 }
 
 /// A kick for device `dev`.

@@ -20,7 +20,7 @@ use portverbs_hal::event::{DeviceEvent, PortEventKind};
 use portverbs_hal::types::{Gid, PortState};
 
 use crate::engine::{Engine, EngineConfig, EngineStats, Hca, Packet, PortInfo};
-use crate::fabric::sim::{Sim, SimDevice};
+use crate::fabric::sim::{Node, Sim, SimDevice};
 use crate::fabric::{DeviceConfig, Fabric, FabricError};
 use doorbell::Kicker;
 use hw::Hw;
@@ -126,7 +126,7 @@ impl SoftDevice {
             hw: Hw::default(),
             state,
         });
-        sim.add_routes(index, &routes);
+        sim.add_routes(Node::Soft(index), &routes);
         Ok(device)
     }
 

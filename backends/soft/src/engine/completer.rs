@@ -31,7 +31,7 @@ fn send_opcode(op: SendOp) -> WcOpcode {
 
 /// Delivers, in order, the completions of every WQE whose outcome is known.
 /// Returns how many WQEs were retired.
-pub(crate) fn advance_completions<H: Hca>(
+pub(crate) fn advance_completions<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -91,7 +91,7 @@ pub(crate) fn advance_completions<H: Hca>(
 }
 
 /// Processes an ACK, NAK, READ response or atomic ACK for this QP's requests.
-pub(crate) fn on_response<H: Hca>(
+pub(crate) fn on_response<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -208,7 +208,13 @@ fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
     }
 }
 
-fn on_read_response<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: u64, pkt: &Packet) {
+fn on_read_response<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    _hca: &mut H,
+    now: u64,
+    pkt: &Packet,
+) {
     let p = pkt.hdr.bth.psn;
     // The oldest outstanding READ/atomic is the only one a response can be for.
     let mut c = qp.req.comp;
@@ -310,7 +316,7 @@ fn scatter(qp: &QpCtx, core: &Core, c: u32, at: u64, pkt: &Packet) -> Result<(),
     }
 }
 
-fn on_atomic_ack<H: Hca>(
+fn on_atomic_ack<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     _hca: &mut H,
@@ -358,7 +364,14 @@ fn on_atomic_ack<H: Hca>(
     ack_through(qp, core, now, p);
 }
 
-fn on_rnr_nak<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, now: u64, p: u32, timer: u8) {
+fn on_rnr_nak<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    p: u32,
+    timer: u8,
+) {
     ack_through(qp, core, now, psn::add(p, psn::MASK));
     if qp.req.rnr_left == 0 {
         fail_at(qp, p, WcStatus::RnrRetryExcErr);
@@ -376,7 +389,7 @@ fn on_rnr_nak<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, now: u64, p:
 }
 
 /// Go back N from PSN `p` after a sequence NAK, counting one retry.
-fn retry<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: u64, p: u32) {
+fn retry<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: u64, p: u32) {
     if qp.req.retries_left == 0 {
         fail_at(qp, p, WcStatus::RetryExcErr);
         return;
@@ -387,7 +400,7 @@ fn retry<H: Hca>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: u64, p: u32
 }
 
 /// The local ACK timer expired.
-pub(crate) fn on_retransmit_timeout<H: Hca>(
+pub(crate) fn on_retransmit_timeout<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -437,13 +450,13 @@ fn fail_at(qp: &mut QpCtx, p: u32, status: WcStatus) {
 }
 
 /// UC/UD send-side error: the send queue enters SQE (flushed); receives keep working.
-fn enter_sq_error<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
+fn enter_sq_error<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
     qp.state = QpState::Sqe;
     flush_sq(qp, hca);
 }
 
 /// Moves the QP to ERR and flushes both queues.
-pub(crate) fn enter_error<H: Hca>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
+pub(crate) fn enter_error<H: Hca + ?Sized>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
     if qp.state == QpState::Err {
         return;
     }
@@ -455,7 +468,7 @@ pub(crate) fn enter_error<H: Hca>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H)
     flush_rq(qp, hca);
 }
 
-fn flush_sq<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
+fn flush_sq<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
     let flush = |hca: &mut H, qpn: u32, cqn: u32, c: u32| {
         let cqe = Cqe {
             qpn,
@@ -483,7 +496,7 @@ fn flush_sq<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
     qp.req.stalled = false;
 }
 
-fn flush_rq<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
+fn flush_rq<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
     let (qpn, cqn) = (qp.qpn, qp.init.recv_cqn);
     let flush = |hca: &mut H, wqe_index: u32| {
         let cqe = Cqe {
@@ -518,12 +531,12 @@ fn flush_rq<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
 }
 
 /// Flushes send WQEs posted to a QP in SQE (its receive queue keeps working).
-pub(crate) fn flush_new_sends<H: Hca>(qp: &mut QpCtx, hca: &mut H) {
+pub(crate) fn flush_new_sends<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
     flush_sq(qp, hca);
 }
 
 /// Flushes WQEs posted to a QP already in ERR.
-pub(crate) fn flush_new<H: Hca>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
+pub(crate) fn flush_new<H: Hca + ?Sized>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
     flush_sq(qp, hca);
     if let RecvSource::Rq { .. } = qp.recv_source() {
         flush_rq(qp, hca);
@@ -546,7 +559,7 @@ fn legal(t: QpType, from: QpState, to: QpState) -> bool {
 }
 
 /// Applies a modify-QP command.
-pub(crate) fn modify<H: Hca>(
+pub(crate) fn modify<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,

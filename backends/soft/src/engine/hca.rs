@@ -10,8 +10,10 @@ use portverbs_hal::attr::AddressVector;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::QpType;
 use portverbs_hal::wc::Cqe;
-use portverbs_hal::wr::{SendFlags, SendOp, Sge};
+use portverbs_hal::wr::{MwBind, SendFlags, SendOp, Sge};
 use smallvec::SmallVec;
+
+use super::memory::MemoryTable;
 
 /// The UD destination carried by a send WQE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,4 +150,13 @@ pub trait Hca {
 
     /// Resets the device-side queue state of a QP (RESET transition): consumer counters to 0.
     fn reset_queues(&mut self, qpn: u32, qp_type: QpType);
+
+    /// The current key of the window a bind WQE names. The soft format carries it in the WQE
+    /// (`bind.mw_rkey`, the default); formats that name the window only by the index of its new
+    /// key (mlx4's bind segment) look it up in `memory` ([`MemoryTable::key_at`]).
+    #[inline]
+    fn window_key(&self, memory: &MemoryTable, bind: &MwBind) -> u32 {
+        let _ = memory;
+        bind.mw_rkey
+    }
 }

@@ -172,6 +172,49 @@ impl MemoryTable {
         Ok(make_key(index, slot.tag))
     }
 
+    /// Puts `object` at the index and tag of a key the caller chose (mlx4: the driver forms
+    /// keys from MPT indices, facts §8). The index must be free.
+    fn place(&mut self, key: u32, object: Object) -> Result<u32, CommandError> {
+        let (index, tag) = split(key);
+        if index == 0 || index > self.max {
+            return Err(CommandError::InvalidArgument {
+                what: format!("key {key:#x}: index {index:#x} outside 1..={:#x}", self.max),
+            });
+        }
+        let i = index as usize;
+        while self.slots.len() <= i {
+            let n = self.slots.len() as u32;
+            self.slots.push(Slot {
+                tag: 0,
+                object: Object::Free,
+            });
+            if n != index {
+                self.free.push(n);
+            }
+        }
+        if !matches!(self.slots[i].object, Object::Free) {
+            return Err(CommandError::BadState {
+                object: "memory key",
+                number: index,
+                reason: "index already holds a region or window".into(),
+            });
+        }
+        self.free.retain(|&f| f != index);
+        let slot = &mut self.slots[i];
+        slot.tag = tag;
+        slot.object = object;
+        Ok(key)
+    }
+
+    /// The key the object at `index` answers to now (windows change it when bound), or `None`
+    /// when the index is free.
+    pub fn key_at(&self, index: u32) -> Option<u32> {
+        self.slots
+            .get(index as usize)
+            .filter(|s| index != 0 && !matches!(s.object, Object::Free))
+            .map(|s| make_key(index, s.tag))
+    }
+
     fn slot(&self, key: u32) -> Option<&Slot> {
         let (index, tag) = split(key);
         self.slots
@@ -200,6 +243,26 @@ impl MemoryTable {
             mem_offset: spec.mem_offset,
             bound_mws: 0,
         }))
+    }
+
+    /// Registers memory at a key chosen by the caller (`index << 8 | tag`); refuses an index
+    /// that is in use.
+    ///
+    /// # Errors
+    /// Index 0, beyond the table, or in use.
+    pub fn register_at(&mut self, key: u32, spec: MrSpec) -> Result<u32, CommandError> {
+        self.place(
+            key,
+            Object::Mr(MrEntry {
+                pd: spec.pd,
+                access: spec.access,
+                va: spec.va,
+                len: spec.len,
+                mem: spec.mem,
+                mem_offset: spec.mem_offset,
+                bound_mws: 0,
+            }),
+        )
     }
 
     /// Changes a registration in place (the key stays the same, so work requests already posted
@@ -309,6 +372,22 @@ impl MemoryTable {
             mw_type,
             binding: None,
         }))
+    }
+
+    /// Allocates an unbound memory window at a key chosen by the caller; refuses an index that
+    /// is in use.
+    ///
+    /// # Errors
+    /// Index 0, beyond the table, or in use.
+    pub fn alloc_mw_at(&mut self, key: u32, pd: u32, mw_type: MwType) -> Result<u32, CommandError> {
+        self.place(
+            key,
+            Object::Mw(MwEntry {
+                pd,
+                mw_type,
+                binding: None,
+            }),
+        )
     }
 
     /// Frees a memory window (its binding, if any, ends).
@@ -751,6 +830,72 @@ mod tests {
                 .unwrap_err(),
             KeyError::PdMismatch
         );
+    }
+
+    fn spec(mem: &Arc<SoftDma>) -> MrSpec {
+        MrSpec {
+            pd: 1,
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+            va: 0x10_000,
+            len: 4096,
+            mem: mem.clone(),
+            mem_offset: 0,
+        }
+    }
+
+    #[test]
+    fn caller_chosen_keys_are_placed_and_refused_when_taken() {
+        let mem = SoftDma::alloc(4096).unwrap();
+        let mut t = MemoryTable::new(1 << 10);
+        // mlx4 style: MPT index 0x21 with tag 0x77.
+        let key = t.register_at(0x2177, spec(&mem)).unwrap();
+        assert_eq!(key, 0x2177);
+        assert_eq!(t.key_at(0x21), Some(0x2177));
+        assert!(t.local(0x2177, 1, 0x10_000, 8, true).is_ok());
+        assert_eq!(
+            t.local(0x2100, 1, 0x10_000, 8, true).unwrap_err(),
+            KeyError::InvalidKey,
+            "the tag must match"
+        );
+        assert!(matches!(
+            t.register_at(0x2100, spec(&mem)),
+            Err(CommandError::BadState { .. })
+        ));
+        assert!(matches!(
+            t.alloc_mw_at(0x2105, 1, MwType::Type2),
+            Err(CommandError::BadState { .. })
+        ));
+        assert!(t.register_at(0x00ff, spec(&mem)).is_err(), "index 0");
+        assert!(
+            t.register_at(0x40100, spec(&mem)).is_err(),
+            "beyond the table"
+        );
+        // Indices skipped over stay usable by the allocator, and the chosen one is not reused.
+        let auto: Vec<u32> = (0..0x20)
+            .map(|_| t.register(spec(&mem)).unwrap() >> 8)
+            .collect();
+        assert!(!auto.contains(&0x21));
+        assert_eq!(t.live(), (0x21, 0));
+        t.deregister(0x2177).unwrap();
+        assert_eq!(t.key_at(0x21), None);
+    }
+
+    #[test]
+    fn windows_at_chosen_keys_bind_through_key_at() {
+        let mem = SoftDma::alloc(4096).unwrap();
+        let mut t = MemoryTable::new(1 << 10);
+        let mr = t.register_at(0x1100, spec(&mem)).unwrap();
+        let mw = t.alloc_mw_at(0x1200, 1, MwType::Type2).unwrap();
+        let new = 0x1242;
+        let current = t.key_at(new >> 8).unwrap();
+        assert_eq!(current, mw);
+        t.bind(1, 9, &bind(current, new, mr, 0x10_000, 64, MwType::Type2))
+            .unwrap();
+        assert_eq!(t.key_at(0x12), Some(new));
+        assert!(t.deregister(mr).is_err(), "a window is bound");
+        t.dealloc_mw_index(0x12).unwrap();
+        t.deregister(mr).unwrap();
+        assert_eq!(t.live(), (0, 0));
     }
 
     #[test]

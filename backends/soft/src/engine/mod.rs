@@ -280,7 +280,7 @@ impl Engine {
     ///
     /// # Errors
     /// No such QP, or the QP is not in `attr.cur_qp_state` (e.g. the device moved it to ERR).
-    pub fn modify_qp<H: Hca>(
+    pub fn modify_qp<H: Hca + ?Sized>(
         &mut self,
         now: u64,
         qpn: u32,
@@ -300,7 +300,13 @@ impl Engine {
     }
 
     /// The host rang the send doorbell of `qpn` (or posted receives to a QP in error).
-    pub fn doorbell<H: Hca>(&mut self, now: u64, qpn: u32, hca: &mut H, out: &mut Vec<Packet>) {
+    pub fn doorbell<H: Hca + ?Sized>(
+        &mut self,
+        now: u64,
+        qpn: u32,
+        hca: &mut H,
+        out: &mut Vec<Packet>,
+    ) {
         let Some(qp) = self
             .qps
             .get_mut(qpn as usize)
@@ -328,7 +334,7 @@ impl Engine {
     }
 
     /// Runs one turn for every QP that had work left over.
-    pub fn run_work<H: Hca>(&mut self, now: u64, hca: &mut H, out: &mut Vec<Packet>) {
+    pub fn run_work<H: Hca + ?Sized>(&mut self, now: u64, hca: &mut H, out: &mut Vec<Packet>) {
         for _ in 0..self.core.work.len() {
             let Some(qpn) = self.core.work.pop_front() else {
                 break;
@@ -345,7 +351,7 @@ impl Engine {
     }
 
     /// A packet arrived on `port`.
-    pub fn receive<H: Hca>(
+    pub fn receive<H: Hca + ?Sized>(
         &mut self,
         now: u64,
         port: u8,
@@ -401,7 +407,12 @@ impl Engine {
     }
 
     /// Fires every timer due at `now`.
-    pub fn handle_timeout<H: Hca>(&mut self, now: u64, hca: &mut H, out: &mut Vec<Packet>) {
+    pub fn handle_timeout<H: Hca + ?Sized>(
+        &mut self,
+        now: u64,
+        hca: &mut H,
+        out: &mut Vec<Packet>,
+    ) {
         while let Some(t) = self.core.timers.pop_due(now) {
             let Some(qp) = self
                 .qps
@@ -440,14 +451,14 @@ impl Engine {
     }
 
     /// Moves every QP to ERR (device fatal error) and flushes them.
-    pub fn fail_all<H: Hca>(&mut self, hca: &mut H) {
+    pub fn fail_all<H: Hca + ?Sized>(&mut self, hca: &mut H) {
         for qp in self.qps.iter_mut().flatten() {
             completer::enter_error(qp, &mut self.core, hca);
         }
     }
 
     /// Moves one QP to ERR with a catastrophic-error event (a malformed WQE, or injected).
-    pub fn qp_fatal<H: Hca>(&mut self, qpn: u32, hca: &mut H) {
+    pub fn qp_fatal<H: Hca + ?Sized>(&mut self, qpn: u32, hca: &mut H) {
         let Some(qp) = self
             .qps
             .get_mut(qpn as usize)

@@ -31,7 +31,7 @@ enum Step {
 
 /// Sends as much as the QP's state, window and budget allow, then delivers any completions
 /// that became possible.
-pub(crate) fn transmit<H: Hca>(
+pub(crate) fn transmit<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -76,7 +76,7 @@ pub(crate) fn transmit<H: Hca>(
 /// Send WQEs read per fetch burst.
 const FETCH_AHEAD: u32 = 16;
 
-fn step<H: Hca>(
+fn step<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -109,7 +109,7 @@ fn step<H: Hca>(
     }
     let op = slot.wqe.op;
     if op.is_local() {
-        let status = execute_local(qp, core, op);
+        let status = execute_local(qp, core, hca, op);
         let slot = qp.req.slot_mut(tx);
         slot.done = Some(status);
         if status == WcStatus::Success {
@@ -156,7 +156,7 @@ fn step<H: Hca>(
 
 /// Fetches the next posted WQE into the slot ring; false when none is posted or the ring of
 /// in-flight WQEs is full.
-fn fetch<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Result<bool, WqeFault> {
+fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Result<bool, WqeFault> {
     if qp.state != QpState::Rts {
         return Ok(false);
     }
@@ -233,9 +233,17 @@ fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     Ok(())
 }
 
-fn execute_local(qp: &mut QpCtx, core: &mut Core, op: SendOp) -> WcStatus {
+fn execute_local<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &H,
+    op: SendOp,
+) -> WcStatus {
     let ok = match op {
-        SendOp::BindMw { bind } => core.memory.bind(qp.init.pd, qp.qpn, &bind).is_ok(),
+        SendOp::BindMw { mut bind } => {
+            bind.mw_rkey = hca.window_key(&core.memory, &bind);
+            core.memory.bind(qp.init.pd, qp.qpn, &bind).is_ok()
+        }
         SendOp::LocalInv { rkey } => core.memory.invalidate(rkey, qp.init.pd, None).is_ok(),
         _ => false,
     };

@@ -21,7 +21,7 @@ use crate::wire::{Aeth, AethSyndrome, AtomicAckEth, Bth, NakCode, Opcode, Positi
 const GRH_LEN: usize = 40;
 
 /// Handles a request packet (SEND, WRITE, READ request, atomic) for this QP.
-pub(crate) fn on_request<H: Hca>(
+pub(crate) fn on_request<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -48,7 +48,7 @@ pub(crate) fn on_request<H: Hca>(
     }
 }
 
-fn on_rc<H: Hca>(
+fn on_rc<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -152,7 +152,7 @@ fn ends(pkt: &Packet) -> bool {
     )
 }
 
-fn send_packet<H: Hca>(
+fn send_packet<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -212,7 +212,7 @@ fn send_packet<H: Hca>(
     accept(qp, core, pkt);
 }
 
-fn write_packet<H: Hca>(
+fn write_packet<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -284,7 +284,7 @@ fn open_write(qp: &mut QpCtx, core: &Core, pkt: &Packet) -> Result<(), Option<Ke
 /// and, on its last packet, completes a WRITE with immediate into the held receive WQE. Checks
 /// the payload against the RETH length before touching memory; the caller turns an error into
 /// its transport's reaction (RC: a NAK; UC: a silent drop).
-fn place_write<H: Hca>(
+fn place_write<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     hca: &mut H,
     pkt: &Packet,
@@ -335,7 +335,7 @@ fn remote(
     core.memory.remote(rkey, qp.init.pd, qp.qpn, va, len, need)
 }
 
-fn read_request<H: Hca>(
+fn read_request<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -440,7 +440,7 @@ fn read_responses(
     }
 }
 
-fn atomic<H: Hca>(
+fn atomic<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -573,7 +573,7 @@ fn rkey_of(pkt: &Packet) -> u32 {
 }
 
 /// Takes a receive WQE for a new message (kept across the message's packets).
-fn take_recv<H: Hca>(qp: &mut QpCtx, hca: &mut H) -> Result<bool, ()> {
+fn take_recv<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) -> Result<bool, ()> {
     if qp.resp.recv_held {
         return Ok(true);
     }
@@ -640,7 +640,7 @@ fn scatter_bytes(
 }
 
 /// Completes the held receive WQE.
-fn complete_recv<H: Hca>(
+fn complete_recv<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     hca: &mut H,
     status: WcStatus,
@@ -710,7 +710,7 @@ fn rnr(qp: &mut QpCtx, core: &mut Core, out: &mut Vec<Packet>, p: u32) {
 }
 
 /// A remote access violation: NAK, QP to ERR, and an access-error event on this side.
-fn access_error<H: Hca>(
+fn access_error<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -725,7 +725,7 @@ fn access_error<H: Hca>(
 }
 
 /// A NAK that ends the connection: the QP goes to ERR (IBA 9.9.3 class C errors).
-fn nak_fatal<H: Hca>(
+fn nak_fatal<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
     hca: &mut H,
@@ -796,7 +796,7 @@ fn reply(qp: &QpCtx, core: &mut Core, hdr: TransportHdr, payload: PayloadData) -
 }
 
 /// UC: no ACKs, no NAKs; a gap drops the rest of the message (facts §6.3).
-fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
+fn on_uc<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
     let p = pkt.hdr.bth.psn;
     let k = pkt.psn_count();
     let op = pkt.hdr.bth.opcode;
@@ -870,7 +870,7 @@ fn on_uc<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
 }
 
 /// UD: Q_Key check, GRH area, one packet per message; errors never change the QP state.
-fn on_ud<H: Hca>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
+fn on_ud<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
     let Some(deth) = pkt.hdr.deth else {
         core.stats.dropped += 1;
         return;

@@ -1,5 +1,7 @@
 //! The in-process fabric: any number of software devices and ports, addressed RoCEv2-style by
-//! GIDs made from IP addresses, joined by links with configurable delay and faults.
+//! GIDs made from IP addresses, joined by links with configurable delay and faults. Foreign
+//! device models (the emulated mlx4 HCA) join it through [`Fabric::attach_foreign`] and share
+//! the same transport engine, clock and faults.
 //!
 //! Two ways to run it:
 //! * **free-running** ([`Mode::Threaded`]): one engine thread emulates all the hardware, woken by
@@ -13,6 +15,7 @@
 //! never do.
 
 mod faults;
+mod foreign;
 mod rng;
 pub(crate) mod sim;
 
@@ -27,6 +30,7 @@ use portverbs_hal::types::{Gid, Mtu};
 use thiserror::Error;
 
 pub use faults::{FabricStats, LinkFaults};
+pub use foreign::{ForeignConfig, ForeignCtx, ForeignDevice, ForeignHandle};
 
 use crate::device::SoftDevice;
 use crate::device::doorbell::{EngineWake, Kick, Kicker};
@@ -117,6 +121,9 @@ pub enum FabricError {
     /// The operation needs the other mode.
     #[error("this operation needs a {0:?} fabric")]
     WrongMode(Mode),
+    /// The foreign device was detached from the fabric.
+    #[error("the device was detached from the fabric")]
+    Detached,
 }
 
 /// State shared by the fabric handle, its devices and the engine thread.
@@ -396,7 +403,7 @@ impl Fabric {
         let mut v: Vec<_> = sim
             .routes
             .iter()
-            .map(|(gid, &(dev, port))| (sim.devices[dev].state.info.name.clone(), port, *gid))
+            .map(|(gid, &(dev, port))| (sim.name(dev).to_string(), port, *gid))
             .collect();
         v.sort();
         v

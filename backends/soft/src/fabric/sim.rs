@@ -12,6 +12,7 @@ use crossbeam_channel::Receiver;
 use portverbs_hal::types::Gid;
 
 use super::faults::{FabricStats, LinkFaults};
+use super::foreign::ForeignDevice;
 use super::rng::SplitMix64;
 use crate::device::doorbell::{Kick, KickKind};
 use crate::device::hw::Hw;
@@ -38,8 +39,18 @@ impl Hasher for GidHasher {
     }
 }
 
+/// Which device a route or a packet leads to: a software device, or a foreign device model
+/// (the mlx4 model) attached through [`super::Fabric::attach_foreign`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Node {
+    /// Index into [`Sim::devices`].
+    Soft(usize),
+    /// Index into [`Sim::foreign`].
+    Foreign(usize),
+}
+
 /// The routing table: GID → (device, port).
-pub(crate) type Routes = HashMap<Gid, (usize, u8), BuildHasherDefault<GidHasher>>;
+pub(crate) type Routes = HashMap<Gid, (Node, u8), BuildHasherDefault<GidHasher>>;
 
 /// Longest train (packets of one message delivered as one unit) on a fault-free fabric.
 pub(crate) const MAX_TRAIN: u32 = 64;
@@ -52,9 +63,18 @@ pub(crate) struct SimDevice {
     pub(crate) state: DevState,
 }
 
+/// A foreign device model on the fabric: its engine and its [`ForeignDevice`] (the `Hca` the
+/// engine drives through dynamic dispatch; soft devices stay monomorphic).
+#[derive(Debug)]
+pub(crate) struct ForeignSlot {
+    pub(crate) name: String,
+    pub(crate) engine: Engine,
+    pub(crate) dev: Box<dyn ForeignDevice>,
+}
+
 #[derive(Debug)]
 struct Delivery {
-    dev: usize,
+    dev: Node,
     port: u8,
     pkt: Packet,
 }
@@ -88,6 +108,8 @@ impl Ord for Timed {
 pub(crate) struct Sim {
     pub(crate) now: u64,
     pub(crate) devices: Vec<SimDevice>,
+    /// Foreign device models; `None` once detached (indices are never reused).
+    pub(crate) foreign: Vec<Option<ForeignSlot>>,
     pub(crate) routes: Routes,
     ready: VecDeque<Delivery>,
     /// Fault-free fast path: packets delivered in order, by reference, from the buffer the
@@ -108,6 +130,7 @@ impl Sim {
         Self {
             now: 0,
             devices: Vec::new(),
+            foreign: Vec::new(),
             routes: Routes::default(),
             ready: VecDeque::new(),
             batch: Vec::with_capacity(256),
@@ -240,6 +263,12 @@ impl Sim {
 
     fn kick(&mut self, k: Kick) {
         let now = self.now;
+        if let KickKind::Foreign(what) = k.kind {
+            if let Some(Some(f)) = self.foreign.get_mut(usize::from(k.dev)) {
+                f.dev.kick(&mut f.engine, now, what, &mut self.out);
+            }
+            return;
+        }
         let Some(d) = self.devices.get_mut(usize::from(k.dev)) else {
             return;
         };
@@ -255,6 +284,25 @@ impl Sim {
                 d.engine.doorbell(now, qpn, &mut d.hw, &mut self.out);
             }
             KickKind::Cq(cqn) => d.hw.check_arm(cqn),
+            KickKind::Foreign(_) => {}
+        }
+    }
+
+    /// Hands one packet to the engine of the device it was routed to.
+    #[inline]
+    fn deliver(&mut self, node: Node, port: u8, pkt: &Packet) {
+        let now = self.now;
+        match node {
+            Node::Soft(dev) => {
+                if let Some(d) = self.devices.get_mut(dev) {
+                    d.engine.receive(now, port, pkt, &mut d.hw, &mut self.out);
+                }
+            }
+            Node::Foreign(i) => {
+                if let Some(Some(f)) = self.foreign.get_mut(i) {
+                    f.engine.receive(now, port, pkt, &mut *f.dev, &mut self.out);
+                }
+            }
         }
     }
 
@@ -276,6 +324,12 @@ impl Sim {
                 d.engine.run_work(now, &mut d.hw, &mut self.out);
             }
         }
+        for f in self.foreign.iter_mut().flatten() {
+            if f.engine.has_work() {
+                did = true;
+                f.engine.run_work(now, &mut *f.dev, &mut self.out);
+            }
+        }
         self.route_out();
         while self.delayed.peek().is_some_and(|Reverse(t)| t.at <= now) {
             if let Some(Reverse(t)) = self.delayed.pop() {
@@ -289,9 +343,7 @@ impl Sim {
             };
             did = true;
             self.stats.delivered += 1;
-            if let Some(d) = self.devices.get_mut(dev) {
-                d.engine.receive(now, port, &pkt, &mut d.hw, &mut self.out);
-            }
+            self.deliver(dev, port, &pkt);
         }
         if !self.batch.is_empty() {
             did = true;
@@ -302,9 +354,7 @@ impl Sim {
                     continue;
                 };
                 self.stats.delivered += 1;
-                if let Some(d) = self.devices.get_mut(dev) {
-                    d.engine.receive(now, port, pkt, &mut d.hw, &mut self.out);
-                }
+                self.deliver(dev, port, pkt);
             }
             let mut batch = batch;
             batch.clear();
@@ -315,6 +365,13 @@ impl Sim {
             if d.engine.poll_timeout().is_some_and(|t| t <= now) {
                 did = true;
                 d.engine.handle_timeout(now, &mut d.hw, &mut self.out);
+            }
+        }
+        for f in self.foreign.iter_mut().flatten() {
+            f.engine.flush_acks(&mut self.out);
+            if f.engine.poll_timeout().is_some_and(|t| t <= now) {
+                did = true;
+                f.engine.handle_timeout(now, &mut *f.dev, &mut self.out);
             }
         }
         self.route_out();
@@ -334,6 +391,9 @@ impl Sim {
                 d.hw.check_arm(cqn);
             }
         }
+        for f in self.foreign.iter_mut().flatten() {
+            f.dev.rescan(&mut f.engine, now, &mut self.out);
+        }
     }
 
     /// The earliest future event (delayed packet or timer).
@@ -342,7 +402,9 @@ impl Sim {
         let timers = self
             .devices
             .iter()
-            .filter_map(|d| d.engine.poll_timeout())
+            .map(|d| &d.engine)
+            .chain(self.foreign.iter().flatten().map(|f| &f.engine))
+            .filter_map(Engine::poll_timeout)
             .min();
         match (packets, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -380,12 +442,27 @@ impl Sim {
         for d in &mut self.devices {
             d.engine.set_max_train(n);
         }
+        for f in self.foreign.iter_mut().flatten() {
+            f.engine.set_max_train(n);
+        }
     }
 
     /// Registers the GIDs of a device's ports for routing.
-    pub(crate) fn add_routes(&mut self, dev: usize, gids: &[(u8, Gid)]) {
+    pub(crate) fn add_routes(&mut self, dev: Node, gids: &[(u8, Gid)]) {
         for &(port, gid) in gids {
             self.routes.insert(gid, (dev, port));
+        }
+    }
+
+    /// The name of a device on the fabric.
+    pub(crate) fn name(&self, node: Node) -> &str {
+        match node {
+            Node::Soft(i) => self.devices.get(i).map_or("", |d| &d.state.info.name),
+            Node::Foreign(i) => self
+                .foreign
+                .get(i)
+                .and_then(Option::as_ref)
+                .map_or("", |f| &f.name),
         }
     }
 }

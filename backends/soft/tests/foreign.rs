@@ -1,0 +1,657 @@
+//! A foreign device model on the fabric: a toy `Hca` whose queues are plain Rust collections
+//! talks RC and UD to a soft device through the shared engine, on a stepped fabric with and
+//! without faults; routes change at run time; detaching takes it off the fabric.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
+use portverbs_hal::device::{CqParams, EqKind, EqParams, MrParams, QpCreateParams};
+use portverbs_hal::event::DeviceEvent;
+use portverbs_hal::notify::NullSink;
+use portverbs_hal::queue::CompletionQueue;
+use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpState, QpType};
+use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
+use portverbs_hal::wr::{SendFlags, SendOp, SendWr, Sge, UdDest};
+use portverbs_hal::{BlockingDevice, Device, DmaMemory, QpResources};
+use portverbs_soft::engine::memory::MrSpec;
+use portverbs_soft::engine::{
+    Engine, EngineConfig, Hca, Packet, PortInfo, QpInit, RecvSource, RecvWqe, SendWqe, UdTarget,
+    WqeFault,
+};
+use portverbs_soft::fabric::{ForeignConfig, ForeignDevice, ForeignHandle};
+use portverbs_soft::{
+    DeviceConfig, Fabric, FabricConfig, FabricError, LinkFaults, Mode, SoftDevice, SoftDma,
+};
+
+/// A device whose "rings" are vectors.
+#[derive(Debug, Default)]
+struct Toy {
+    sq: Vec<SendWqe>,
+    rq: VecDeque<RecvWqe>,
+    cqes: Vec<Cqe>,
+    events: Vec<DeviceEvent>,
+    kicks: Vec<u32>,
+    rescans: u32,
+}
+
+impl Hca for Toy {
+    fn sq_head(&self, _qpn: u32) -> Option<u32> {
+        Some(self.sq.len() as u32)
+    }
+
+    fn read_send_wqe(
+        &mut self,
+        _qpn: u32,
+        counter: u32,
+        out: &mut SendWqe,
+    ) -> Result<(), WqeFault> {
+        *out = self.sq.get(counter as usize).cloned().ok_or(WqeFault {
+            reason: "not posted",
+        })?;
+        Ok(())
+    }
+
+    fn take_recv_wqe(&mut self, _src: RecvSource, out: &mut RecvWqe) -> Result<bool, WqeFault> {
+        Ok(match self.rq.pop_front() {
+            Some(w) => {
+                *out = w;
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn recv_posted(&self, _src: RecvSource) -> u32 {
+        self.rq.len() as u32
+    }
+
+    fn post_completion(&mut self, _cqn: u32, cqe: &Cqe, _solicited: bool) {
+        self.cqes.push(*cqe);
+    }
+
+    fn post_event(&mut self, event: DeviceEvent) {
+        self.events.push(event);
+    }
+
+    fn qp_error(&mut self, _qpn: u32) {}
+
+    fn reset_queues(&mut self, _qpn: u32, _qp_type: QpType) {}
+}
+
+impl ForeignDevice for Toy {
+    fn kick(&mut self, engine: &mut Engine, now: u64, what: u32, out: &mut Vec<Packet>) {
+        self.kicks.push(what);
+        engine.doorbell(now, what, self, out);
+    }
+
+    fn rescan(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) {
+        self.rescans += 1;
+        engine.doorbell(now, TOY_QPN, self, out);
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+const TOY_QPN: u32 = 0x48;
+/// The toy's MR: an mlx4-style key chosen by the device (MPT index 0x21, tag 0x77).
+const TOY_KEY: u32 = 0x2177;
+const TOY_VA: u64 = 0x7000_0000;
+
+fn with_toy<R>(
+    h: &ForeignHandle,
+    f: impl FnOnce(&mut Toy, &mut Engine, u64, &mut Vec<Packet>) -> R,
+) -> R {
+    h.with(|ctx| {
+        let toy = ctx.device.as_any_mut().downcast_mut::<Toy>().unwrap();
+        f(toy, ctx.engine, ctx.now, ctx.out)
+    })
+    .unwrap()
+}
+
+fn gid(ip: &str) -> Gid {
+    Gid::parse(ip).unwrap()
+}
+
+fn attach_toy(fabric: &Fabric, ip: &str) -> (ForeignHandle, Arc<SoftDma>) {
+    let h = fabric
+        .attach_foreign(
+            ForeignConfig {
+                name: "toy0".into(),
+                ports: vec![PortInfo {
+                    gids: vec![gid(ip)],
+                    mtu: Mtu::Mtu1024,
+                    active: true,
+                }],
+                engine: EngineConfig::default(),
+            },
+            Box::new(Toy::default()),
+        )
+        .unwrap();
+    let mem = SoftDma::alloc(1 << 16).unwrap();
+    with_toy(&h, |_, engine, _, _| {
+        engine
+            .memory_mut()
+            .register_at(
+                TOY_KEY,
+                MrSpec {
+                    pd: 1,
+                    access: AccessFlags::LOCAL_WRITE,
+                    va: TOY_VA,
+                    len: 1 << 16,
+                    mem: mem.clone(),
+                    mem_offset: 0,
+                },
+            )
+            .unwrap();
+    });
+    (h, mem)
+}
+
+struct Soft {
+    dev: SoftDevice,
+    cq: Box<dyn CompletionQueue>,
+    qp: QpResources,
+    buf: Arc<dyn DmaMemory>,
+    lkey: u32,
+    addr: u64,
+}
+
+fn soft(fabric: &Fabric, ip: &str, qp_type: QpType) -> Soft {
+    let dev = fabric
+        .add_device(DeviceConfig::with_ip(ip.parse().unwrap()))
+        .unwrap();
+    let eq = dev
+        .create_eq_blocking(
+            EqParams {
+                entries: 64,
+                kind: EqKind::Async,
+            },
+            Arc::new(NullSink),
+        )
+        .unwrap();
+    let pd = dev.alloc_pd_blocking().unwrap();
+    let cq = dev
+        .create_cq_blocking(CqParams {
+            entries: 64,
+            eqn: eq.eqn(),
+        })
+        .unwrap();
+    std::mem::forget(eq);
+    let qp = dev
+        .create_qp_blocking(QpCreateParams {
+            pd,
+            qp_type,
+            send_cqn: cq.cqn(),
+            recv_cqn: cq.cqn(),
+            srqn: None,
+            caps: QpCaps {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 64,
+            },
+        })
+        .unwrap();
+    let buf = dev.alloc_dma(1 << 16).unwrap();
+    let keys = dev
+        .register_mr_blocking(MrParams {
+            pd,
+            region: buf.clone(),
+            offset: 0,
+            length: 1 << 16,
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        })
+        .unwrap();
+    Soft {
+        dev,
+        cq,
+        qp,
+        buf,
+        lkey: keys.lkey,
+        addr: keys.addr,
+    }
+}
+
+fn rc_path(dest_qp: u32, dgid: Gid) -> (QpAttr, QpAttrMask) {
+    (
+        QpAttr {
+            path_mtu: Mtu::Mtu1024,
+            dest_qp_num: dest_qp,
+            rq_psn: 7,
+            sq_psn: 7,
+            max_dest_rd_atomic: 1,
+            max_rd_atomic: 1,
+            min_rnr_timer: 1,
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            port_num: 1,
+            qkey: 0x1111,
+            ah_attr: AddressVector {
+                dgid,
+                is_global: true,
+                hop_limit: 64,
+                port_num: 1,
+                ..AddressVector::default()
+            },
+            ..QpAttr::default()
+        },
+        QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+    )
+}
+
+fn to_rts(qp_type: QpType, modify: &mut dyn FnMut(QpAttr, QpAttrMask), dest_qp: u32, dgid: Gid) {
+    let (base, path_mask) = rc_path(dest_qp, dgid);
+    let connected = qp_type != QpType::Ud;
+    let init_mask = QpAttrMask::STATE
+        | QpAttrMask::PKEY_INDEX
+        | QpAttrMask::PORT
+        | if connected {
+            QpAttrMask::ACCESS_FLAGS
+        } else {
+            QpAttrMask::QKEY
+        };
+    let mut a = base;
+    a.qp_state = QpState::Init;
+    a.qp_access_flags = AccessFlags::REMOTE_WRITE;
+    modify(a, init_mask);
+    a.qp_state = QpState::Rtr;
+    modify(
+        a,
+        QpAttrMask::STATE
+            | if connected {
+                path_mask
+            } else {
+                QpAttrMask::empty()
+            },
+    );
+    a.qp_state = QpState::Rts;
+    let rts_mask = QpAttrMask::STATE
+        | QpAttrMask::SQ_PSN
+        | if connected {
+            QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC
+        } else {
+            QpAttrMask::empty()
+        };
+    modify(a, rts_mask);
+}
+
+fn toy_qp(h: &ForeignHandle, qp_type: QpType, dest_qp: u32, dgid: Gid) {
+    with_toy(h, |toy, engine, now, out| {
+        engine
+            .create_qp(
+                TOY_QPN,
+                QpInit {
+                    qp_type,
+                    pd: 1,
+                    send_cqn: 1,
+                    recv_cqn: 1,
+                    srqn: None,
+                    sq_entries: 64,
+                    caps: QpCaps::default(),
+                },
+            )
+            .unwrap();
+        to_rts(
+            qp_type,
+            &mut |a, m| engine.modify_qp(now, TOY_QPN, &a, m, toy, out).unwrap(),
+            dest_qp,
+            dgid,
+        );
+    });
+}
+
+fn soft_qp(s: &Soft, qp_type: QpType, dest_qp: u32, dgid: Gid) {
+    to_rts(
+        qp_type,
+        &mut |a, m| s.dev.modify_qp_blocking(s.qp.qpn, a, m).unwrap(),
+        dest_qp,
+        dgid,
+    );
+}
+
+fn poll(cq: &mut dyn CompletionQueue) -> Vec<Cqe> {
+    let mut v = Vec::new();
+    while let Some(c) = cq.poll_one().unwrap() {
+        v.push(c);
+    }
+    cq.publish_ci();
+    v
+}
+
+fn send_wqe(op: SendOp, sge: Sge, ud: Option<UdTarget>) -> SendWqe {
+    let mut w = SendWqe {
+        op,
+        signaled: true,
+        ud,
+        ..SendWqe::default()
+    };
+    w.sges.push(sge);
+    w
+}
+
+/// RC both ways between the toy and a soft device, over a lossy, reordering link.
+fn rc_exchange(fabric: &Fabric) {
+    let (h, mem) = attach_toy(fabric, "10.0.0.1");
+    let mut s = soft(fabric, "10.0.0.2", QpType::Rc);
+    toy_qp(&h, QpType::Rc, s.qp.qpn, gid("10.0.0.2"));
+    soft_qp(&s, QpType::Rc, TOY_QPN, gid("10.0.0.1"));
+
+    // Toy → soft: a 3000-byte SEND (three packets at MTU 1024).
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    mem.write(0, &payload).unwrap();
+    let rq = s.qp.rq.as_mut().unwrap();
+    let recv = Sge {
+        addr: s.addr,
+        length: 4096,
+        lkey: s.lkey,
+    };
+    rq.write_wqe(0, &[recv]).unwrap();
+    rq.ring_doorbell(1);
+    with_toy(&h, |toy, _, _, _| {
+        toy.sq.push(send_wqe(
+            SendOp::Send,
+            Sge {
+                addr: TOY_VA,
+                length: 3000,
+                lkey: TOY_KEY,
+            },
+            None,
+        ));
+    });
+    h.kick(TOY_QPN);
+    fabric.run_until_idle().unwrap();
+    let got = poll(s.cq.as_mut());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 3000));
+    let mut back = vec![0u8; 3000];
+    s.buf.read(0, &mut back).unwrap();
+    assert_eq!(back, payload);
+
+    // Soft → toy: a SEND with immediate into the toy's receive WQE.
+    s.buf.write(8192, b"hello, foreign device").unwrap();
+    let mut w = RecvWqe::default();
+    w.sges.push(Sge {
+        addr: TOY_VA + 4096,
+        length: 64,
+        lkey: TOY_KEY,
+    });
+    with_toy(&h, |toy, _, _, _| toy.rq.push_back(w));
+    let sge = [Sge {
+        addr: s.addr + 8192,
+        length: 21,
+        lkey: s.lkey,
+    }];
+    s.qp.sq
+        .write_wqe(
+            0,
+            &SendWr::new(1, SendOp::SendWithImm { imm: 0xabcd }).sges(&sge),
+            true,
+        )
+        .unwrap();
+    s.qp.sq.ring_doorbell(1);
+    fabric.run_until_idle().unwrap();
+    let mut got = [0u8; 21];
+    mem.read(4096, &mut got).unwrap();
+    assert_eq!(&got, b"hello, foreign device");
+    let toy_cqes = with_toy(&h, |toy, _, _, _| {
+        assert_eq!(toy.kicks, vec![TOY_QPN]);
+        std::mem::take(&mut toy.cqes)
+    });
+    assert_eq!(toy_cqes.len(), 2, "{toy_cqes:?}");
+    assert!(toy_cqes[0].is_send && toy_cqes[0].status == WcStatus::Success);
+    assert_eq!(toy_cqes[1].opcode, WcOpcode::Recv);
+    assert_eq!((toy_cqes[1].imm, toy_cqes[1].byte_len), (0xabcd, 21));
+    let sent = poll(s.cq.as_mut());
+    assert!(sent.len() == 1 && sent[0].is_send && sent[0].status == WcStatus::Success);
+}
+
+#[test]
+fn rc_between_a_foreign_device_and_a_soft_device() {
+    rc_exchange(&Fabric::stepped(3));
+}
+
+#[test]
+fn rc_with_a_foreign_device_survives_loss_and_reordering() {
+    let mut hit = 0;
+    for seed in 1..9 {
+        let fabric = Fabric::new(FabricConfig {
+            mode: Mode::Stepped,
+            seed,
+            faults: LinkFaults {
+                loss: 0.2,
+                reorder: 0.2,
+                duplicate: 0.1,
+                reorder_window_ns: 50_000,
+                ..LinkFaults::NONE
+            },
+        });
+        rc_exchange(&fabric);
+        let st = fabric.stats();
+        hit += st.lost + st.reordered + st.duplicated;
+    }
+    assert!(hit > 0, "the faults never struck");
+}
+
+#[test]
+fn ud_from_a_foreign_device_to_a_soft_device() {
+    let fabric = Fabric::stepped(9);
+    let (h, mem) = attach_toy(&fabric, "10.0.1.1");
+    let mut s = soft(&fabric, "10.0.1.2", QpType::Ud);
+    toy_qp(&h, QpType::Ud, 0, Gid::ZERO);
+    soft_qp(&s, QpType::Ud, 0, Gid::ZERO);
+    let rq = s.qp.rq.as_mut().unwrap();
+    rq.write_wqe(
+        0,
+        &[Sge {
+            addr: s.addr,
+            length: 1024,
+            lkey: s.lkey,
+        }],
+    )
+    .unwrap();
+    rq.ring_doorbell(1);
+    mem.write(0, b"datagram").unwrap();
+    let target = UdTarget {
+        av: AddressVector {
+            dgid: gid("10.0.1.2"),
+            is_global: true,
+            hop_limit: 64,
+            port_num: 1,
+            ..AddressVector::default()
+        },
+        remote_qpn: s.qp.qpn,
+        remote_qkey: 0x1111,
+    };
+    with_toy(&h, |toy, _, _, _| {
+        toy.sq.push(send_wqe(
+            SendOp::Send,
+            Sge {
+                addr: TOY_VA,
+                length: 8,
+                lkey: TOY_KEY,
+            },
+            Some(target),
+        ));
+    });
+    h.kick(TOY_QPN);
+    fabric.run_until_idle().unwrap();
+    let got = poll(s.cq.as_mut());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].status, WcStatus::Success);
+    assert_eq!((got[0].byte_len, got[0].src_qp), (40 + 8, TOY_QPN));
+    let mut back = [0u8; 8];
+    s.buf.read(40, &mut back).unwrap();
+    assert_eq!(&back, b"datagram");
+    // And back, soft → toy, with the soft device's UD send path.
+    let mut w = RecvWqe::default();
+    w.sges.push(Sge {
+        addr: TOY_VA + 4096,
+        length: 256,
+        lkey: TOY_KEY,
+    });
+    with_toy(&h, |toy, _, _, _| toy.rq.push_back(w));
+    let av = AddressVector {
+        dgid: gid("10.0.1.1"),
+        is_global: true,
+        hop_limit: 64,
+        port_num: 1,
+        ..AddressVector::default()
+    };
+    let wr = SendWr::new(2, SendOp::Send)
+        .inline(b"reply")
+        .flags(SendFlags::SIGNALED)
+        .ud(UdDest {
+            av: &av,
+            remote_qpn: TOY_QPN,
+            remote_qkey: 0x1111,
+        });
+    s.qp.sq.write_wqe(0, &wr, true).unwrap();
+    s.qp.sq.ring_doorbell(1);
+    fabric.run_until_idle().unwrap();
+    let cqes = with_toy(&h, |toy, _, _, _| std::mem::take(&mut toy.cqes));
+    let recv: Vec<_> = cqes.iter().filter(|c| !c.is_send).collect();
+    assert_eq!(recv.len(), 1, "{cqes:?}");
+    assert_eq!((recv[0].byte_len, recv[0].src_qp), (40 + 5, s.qp.qpn));
+    let mut back = [0u8; 5];
+    mem.read(4096 + 40, &mut back).unwrap();
+    assert_eq!(&back, b"reply");
+}
+
+#[test]
+fn routes_change_at_run_time_and_detach_takes_the_device_off() {
+    let fabric = Fabric::stepped(1);
+    let _s = soft(&fabric, "10.0.2.2", QpType::Rc);
+    let h = fabric
+        .attach_foreign(
+            ForeignConfig {
+                name: "toy7".into(),
+                ports: vec![
+                    PortInfo {
+                        gids: vec![],
+                        mtu: Mtu::Mtu4096,
+                        active: false,
+                    };
+                    2
+                ],
+                engine: EngineConfig::default(),
+            },
+            Box::new(Toy::default()),
+        )
+        .unwrap();
+    assert_eq!(
+        fabric.gids().len(),
+        1,
+        "no GID until the driver programs one"
+    );
+    let g1 = gid("10.0.2.1");
+    h.with(|ctx| {
+        ctx.add_route(2, g1).unwrap();
+        ctx.add_route(2, g1).unwrap(); // idempotent
+        assert_eq!(
+            ctx.add_route(1, gid("10.0.2.2")),
+            Err(FabricError::DuplicateAddress("10.0.2.2".parse().unwrap())),
+            "the soft device owns it"
+        );
+        assert_eq!(
+            ctx.add_route(1, g1),
+            Err(FabricError::DuplicateAddress("10.0.2.1".parse().unwrap())),
+            "port 2 owns it"
+        );
+        assert!(!ctx.remove_route(gid("10.0.2.2")), "not ours");
+        assert_eq!(ctx.routes(), vec![(2, g1)]);
+    })
+    .unwrap();
+    assert!(fabric.gids().contains(&("toy7".to_string(), 2, g1)));
+    // Kicks are delivered by the next step, not before.
+    h.kick(5);
+    assert_eq!(with_toy(&h, |t, _, _, _| t.kicks.len()), 0);
+    assert!(fabric.step());
+    assert_eq!(with_toy(&h, |t, _, _, _| t.kicks.clone()), vec![5]);
+    h.with(|ctx| assert!(ctx.remove_route(g1))).unwrap();
+    assert_eq!(fabric.gids().len(), 1);
+    h.with(|ctx| ctx.add_route(1, g1).unwrap()).unwrap();
+    h.detach();
+    assert_eq!(fabric.gids().len(), 1, "detach removes the routes");
+    assert_eq!(h.with(|_| ()), Err(FabricError::Detached));
+    h.kick(1);
+    fabric.run_until_idle().unwrap();
+    // Attaching checks ports and addresses.
+    let bad = |ports: Vec<PortInfo>| {
+        fabric
+            .attach_foreign(
+                ForeignConfig {
+                    name: "bad".into(),
+                    ports,
+                    engine: EngineConfig::default(),
+                },
+                Box::new(Toy::default()),
+            )
+            .unwrap_err()
+    };
+    assert_eq!(bad(vec![]), FabricError::BadPortCount(0));
+    assert!(matches!(
+        bad(vec![PortInfo {
+            gids: vec![gid("10.0.2.2")],
+            mtu: Mtu::Mtu1024,
+            active: true,
+        }]),
+        FabricError::DuplicateAddress(_)
+    ));
+}
+
+#[test]
+fn a_threaded_fabric_runs_foreign_kicks_on_its_engine_thread() {
+    let fabric = Fabric::threaded();
+    let (h, mem) = attach_toy(&fabric, "10.0.3.1");
+    let mut s = soft(&fabric, "10.0.3.2", QpType::Rc);
+    toy_qp(&h, QpType::Rc, s.qp.qpn, gid("10.0.3.2"));
+    soft_qp(&s, QpType::Rc, TOY_QPN, gid("10.0.3.1"));
+    let rq = s.qp.rq.as_mut().unwrap();
+    rq.write_wqe(
+        0,
+        &[Sge {
+            addr: s.addr,
+            length: 64,
+            lkey: s.lkey,
+        }],
+    )
+    .unwrap();
+    rq.ring_doorbell(1);
+    mem.write(0, b"threaded").unwrap();
+    with_toy(&h, |toy, _, _, _| {
+        toy.sq.push(send_wqe(
+            SendOp::Send,
+            Sge {
+                addr: TOY_VA,
+                length: 8,
+                lkey: TOY_KEY,
+            },
+            None,
+        ));
+    });
+    h.kick(TOY_QPN);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let got = loop {
+        let got = poll(s.cq.as_mut());
+        if !got.is_empty() || std::time::Instant::now() > deadline {
+            break got;
+        }
+        std::thread::yield_now();
+    };
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status, WcStatus::Success);
+}
