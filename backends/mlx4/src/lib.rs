@@ -1,11 +1,36 @@
-//! # Portverbs mlx4 backend — an mlx4-class HCA driven from userspace
+//! # Portverbs mlx4 backend — an mlx4-class HCA (ConnectX-3) driven from userspace
 //!
-//! (Work in progress: the layout module is the contract between this driver and the emulated
-//! HCA in `portverbs-mlx4-model`.)
+//! This crate implements the HAL ([`portverbs_hal::Device`]) for an mlx4-style HCA reached
+//! through its PCI BARs ([`PciFunction`]): the HCR firmware command interface in polling and
+//! event mode ([`cmd`]), bring-up and teardown in Linux's order with ICM donated to the HCA
+//! ([`Mlx4Device::open`]), EQs, CQs, QPs (RC, UC, UD) with a QP context per transition, SRQs,
+//! MPT/MTT memory registration with hardware-formed keys, memory windows, and the hot-path
+//! queue objects with owner bits, stamping, spare WQEs, UAR doorbells and BlueFlame.
+//!
+//! [`layout`] is the hardware interface as data; the emulated HCA (`portverbs-mlx4-model`)
+//! shares it, and a C test checks the WQE/CQE layouts against rdma-core's `mlx4dv.h`.
+//!
+//! What this crate must never do: trust the device (every index, length and opcode read from a
+//! CQE, EQE or outbox is checked; a bad one is a typed error), depend on `verbs-core`, or touch
+//! memory except through the [`PciFunction`]'s BAR and DMA objects (`#![forbid(unsafe_code)]`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod alloc;
+pub mod caps;
+pub mod cmd;
+mod config;
+mod device;
+mod doorbell;
+pub mod icm;
 pub mod layout;
+mod mtt;
 pub mod pci;
+mod queues;
+mod quirks;
 
+pub use cmd::CommandMode;
+pub use config::Mlx4Config;
+pub use device::{Mlx4Device, OpenError};
 pub use pci::{PciError, PciFunction};
+pub use quirks::MLX4_QUIRKS;

@@ -1,0 +1,165 @@
+//! The opened HCA: bring-up in Linux's order (facts §2.10), the object tables the driver keeps,
+//! and teardown in reverse.
+
+mod bringup;
+mod commands;
+mod objects;
+mod qp_ctx;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use portverbs_hal::caps::{DeviceAttr, DeviceInfo};
+use portverbs_hal::error::CommandError;
+use portverbs_hal::mmio::Mmio;
+use portverbs_hal::types::Gid;
+
+use crate::alloc::Numbers;
+use crate::caps::{DevCaps, FwInfo, PortCaps};
+use crate::cmd::CommandInterface;
+use crate::doorbell::DbPages;
+use crate::icm::{Donated, IcmLayout, Profile};
+use crate::mtt::Mtts;
+use crate::pci::PciFunction;
+
+pub use bringup::OpenError;
+use objects::Objects;
+
+/// BlueFlame registers of the driver's UAR.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlueFlame {
+    /// BAR2 offset of the BF page.
+    pub(crate) page: usize,
+    /// Bytes per register half.
+    pub(crate) half: usize,
+    /// Registers per page.
+    pub(crate) regs: usize,
+}
+
+/// Object numbers in use.
+#[derive(Debug)]
+pub(crate) struct Nums {
+    pub(crate) pd: Numbers,
+    pub(crate) eq: Numbers,
+    pub(crate) cq: Numbers,
+    pub(crate) qp: Numbers,
+    pub(crate) srq: Numbers,
+    pub(crate) mpt: Numbers,
+    /// Per MPT index: the tag byte of its last key (keys change on reuse).
+    pub(crate) mpt_tag: Vec<u8>,
+    /// Next BlueFlame register to hand out.
+    pub(crate) bf_next: usize,
+}
+
+/// Everything of an opened device.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) pci: Arc<dyn PciFunction>,
+    pub(crate) bar2: Arc<dyn Mmio>,
+    pub(crate) hcr: CommandInterface,
+    pub(crate) fw: FwInfo,
+    pub(crate) caps: DevCaps,
+    pub(crate) ports: Vec<PortCaps>,
+    pub(crate) gids: Vec<Vec<Gid>>,
+    pub(crate) profile: Profile,
+    pub(crate) layout: IcmLayout,
+    pub(crate) donated: Mutex<Donated>,
+    pub(crate) info: DeviceInfo,
+    pub(crate) attr: DeviceAttr,
+    /// The driver's UAR page index.
+    pub(crate) uar: u32,
+    pub(crate) bf: Option<BlueFlame>,
+    pub(crate) mtts: Mtts,
+    pub(crate) dbs: DbPages,
+    pub(crate) nums: Mutex<Nums>,
+    pub(crate) objects: Mutex<Objects>,
+    /// The driver's own EQ for command completions (event mode).
+    pub(crate) cmd_eqn: Mutex<Option<u32>>,
+    /// Catastrophic error or removal seen: commands and posts fail, polls drain.
+    pub(crate) fatal: Arc<AtomicBool>,
+    pub(crate) closed: AtomicBool,
+    /// Registrations by handle (= MPT index).
+    pub(crate) mr_ranges: Mutex<HashMap<u32, crate::mtt::MttRange>>,
+}
+
+impl Inner {
+    pub(crate) fn nums(&self) -> MutexGuard<'_, Nums> {
+        self.nums.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn objects(&self) -> MutexGuard<'_, Objects> {
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn check_alive(&self) -> Result<(), CommandError> {
+        if self.fatal.load(Ordering::Acquire) {
+            return Err(CommandError::DeviceFatal);
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(CommandError::Removed);
+        }
+        Ok(())
+    }
+
+    /// Marks the device failed after a command said it is gone.
+    pub(crate) fn note(&self, r: &Result<u64, CommandError>) {
+        if matches!(r, Err(CommandError::Removed | CommandError::DeviceFatal)) {
+            self.fatal.store(true, Ordering::Release);
+        }
+    }
+
+    /// BAR2 offset of the driver UAR's page.
+    pub(crate) fn uar_base(&self) -> usize {
+        self.uar as usize * crate::layout::uar::UAR_PAGE
+    }
+}
+
+/// An opened mlx4 HCA: implements the HAL's [`portverbs_hal::Device`]. Cheap to clone; the
+/// device is closed (CLOSE_HCA, ICM and firmware area given back) when the last clone goes.
+#[derive(Debug, Clone)]
+pub struct Mlx4Device(pub(crate) Arc<Inner>);
+
+impl Mlx4Device {
+    /// What the firmware reported.
+    pub fn firmware(&self) -> FwInfo {
+        self.0.fw
+    }
+
+    /// Device capabilities as reported by QUERY_DEV_CAP.
+    pub fn dev_caps(&self) -> DevCaps {
+        self.0.caps
+    }
+
+    /// The ICM profile in use.
+    pub fn profile(&self) -> Profile {
+        self.0.profile
+    }
+
+    /// The PCI function (address or model name).
+    pub fn pci_name(&self) -> String {
+        self.0.pci.name()
+    }
+
+    /// True after a catastrophic error or a removal was seen.
+    pub fn is_fatal(&self) -> bool {
+        self.0.fatal.load(Ordering::Acquire)
+    }
+
+    /// Live objects the driver holds (for leak checks).
+    pub fn live_objects(&self) -> usize {
+        let n = self.0.nums();
+        n.pd.in_use()
+            + n.eq.in_use()
+            + n.cq.in_use()
+            + n.qp.in_use()
+            + n.srq.in_use()
+            + n.mpt.in_use()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        bringup::close(self);
+    }
+}

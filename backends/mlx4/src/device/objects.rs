@@ -1,0 +1,82 @@
+//! What the driver remembers about each object it created on the HCA: the memory it gave the
+//! HCA (queue buffers, MTT ranges, doorbell records), so that destroying the object gives it
+//! all back, and the software state QP modifies need.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use portverbs_hal::attr::{QpAttr, QpCaps};
+use portverbs_hal::dma::DmaMemory;
+use portverbs_hal::queue::EventQueue;
+use portverbs_hal::types::QpType;
+
+use crate::doorbell::{DbPages, DbRecord};
+use crate::mtt::{MttRange, Mtts};
+use crate::queues::Geometry;
+
+/// An EQ's memory.
+#[derive(Debug)]
+pub(crate) struct EqRec {
+    pub(crate) mtt: MttRange,
+    pub(crate) _ring: Arc<dyn DmaMemory>,
+}
+
+/// A CQ's memory.
+#[derive(Debug)]
+pub(crate) struct CqRec {
+    pub(crate) mtt: MttRange,
+    pub(crate) _ring: Arc<dyn DmaMemory>,
+    pub(crate) db: DbRecord,
+    pub(crate) eqn: u32,
+}
+
+/// An SRQ's memory.
+#[derive(Debug)]
+pub(crate) struct SrqRec {
+    pub(crate) mtt: MttRange,
+    pub(crate) _buf: Arc<dyn DmaMemory>,
+    pub(crate) db: DbRecord,
+    pub(crate) pd: u32,
+}
+
+/// A QP: its memory and what its contexts are built from.
+#[derive(Debug)]
+pub(crate) struct QpRec {
+    pub(crate) qp_type: QpType,
+    pub(crate) pd: u32,
+    pub(crate) send_cqn: u32,
+    pub(crate) recv_cqn: u32,
+    pub(crate) srqn: Option<u32>,
+    pub(crate) caps: QpCaps,
+    pub(crate) sq: Geometry,
+    pub(crate) rq: Option<Geometry>,
+    pub(crate) mtt: MttRange,
+    pub(crate) _buf: Arc<dyn DmaMemory>,
+    pub(crate) db: DbRecord,
+    /// Attributes as modified so far (the merge of every modify).
+    pub(crate) attrs: QpAttr,
+}
+
+/// All objects.
+#[derive(Debug, Default)]
+pub(crate) struct Objects {
+    pub(crate) eqs: HashMap<u32, EqRec>,
+    pub(crate) cqs: HashMap<u32, CqRec>,
+    pub(crate) srqs: HashMap<u32, SrqRec>,
+    pub(crate) qps: HashMap<u32, QpRec>,
+    /// Memory-window handles (MPT index) and their PD.
+    pub(crate) mws: HashMap<u32, u32>,
+    /// The EQ MAP_EQ routes async events to.
+    pub(crate) async_eqn: Option<u32>,
+    /// The command EQ while commands poll (kept alive, not used).
+    pub(crate) parked_eqs: Vec<Box<dyn EventQueue>>,
+}
+
+impl Objects {
+    pub(crate) fn release_eq(&mut self, eqn: u32, mtts: &Mtts, _dbs: &DbPages) {
+        if let Some(r) = self.eqs.remove(&eqn) {
+            mtts.free(r.mtt);
+        }
+        self.parked_eqs.retain(|e| e.eqn() != eqn);
+    }
+}

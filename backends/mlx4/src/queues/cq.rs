@@ -1,0 +1,116 @@
+//! The completion queue (facts §6): 32-byte CQEs valid when their owner bit equals the wrap
+//! parity of the consumer index; the consumer index goes to the set_ci record; arming writes
+//! the arm record and then the UAR CQ doorbell with the arm sequence number.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use portverbs_hal::barrier;
+use portverbs_hal::dma::DmaMemory;
+use portverbs_hal::error::CqeError;
+use portverbs_hal::mmio::Mmio;
+use portverbs_hal::queue::CompletionQueue;
+use portverbs_hal::wc::Cqe;
+
+use super::Geometry;
+use crate::doorbell::DbRecord;
+use crate::layout::cqe::{self, CQE_SIZE};
+use crate::layout::uar::{CQ_DOORBELL, CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};
+
+/// Host side of a CQ.
+#[derive(Debug)]
+pub(crate) struct Mlx4Cq {
+    pub(crate) cqn: u32,
+    pub(crate) buf: Arc<dyn DmaMemory>,
+    pub(crate) geom: Geometry,
+    pub(crate) ci: u32,
+    pub(crate) db: DbRecord,
+    pub(crate) bar2: Arc<dyn Mmio>,
+    /// BAR2 offset of the UAR page whose CQ doorbell arms this CQ.
+    pub(crate) uar_base: usize,
+    pub(crate) arm_sn: u32,
+}
+
+impl Mlx4Cq {
+    /// The owner bit of entry `counter` (an acquire load of its last 8 bytes).
+    #[inline]
+    fn tail_word(&self, counter: u32) -> Option<[u8; 8]> {
+        let off = self.geom.offset(counter) + CQE_SIZE - 8;
+        self.buf.load_u64(off).ok().map(u64::to_ne_bytes)
+    }
+
+    /// Marks every entry hardware-owned for pass 0 (facts §6.4 recommendation).
+    pub(crate) fn init_owner(buf: &dyn DmaMemory, geom: Geometry) {
+        for i in 0..geom.cnt {
+            let _ = buf.write(geom.offset(i) + CQE_SIZE - 1, &[cqe::OWNER_MASK]);
+        }
+    }
+}
+
+impl CompletionQueue for Mlx4Cq {
+    fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    fn depth(&self) -> u32 {
+        self.geom.cnt - 1
+    }
+
+    #[inline]
+    fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError> {
+        let Some(tail) = self.tail_word(self.ci) else {
+            return Ok(None);
+        };
+        if (tail[7] & cqe::OWNER_MASK != 0) != self.geom.parity(self.ci) {
+            return Ok(None);
+        }
+        barrier::from_device();
+        let mut raw = [0u8; CQE_SIZE];
+        let off = self.geom.offset(self.ci);
+        let _ = self.buf.read(off, &mut raw[..CQE_SIZE - 8]);
+        raw[CQE_SIZE - 8..].copy_from_slice(&tail);
+        let index = self.ci;
+        self.ci = self.ci.wrapping_add(1);
+        cqe::decode(&raw, self.cqn, index).map(Some)
+    }
+
+    #[inline]
+    fn publish_ci(&mut self) {
+        barrier::to_device();
+        self.db.store_be32(0, self.ci & 0xff_ffff);
+    }
+
+    fn arm(&mut self, solicited_only: bool) {
+        let cmd = if solicited_only {
+            CQ_REQ_NOT_SOL
+        } else {
+            CQ_REQ_NOT
+        };
+        let ci = self.ci & 0xff_ffff;
+        self.db.store_be32(0, ci);
+        self.db.store_be32(4, cq_arm_word(self.arm_sn, cmd, ci));
+        barrier::to_device();
+        let word = (u64::from(cq_arm_word(self.arm_sn, cmd, self.cqn)) << 32) | u64::from(ci);
+        let _ = self.bar2.write64(self.uar_base + CQ_DOORBELL, word);
+    }
+
+    fn pending(&self) -> u32 {
+        let mut n = 0;
+        while n < self.geom.cnt {
+            let c = self.ci.wrapping_add(n);
+            match self.tail_word(c) {
+                Some(t) if (t[7] & cqe::OWNER_MASK != 0) == self.geom.parity(c) => n += 1,
+                _ => break,
+            }
+        }
+        n
+    }
+
+    fn event_delivered(&mut self) {
+        self.arm_sn = self.arm_sn.wrapping_add(1);
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}

@@ -1,0 +1,15 @@
+//! Where the mlx4 backend differs from IBTA or from the software device.
+
+use portverbs_hal::caps::{Quirk, QuirkId};
+
+/// The quirks table of the mlx4 backend.
+pub static MLX4_QUIRKS: &[Quirk] = &[
+    Quirk {
+        id: QuirkId::NoAutomaticPathMigration,
+        summary: "alternate paths (ALT_PATH, PATH_MIG_STATE) are not programmed",
+    },
+    Quirk {
+        id: QuirkId::NoSrqResize,
+        summary: "an SRQ's max_wr cannot change after creation",
+    },
+];
