@@ -175,14 +175,6 @@ impl CommandInterface {
         }
     }
 
-    /// Back to the post-reset state (toggle 1, polling).
-    pub(crate) fn reset(&self) {
-        *self.toggle.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = CommandMode::Polling;
-        let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        ev.done.clear();
-    }
-
     pub(crate) fn mode(&self) -> CommandMode {
         *self.mode.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -18,7 +18,7 @@ use portverbs_hal::types::{AccessFlags, LinkLayer, Mtu, MwType, PortState, QpSta
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::Mlx4Device;
-use super::objects::{CqRec, EqRec, QpRec, SrqRec};
+use super::objects::{CqRec, EqRec, MrRec, QpRec, SrqRec};
 use super::qp_ctx::{self, QpEnv};
 use crate::caps;
 use crate::cmd::Cmd;
@@ -225,16 +225,15 @@ impl Mlx4Device {
     }
 
     /// Writes the MTT range and the MPT of a registration at `index`.
-    async fn write_mr(
-        &self,
-        index: u32,
-        key: u32,
-        pd: u32,
-        region: &Arc<dyn DmaMemory>,
-        offset: usize,
-        length: usize,
-        access: AccessFlags,
-    ) -> Result<MrKeys, CommandError> {
+    async fn write_mr(&self, index: u32, key: u32, mr: &MrRec) -> Result<MrKeys, CommandError> {
+        let MrRec {
+            pd,
+            ref region,
+            offset,
+            length,
+            access,
+            ..
+        } = *mr;
         if offset
             .checked_add(length)
             .is_none_or(|end| end > region.len())
@@ -520,7 +519,6 @@ impl Device for Mlx4Device {
                 mtt,
                 _ring: ring.clone(),
                 db: db.clone(),
-                eqn: params.eqn,
             },
         );
         Ok(Box::new(Mlx4Cq {
@@ -962,29 +960,65 @@ impl Device for Mlx4Device {
             .alloc()
             .ok_or(CommandError::ResourceExhausted { resource: "MPTs" })?;
         let key = self.mpt_key(index);
-        let r = self
-            .write_mr(
-                index,
-                key,
-                params.pd,
-                &params.region,
-                params.offset,
-                params.length,
-                params.access,
-            )
-            .await;
-        if r.is_err() {
-            self.0.nums().mpt.free(index);
+        let rec = MrRec {
+            key,
+            pd: params.pd,
+            region: params.region,
+            offset: params.offset,
+            length: params.length,
+            access: params.access,
+        };
+        let r = self.write_mr(index, key, &rec).await;
+        match &r {
+            Ok(_) => {
+                self.0.objects().mrs.insert(index, rec);
+            }
+            Err(_) => self.0.nums().mpt.free(index),
         }
         r
     }
 
     async fn rereg_mr(&self, handle: u32, change: MrRereg) -> Result<MrKeys, CommandError> {
-        let _ = change;
-        let _ = handle;
-        Err(CommandError::Unsupported {
-            what: "rereg_mr on mlx4 (deregister and register again)",
-        })
+        let Some(old) = self.0.objects().mrs.get(&handle).cloned() else {
+            return Err(no("MR", handle));
+        };
+        let mut new = old.clone();
+        if let Some(pd) = change.pd {
+            new.pd = pd;
+        }
+        if let Some((region, offset, length)) = change.range {
+            new.region = region;
+            new.offset = offset;
+            new.length = length;
+        }
+        if let Some(access) = change.access {
+            new.access = access;
+        }
+        // The HCA owns the MPT: take it back (REG_BOUND while windows are bound), then hand the
+        // new one over under the same key.
+        self.cmd(
+            Cmd::new(opcode::HW2SW_MPT)
+                .opmod(opcode::OPMOD_NO_OUTBOX)
+                .in_mod(handle),
+        )
+        .await?;
+        self.take_mr_range(handle);
+        match self
+            .write_mr(handle, old.key, &new)
+            .await
+        {
+            Ok(keys) => {
+                self.0.objects().mrs.insert(handle, new);
+                Ok(keys)
+            }
+            Err(e) => {
+                // Put the old registration back so the handle stays valid.
+                if self.write_mr(handle, old.key, &old).await.is_err() {
+                    tracing::warn!(handle, "could not restore a registration after a failed rereg");
+                }
+                Err(e)
+            }
+        }
     }
 
     async fn deregister_mr(&self, handle: u32) -> Result<(), CommandError> {
@@ -999,6 +1033,7 @@ impl Device for Mlx4Device {
             return r.map(|_| ());
         }
         self.take_mr_range(handle);
+        self.0.objects().mrs.remove(&handle);
         self.0.nums().mpt.free(handle);
         Ok(())
     }

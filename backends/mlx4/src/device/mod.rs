@@ -136,6 +136,16 @@ impl Mlx4Device {
         self.0.profile
     }
 
+    /// The ports as QUERY_PORT described them at bring-up.
+    pub fn port_caps(&self) -> &[PortCaps] {
+        &self.0.ports
+    }
+
+    /// Where each context table sits in ICM.
+    pub fn icm_layout(&self) -> &IcmLayout {
+        &self.0.layout
+    }
+
     /// The PCI function (address or model name).
     pub fn pci_name(&self) -> String {
         self.0.pci.name()

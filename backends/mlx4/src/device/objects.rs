@@ -27,7 +27,6 @@ pub(crate) struct CqRec {
     pub(crate) mtt: MttRange,
     pub(crate) _ring: Arc<dyn DmaMemory>,
     pub(crate) db: DbRecord,
-    pub(crate) eqn: u32,
 }
 
 /// An SRQ's memory.
@@ -57,6 +56,17 @@ pub(crate) struct QpRec {
     pub(crate) attrs: QpAttr,
 }
 
+/// A memory registration as last written.
+#[derive(Debug, Clone)]
+pub(crate) struct MrRec {
+    pub(crate) key: u32,
+    pub(crate) pd: u32,
+    pub(crate) region: Arc<dyn DmaMemory>,
+    pub(crate) offset: usize,
+    pub(crate) length: usize,
+    pub(crate) access: portverbs_hal::types::AccessFlags,
+}
+
 /// All objects.
 #[derive(Debug, Default)]
 pub(crate) struct Objects {
@@ -64,6 +74,8 @@ pub(crate) struct Objects {
     pub(crate) cqs: HashMap<u32, CqRec>,
     pub(crate) srqs: HashMap<u32, SrqRec>,
     pub(crate) qps: HashMap<u32, QpRec>,
+    /// Memory registrations by handle (MPT index).
+    pub(crate) mrs: HashMap<u32, MrRec>,
     /// Memory-window handles (MPT index) and their PD.
     pub(crate) mws: HashMap<u32, u32>,
     /// The EQ MAP_EQ routes async events to.
