@@ -14,6 +14,7 @@ use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::{CompletionQueue, EventQueue, SharedRecvQueue};
 use portverbs_hal::types::MwType;
+use portverbs_mlx4::Mlx4Device;
 use portverbs_soft::SoftDevice;
 
 /// A device of any backend.
@@ -22,6 +23,14 @@ use portverbs_soft::SoftDevice;
 pub enum AnyDevice {
     /// The software RDMA device.
     Soft(SoftDevice),
+    /// An mlx4-class HCA (a VFIO-bound ConnectX-3, or the emulated one).
+    Mlx4(Mlx4Device),
+}
+
+impl From<Mlx4Device> for AnyDevice {
+    fn from(d: Mlx4Device) -> Self {
+        Self::Mlx4(d)
+    }
 }
 
 impl From<SoftDevice> for AnyDevice {
@@ -36,6 +45,15 @@ impl AnyDevice {
     pub fn as_soft(&self) -> Option<&SoftDevice> {
         match self {
             Self::Soft(d) => Some(d),
+            Self::Mlx4(_) => None,
+        }
+    }
+
+    /// The mlx4 device behind this handle, if it is one.
+    pub fn as_mlx4(&self) -> Option<&Mlx4Device> {
+        match self {
+            Self::Mlx4(d) => Some(d),
+            Self::Soft(_) => None,
         }
     }
 }
@@ -45,6 +63,7 @@ macro_rules! forward {
     ($self:ident, $d:ident => $e:expr) => {
         match $self {
             AnyDevice::Soft($d) => $e,
+            AnyDevice::Mlx4($d) => $e,
         }
     };
 }

@@ -140,7 +140,7 @@ impl Mlx4Device {
             half: caps.bf_reg_size as usize / 2,
             regs: caps.bf_regs_per_page as usize,
         });
-        let attr = device_attr(&caps, &profile, fw);
+        let attr = device_attr(&caps, &profile, fw, &function);
         let info = DeviceInfo {
             name: config.name.clone(),
             driver: "mlx4",
@@ -384,7 +384,7 @@ fn init_hca_inbox(caps: &DevCaps, p: &Profile, l: &IcmLayout) -> InitHca {
     m
 }
 
-fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo) -> DeviceAttr {
+fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo, function: &str) -> DeviceAttr {
     let mut flags = DeviceCapFlags::RC_RNR_NAK_GEN
         | DeviceCapFlags::PORT_ACTIVE_EVENT
         | DeviceCapFlags::SYS_IMAGE_GUID
@@ -395,7 +395,12 @@ fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo) -> DeviceAttr {
             flags |= DeviceCapFlags::MEM_WINDOW_TYPE_2B;
         }
     }
-    let node_guid = 0x0002_c903_0000_0000 | u64::from(fw.version.0) << 16 | 0x4a;
+    // Mellanox's OUI with the low bits from the function's address. (Real firmware answers
+    // NodeInfo through MAD_IFC; this driver does not issue MADs yet.)
+    let low = function
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let node_guid = 0x0002_c903_0000_0000 | (low & 0xffff_ffff);
     let qps = 1u32 << p.log_qps;
     let first_qp = caps.reserved_qps.next_multiple_of(8) + 8;
     let max_rd = 1u32 << caps.log_max_ra_res_qp.min(4);
