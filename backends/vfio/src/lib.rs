@@ -54,7 +54,8 @@
 //! checks against a fake sysfs tree, and the error messages. `tests/vfio-guest/run.sh` runs this
 //! crate for real inside a QEMU guest (TCG, emulated intel-iommu) against QEMU's `edu` and
 //! `nvme` devices: config space, BAR mapping, DMA both ways through the IOMMU, DMA after unmap
-//! blocked, MSI and MSI-X to eventfds. A boot takes about 6 s.
+//! blocked, MSI and MSI-X to eventfds, the locked-memory limit, reset and teardown. Boot and
+//! test take about 8 s on a 2-core machine; the whole script about 11 s warm.
 //!
 //! On targets other than Linux this crate is empty.
 #![cfg_attr(target_os = "linux", deny(unsafe_code))]

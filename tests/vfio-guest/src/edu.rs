@@ -18,6 +18,7 @@ use portverbs_linux::{EventFd, EventFdSink};
 use portverbs_vfio::config::regs;
 use portverbs_vfio::{IrqKind, VfioBar, VfioDevice, VfioDma, VfioError};
 
+use crate::memlock;
 use crate::report::{Outcome, Report};
 use crate::wait::{self, Kmsg};
 
@@ -76,13 +77,18 @@ pub(crate) fn run(r: &mut Report, addr: &str) {
         ))
     }) else {
         r.skip(AFTER_OPEN, "edu_open failed");
-        r.skip(&["edu_teardown_reopen"], "edu_open failed");
+        r.skip(
+            &["edu_memlock_limit", "edu_teardown_reopen"],
+            "edu_open failed",
+        );
         return;
     };
+    let group = dev.iommu_group();
     r.step("edu_config", || config(&dev));
     let Some(bar) = r.step("edu_bar", || bar(&dev)) else {
         r.skip(&AFTER_OPEN[2..], "edu_bar failed");
         drop(dev);
+        r.step("edu_memlock_limit", || memlock::check(addr, group));
         r.step("edu_teardown_reopen", || reopen(addr));
         return;
     };
@@ -113,6 +119,8 @@ pub(crate) fn run(r: &mut Report, addr: &str) {
     r.step("edu_reset", || reset(&edu.dev));
     // Everything of this open goes away here: routes, bus master, BAR, DMA, device, group.
     drop(edu);
+    // Both need the group closed: the probe opens it in another process.
+    r.step("edu_memlock_limit", || memlock::check(addr, group));
     r.step("edu_teardown_reopen", || reopen(addr));
 }
 

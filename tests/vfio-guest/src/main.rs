@@ -14,6 +14,8 @@
 #[cfg(target_os = "linux")]
 mod edu;
 #[cfg(target_os = "linux")]
+mod memlock;
+#[cfg(target_os = "linux")]
 mod nvme;
 #[cfg(target_os = "linux")]
 mod report;
@@ -28,6 +30,7 @@ fn main() -> std::process::ExitCode {
         ["run"] => guest::run("vfiotest01"),
         ["run", "--serial", sn] => guest::run(sn),
         ["verify", log] => host::verify(log),
+        ["memlock-probe", addr] => memlock::probe(addr),
         _ => {
             eprintln!("usage: vfio-guest run [--serial SN] | vfio-guest verify CONSOLE_LOG");
             false

@@ -147,7 +147,11 @@ fn bar(dev: &VfioDevice) -> Outcome<Arc<VfioBar>> {
 
 fn route(dev: &VfioDevice, sink: &Arc<dyn InterruptSink>) -> Outcome<()> {
     dev.route_msix(0, sink)?;
-    // Routing the same vector again (a re-arm after a new sink) replaces the eventfd in place.
+    // A vector beyond those enabled makes the layer re-enable MSI-X with more vectors; vector
+    // 0 must keep its eventfd (the Identify completion below arrives there).
+    let spare: Arc<dyn InterruptSink> = Arc::new(EventFdSink::new(Arc::new(EventFd::new()?)));
+    dev.route_msix(1, &spare)?;
+    // Routing an enabled vector again replaces its eventfd in place.
     dev.route_msix(0, sink)?;
     expect_kind_busy(dev, sink)?;
     let count = dev.irq_count(IrqKind::Msix);
@@ -156,7 +160,10 @@ fn route(dev: &VfioDevice, sink: &Arc<dyn InterruptSink>) -> Outcome<()> {
         other => return Err(format!("routing vector {count} gave {other:?}").into()),
     }
     Ok((
-        format!("MSI-X vector 0 -> eventfd; vector {count} is NoSuchVector"),
+        format!(
+            "MSI-X vector 0 -> eventfd, vector 1 -> another (MSI-X re-enabled with 2 vectors, \
+             vector 0 kept); vector {count} is NoSuchVector"
+        ),
         (),
     ))
 }

@@ -33,6 +33,7 @@ pub(crate) const EXPECTED: &[&str] = &[
     "edu_dma_from_device",
     "edu_dma_after_unmap_blocked",
     "edu_reset",
+    "edu_memlock_limit",
     "edu_teardown_reopen",
     "nvme_open",
     "nvme_config",
