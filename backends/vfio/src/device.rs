@@ -116,9 +116,9 @@ impl VfioDevice {
             } => (group, path),
         };
 
-        let container = VfioContainer::new(None).map_err(|source| VfioError::Container {
+        let container = VfioContainer::new(None).map_err(|e| VfioError::Container {
             addr: addr.clone(),
-            source,
+            source: e.into(),
         })?;
         let container = Arc::new(container);
         let ops: Arc<dyn VfioOps> = container.clone();
@@ -253,10 +253,18 @@ fn attach_error(addr: &str, group: u32, e: vfio_ioctls::VfioError) -> VfioError 
     VfioError::Attach {
         addr,
         group,
-        source: e,
+        source: e.into(),
         hint,
     }
 }
+
+// Handles are shared between threads (`Arc`), as the HAL's objects are.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<VfioDevice>();
+    send_sync::<crate::VfioBar>();
+    send_sync::<crate::VfioDma>();
+};
 
 #[cfg(test)]
 mod tests {

@@ -140,7 +140,7 @@ impl VfioDma {
                     addr: addr(),
                     iova,
                     len: mapped_len,
-                    source,
+                    source: source.into(),
                 },
             };
             return Err(give_back(err));
@@ -180,11 +180,11 @@ impl VfioDma {
         self.dev
             .container
             .vfio_dma_unmap(self.iova, size)
-            .map_err(|source| VfioError::DmaUnmap {
+            .map_err(|e| VfioError::DmaUnmap {
                 addr: self.dev.addr.clone(),
                 iova: self.iova,
                 len: self.mapped_len,
-                source,
+                source: e.into(),
             })?;
         *mapped = false;
         Ok(())

@@ -42,6 +42,9 @@ impl std::fmt::Display for IrqKind {
     }
 }
 
+/// An underlying error from vfio-ioctls, boxed so that its type stays out of this crate's API.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// The commands that bind a function to vfio-pci (used in several messages).
 pub(crate) fn bind_hint(addr: &str) -> String {
     format!(
@@ -52,7 +55,7 @@ pub(crate) fn bind_hint(addr: &str) -> String {
     )
 }
 
-/// A failure of the VFIO layer. `Display` gives "PCI <address>: <step>: <cause>; <remedy>".
+/// A failure of the VFIO layer. `Display` gives `PCI <address>: <step>: <cause>; <remedy>`.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum VfioError {
@@ -122,7 +125,7 @@ pub enum VfioError {
         addr: String,
         /// What vfio-ioctls reported.
         #[source]
-        source: vfio_ioctls::VfioError,
+        source: Cause,
     },
 
     /// The group file could not be opened.
@@ -172,7 +175,7 @@ pub enum VfioError {
         group: u32,
         /// What vfio-ioctls reported.
         #[source]
-        source: vfio_ioctls::VfioError,
+        source: Cause,
         /// What to try.
         hint: &'static str,
     },
@@ -316,7 +319,7 @@ pub enum VfioError {
         len: u64,
         /// What vfio-ioctls reported.
         #[source]
-        source: vfio_ioctls::VfioError,
+        source: Cause,
     },
 
     /// `VFIO_IOMMU_UNMAP_DMA` failed.
@@ -330,7 +333,7 @@ pub enum VfioError {
         len: u64,
         /// What vfio-ioctls reported.
         #[source]
-        source: vfio_ioctls::VfioError,
+        source: Cause,
     },
 
     /// The device has fewer vectors of that kind.

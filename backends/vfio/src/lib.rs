@@ -11,7 +11,7 @@
 //! | memory the device reads and writes, at an IOVA | [`VfioDevice::alloc_dma`] / [`VfioDevice::alloc_vfio_dma`] | [`DmaMemory`](portverbs_hal::dma::DmaMemory) |
 //! | interrupts of an event queue | [`VfioDevice::route_msix`], [`VfioDevice::route_msi`] | [`InterruptSink`](portverbs_hal::notify::InterruptSink) |
 //! | reset | [`VfioDevice::reset`] | – |
-//! | which functions are there | [`scan`], [`scan_all`] | – |
+//! | which functions are there | [`scan()`], [`scan_all`] | – |
 //!
 //! Interrupts reach the application through the same path as a software device's: an MSI-X
 //! vector is bound to the eventfd of platform-linux's `EventFdSink`, and the kernel's interrupt
@@ -89,7 +89,7 @@ pub use device::VfioDevice;
 #[cfg(target_os = "linux")]
 pub use dma::VfioDma;
 #[cfg(target_os = "linux")]
-pub use error::{IrqKind, VfioError};
+pub use error::{Cause, IrqKind, VfioError};
 #[cfg(target_os = "linux")]
 pub use scan::{
     PciFunction, SYSFS_PCI_DEVICES, VFIO_PCI_DRIVER, parse_address, read_function, scan, scan_all,
