@@ -48,6 +48,20 @@
 //! BARs are mapped with memmap2's raw mappings and DMA memory is anonymous memmap2 memory, so
 //! no `libc` calls are needed.
 //!
+//! ## Known limits
+//! * One container per opened function: two functions never share an IOVA space, and
+//!   functions that share an IOMMU group cannot be opened (the second open gets `EBUSY`).
+//! * The IOVA allocator hands out the lowest free addresses but takes no DMA mask; a device
+//!   with a narrow mask (edu: 28 bits) relies on the process keeping its DMA footprint small.
+//! * Before Linux 6.5 the number of MSI-X vectors is fixed when MSI-X is first enabled; routing
+//!   a higher vector re-enables MSI-X (see [`VfioDevice::route_msix`]).
+//! * vfio-pci offers no write-combining BAR mapping, so BlueFlame copies are plain stores.
+//! * The HAL's `MmioError` carries no OS error: a failing `pread`/`pwrite` fallback is logged
+//!   with its errno and reported as `MmioError::Removed`.
+//! * vfio-ioctls 0.10 `unwrap`s in its device `Drop` when the function's sysfs entry has gone
+//!   (surprise removal), and keeps region information by position, so a failed region query
+//!   would shift later indices (never seen for BARs and config space, which come first).
+//!
 //! ## Testing
 //! Unit tests (any Linux machine, no VFIO): the IOVA allocator, the `VFIO_IOMMU_GET_INFO`
 //! parser, sparse-area selection, the locked-memory check, sysfs scanning and the open-time
