@@ -1,0 +1,281 @@
+//! DMA memory for a VFIO device: anonymous, page-aligned, zeroed memory that the IOMMU maps at
+//! an IOVA from the device's allocator, implementing the HAL's [`DmaMemory`].
+//!
+//! `VFIO_IOMMU_MAP_DMA` pins the pages (charging them to `RLIMIT_MEMLOCK`, checked first by
+//! `memlock`) and lets the device read and write them at any time. So, as vfio-ioctls'
+//! `vfio_dma_map` safety contract demands, no Rust reference to this memory ever exists: every
+//! access is a raw-pointer copy or an atomic operation, and the mapping is only reachable through
+//! this module.
+//!
+//! A region is unmapped from the IOMMU before it is unmapped from the process: on drop, or
+//! earlier with [`VfioDma::unmap`] (after which the device's accesses fault in the IOMMU and
+//! the memory stays readable by the host). Its IOVA returns to the allocator only on drop, so a
+//! stale device address never aliases a newer region.
+//!
+//! This is one of the three modules of the crate allowed `unsafe` (with `bar` and `sys`).
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use memmap2::{MmapOptions, MmapRaw};
+use portverbs_hal::dma::{DmaError, DmaMemory, check_range};
+
+use crate::device::{DeviceInner, VfioDevice};
+use crate::error::VfioError;
+use crate::memlock::Memlock;
+
+/// One IOMMU-mapped DMA region. See the module documentation.
+#[derive(Debug)]
+pub struct VfioDma {
+    dev: Arc<DeviceInner>,
+    map: MmapRaw,
+    /// Bytes asked for (what `len()` reports).
+    len: usize,
+    /// Bytes mapped (whole IOMMU pages).
+    mapped_len: u64,
+    iova: u64,
+    /// Still mapped in the IOMMU.
+    mapped: Mutex<bool>,
+}
+
+impl VfioDevice {
+    /// Allocates `len` bytes of zeroed DMA memory mapped for this device (the HAL's form).
+    ///
+    /// # Errors
+    /// [`DmaError::AllocFailed`] whose reason is the [`VfioError`] text (IOVA space, locked
+    /// memory limit, mmap or `VFIO_IOMMU_MAP_DMA`).
+    pub fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
+        match self.alloc_vfio_dma(len) {
+            Ok(region) => Ok(region),
+            Err(e) => Err(DmaError::AllocFailed {
+                len,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Allocates `len` bytes of zeroed DMA memory mapped for this device and returns the
+    /// concrete type (with [`VfioDma::iova`] and [`VfioDma::unmap`]).
+    ///
+    /// # Errors
+    /// [`VfioError::IovaExhausted`], [`VfioError::MemlockLimit`], [`VfioError::DmaAlloc`] or
+    /// [`VfioError::DmaMap`].
+    pub fn alloc_vfio_dma(&self, len: usize) -> Result<Arc<VfioDma>, VfioError> {
+        VfioDma::new(&self.inner, len).map(Arc::new)
+    }
+}
+
+impl VfioDma {
+    fn new(dev: &Arc<DeviceInner>, len: usize) -> Result<Self, VfioError> {
+        let addr = || dev.addr.clone();
+        let len64 = len as u64;
+        let (iova, mapped_len) = {
+            let mut alloc = dev.iova();
+            let size = alloc.round(len64).ok_or_else(|| VfioError::IovaExhausted {
+                addr: addr(),
+                len: len64,
+            })?;
+            let iova = alloc.alloc(size).ok_or_else(|| VfioError::IovaExhausted {
+                addr: addr(),
+                len: len64,
+            })?;
+            (iova, size)
+        };
+        let give_back = |e: VfioError| {
+            // NOTE: `iova` came from this allocator a moment ago, so the free cannot fail.
+            let _ = dev.iova().free(iova);
+            e
+        };
+
+        let memlock = Memlock::current();
+        if let Err(short) = memlock.check(mapped_len) {
+            return Err(give_back(VfioError::MemlockLimit {
+                addr: addr(),
+                len: mapped_len,
+                limit: short.limit,
+                locked: short.locked,
+            }));
+        }
+
+        let map_len = usize::try_from(mapped_len).map_err(|_| {
+            give_back(VfioError::IovaExhausted {
+                addr: addr(),
+                len: len64,
+            })
+        })?;
+        let map: MmapRaw = MmapOptions::new()
+            .len(map_len)
+            .map_anon()
+            .map_err(|source| {
+                give_back(VfioError::DmaAlloc {
+                    addr: addr(),
+                    len: mapped_len,
+                    source,
+                })
+            })?
+            .into();
+
+        // SAFETY: `map` is a fresh anonymous mapping of `map_len` bytes owned by the value we
+        // are building; from here on it is reached only through raw pointers and atomics (see
+        // the module documentation), and no reference into it exists. It is unmapped from the
+        // IOMMU (in `Drop`, or `unmap`) before `map` is dropped and munmapped, since `map` is a
+        // field of the value whose `Drop` does the IOMMU unmap.
+        let mapped = unsafe { dev.container.vfio_dma_map(iova, map_len, map.as_mut_ptr()) };
+        if let Err(source) = mapped {
+            // ENOMEM from the pinning code means the locked-memory limit, whatever our check
+            // thought (another thread may have locked memory meanwhile).
+            let now = Memlock::current();
+            let enomem = matches!(&source, vfio_ioctls::VfioError::IommuDmaMap(e)
+                if e.errno() == rustix::io::Errno::NOMEM.raw_os_error());
+            let err = match now.limit {
+                Some(limit) if enomem && !now.cap_ipc_lock => VfioError::MemlockLimit {
+                    addr: addr(),
+                    len: mapped_len,
+                    limit,
+                    locked: now.locked,
+                },
+                _ => VfioError::DmaMap {
+                    addr: addr(),
+                    iova,
+                    len: mapped_len,
+                    source: source.into(),
+                },
+            };
+            return Err(give_back(err));
+        }
+        tracing::trace!(addr = %dev.addr, iova, len = mapped_len, "mapped DMA region");
+        Ok(Self {
+            dev: dev.clone(),
+            map,
+            len,
+            mapped_len,
+            iova,
+            mapped: Mutex::new(true),
+        })
+    }
+
+    /// The device address of byte 0 (also [`DmaMemory::device_addr`]).
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// True until [`VfioDma::unmap`] (or drop) removed the IOMMU mapping.
+    pub fn is_mapped(&self) -> bool {
+        *self.mapped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Removes the IOMMU mapping now: from here on the device's accesses to this region's IOVAs
+    /// fault, while the host can still read and write the memory. Idempotent.
+    ///
+    /// # Errors
+    /// [`VfioError::DmaUnmap`]; the region then counts as still mapped.
+    pub fn unmap(&self) -> Result<(), VfioError> {
+        let mut mapped = self.mapped.lock().unwrap_or_else(PoisonError::into_inner);
+        if !*mapped {
+            return Ok(());
+        }
+        let size = self.mapped_len as usize;
+        self.dev
+            .container
+            .vfio_dma_unmap(self.iova, size)
+            .map_err(|e| VfioError::DmaUnmap {
+                addr: self.dev.addr.clone(),
+                iova: self.iova,
+                len: self.mapped_len,
+                source: e.into(),
+            })?;
+        *mapped = false;
+        Ok(())
+    }
+
+    fn at(&self, offset: usize) -> *mut u8 {
+        self.map.as_mut_ptr().wrapping_add(offset)
+    }
+
+    fn check_atomic(&self, offset: usize) -> Result<(), DmaError> {
+        check_range(offset, 8, self.len)?;
+        if offset % 8 != 0 {
+            return Err(DmaError::Misaligned { offset, align: 8 });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for VfioDma {
+    fn drop(&mut self) {
+        if let Err(err) = self.unmap() {
+            // The pages stay pinned by the kernel until the container closes, so the device
+            // cannot reach memory that is reused; only the IOVA is lost.
+            tracing::error!(%err, "dropping a DMA region whose IOMMU unmap failed; IOVA leaked");
+            return;
+        }
+        if let Err(err) = self.dev.iova().free(self.iova) {
+            tracing::error!(addr = %self.dev.addr, %err, "IOVA allocator out of step");
+        }
+        // `map` is munmapped after this, when the fields drop.
+    }
+}
+
+impl DmaMemory for VfioDma {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn host_addr(&self) -> u64 {
+        self.map.as_mut_ptr() as u64
+    }
+
+    fn device_addr(&self) -> u64 {
+        self.iova
+    }
+
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
+        check_range(offset, dst.len(), self.len)?;
+        // SAFETY: the source range lies inside the live mapping (checked above); `dst` is
+        // ordinary memory that cannot overlap it (nothing outside this module can name the
+        // mapping's bytes as a slice). The device may write concurrently: the copy then sees
+        // torn data, which is the documented contract for DMA memory, not unsoundness, since
+        // no reference into the mapping exists.
+        unsafe { std::ptr::copy_nonoverlapping(self.at(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
+        check_range(offset, src.len(), self.len)?;
+        // SAFETY: as in `read`, with the roles swapped; the mapping is writable.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(offset), src.len()) };
+        Ok(())
+    }
+
+    fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
+        check_range(offset, len, self.len)?;
+        // SAFETY: the range lies inside the live, writable mapping (checked above).
+        unsafe { std::ptr::write_bytes(self.at(offset), byte, len) };
+        Ok(())
+    }
+
+    fn load_u64(&self, offset: usize) -> Result<u64, DmaError> {
+        self.check_atomic(offset)?;
+        // SAFETY: in bounds and 8-byte aligned (the mapping is page-aligned); the bytes are only
+        // ever accessed through raw pointers and atomics, so viewing them as an `AtomicU64` for
+        // this one load is sound.
+        Ok(unsafe { AtomicU64::from_ptr(self.at(offset).cast()) }.load(Ordering::Acquire))
+    }
+
+    fn store_u64(&self, offset: usize, value: u64) -> Result<(), DmaError> {
+        self.check_atomic(offset)?;
+        // SAFETY: as in `load_u64`.
+        unsafe { AtomicU64::from_ptr(self.at(offset).cast()) }.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
