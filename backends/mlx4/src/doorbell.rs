@@ -31,10 +31,13 @@ impl DbRecord {
     }
 }
 
+/// A page of records and its free slots.
+type Page = (Arc<dyn DmaMemory>, Vec<usize>);
+
 /// The allocator.
 #[derive(Debug, Default)]
 pub(crate) struct DbPages {
-    pages: Mutex<Vec<(Arc<dyn DmaMemory>, Vec<usize>)>>,
+    pages: Mutex<Vec<Page>>,
 }
 
 impl DbPages {

@@ -137,7 +137,7 @@ impl IcmLayout {
             *s = s.next_power_of_two().max(4096);
         }
         // Largest first, so that packing keeps every table naturally aligned.
-        want.sort_by(|a, b| b.1.cmp(&a.1));
+        want.sort_by_key(|&(_, size)| std::cmp::Reverse(size));
         let mut at = 0u64;
         let tables = want
             .into_iter()

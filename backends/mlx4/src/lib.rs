@@ -28,6 +28,8 @@ mod mtt;
 pub mod pci;
 mod queues;
 mod quirks;
+#[cfg(target_os = "linux")]
+pub mod vfio;
 
 pub use cmd::CommandMode;
 pub use config::Mlx4Config;

@@ -397,9 +397,9 @@ fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo, function: &str) ->
     }
     // Mellanox's OUI with the low bits from the function's address. (Real firmware answers
     // NodeInfo through MAD_IFC; this driver does not issue MADs yet.)
-    let low = function
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let low = function.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
     let node_guid = 0x0002_c903_0000_0000 | (low & 0xffff_ffff);
     let qps = 1u32 << p.log_qps;
     let first_qp = caps.reserved_qps.next_multiple_of(8) + 8;

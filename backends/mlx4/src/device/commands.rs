@@ -473,12 +473,9 @@ impl Device for Mlx4Device {
         let ring = self.dma(cnt as usize * 32)?;
         Mlx4Cq::init_owner(ring.as_ref(), geom);
         let db = self.0.dbs.alloc(&*self.0.pci)?;
-        let cqn = match self.0.nums().cq.alloc() {
-            Some(n) => n,
-            None => {
-                self.0.dbs.free(&db);
-                return Err(CommandError::ResourceExhausted { resource: "CQs" });
-            }
+        let Some(cqn) = self.0.nums().cq.alloc() else {
+            self.0.dbs.free(&db);
+            return Err(CommandError::ResourceExhausted { resource: "CQs" });
         };
         let r = async {
             let mtt = self
@@ -595,12 +592,9 @@ impl Device for Mlx4Device {
         };
         let buf = self.dma((cnt as usize) << shift)?;
         let db = self.0.dbs.alloc(&*self.0.pci)?;
-        let srqn = match self.0.nums().srq.alloc() {
-            Some(n) => n,
-            None => {
-                self.0.dbs.free(&db);
-                return Err(CommandError::ResourceExhausted { resource: "SRQs" });
-            }
+        let Some(srqn) = self.0.nums().srq.alloc() else {
+            self.0.dbs.free(&db);
+            return Err(CommandError::ResourceExhausted { resource: "SRQs" });
         };
         let mut srq = Mlx4Srq {
             srqn,
@@ -759,12 +753,9 @@ impl Device for Mlx4Device {
         let bytes = ((sq_cnt as usize) << sq_shift) + ((rq_cnt as usize) << rq_shift);
         let buf = self.dma(bytes.next_multiple_of(4096))?;
         let db = self.0.dbs.alloc(&*self.0.pci)?;
-        let qpn = match self.0.nums().qp.alloc() {
-            Some(n) => n,
-            None => {
-                self.0.dbs.free(&db);
-                return Err(CommandError::ResourceExhausted { resource: "QPs" });
-            }
+        let Some(qpn) = self.0.nums().qp.alloc() else {
+            self.0.dbs.free(&db);
+            return Err(CommandError::ResourceExhausted { resource: "QPs" });
         };
         let mtt = match self
             .0
@@ -796,11 +787,13 @@ impl Device for Mlx4Device {
             max_recv_sge: rq_geom.map_or(0, |g| (g.stride() / 16) as u32),
             max_inline_data: max_inline,
         };
-        let mut attrs = QpAttr::default();
-        attrs.qp_state = QpState::Reset;
-        attrs.cur_qp_state = QpState::Reset;
-        attrs.cap = granted;
-        attrs.port_num = 1;
+        let attrs = QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            cap: granted,
+            port_num: 1,
+            ..QpAttr::default()
+        };
         self.0.objects().qps.insert(
             qpn,
             QpRec {
@@ -921,7 +914,7 @@ impl Device for Mlx4Device {
             .await?;
         let (mb, _) =
             QpMailbox::read_from_prefix(&out).map_err(|_| invalid("QUERY_QP outbox too short"))?;
-        qp_ctx::parse_query(&mb.ctx, &known).ok_or_else(|| CommandError::Firmware {
+        qp_ctx::parse_query(&mb.ctx, &known).ok_or(CommandError::Firmware {
             opcode: opcode::QUERY_QP,
             status: 0,
             meaning: "QUERY_QP returned an unknown QP state",
@@ -1003,10 +996,7 @@ impl Device for Mlx4Device {
         )
         .await?;
         self.take_mr_range(handle);
-        match self
-            .write_mr(handle, old.key, &new)
-            .await
-        {
+        match self.write_mr(handle, old.key, &new).await {
             Ok(keys) => {
                 self.0.objects().mrs.insert(handle, new);
                 Ok(keys)
@@ -1014,7 +1004,10 @@ impl Device for Mlx4Device {
             Err(e) => {
                 // Put the old registration back so the handle stays valid.
                 if self.write_mr(handle, old.key, &old).await.is_err() {
-                    tracing::warn!(handle, "could not restore a registration after a failed rereg");
+                    tracing::warn!(
+                        handle,
+                        "could not restore a registration after a failed rereg"
+                    );
                 }
                 Err(e)
             }

@@ -338,8 +338,10 @@ mod tests {
 
     #[test]
     fn init_hca_log_fields_sit_in_the_base_low_byte() {
-        let mut m = InitHca::default();
-        m.qpc_base_log = (0x80_0000u64 | 17).into();
+        let mut m = InitHca {
+            qpc_base_log: (0x80_0000u64 | 17).into(),
+            ..Default::default()
+        };
         assert_eq!(m.as_bytes()[0x37], 17);
         assert_eq!(split_base_log(m.qpc_base_log.get()), (0x80_0000, 17));
         m.mw_log_mpt = ((1u32 << 31) | 19).into();

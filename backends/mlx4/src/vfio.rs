@@ -1,0 +1,129 @@
+//! A real mlx4 function bound to vfio-pci, as the driver's [`PciFunction`] (Linux).
+//!
+//! Opening enables memory decoding and bus mastering; BARs are mapped once and shared; DMA
+//! memory comes from the function's IOMMU container; MSI-X vectors are bound straight to the
+//! event queue's eventfd (`InterruptSink::eventfd`), so completions reach platform-linux's
+//! event path with no thread in between. A sink without an eventfd (a polling application)
+//! leaves its vector unrouted: the EQ is then polled.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::mmio::Mmio;
+use portverbs_hal::notify::InterruptSink;
+use portverbs_vfio::{IrqKind, VfioDevice};
+
+use crate::pci::{PciError, PciFunction};
+use crate::{Mlx4Config, Mlx4Device, OpenError};
+
+/// A VFIO-bound PCI function.
+#[derive(Debug)]
+pub struct VfioFunction {
+    dev: Arc<VfioDevice>,
+    bars: [OnceLock<Arc<dyn Mmio>>; 3],
+}
+
+impl VfioFunction {
+    /// Opens the function at `addr` (`0000:01:00.0`) and enables memory decoding and bus
+    /// mastering.
+    ///
+    /// # Errors
+    /// The VFIO error, naming the address, the step and the remedy.
+    pub fn open(addr: &str) -> Result<Arc<Self>, portverbs_vfio::VfioError> {
+        let dev = VfioDevice::open(addr)?;
+        dev.enable_bus_master()?;
+        Ok(Arc::new(Self {
+            dev,
+            bars: Default::default(),
+        }))
+    }
+}
+
+impl PciFunction for VfioFunction {
+    fn name(&self) -> String {
+        self.dev.address().to_string()
+    }
+
+    fn ids(&self) -> (u16, u16) {
+        self.dev.vendor_device().unwrap_or((0xffff, 0xffff))
+    }
+
+    fn bar(&self, index: u8) -> Result<Arc<dyn Mmio>, PciError> {
+        let slot = self
+            .bars
+            .get(usize::from(index))
+            .ok_or_else(|| PciError::Bar {
+                function: self.name(),
+                bar: index,
+                reason: "mlx4 uses BAR0 and BAR2 only".into(),
+            })?;
+        if let Some(b) = slot.get() {
+            return Ok(b.clone());
+        }
+        let bar = self.dev.bar(index).map_err(|e| PciError::Bar {
+            function: self.name(),
+            bar: index,
+            reason: e.to_string(),
+        })?;
+        Ok(slot.get_or_init(|| bar).clone())
+    }
+
+    fn config_read16(&self, offset: u16) -> Result<u16, PciError> {
+        self.dev
+            .config_read16(offset)
+            .map_err(|e| PciError::Config {
+                function: self.name(),
+                offset,
+                reason: e.to_string(),
+            })
+    }
+
+    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
+        self.dev.alloc_dma(len)
+    }
+
+    fn num_vectors(&self) -> u32 {
+        self.dev.irq_count(IrqKind::Msix)
+    }
+
+    fn route_interrupt(&self, vector: u32, sink: Arc<dyn InterruptSink>) -> Result<(), PciError> {
+        if sink.eventfd().is_none() {
+            return Ok(());
+        }
+        self.dev
+            .route_msix(vector, &sink)
+            .map_err(|e| PciError::Interrupt {
+                function: self.name(),
+                vector,
+                reason: e.to_string(),
+            })
+    }
+
+    fn reset_settle(&self) -> Duration {
+        Duration::from_millis(1000)
+    }
+}
+
+impl Mlx4Device {
+    /// Opens the VFIO-bound ConnectX-3 at `addr` and brings it up.
+    ///
+    /// # Errors
+    /// VFIO could not open the function (the message says how to bind it), or bring-up failed.
+    pub fn open_vfio(addr: &str, config: Mlx4Config) -> Result<Self, OpenError> {
+        let f = VfioFunction::open(addr).map_err(|e| OpenError::Config {
+            function: addr.to_string(),
+            what: e.to_string(),
+        })?;
+        Self::open(f, config)
+    }
+}
+
+/// VFIO-bound mlx4 physical functions on this machine (PCI addresses).
+pub fn scan() -> Vec<String> {
+    portverbs_vfio::scan(Some(crate::pci::MELLANOX_VENDOR))
+        .into_iter()
+        .filter(|f| crate::pci::is_mlx4_pf(f.vendor, f.device))
+        .map(|f| f.address)
+        .collect()
+}
