@@ -1,2 +1,41 @@
-//! An emulated mlx4 HCA (work in progress).
-#![deny(unsafe_code)]
+//! # An emulated mlx4 HCA (ConnectX-3) behind the PCI seam of the mlx4 driver
+//!
+//! The model is a [`portverbs_mlx4::PciFunction`] ([`ModelFunction`]) whose BARs and DMA
+//! behave like the hardware's towards a driver (facts/mlx4-hardware.md §10 is the checklist):
+//!
+//! * **BAR0** — the HCR with the go/toggle/status protocol and event-mode completion EQEs, the
+//!   reset register and semaphores, the catastrophic-error buffer; the firmware state machine
+//!   (QUERY_FW → MAP_FA → RUN_FW → QUERY_DEV_CAP … → INIT_HCA), ICM mapped with MAP_ICM page
+//!   lists, contexts written to and read back from ICM, MTTs resolved from ICM, the hardware's
+//!   status codes for every refusal.
+//! * **BAR2** — UAR pages (send doorbell, CQ arm, EQ doorbells) and BlueFlame pages.
+//! * **DMA** — regions at bus addresses unlike their host addresses, behind the model's own
+//!   IOMMU table; every device access goes through it.
+//! * **Transport** — the software device's engine, on the same [`portverbs_soft::Fabric`]:
+//!   an mlx4 model and soft devices exchange RC, UC and UD traffic, stepped (virtual time,
+//!   seeded faults) or free-running. The model reads the driver's WQEs (owner bits, stamps,
+//!   no producer index) and writes CQEs and EQEs in the mlx4 formats.
+//! * **Faults** — command timeout, a corrupt CQE, catastrophic error, surprise removal
+//!   ([`Mlx4Model`]), and [`ModelCounts`] for leak checks.
+//!
+//! What this crate must never do: panic or index out of bounds on anything a driver writes
+//! (registers, mailboxes, contexts, WQEs, doorbell records — bad input gets the hardware's
+//! status code, a catastrophic QP/CQ error, or is ignored and counted); touch memory except
+//! through its IOVA table; use `unsafe`; redefine the hardware layouts (they are
+//! `portverbs_mlx4::layout`'s); or know about the driver's internals.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod bar0;
+mod bar2;
+mod caps;
+mod hw;
+mod iova;
+mod model;
+mod shared;
+
+pub use model::{Mlx4Model, ModelConfig, ModelCounts, ModelError, ModelFunction};
+
+/// Bus address of the first DMA region the model hands out (regions never sit at their host
+/// address).
+pub const IOVA_BASE: u64 = iova::IOVA_BASE;

@@ -214,6 +214,16 @@ impl Engine {
         self.core.stats
     }
 
+    /// Forgets every QP, memory region, window and timer (a device reset), keeping the
+    /// configuration, the ports and the statistics.
+    pub fn reset(&mut self) {
+        self.qps.clear();
+        self.core.memory = MemoryTable::new(self.core.cfg.max_keys);
+        self.core.timers = TimerHeap::default();
+        self.core.work.clear();
+        self.core.acks.clear();
+    }
+
     /// Number of live QPs.
     pub fn qp_count(&self) -> usize {
         self.qps.iter().filter(|q| q.is_some()).count()

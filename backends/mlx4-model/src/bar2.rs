@@ -1,0 +1,164 @@
+//! BAR2 of the model (facts §4): 256 UAR pages of 4 KiB, then 256 BlueFlame pages.
+//!
+//! * UAR + 0x14, `qpn << 8`: send doorbell — a lock-free kick to the fabric (the engine thread
+//!   or the next `step` reads the WQEs), carrying the UAR page so the QP's `usr_page` is checked.
+//! * UAR + 0x20: CQ arm doorbell, one 64-bit write or two 32-bit writes (dword 0 first).
+//! * UAR ⌊e/4⌋ + 0x800 + 8·(e mod 4): EQ doorbell of EQ e.
+//! * A write-combined block into a BlueFlame page: a WQE whose control segment names its QP
+//!   (dword 1 bits 31:8) — treated as a send doorbell for that QP (the WQE is also in memory,
+//!   where the model reads it; the copy is not compared). 64-bit stores into BlueFlame pages
+//!   are ignored: use `write_wc`.
+//!
+//! Reads return 0 (these registers are write-only); after removal they fail and writes vanish.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use portverbs_hal::mmio::{Mmio, MmioError, check_access};
+use portverbs_mlx4::layout::uar::{CQ_DOORBELL, EQ_DOORBELL, SEND_DOORBELL, UAR_PAGE};
+use portverbs_soft::fabric::ForeignHandle;
+
+use crate::caps::NUM_UARS;
+use crate::hw::Hw;
+use crate::shared::{Shared, Stats};
+
+/// A latched CQ doorbell dword 0 (bit 32 marks it valid).
+const LATCHED: u64 = 1 << 32;
+
+/// The model's BAR2.
+#[derive(Debug)]
+pub(crate) struct Bar2 {
+    shared: Arc<Shared>,
+    handle: ForeignHandle,
+    /// Per UAR page: dword 0 of a CQ doorbell written as two 32-bit stores.
+    cq_latch: Vec<AtomicU64>,
+}
+
+impl Bar2 {
+    pub(crate) fn new(shared: Arc<Shared>, handle: ForeignHandle) -> Self {
+        Self {
+            shared,
+            handle,
+            cq_latch: (0..NUM_UARS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn send_doorbell(&self, page: usize, qpn: u32) {
+        self.handle.kick(((page as u32) << 24) | (qpn & 0xff_ffff));
+    }
+
+    fn cq_arm(&self, page: usize, dword0: u32, ci: u32) {
+        let _ = self.handle.with(|ctx| {
+            if let Some(hw) = Hw::of(ctx.device) {
+                hw.cq_doorbell(page as u32, dword0, ci);
+            }
+        });
+    }
+
+    fn eq_doorbell(&self, eqn: u32, value: u32) {
+        let _ = self.handle.with(|ctx| {
+            if let Some(hw) = Hw::of(ctx.device) {
+                hw.eq_doorbell(eqn, value);
+            }
+        });
+    }
+
+    /// EQ number of an EQ doorbell offset in UAR page `page`.
+    fn eqn(page: usize, o: usize) -> Option<u32> {
+        let k = o.checked_sub(EQ_DOORBELL)?;
+        (k % 8 == 0 && k < 32).then(|| (page * 4 + k / 8) as u32)
+    }
+}
+
+impl Mmio for Bar2 {
+    fn len(&self) -> usize {
+        2 * NUM_UARS * UAR_PAGE
+    }
+
+    fn read32(&self, offset: usize) -> Result<u32, MmioError> {
+        check_access(offset, 4, self.len())?;
+        if self.shared.removed() {
+            return Err(MmioError::Removed);
+        }
+        Ok(0)
+    }
+
+    fn write32(&self, offset: usize, value: u32) -> Result<(), MmioError> {
+        check_access(offset, 4, self.len())?;
+        if self.shared.removed() {
+            return Ok(());
+        }
+        let (page, o) = (offset / UAR_PAGE, offset % UAR_PAGE);
+        if page >= NUM_UARS {
+            return Ok(());
+        }
+        match o {
+            SEND_DOORBELL => {
+                Stats::bump(&self.shared.stats.send_doorbells);
+                self.send_doorbell(page, value >> 8);
+            }
+            CQ_DOORBELL => self.cq_latch[page].store(LATCHED | u64::from(value), Ordering::Release),
+            o if o == CQ_DOORBELL + 4 => {
+                let d0 = self.cq_latch[page].swap(0, Ordering::AcqRel);
+                if d0 & LATCHED != 0 {
+                    self.cq_arm(page, d0 as u32, value);
+                } else {
+                    Stats::bump(&self.shared.stats.ignored_doorbells);
+                }
+            }
+            _ => {
+                if let Some(eqn) = Self::eqn(page, o) {
+                    self.eq_doorbell(eqn, value);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write64(&self, offset: usize, value: u64) -> Result<(), MmioError> {
+        check_access(offset, 8, self.len())?;
+        if self.shared.removed() {
+            return Ok(());
+        }
+        let (page, o) = (offset / UAR_PAGE, offset % UAR_PAGE);
+        if page >= NUM_UARS {
+            return Ok(());
+        }
+        let (hi, lo) = ((value >> 32) as u32, value as u32);
+        match o {
+            CQ_DOORBELL => self.cq_arm(page, hi, lo),
+            // The send doorbell dword is the low half of the 8-byte register at 0x10.
+            0x10 => {
+                Stats::bump(&self.shared.stats.send_doorbells);
+                self.send_doorbell(page, lo >> 8);
+            }
+            _ => {
+                if let Some(eqn) = Self::eqn(page, o) {
+                    self.eq_doorbell(eqn, hi);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write_wc(&self, offset: usize, block: &[u8]) -> Result<(), MmioError> {
+        check_access(offset, block.len().max(8), self.len())?;
+        if block.len() % 8 != 0 {
+            return Err(MmioError::Misaligned {
+                offset: offset + block.len(),
+                width: 8,
+            });
+        }
+        if self.shared.removed() {
+            return Ok(());
+        }
+        let page = offset / UAR_PAGE;
+        if page < NUM_UARS || block.len() < 16 {
+            return Ok(());
+        }
+        Stats::bump(&self.shared.stats.blueflame_writes);
+        let d1 = u32::from_be_bytes([block[4], block[5], block[6], block[7]]);
+        self.send_doorbell(page - NUM_UARS, d1 >> 8);
+        Ok(())
+    }
+}

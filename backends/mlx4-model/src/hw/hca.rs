@@ -1,0 +1,170 @@
+//! The seam to the shared transport engine: [`Hca`] reads the driver's mlx4 WQEs and writes
+//! CQEs and EQEs; [`ForeignDevice`] receives the send doorbells (kicks) BAR2 forwards.
+//!
+//! There is no send producer index on mlx4: `sq_head` discovers posted WQEs by scanning from
+//! the last known one while owner bits match the counter's wrap parity (facts §5.2, §10.5).
+
+use std::any::Any;
+
+use portverbs_hal::event::DeviceEvent;
+use portverbs_hal::types::QpType;
+use portverbs_hal::wc::Cqe;
+use portverbs_hal::wr::MwBind;
+use portverbs_mlx4::layout::wqe::ctrl;
+use portverbs_soft::engine::memory::MemoryTable;
+use portverbs_soft::engine::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
+use portverbs_soft::fabric::ForeignDevice;
+
+use super::Hw;
+use super::wqe::{decode_scatter, decode_send};
+use crate::shared::Stats;
+
+/// Send WQEs discovered per `sq_head` call at most (bounded work under the lock).
+const SCAN_BURST: u32 = 64;
+
+fn fault(reason: &'static str) -> WqeFault {
+    WqeFault { reason }
+}
+
+impl Hca for Hw {
+    fn sq_head(&self, qpn: u32) -> Option<u32> {
+        let qp = self.qps.get(qpn)?;
+        let sq = qp.sq.as_ref()?;
+        let mut c = qp.sq_valid.get();
+        let mut n = 0;
+        while n < SCAN_BURST && c.wrapping_sub(qp.sq_read) < sq.entries() && sq.send_ready(c) {
+            c = c.wrapping_add(1);
+            n += 1;
+        }
+        qp.sq_valid.set(c);
+        Some(c)
+    }
+
+    fn read_send_wqe(&mut self, qpn: u32, counter: u32, out: &mut SendWqe) -> Result<(), WqeFault> {
+        let Self { qps, scratch, .. } = self;
+        let qp = qps.get_mut(qpn).ok_or(fault("no such QP"))?;
+        let qp_type = qp.qp_type;
+        let sq = qp.sq.as_ref().ok_or(fault("QP has no send queue"))?;
+        let off = sq.offset(counter);
+        let mut head = [0u8; 8];
+        if !sq.buf.read(off, &mut head) {
+            return Err(fault("send WQE unreadable"));
+        }
+        if (head[0] & 0x80 != 0) != sq.parity(counter) {
+            return Err(fault("owner bit does not match the WQE counter"));
+        }
+        let size = usize::from(head[7] & ctrl::DS_MASK) * 16;
+        if size == 0 || size > 1 << sq.shift {
+            return Err(fault("WQE size (ds) outside its slot"));
+        }
+        scratch.resize(size, 0);
+        if !sq.buf.read(off, scratch) {
+            return Err(fault("send WQE unreadable"));
+        }
+        qp.sq_read = counter.wrapping_add(1);
+        decode_send(scratch, qp_type, out)
+    }
+
+    fn take_recv_wqe(&mut self, source: RecvSource, out: &mut RecvWqe) -> Result<bool, WqeFault> {
+        match source {
+            RecvSource::Srq { srqn } => self.srq_take(srqn, out),
+            RecvSource::Rq { qpn } => {
+                let Self { qps, scratch, .. } = self;
+                let Some(qp) = qps.get_mut(qpn) else {
+                    return Ok(false);
+                };
+                let (Some(rq), Some(db)) = (&qp.rq, &qp.db) else {
+                    return Ok(false);
+                };
+                let posted = db.be32(0).ok_or(fault("RQ doorbell record unreadable"))?;
+                if (posted as u16).wrapping_sub(qp.rq_ci as u16) == 0 {
+                    return Ok(false);
+                }
+                let c = qp.rq_ci;
+                scratch.resize(1 << rq.shift, 0);
+                if !rq.buf.read(rq.offset(c), scratch) {
+                    return Err(fault("receive WQE unreadable"));
+                }
+                decode_scatter(scratch, out)?;
+                out.wqe_index = c & 0xffff;
+                qp.rq_ci = c.wrapping_add(1);
+                Ok(true)
+            }
+        }
+    }
+
+    fn recv_posted(&self, source: RecvSource) -> u32 {
+        match source {
+            RecvSource::Srq { srqn } => self.srq_posted(srqn),
+            RecvSource::Rq { qpn } => self.qps.get(qpn).map_or(0, |qp| {
+                qp.db
+                    .as_ref()
+                    .and_then(|db| db.be32(0))
+                    .map_or(0, |v| u32::from((v as u16).wrapping_sub(qp.rq_ci as u16)))
+            }),
+        }
+    }
+
+    fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) {
+        self.write_cqe(cqn, cqe, solicited);
+    }
+
+    fn post_event(&mut self, event: DeviceEvent) {
+        Self::post_event(self, event);
+    }
+
+    fn qp_error(&mut self, _qpn: u32) {
+        // mlx4 has no receive doorbell: receives posted to a QP in ERR are flushed at its next
+        // send doorbell or rescan (see `ForeignDevice::kick`).
+    }
+
+    fn reset_queues(&mut self, qpn: u32, _qp_type: QpType) {
+        if let Some(qp) = self.qps.get_mut(qpn) {
+            qp.sq_valid.set(0);
+            qp.sq_read = 0;
+            qp.rq_ci = 0;
+        }
+    }
+
+    fn window_key(&self, memory: &MemoryTable, bind: &MwBind) -> u32 {
+        memory.key_at(bind.new_rkey >> 8).unwrap_or(bind.new_rkey)
+    }
+}
+
+impl ForeignDevice for Hw {
+    fn kick(&mut self, engine: &mut Engine, now: u64, what: u32, out: &mut Vec<Packet>) {
+        if self.shared.removed() {
+            return;
+        }
+        let qpn = what & 0xff_ffff;
+        let page = what >> 24;
+        match self.qps.get(qpn) {
+            Some(qp) if qp.in_engine && qp.usr_page == page => {
+                engine.doorbell(now, qpn, self, out);
+            }
+            _ => {
+                Stats::bump(&self.shared.stats.ignored_doorbells);
+                tracing::warn!(
+                    qpn,
+                    uar = page,
+                    "send doorbell for a QP not in use or from another UAR page"
+                );
+            }
+        }
+    }
+
+    fn rescan(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) {
+        if self.shared.removed() {
+            return;
+        }
+        for qpn in self.qps.numbers() {
+            if self.qps.get(qpn).is_some_and(|q| q.in_engine) {
+                engine.doorbell(now, qpn, self, out);
+            }
+        }
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}

@@ -1,0 +1,83 @@
+//! State shared, without the fabric lock, by the model's handles, its BARs and its device side:
+//! the IOVA table, the injected faults, the interrupt routes and the counters.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use portverbs_hal::notify::InterruptSink;
+
+use crate::iova::IovaTable;
+
+/// Counters of things that happened (never reset).
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) commands: AtomicU64,
+    pub(crate) send_doorbells: AtomicU64,
+    pub(crate) blueflame_writes: AtomicU64,
+    pub(crate) ignored_doorbells: AtomicU64,
+    pub(crate) interrupts: AtomicU64,
+    pub(crate) lost_events: AtomicU64,
+    pub(crate) eq_overflows: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) iova: Arc<IovaTable>,
+    /// Surprise removal: BAR reads fail, writes vanish, nothing more reaches DMA memory.
+    pub(crate) removed: AtomicBool,
+    /// Commands latch but never complete.
+    pub(crate) cmd_timeout: AtomicBool,
+    /// The next CQE written is garbage.
+    pub(crate) corrupt_cqe: AtomicBool,
+    pub(crate) stats: Stats,
+    /// MSI-X vector → sink.
+    irqs: Mutex<Vec<Option<Arc<dyn InterruptSink>>>>,
+}
+
+impl Shared {
+    pub(crate) fn new(vectors: u32) -> Self {
+        Self {
+            iova: Arc::new(IovaTable::default()),
+            removed: AtomicBool::new(false),
+            cmd_timeout: AtomicBool::new(false),
+            corrupt_cqe: AtomicBool::new(false),
+            stats: Stats::default(),
+            irqs: Mutex::new(vec![None; vectors as usize]),
+        }
+    }
+
+    pub(crate) fn removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// Routes `vector`; false when there is no such vector.
+    pub(crate) fn route(&self, vector: u32, sink: Arc<dyn InterruptSink>) -> bool {
+        let mut irqs = self.irqs.lock().unwrap_or_else(|e| e.into_inner());
+        match irqs.get_mut(vector as usize) {
+            Some(slot) => {
+                *slot = Some(sink);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Raises MSI-X `vector` (nothing happens when it is not routed).
+    pub(crate) fn raise(&self, vector: u32) {
+        let sink = {
+            let irqs = self.irqs.lock().unwrap_or_else(|e| e.into_inner());
+            irqs.get(vector as usize).cloned().flatten()
+        };
+        if let Some(sink) = sink {
+            Stats::bump(&self.stats.interrupts);
+            sink.raise();
+        }
+    }
+}
