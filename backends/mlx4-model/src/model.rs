@@ -253,6 +253,29 @@ impl Mlx4Model {
         let _ = self.inner.handle.with(|ctx| hw::reset(ctx, true));
     }
 
+    /// Transport counters of the model's engine.
+    pub fn engine_stats(&self) -> portverbs_soft::engine::EngineStats {
+        self.inner
+            .handle
+            .with(|ctx| ctx.engine.stats())
+            .unwrap_or_default()
+    }
+
+    /// A catastrophic error of one QP, as a malformed WQE would cause: WQ_CATAS on the async
+    /// EQ, the QP to ERR, its outstanding WQEs flushed.
+    pub fn inject_qp_fatal(&self, qpn: u32) {
+        let _ = self.inner.handle.with(|ctx| ctx.engine.qp_fatal(qpn, ctx.device));
+    }
+
+    /// The link of `port` goes down or comes back up (PORT_CHANGE event).
+    pub fn set_port_active(&self, port: u8, active: bool) {
+        let _ = self.inner.handle.with(|ctx| {
+            if let Some(hw) = Hw::of(ctx.device) {
+                hw.set_link(ctx.engine, port, active);
+            }
+        });
+    }
+
     /// Live objects, mappings and DMA regions, and event counters.
     pub fn counts(&self) -> ModelCounts {
         let live = self

@@ -106,6 +106,19 @@ impl Hca for Hw {
     }
 
     fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) {
+        if cqe.is_send {
+            // WQEs completed without being read (flushed in ERR) count as consumed for the
+            // "at most one ring ahead" bound of `sq_head`.
+            if let Some(qp) = self.qps.get_mut(cqe.qpn) {
+                let ahead = cqe
+                    .wqe_index
+                    .wrapping_add(1)
+                    .wrapping_sub(qp.sq_read as u16) as i16;
+                if ahead > 0 {
+                    qp.sq_read = qp.sq_read.wrapping_add(ahead as u32);
+                }
+            }
+        }
         self.write_cqe(cqn, cqe, solicited);
     }
 

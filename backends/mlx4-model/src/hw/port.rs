@@ -70,6 +70,30 @@ impl Hw {
     }
 }
 
+impl Hw {
+    /// The link of `port` (1-based) goes down or comes back, with the PORT_CHANGE event a
+    /// cable pull or reconnect produces. Ignored for ports that do not exist.
+    pub(crate) fn set_link(&mut self, engine: &mut Engine, port: u8, up: bool) {
+        let i = usize::from(port).wrapping_sub(1);
+        let Some(state) = self.port_up.get_mut(i) else {
+            return;
+        };
+        if *state == up {
+            return;
+        }
+        *state = up;
+        if let Some(p) = engine.ports_mut().get_mut(i) {
+            p.active = up;
+        }
+        let kind = if up {
+            PortEventKind::Active
+        } else {
+            PortEventKind::Down
+        };
+        self.post_event(DeviceEvent::Port { port, kind });
+    }
+}
+
 /// SET_PORT with the GID table: re-routes the port's GIDs (all or nothing) and gives the
 /// engine the new table.
 pub(super) fn set_gid_table(ctx: &mut ForeignCtx<'_>, cmd: &Command) -> CmdResult {
