@@ -130,6 +130,8 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // BARs a driver still holds behave as after a surprise removal.
+        self.shared.removed.store(true, Ordering::Release);
         self.handle.detach();
     }
 }
@@ -264,7 +266,10 @@ impl Mlx4Model {
     /// A catastrophic error of one QP, as a malformed WQE would cause: WQ_CATAS on the async
     /// EQ, the QP to ERR, its outstanding WQEs flushed.
     pub fn inject_qp_fatal(&self, qpn: u32) {
-        let _ = self.inner.handle.with(|ctx| ctx.engine.qp_fatal(qpn, ctx.device));
+        let _ = self
+            .inner
+            .handle
+            .with(|ctx| ctx.engine.qp_fatal(qpn, ctx.device));
     }
 
     /// The link of `port` goes down or comes back up (PORT_CHANGE event).

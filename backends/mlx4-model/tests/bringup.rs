@@ -197,7 +197,7 @@ fn firmware_state_machine_refusals() {
     let mut bad = Dev::page_list(&fw, None, 1);
     bad[8..16].copy_from_slice(&0x1000u64.to_be_bytes());
     assert_eq!(d.cmd_in(op::MAP_FA, 0, 1, &bad), BAD_PARAM);
-    bad[8..16].copy_from_slice(&(fw.device_addr() + 4096 | 1).to_be_bytes());
+    bad[8..16].copy_from_slice(&((fw.device_addr() + 4096) | 1).to_be_bytes());
     assert_eq!(d.cmd_in(op::MAP_FA, 0, 1, &bad), BAD_PARAM);
     let rest = Dev::page_list(&fw, None, 64);
     assert_eq!(d.cmd_in(op::MAP_FA, 0, 32, &rest[32 * 16..]), OK);

@@ -177,6 +177,7 @@ impl Dev {
     }
 
     /// Writes the HCR and the status dword (go), flips the toggle.
+    #[allow(clippy::too_many_arguments)]
     pub fn post(
         &mut self,
         opcode: u16,
