@@ -31,6 +31,8 @@ use std::sync::OnceLock;
 
 pub use any::AnyDevice;
 pub use portverbs_hal as hal;
+pub use portverbs_mlx4 as mlx4;
+pub use portverbs_mlx4_model as mlx4_model;
 pub use portverbs_soft as soft;
 pub use portverbs_verbs as verbs;
 
@@ -100,15 +102,56 @@ pub fn embedded_fabric() -> &'static Fabric {
     &embedded().fabric
 }
 
-/// Every device available to this process (`ibv_get_device_list`): today the devices of the
-/// embedded software fabric.
+/// Every device available to this process (`ibv_get_device_list`): the devices of the
+/// embedded fabric, then (Linux) every mlx4-class function bound to vfio-pci.
 pub fn devices() -> Vec<AnyDevice> {
-    embedded()
+    let mut v: Vec<AnyDevice> = embedded()
         .devices
         .iter()
         .cloned()
         .map(AnyDevice::Soft)
-        .collect()
+        .collect();
+    v.extend(hardware().iter().cloned());
+    v
+}
+
+/// VFIO-bound mlx4 functions, opened once per process. `PORTVERBS_NO_VFIO=1` skips the scan;
+/// `PORTVERBS_MLX4_IP=<address>` gives port 1 its RoCE GID (a userspace driver has no netdev
+/// to take it from).
+fn hardware() -> &'static [AnyDevice] {
+    static HW: OnceLock<Vec<AnyDevice>> = OnceLock::new();
+    HW.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            if std::env::var_os("PORTVERBS_NO_VFIO").is_some() {
+                return Vec::new();
+            }
+            let gids: Vec<Vec<portverbs_hal::types::Gid>> = std::env::var("PORTVERBS_MLX4_IP")
+                .ok()
+                .and_then(|s| s.parse::<IpAddr>().ok())
+                .map(|ip| vec![vec![portverbs_hal::types::Gid::from_ip(ip)]])
+                .unwrap_or_default();
+            portverbs_mlx4::vfio::scan()
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, addr)| {
+                    let config =
+                        portverbs_mlx4::Mlx4Config::new(format!("mlx4_vfio{i}"), gids.clone());
+                    match portverbs_mlx4::Mlx4Device::open_vfio(&addr, config) {
+                        Ok(d) => Some(AnyDevice::Mlx4(d)),
+                        Err(e) => {
+                            eprintln!("portverbs: skipping {addr}: {e}");
+                            None
+                        }
+                    }
+                })
+                .collect()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Vec::new()
+        }
+    })
 }
 
 /// The device with this name.

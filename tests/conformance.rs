@@ -20,6 +20,14 @@ macro_rules! cases {
                 }
             )*
         }
+        mod mlx4 {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::Backend::Mlx4);
+                }
+            )*
+        }
     };
 }
 

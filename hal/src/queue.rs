@@ -75,6 +75,12 @@ pub trait SharedRecvQueue: Send + Debug {
     /// Usable slots.
     fn depth(&self) -> u32;
 
+    /// Slot indices [`SharedRecvQueue::write_wqe`] may return: `0..slots()`. At least
+    /// `depth()`; more when the format keeps a WQE back (mlx4 keeps the free list's tail).
+    fn slots(&self) -> u32 {
+        self.depth()
+    }
+
     /// Scatter entries per WQE.
     fn max_sge(&self) -> u32;
 

@@ -30,8 +30,8 @@ fn open_device_reports_its_name_and_attributes(backend: Backend) {
     for (ctx, dev) in [(env.a(), &env.devs[0]), (env.b(), &env.devs[1])] {
         let info = ctx.device().info();
         assert_eq!(ctx.name(), info.name);
-        assert_eq!(ctx.name(), dev.info().name);
-        assert_eq!(info.driver, "soft");
+        assert_eq!(ctx.name(), dev.name());
+        assert_eq!(info.driver, backend.driver());
         assert_eq!(ctx.attr().node_guid, info.node_guid);
         assert!(!ctx.is_fatal());
         assert!(ctx.object_counts().is_zero());

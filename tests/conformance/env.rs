@@ -8,8 +8,13 @@
 
 #![allow(dead_code)]
 
+use std::time::Duration;
+
+use portverbs::mlx4::{CommandMode, Mlx4Config, Mlx4Device};
+use portverbs::mlx4_model::{Mlx4Model, ModelConfig};
 use portverbs::prelude::*;
-use portverbs::soft::{DeviceConfig, Fabric, LinkFaults, SoftDevice};
+use portverbs::soft::engine::EngineStats;
+use portverbs::soft::{DeviceConfig, Fabric, LinkFaults, ResourceCounts, SoftDevice};
 use portverbs::verbs::{ContextOptions, PollError};
 
 /// Which backend a case runs on.
@@ -17,12 +22,71 @@ use portverbs::verbs::{ContextOptions, PollError};
 pub enum Backend {
     /// The software device on a stepped fabric.
     Soft,
+    /// The mlx4 driver over the emulated HCA, on a stepped fabric.
+    Mlx4,
+}
+
+impl Backend {
+    /// The driver name the devices report.
+    pub fn driver(self) -> &'static str {
+        match self {
+            Self::Soft => "soft",
+            Self::Mlx4 => "mlx4",
+        }
+    }
+}
+
+/// One device of the environment, with the controls tests use to inject faults and count
+/// objects.
+#[derive(Debug, Clone)]
+pub enum DevCtl {
+    Soft(SoftDevice),
+    Mlx4 { model: Mlx4Model, dev: Mlx4Device },
+}
+
+impl DevCtl {
+    /// Live objects of the device.
+    pub fn resources(&self) -> ResourceCounts {
+        match self {
+            Self::Soft(d) => d.resources(),
+            Self::Mlx4 { dev, .. } => {
+                let l = dev.live();
+                ResourceCounts {
+                    pds: l.pds,
+                    mrs: l.mrs,
+                    mws: l.mws,
+                    cqs: l.cqs,
+                    qps: l.qps,
+                    srqs: l.srqs,
+                    eqs: l.eqs,
+                    // The device's own rings stay while it is open; checked when it closes.
+                    dma_regions: 0,
+                }
+            }
+        }
+    }
+
+    /// Transport counters.
+    pub fn engine_stats(&self) -> EngineStats {
+        match self {
+            Self::Soft(d) => d.engine_stats(),
+            Self::Mlx4 { model, .. } => model.engine_stats(),
+        }
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Soft(d) => d.info().name.clone(),
+            Self::Mlx4 { dev, .. } => dev.info().name.clone(),
+        }
+    }
 }
 
 pub struct Env {
     pub backend: Backend,
     pub fabric: Fabric,
-    pub devs: Vec<SoftDevice>,
+    pub devs: Vec<DevCtl>,
     ctxs: Vec<Context>,
 }
 
@@ -53,6 +117,46 @@ impl Env {
                         .unwrap()
                 };
                 let ctxs = devs.iter().map(open).collect();
+                Self {
+                    backend,
+                    fabric,
+                    devs: devs.into_iter().map(DevCtl::Soft).collect(),
+                    ctxs,
+                }
+            }
+            Backend::Mlx4 => {
+                let fabric = Fabric::new(portverbs::soft::FabricConfig {
+                    mode: portverbs::soft::Mode::Stepped,
+                    seed,
+                    faults,
+                });
+                let mut devs = Vec::new();
+                let mut ctxs = Vec::new();
+                for (i, ip) in ["10.0.0.1", "10.0.0.2"].iter().enumerate() {
+                    let (model, function) = Mlx4Model::attach(
+                        &fabric,
+                        ModelConfig {
+                            name: Some(format!("mlx4_model{i}")),
+                            ..ModelConfig::default()
+                        },
+                    )
+                    .unwrap();
+                    let mut config = Mlx4Config::new(
+                        format!("mlx4_{i}"),
+                        vec![vec![Gid::from_ip(ip.parse().unwrap())]],
+                    );
+                    config.command_mode = CommandMode::Events;
+                    config.command_timeout = Duration::from_secs(5);
+                    let dev = Mlx4Device::open(function, config).expect("the mlx4 model opens");
+                    ctxs.push(
+                        Context::open_blocking(
+                            AnyDevice::Mlx4(dev.clone()),
+                            ContextOptions::default(),
+                        )
+                        .unwrap(),
+                    );
+                    devs.push(DevCtl::Mlx4 { model, dev });
+                }
                 Self {
                     backend,
                     fabric,
@@ -119,22 +223,25 @@ impl Env {
 
     /// Device fault: QP `qpn` of device `dev` (0 or 1) suffers a catastrophic error.
     pub fn inject_qp_fatal(&self, dev: usize, qpn: u32) {
-        match self.backend {
-            Backend::Soft => self.devs[dev].inject_qp_fatal(qpn),
+        match &self.devs[dev] {
+            DevCtl::Soft(d) => d.inject_qp_fatal(qpn),
+            DevCtl::Mlx4 { model, .. } => model.inject_qp_fatal(qpn),
         }
     }
 
     /// Device fault: port `port` of device `dev` goes down or comes back up.
     pub fn set_port_active(&self, dev: usize, port: u8, active: bool) {
-        match self.backend {
-            Backend::Soft => self.devs[dev].set_port_active(port, active),
+        match &self.devs[dev] {
+            DevCtl::Soft(d) => d.set_port_active(port, active),
+            DevCtl::Mlx4 { model, .. } => model.set_port_active(port, active),
         }
     }
 
     /// Device fault: device `dev` fails catastrophically.
     pub fn inject_device_fatal(&self, dev: usize) {
-        match self.backend {
-            Backend::Soft => self.devs[dev].inject_fatal(),
+        match &self.devs[dev] {
+            DevCtl::Soft(d) => d.inject_fatal(),
+            DevCtl::Mlx4 { model, .. } => model.catastrophic_error(),
         }
     }
 
@@ -170,6 +277,24 @@ impl Drop for Env {
                 r.is_zero(),
                 "device resources left after the test: {r:?} ({} packets in flight)",
                 self.fabric.in_flight()
+            );
+        }
+        // An mlx4 device closes when its last handle goes: then the HCA must hold nothing
+        // (no object, no ICM, no firmware area, no DMA region).
+        let models: Vec<Mlx4Model> = self
+            .devs
+            .drain(..)
+            .filter_map(|d| match d {
+                DevCtl::Mlx4 { model, .. } => Some(model),
+                DevCtl::Soft(_) => None,
+            })
+            .collect();
+        for m in models {
+            let c = m.counts();
+            assert!(
+                c.is_clear(),
+                "{} holds resources after close: {c:?}",
+                m.name()
             );
         }
     }

@@ -108,6 +108,8 @@ impl WrRing {
 #[derive(Debug)]
 pub(crate) struct SrqShared {
     pub(crate) srqn: u32,
+    /// Usable slots.
+    pub(crate) depth: u32,
     pub(crate) wr_ids: Box<[AtomicU64]>,
     /// Slot is posted and not completed.
     pub(crate) busy: Box<[std::sync::atomic::AtomicBool]>,
@@ -116,9 +118,10 @@ pub(crate) struct SrqShared {
 
 impl SrqShared {
     pub(crate) fn new(hw: Box<dyn SharedRecvQueue>) -> Self {
-        let n = hw.depth() as usize;
+        let n = hw.slots().max(hw.depth()) as usize;
         Self {
             srqn: hw.srqn(),
+            depth: hw.depth(),
             wr_ids: (0..n).map(|_| AtomicU64::new(0)).collect(),
             busy: (0..n)
                 .map(|_| std::sync::atomic::AtomicBool::new(false))

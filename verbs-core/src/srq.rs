@@ -116,7 +116,7 @@ impl<D: Device> Srq<D> {
 
     /// Slots (≥ what was asked for).
     pub fn depth(&self) -> u32 {
-        self.inner.shared.wr_ids.len() as u32
+        self.inner.shared.depth
     }
 
     /// Scatter entries per receive.
@@ -154,10 +154,19 @@ impl<D: Device> Srq<D> {
                 break;
             }
             match hw.write_wqe(wr.sges) {
-                Ok(Some(slot)) => {
+                Ok(Some(slot)) if (slot as usize) < shared.wr_ids.len() => {
                     shared.wr_ids[slot as usize].store(wr.wr_id, Ordering::Relaxed);
                     shared.busy[slot as usize].store(true, Ordering::Release);
                     posted += 1;
+                }
+                Ok(Some(slot)) => {
+                    result = Err(fail(PostErrorKind::Encode(
+                        portverbs_hal::error::WqeError::BadSlot {
+                            slot,
+                            depth: shared.wr_ids.len() as u32,
+                        },
+                    )));
+                    break;
                 }
                 Ok(None) => {
                     result = Err(fail(PostErrorKind::QueueFull { depth: hw.depth() }));

@@ -43,6 +43,9 @@ pub struct FwInfo {
     pub cmd_if_rev: u16,
     /// Outstanding commands allowed in event mode.
     pub max_cmds: u32,
+    /// BAR0 offset of the catastrophic-error buffer (its first dword is non-zero after an
+    /// internal error), when the firmware reports one in BAR0.
+    pub catas_offset: Option<usize>,
 }
 
 /// Parses a QUERY_FW outbox.
@@ -68,6 +71,10 @@ pub fn parse_fw(out: &[u8]) -> Result<FwInfo, CapsError> {
         version: (f.fw_major.get(), f.fw_minor.get(), f.fw_subminor.get()),
         cmd_if_rev: rev,
         max_cmds: 1 << log_in("log_max_cmds", f.log_max_cmds, 8)?,
+        catas_offset: (f.catas_size.get() > 0 && (f.catas_bar >> 6) * 2 == 0)
+            .then(|| usize::try_from(f.catas_offset.get()).ok())
+            .flatten()
+            .filter(|o| o % 4 == 0 && *o < crate::layout::hcr::BAR0_MIN_LEN),
     })
 }
 

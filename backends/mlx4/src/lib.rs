@@ -33,6 +33,6 @@ pub mod vfio;
 
 pub use cmd::CommandMode;
 pub use config::Mlx4Config;
-pub use device::{Mlx4Device, OpenError};
+pub use device::{LiveObjects, Mlx4Device, OpenError};
 pub use pci::{PciError, PciFunction};
 pub use quirks::MLX4_QUIRKS;

@@ -9,6 +9,11 @@ pub static MLX4_QUIRKS: &[Quirk] = &[
         summary: "alternate paths (ALT_PATH, PATH_MIG_STATE) are not programmed",
     },
     Quirk {
+        id: QuirkId::DeregMrWithBoundMwRefused,
+        summary: "deregistering an MR with bound memory windows fails with Busy (the HCA \
+                  answers HW2SW_MPT with REG_BOUND); the windows keep working",
+    },
+    Quirk {
         id: QuirkId::NoSrqResize,
         summary: "an SRQ's max_wr cannot change after creation",
     },

@@ -164,6 +164,7 @@ impl Mlx4Device {
         };
         let inner = Arc::new(Inner {
             pci: pci.clone(),
+            bar0: bar0.clone(),
             bar2,
             hcr,
             fw,
@@ -391,7 +392,8 @@ fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo, function: &str) ->
         | DeviceCapFlags::CURR_QP_STATE_MOD;
     if caps.flags & crate::layout::mailbox::dev_flag::MEM_WINDOW != 0 {
         flags |= DeviceCapFlags::MEM_WINDOW;
-        if caps.bmme_flags & crate::layout::mailbox::bmme_flag::TYPE_2B_WIN != 0 {
+        use crate::layout::mailbox::bmme_flag;
+        if caps.bmme_flags & (bmme_flag::TYPE_2B_WIN | bmme_flag::TYPE_2_WIN) != 0 {
             flags |= DeviceCapFlags::MEM_WINDOW_TYPE_2B;
         }
     }
@@ -471,10 +473,12 @@ pub(super) fn close(inner: &Inner) {
         .unwrap_or_else(|e| e.into_inner())
         .take();
     if let Some(eqn) = eqn {
+        // Back to polling first: the completion of the unmapping MAP_EQ itself would have no
+        // EQ to go to.
+        let _ = hcr.use_polling();
         run(Cmd::new(opcode::MAP_EQ)
             .in_param(1 << crate::layout::eqe::event_type::CMD)
             .in_mod(eqn | 1 << 31));
-        let _ = hcr.use_polling();
         run(Cmd::new(opcode::HW2SW_EQ)
             .opmod(opcode::OPMOD_NO_OUTBOX)
             .in_mod(eqn));

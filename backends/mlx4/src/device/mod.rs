@@ -56,6 +56,7 @@ pub(crate) struct Nums {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) pci: Arc<dyn PciFunction>,
+    pub(crate) bar0: Arc<dyn Mmio>,
     pub(crate) bar2: Arc<dyn Mmio>,
     pub(crate) hcr: CommandInterface,
     pub(crate) fw: FwInfo,
@@ -96,6 +97,18 @@ impl Inner {
         if self.fatal.load(Ordering::Acquire) {
             return Err(CommandError::DeviceFatal);
         }
+        // The catastrophic-error buffer (facts §1.6): Linux polls it once a second; a verbs
+        // command is a good moment too.
+        if let Some(off) = self.fw.catas_offset {
+            match self.bar0.read32(off) {
+                Ok(0) => {}
+                Ok(_) | Err(portverbs_hal::mmio::MmioError::Removed) => {
+                    self.fatal.store(true, Ordering::Release);
+                    return Err(CommandError::DeviceFatal);
+                }
+                Err(_) => {}
+            }
+        }
         if self.closed.load(Ordering::Acquire) {
             return Err(CommandError::Removed);
         }
@@ -113,6 +126,25 @@ impl Inner {
     pub(crate) fn uar_base(&self) -> usize {
         self.uar as usize * crate::layout::uar::UAR_PAGE
     }
+}
+
+/// Counts of live objects (see [`Mlx4Device::live`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Protection domains.
+    pub pds: usize,
+    /// Event queues.
+    pub eqs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Memory windows.
+    pub mws: usize,
 }
 
 /// An opened mlx4 HCA: implements the HAL's [`portverbs_hal::Device`]. Cheap to clone; the
@@ -156,15 +188,27 @@ impl Mlx4Device {
         self.0.fatal.load(Ordering::Acquire)
     }
 
-    /// Live objects the driver holds (for leak checks).
-    pub fn live_objects(&self) -> usize {
+    /// Objects applications created through this device and have not destroyed (the driver's
+    /// own command EQ is not counted).
+    pub fn live(&self) -> LiveObjects {
+        let own_eq = usize::from(
+            self.0
+                .cmd_eqn
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some(),
+        );
         let n = self.0.nums();
-        n.pd.in_use()
-            + n.eq.in_use()
-            + n.cq.in_use()
-            + n.qp.in_use()
-            + n.srq.in_use()
-            + n.mpt.in_use()
+        let o = self.0.objects();
+        LiveObjects {
+            pds: n.pd.in_use(),
+            eqs: n.eq.in_use().saturating_sub(own_eq),
+            cqs: n.cq.in_use(),
+            qps: n.qp.in_use(),
+            srqs: n.srq.in_use(),
+            mrs: o.mrs.len(),
+            mws: o.mws.len(),
+        }
     }
 }
 

@@ -53,7 +53,9 @@ impl CompletionQueue for Mlx4Cq {
     }
 
     fn depth(&self) -> u32 {
-        self.geom.cnt - 1
+        // The HCA overruns only when every entry is unconsumed (facts §6.4); this driver never
+        // needs the spare entry rdma-core keeps for the resize CQE.
+        self.geom.cnt
     }
 
     #[inline]

@@ -60,6 +60,10 @@ impl SharedRecvQueue for Mlx4Srq {
         self.geom.cnt - 1
     }
 
+    fn slots(&self) -> u32 {
+        self.geom.cnt
+    }
+
     fn max_sge(&self) -> u32 {
         self.max_sge
     }
