@@ -157,6 +157,9 @@ pub(crate) struct CqInner<D: Device> {
     reported: AtomicU64,
     acked: AtomicU64,
     depth: AtomicU32,
+    /// The device reported this CQ in error (CQ_ERR event): once its ring is drained, polls
+    /// fail. Devices that stop writing a CQ without marking the ring itself rely on this.
+    overrun: std::sync::atomic::AtomicBool,
 }
 
 /// A completion queue (`struct ibv_cq`). Cheap to clone; QPs using it hold a reference.
@@ -237,6 +240,7 @@ impl<D: Device> Context<D> {
             reported: AtomicU64::new(0),
             acked: AtomicU64::new(0),
             depth: AtomicU32::new(depth),
+            overrun: std::sync::atomic::AtomicBool::new(false),
         });
         lock(&ctx.registry.cqs).insert(cqn, Arc::downgrade(&inner));
         ctx.counts.cqs.fetch_add(1, Ordering::Relaxed);
@@ -316,6 +320,11 @@ impl<D: Device> Cq<D> {
         if n == 0 {
             if let Some(e) = g.pending_error.take() {
                 return Err(e);
+            }
+            if self.inner.overrun.load(Ordering::Acquire) {
+                return Err(PollError::BadCompletion(CqeError::CqInError {
+                    cqn: self.inner.cqn,
+                }));
             }
         }
         Ok(n)
@@ -489,6 +498,7 @@ impl<D: Device> CqInner<D> {
 
     /// The CQ overflowed or failed: every request completes with an error.
     pub(crate) fn on_error(&self) {
+        self.overrun.store(true, Ordering::Release);
         let waiters = {
             let mut n = lock(&self.notify);
             n.error = true;

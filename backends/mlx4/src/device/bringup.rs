@@ -486,10 +486,15 @@ pub(super) fn close(inner: &Inner) {
     }
     run(Cmd::new(opcode::CLOSE_HCA));
     let mut donated = inner.donated.lock().unwrap_or_else(|e| e.into_inner());
-    if !gone {
-        if let Err(e) = block_on(icm::unmap_all(hcr, &mut donated)) {
-            tracing::warn!(%e, "giving ICM back failed");
+    if gone {
+        // After a catastrophic error the firmware answers nothing useful: reset the HCA (as
+        // Linux's reset flow does), which returns every object, ICM page and the firmware
+        // area to the host. A removed device ignores the write.
+        if let Err(e) = reset(&*inner.pci, &*inner.bar0) {
+            tracing::warn!(%e, "reset after a fatal error failed");
         }
+    } else if let Err(e) = block_on(icm::unmap_all(hcr, &mut donated)) {
+        tracing::warn!(%e, "giving ICM back failed");
     }
     *donated = Donated::default();
 }
