@@ -463,6 +463,12 @@ impl Hw {
         let a = engine.query_qp(qpn).map_err(|e| engine_err(&e))?;
         let mut c = qp.ctx;
         let svc = (c.flags.get() >> 16) & 0xf;
+        // SQD while the send queue still drains reads back as the SQ_DRAINING state.
+        let state = if state == qp_state::SQD && a.sq_draining {
+            qp_state::SQ_DRAINING
+        } else {
+            state
+        };
         c.flags = ((state << 28) | (svc << 16) | PM_MIGRATED).into();
         c.mtu_msgmax = ((a.path_mtu as u8) << 5) | (c.mtu_msgmax & 0x1f);
         c.local_qpn = qpn.into();

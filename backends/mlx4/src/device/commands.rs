@@ -532,12 +532,80 @@ impl Device for Mlx4Device {
 
     async fn resize_cq(
         &self,
-        _cq: &mut dyn CompletionQueue,
-        _entries: u32,
+        cq: &mut dyn CompletionQueue,
+        entries: u32,
     ) -> Result<(), CommandError> {
-        Err(CommandError::Unsupported {
-            what: "CQ resize (MODIFY_CQ) on mlx4",
-        })
+        self.0.check_alive()?;
+        let Some(cq) = cq.as_any_mut().downcast_mut::<Mlx4Cq>() else {
+            return Err(invalid("CQ belongs to another device"));
+        };
+        let max = (1u32 << self.0.caps.log_max_cq_sz.min(22)) - 1;
+        if entries == 0 || entries > max {
+            return Err(invalid(format!("{entries} CQ entries (1..={max})")));
+        }
+        let cnt = (entries + 1).next_power_of_two();
+        let pending = cq.pending();
+        if pending + 1 >= cnt {
+            return Err(invalid(format!(
+                "{pending} unpolled completions do not fit {entries} entries"
+            )));
+        }
+        let geom = Geometry {
+            base: 0,
+            shift: 5,
+            cnt,
+        };
+        let ring = self.dma(cnt as usize * 32)?;
+        Mlx4Cq::init_owner(ring.as_ref(), geom);
+        let mtt = self
+            .0
+            .mtts
+            .write(&self.0.hcr, ring.as_ref(), 0, ring.len())
+            .await?;
+        let (hi, lo) = mtt_split(mtt.first);
+        let ctx = CqContext {
+            logsize_usrpage: ((u32::from(log2(cnt)) << 24) | self.0.uar).into(),
+            mtt_base_hi: hi,
+            mtt_base_lo: lo.into(),
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .cmd_in(
+                Cmd::new(opcode::MODIFY_CQ)
+                    .opmod(opcode::OPMOD_CQ_RESIZE)
+                    .in_mod(cq.cqn),
+                ctx.as_bytes(),
+            )
+            .await
+        {
+            self.0.mtts.free(mtt);
+            return Err(e);
+        }
+        // The HCA wrote a RESIZE CQE into the old buffer where it switched; the unpolled CQEs
+        // before it move to the new buffer one counter later (facts §3.2, §6.1).
+        let deadline = std::time::Instant::now() + self.0.hcr.timeout;
+        let next = loop {
+            match cq.switch_to(ring.clone(), geom) {
+                Some(next) => break next,
+                None if std::time::Instant::now() < deadline => std::thread::yield_now(),
+                None => {
+                    return Err(CommandError::Timeout {
+                        opcode: opcode::MODIFY_CQ,
+                        millis: self.0.hcr.timeout.as_millis() as u64,
+                    });
+                }
+            }
+        };
+        let old = self.0.objects().cqs.get_mut(&cq.cqn).map(|rec| {
+            rec._ring = ring;
+            std::mem::replace(&mut rec.mtt, mtt)
+        });
+        if let Some(old) = old {
+            self.0.mtts.free(old);
+        }
+        cq.ci = next;
+        cq.publish_ci();
+        Ok(())
     }
 
     async fn destroy_cq(&self, cqn: u32) -> Result<(), CommandError> {

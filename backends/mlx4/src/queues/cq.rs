@@ -47,6 +47,45 @@ impl Mlx4Cq {
     }
 }
 
+impl Mlx4Cq {
+    /// After a resize command: copies the CQEs before the RESIZE CQE into `ring` one counter
+    /// later (owner bits for the new geometry), switches to it, and returns the consumer
+    /// counter to continue from (the first moved CQE). `None` while the RESIZE CQE has not appeared.
+    pub(crate) fn switch_to(&mut self, ring: Arc<dyn DmaMemory>, geom: Geometry) -> Option<u32> {
+        let mut c = self.ci;
+        let mut moved = Vec::new();
+        for _ in 0..self.geom.cnt {
+            let tail = self.tail_word(c)?;
+            if (tail[7] & cqe::OWNER_MASK != 0) != self.geom.parity(c) {
+                return None;
+            }
+            barrier::from_device();
+            let mut raw = [0u8; CQE_SIZE];
+            let _ = self.buf.read(self.geom.offset(c), &mut raw[..CQE_SIZE - 8]);
+            raw[CQE_SIZE - 8..].copy_from_slice(&tail);
+            if raw[CQE_SIZE - 1] & cqe::OPCODE_MASK == cqe::OPCODE_RESIZE {
+                for (n, mut e) in moved.into_iter().enumerate() {
+                    let counter = self.ci.wrapping_add(n as u32).wrapping_add(1);
+                    let e: &mut [u8; CQE_SIZE] = &mut e;
+                    e[CQE_SIZE - 1] = (e[CQE_SIZE - 1] & !cqe::OWNER_MASK)
+                        | if geom.parity(counter) {
+                            cqe::OWNER_MASK
+                        } else {
+                            0
+                        };
+                    let _ = ring.write(geom.offset(counter), e);
+                }
+                self.buf = ring;
+                self.geom = geom;
+                return Some(self.ci.wrapping_add(1));
+            }
+            moved.push(raw);
+            c = c.wrapping_add(1);
+        }
+        None
+    }
+}
+
 impl CompletionQueue for Mlx4Cq {
     fn cqn(&self) -> u32 {
         self.cqn
