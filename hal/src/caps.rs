@@ -284,6 +284,9 @@ pub enum QuirkId {
     RetryCnt7IsFinite,
     /// SRQ max_wr cannot be changed after creation.
     NoSrqResize,
+    /// A responder with `max_dest_rd_atomic = 0` has no remote read/atomic rights, so a READ
+    /// or atomic to it fails with `REM_ACCESS_ERR` instead of `REM_INV_REQ_ERR`.
+    ZeroRdAtomicIsAccessError,
 }
 
 /// One quirk with a human explanation.

@@ -271,3 +271,8 @@ pub fn channel_cq(ctx: &Context, ch: &CompletionChannel, entries: u32) -> Cq {
     })
     .unwrap()
 }
+
+/// Whether the context's device lists `id` in its quirks table.
+pub fn has_quirk(ctx: &Context, id: portverbs::hal::QuirkId) -> bool {
+    ctx.device().info().quirks.iter().any(|q| q.id == id)
+}

@@ -17,4 +17,10 @@ pub static MLX4_QUIRKS: &[Quirk] = &[
         id: QuirkId::NoSrqResize,
         summary: "an SRQ's max_wr cannot change after creation",
     },
+    Quirk {
+        id: QuirkId::ZeroRdAtomicIsAccessError,
+        summary: "a responder with max_dest_rd_atomic = 0 gets no remote read/atomic rights \
+                  (the QP context's rra_max cannot say none; Linux clears the rights too), so \
+                  a READ or atomic to it completes with REM_ACCESS_ERR, not REM_INV_REQ_ERR",
+    },
 ];

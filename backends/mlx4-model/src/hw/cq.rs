@@ -81,8 +81,17 @@ impl Cq {
 
 /// Marks every entry of a new CQ buffer hardware-owned for pass 0 (facts §6.4).
 fn init_owner(buf: &Buf, log: u32) {
-    for i in 0..1usize << log {
-        buf.store_u8(i * CQE_SIZE + CQE_SIZE - 1, 0x80);
+    init_owner_from(buf, log, 0);
+}
+
+/// Marks every entry hardware-owned for the counters `first..first + nent` that will use it
+/// next (a resized buffer continues the old counters, so "pass 0" is not where it starts).
+fn init_owner_from(buf: &Buf, log: u32, first: u32) {
+    for i in 0..1u32 << log {
+        let c = first.wrapping_add(i);
+        let owner = if (c >> log) & 1 != 0 { 0 } else { 0x80 };
+        let slot = (c & ((1 << log) - 1)) as usize;
+        buf.store_u8(slot * CQE_SIZE + CQE_SIZE - 1, owner);
     }
 }
 
@@ -223,7 +232,7 @@ impl Hw {
         if pending + 1 >= 1 << log {
             return Err(Status::BadSize);
         }
-        init_owner(&new, log);
+        init_owner_from(&new, log, mask24(ci.wrapping_add(1)));
         let mut raw = [0u8; CQE_SIZE];
         for i in 0..pending {
             let c = mask24(ci.wrapping_add(i));

@@ -556,7 +556,8 @@ impl Device for Mlx4Device {
             cnt,
         };
         let ring = self.dma(cnt as usize * 32)?;
-        Mlx4Cq::init_owner(ring.as_ref(), geom);
+        // The new buffer continues the counters: the first CQE in it is ci + 1.
+        Mlx4Cq::init_owner_from(ring.as_ref(), geom, cq.ci.wrapping_add(1));
         let mtt = self
             .0
             .mtts

@@ -115,7 +115,15 @@ pub(crate) fn build(qp: &QpRec, env: &QpEnv, mask: QpAttrMask) -> QpMailbox {
     c.log_page_size = 0;
     c.mtt_base_hi = hi;
     c.mtt_base_lo = lo.into();
-    let mut p2 = access_bits(a.qp_access_flags);
+    // A responder without READ/atomic resources gets no remote read or atomic rights (the
+    // rra_max field cannot say "none"; Linux does the same).
+    let connected_state = !matches!(a.qp_state, QpState::Reset | QpState::Init);
+    let rights = if a.max_dest_rd_atomic == 0 && connected_state {
+        a.qp_access_flags & !(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+    } else {
+        a.qp_access_flags
+    };
+    let mut p2 = access_bits(rights);
     if let Some(srqn) = qp.srqn {
         c.srqn = ((1 << 24) | srqn).into();
         p2 |= params2::RIC;
@@ -172,6 +180,12 @@ pub(crate) fn build(qp: &QpRec, env: &QpEnv, mask: QpAttrMask) -> QpMailbox {
     };
     m(
         QpAttrMask::ACCESS_FLAGS,
+        optpar::RRE | optpar::RWE | optpar::RAE,
+        &mut opt,
+    );
+    // The rights depend on max_dest_rd_atomic too (above): resend them when it changes.
+    m(
+        QpAttrMask::MAX_DEST_RD_ATOMIC,
         optpar::RRE | optpar::RWE | optpar::RAE,
         &mut opt,
     );

@@ -41,8 +41,16 @@ impl Mlx4Cq {
 
     /// Marks every entry hardware-owned for pass 0 (facts §6.4 recommendation).
     pub(crate) fn init_owner(buf: &dyn DmaMemory, geom: Geometry) {
+        Self::init_owner_from(buf, geom, 0);
+    }
+
+    /// Marks every entry hardware-owned for the counters `first..first + cnt` that will use it
+    /// next (a resized CQ continues its counters in the new buffer).
+    pub(crate) fn init_owner_from(buf: &dyn DmaMemory, geom: Geometry, first: u32) {
         for i in 0..geom.cnt {
-            let _ = buf.write(geom.offset(i) + CQE_SIZE - 1, &[cqe::OWNER_MASK]);
+            let c = first.wrapping_add(i);
+            let owner = if geom.parity(c) { 0 } else { cqe::OWNER_MASK };
+            let _ = buf.write(geom.offset(c) + CQE_SIZE - 1, &[owner]);
         }
     }
 }
