@@ -20,6 +20,9 @@
 //!   an embedded in-process fabric (two devices, `soft0` at 10.0.0.1 and `soft1` at 10.0.0.2,
 //!   driven by an engine thread); build your own [`portverbs_soft::Fabric`] for other topologies
 //!   or for deterministic stepped tests.
+//! * **mlx4** — the mlx4 driver ([`portverbs_mlx4`]). On the embedded fabric it drives two
+//!   emulated ConnectX-3s ([`portverbs_mlx4_model`]), `mlx4_0` at 10.0.0.3 and `mlx4_1` at
+//!   10.0.0.4; on Linux, functions bound to vfio-pci are listed too.
 //!
 //! Completion delivery through the OS (eventfd/epoll on Linux) is in `portverbs-linux`, which
 //! this crate re-exports as [`linux`] on Linux.
@@ -39,7 +42,7 @@ pub use portverbs_verbs as verbs;
 #[cfg(target_os = "linux")]
 pub use portverbs_linux as linux;
 
-use portverbs_soft::{DeviceConfig, Fabric, SoftDevice};
+use portverbs_soft::{DeviceConfig, Fabric};
 use portverbs_verbs::{ContextOptions, OpenError};
 
 /// An opened device.
@@ -80,21 +83,74 @@ pub const EMBEDDED_ADDRS: [IpAddr; 2] = [
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
 ];
 
+/// The addresses of the embedded fabric's emulated mlx4 HCAs.
+pub const EMBEDDED_MLX4_ADDRS: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)),
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 4)),
+];
+
 struct Embedded {
     fabric: Fabric,
-    devices: Vec<SoftDevice>,
+    devices: Vec<AnyDevice>,
+    models: Vec<portverbs_mlx4_model::Mlx4Model>,
+}
+
+/// Puts an emulated ConnectX-3 on `fabric` and brings it up with the mlx4 driver, with `ip`
+/// as its port's GID.
+///
+/// # Errors
+/// The model could not be attached or the driver could not open it (the message says which).
+pub fn emulated_mlx4(
+    fabric: &Fabric,
+    name: &str,
+    ip: IpAddr,
+) -> Result<(portverbs_mlx4_model::Mlx4Model, portverbs_mlx4::Mlx4Device), String> {
+    let (model, function) = portverbs_mlx4_model::Mlx4Model::attach(
+        fabric,
+        portverbs_mlx4_model::ModelConfig {
+            name: Some(format!("{name}_model")),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let config = portverbs_mlx4::Mlx4Config::new(
+        name,
+        vec![vec![portverbs_hal::types::Gid::from_ip(ip)]],
+    );
+    let dev = portverbs_mlx4::Mlx4Device::open(function, config).map_err(|e| e.to_string())?;
+    Ok((model, dev))
 }
 
 fn embedded() -> &'static Embedded {
     static EMBEDDED: OnceLock<Embedded> = OnceLock::new();
     EMBEDDED.get_or_init(|| {
         let fabric = Fabric::threaded();
-        let devices = EMBEDDED_ADDRS
+        let mut devices: Vec<AnyDevice> = EMBEDDED_ADDRS
             .iter()
             .filter_map(|ip| fabric.add_device(DeviceConfig::with_ip(*ip)).ok())
+            .map(AnyDevice::Soft)
             .collect();
-        Embedded { fabric, devices }
+        let mut models = Vec::new();
+        for (i, ip) in EMBEDDED_MLX4_ADDRS.iter().enumerate() {
+            match emulated_mlx4(&fabric, &format!("mlx4_{i}"), *ip) {
+                Ok((model, dev)) => {
+                    models.push(model);
+                    devices.push(AnyDevice::Mlx4(dev));
+                }
+                Err(e) => eprintln!("portverbs: the emulated mlx4_{i} did not come up: {e}"),
+            }
+        }
+        Embedded {
+            fabric,
+            devices,
+            models,
+        }
     })
+}
+
+/// The emulated mlx4 HCAs of the embedded fabric (for fault injection and counters).
+pub fn embedded_mlx4_models() -> &'static [portverbs_mlx4_model::Mlx4Model] {
+    &embedded().models
 }
 
 /// The embedded in-process fabric (free-running; created on first use).
@@ -105,12 +161,7 @@ pub fn embedded_fabric() -> &'static Fabric {
 /// Every device available to this process (`ibv_get_device_list`): the devices of the
 /// embedded fabric, then (Linux) every mlx4-class function bound to vfio-pci.
 pub fn devices() -> Vec<AnyDevice> {
-    let mut v: Vec<AnyDevice> = embedded()
-        .devices
-        .iter()
-        .cloned()
-        .map(AnyDevice::Soft)
-        .collect();
+    let mut v: Vec<AnyDevice> = embedded().devices.clone();
     v.extend(hardware().iter().cloned());
     v
 }

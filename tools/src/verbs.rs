@@ -29,9 +29,13 @@ pub(crate) fn pick_devices(name: Option<&str>) -> Result<(AnyDevice, AnyDevice),
             .ok_or_else(|| CliError::Failed("No IB devices found".into()))?,
     };
     let client_name = client.info().name.clone();
-    let server = all
-        .into_iter()
-        .find(|d| d.info().name != client_name)
+    let client_driver = client.info().driver;
+    let others = || all.iter().filter(|d| d.info().name != client_name);
+    // A peer of the same kind when there is one (mlx4 against mlx4), any other otherwise.
+    let server = others()
+        .find(|d| d.info().driver == client_driver)
+        .or_else(|| others().next())
+        .cloned()
         .ok_or_else(|| {
             CliError::Failed(format!(
                 "the in-process server needs a second device besides {client_name}"
