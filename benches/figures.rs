@@ -205,8 +205,92 @@ fn profile_calls(n: u64) {
     println!("{n} work requests posted, {n} completions polled");
 }
 
+#[inline(never)]
+fn post_bf(qp: &Qp, wrs: &[SendWr<'_>]) {
+    qp.post_send(wrs).expect("post");
+}
+
+#[inline(never)]
+fn post_db(qp: &Qp, wrs: &[SendWr<'_>]) {
+    qp.post_send(wrs).expect("post");
+}
+
+#[inline(never)]
+fn poll_mlx4(cq: &Cq, wc: &mut [WorkCompletion]) -> usize {
+    cq.poll(wc).expect("poll")
+}
+
+/// Two emulated ConnectX-3s on a stepped fabric, the sender with or without BlueFlame.
+fn mlx4_pair(blueflame: bool) -> common::Pair {
+    let fabric = Fabric::stepped(1);
+    let mut devs = Vec::new();
+    let mut models = Vec::new();
+    for (i, ip) in ["10.0.0.3", "10.0.0.4"].iter().enumerate() {
+        let (model, function) = portverbs::mlx4_model::Mlx4Model::attach(
+            &fabric,
+            portverbs::mlx4_model::ModelConfig::default(),
+        )
+        .expect("model");
+        let mut config = portverbs::mlx4::Mlx4Config::new(
+            format!("mlx4_{i}"),
+            vec![vec![Gid::from_ip(ip.parse().expect("ip"))]],
+        );
+        config.blueflame = blueflame;
+        let dev = portverbs::mlx4::Mlx4Device::open(function, config).expect("open");
+        models.push(model);
+        devs.push(AnyDevice::Mlx4(dev));
+    }
+    common::connected(fabric, devs, models, 4096, 1024)
+}
+
+/// `--profile-mlx4 N`: on the mlx4 driver over the emulated HCA, N signalled 64-byte inline RDMA
+/// writes posted one per call through BlueFlame (`post_bf`), then N more one per call with
+/// BlueFlame off, so each post rings the UAR doorbell (`post_db`); every completion is polled
+/// through `poll_mlx4`. `benches/callgrind.sh` divides the inclusive counts by N and subtracts
+/// the emulated HCA's own work behind the BAR writes.
+fn profile_mlx4(n: u64) {
+    let payload = [0x5au8; 64];
+    let mut wc = [WorkCompletion::default(); 64];
+    for (blueflame, post) in [(true, post_bf as fn(&Qp, &[SendWr<'_>])), (false, post_db)] {
+        let p = mlx4_pair(blueflame);
+        let remote = RemoteAddr {
+            addr: p.b.mr.addr(),
+            rkey: p.b.mr.rkey().expect("rkey"),
+        };
+        let mut done = 0;
+        for i in 0..n {
+            let wr = SendWr::new(i, SendOp::RdmaWrite { remote })
+                .inline(&payload)
+                .signaled();
+            post(&p.a.qp, &[wr]);
+            if i % 32 == 31 || i + 1 == n {
+                p.fabric.run_until_idle().expect("idle");
+                while done <= i {
+                    let got = poll_mlx4(&p.a.cq, &mut wc);
+                    assert!(got > 0, "completions arrive");
+                    for w in &wc[..got] {
+                        assert!(w.is_ok(), "{w:?}");
+                    }
+                    done += got as u64;
+                }
+            }
+        }
+    }
+    println!(
+        "{n} work requests posted per path, {} completions polled",
+        2 * n
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--profile-mlx4") {
+        let n = args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
+        return profile_mlx4(n);
+    }
     if let Some(i) = args.iter().position(|a| a == "--profile-calls") {
         let n = args
             .get(i + 1)

@@ -5,7 +5,10 @@
 //!
 //! Every case is a function `fn name(backend: Backend)` in one of the area modules; the
 //! `cases!` macro at the bottom of each module turns them into one `#[test]` per backend
-//! (`conformance::<area>::soft::<name>`).
+//! (`conformance::<area>::soft::<name>`, `…::mlx4::<name>` on the emulated ConnectX-3, and
+//! `…::mlx4_hw::<name>`, ignored unless a real ConnectX-3 bound to vfio-pci is named:
+//! `PORTVERBS_MLX4_PCI=0000:01:00.0 PORTVERBS_MLX4_IP=192.0.2.1 cargo test --test conformance
+//! mlx4_hw -- --ignored --test-threads=1`; cases that need fault injection fail there by design).
 
 #![allow(unreachable_pub)]
 
@@ -25,6 +28,17 @@ macro_rules! cases {
                 #[test]
                 fn $name() {
                     super::$name(super::Backend::Mlx4);
+                }
+            )*
+        }
+        mod mlx4_hw {
+            $(
+                #[test]
+                #[ignore = "needs a ConnectX-3 bound to vfio-pci: PORTVERBS_MLX4_PCI=<addr> \
+                            PORTVERBS_MLX4_IP=<ip> cargo test --test conformance mlx4_hw -- \
+                            --ignored --test-threads=1"]
+                fn $name() {
+                    super::$name(super::Backend::Mlx4Hw);
                 }
             )*
         }

@@ -3,7 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use portverbs::prelude::*;
-use portverbs::soft::{DeviceConfig, Fabric, SoftDevice};
+use portverbs::soft::{DeviceConfig, Fabric};
 use portverbs::verbs::ContextOptions;
 
 pub struct Side {
@@ -19,12 +19,13 @@ pub struct Pair {
     pub a: Side,
     pub b: Side,
     pub fabric: Fabric,
-    pub devs: Vec<SoftDevice>,
+    pub devs: Vec<AnyDevice>,
+    /// The emulated HCAs behind mlx4 devices (kept alive with the pair).
+    pub models: Vec<portverbs::mlx4_model::Mlx4Model>,
 }
 
-fn side(dev: &SoftDevice, buf_len: usize, depth: u32) -> Side {
-    let ctx = Context::open_blocking(AnyDevice::Soft(dev.clone()), ContextOptions::default())
-        .expect("open");
+fn side(dev: &AnyDevice, buf_len: usize, depth: u32) -> Side {
+    let ctx = Context::open_blocking(dev.clone(), ContextOptions::default()).expect("open");
     let pd = ctx.alloc_pd_blocking().expect("pd");
     let cq = ctx
         .create_cq_blocking(CqInit {
@@ -127,19 +128,51 @@ fn connect(qp: &Qp, remote_qpn: u32, gid: Gid, mtu: Mtu) {
 
 /// Two devices on a new fabric (stepped or threaded), with a connected RC pair.
 pub fn pair(fabric: Fabric, buf_len: usize, depth: u32) -> Pair {
-    let devs: Vec<SoftDevice> = ["10.0.0.1", "10.0.0.2"]
+    let devs: Vec<AnyDevice> = ["10.0.0.1", "10.0.0.2"]
         .iter()
         .map(|ip| {
-            fabric
-                .add_device(DeviceConfig::with_ip(ip.parse().expect("ip")))
-                .expect("device")
+            AnyDevice::Soft(
+                fabric
+                    .add_device(DeviceConfig::with_ip(ip.parse().expect("ip")))
+                    .expect("device"),
+            )
         })
         .collect();
+    connected(fabric, devs, Vec::new(), buf_len, depth)
+}
+
+/// Two emulated ConnectX-3s driven by the mlx4 driver on `fabric`, with a connected RC pair.
+pub fn pair_mlx4(fabric: Fabric, buf_len: usize, depth: u32) -> Pair {
+    let mut devs = Vec::new();
+    let mut models = Vec::new();
+    for (i, ip) in ["10.0.0.3", "10.0.0.4"].iter().enumerate() {
+        let (model, dev) =
+            portverbs::emulated_mlx4(&fabric, &format!("mlx4_{i}"), ip.parse().expect("ip"))
+                .expect("mlx4 model");
+        models.push(model);
+        devs.push(AnyDevice::Mlx4(dev));
+    }
+    connected(fabric, devs, models, buf_len, depth)
+}
+
+pub fn connected(
+    fabric: Fabric,
+    devs: Vec<AnyDevice>,
+    models: Vec<portverbs::mlx4_model::Mlx4Model>,
+    buf_len: usize,
+    depth: u32,
+) -> Pair {
     let a = side(&devs[0], buf_len, depth);
     let b = side(&devs[1], buf_len, depth);
     let ga = a.ctx.query_gid_blocking(1, 0).expect("gid").gid;
     let gb = b.ctx.query_gid_blocking(1, 0).expect("gid").gid;
     connect(&a.qp, b.qp.qp_num(), gb, Mtu::Mtu4096);
     connect(&b.qp, a.qp.qp_num(), ga, Mtu::Mtu4096);
-    Pair { a, b, fabric, devs }
+    Pair {
+        a,
+        b,
+        fabric,
+        devs,
+        models,
+    }
 }

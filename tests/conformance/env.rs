@@ -24,6 +24,10 @@ pub enum Backend {
     Soft,
     /// The mlx4 driver over the emulated HCA, on a stepped fabric.
     Mlx4,
+    /// The mlx4 driver on a real ConnectX-3 bound to vfio-pci (Linux; `#[ignore]`d cases).
+    /// `PORTVERBS_MLX4_PCI` names the function (`0000:01:00.0`), `PORTVERBS_MLX4_IP` the
+    /// port's RoCE address; both contexts open the same HCA and talk through its loopback.
+    Mlx4Hw,
 }
 
 impl Backend {
@@ -31,7 +35,7 @@ impl Backend {
     pub fn driver(self) -> &'static str {
         match self {
             Self::Soft => "soft",
-            Self::Mlx4 => "mlx4",
+            Self::Mlx4 | Self::Mlx4Hw => "mlx4",
         }
     }
 }
@@ -42,6 +46,7 @@ impl Backend {
 pub enum DevCtl {
     Soft(SoftDevice),
     Mlx4 { model: Mlx4Model, dev: Mlx4Device },
+    Mlx4Hw(Mlx4Device),
 }
 
 impl DevCtl {
@@ -49,7 +54,7 @@ impl DevCtl {
     pub fn resources(&self) -> ResourceCounts {
         match self {
             Self::Soft(d) => d.resources(),
-            Self::Mlx4 { dev, .. } => {
+            Self::Mlx4 { dev, .. } | Self::Mlx4Hw(dev) => {
                 let l = dev.live();
                 ResourceCounts {
                     pds: l.pds,
@@ -71,6 +76,7 @@ impl DevCtl {
         match self {
             Self::Soft(d) => d.engine_stats(),
             Self::Mlx4 { model, .. } => model.engine_stats(),
+            Self::Mlx4Hw(_) => panic!("a real HCA has no transport counters to read"),
         }
     }
 
@@ -78,7 +84,7 @@ impl DevCtl {
     pub fn name(&self) -> String {
         match self {
             Self::Soft(d) => d.info().name.clone(),
-            Self::Mlx4 { dev, .. } => dev.info().name.clone(),
+            Self::Mlx4 { dev, .. } | Self::Mlx4Hw(dev) => dev.info().name.clone(),
         }
     }
 }
@@ -124,6 +130,7 @@ impl Env {
                     ctxs,
                 }
             }
+            Backend::Mlx4Hw => Self::real_hca(faults),
             Backend::Mlx4 => {
                 let fabric = Fabric::new(portverbs::soft::FabricConfig {
                     mode: portverbs::soft::Mode::Stepped,
@@ -167,6 +174,40 @@ impl Env {
         }
     }
 
+    #[cfg(target_os = "linux")]
+    fn real_hca(faults: LinkFaults) -> Self {
+        assert_eq!(
+            faults,
+            LinkFaults::NONE,
+            "a real HCA's link has no fault injection"
+        );
+        let addr = std::env::var("PORTVERBS_MLX4_PCI")
+            .expect("set PORTVERBS_MLX4_PCI to the ConnectX-3's PCI address (bound to vfio-pci)");
+        let ip = std::env::var("PORTVERBS_MLX4_IP")
+            .expect("set PORTVERBS_MLX4_IP to an IP address for the port's RoCE GID");
+        let mut config = Mlx4Config::new(
+            "mlx4_hw",
+            vec![vec![Gid::from_ip(ip.parse().expect("PORTVERBS_MLX4_IP"))]],
+        );
+        config.command_timeout = Duration::from_secs(60);
+        let dev = Mlx4Device::open_vfio(&addr, config).expect("the ConnectX-3 opens");
+        let open = || {
+            Context::open_blocking(AnyDevice::Mlx4(dev.clone()), ContextOptions::default()).unwrap()
+        };
+        let ctxs = vec![open(), open()];
+        Self {
+            backend: Backend::Mlx4Hw,
+            fabric: Fabric::stepped(0),
+            devs: vec![DevCtl::Mlx4Hw(dev.clone()), DevCtl::Mlx4Hw(dev)],
+            ctxs,
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn real_hca(_faults: LinkFaults) -> Self {
+        panic!("VFIO is Linux-only");
+    }
+
     /// The first device.
     pub fn a(&self) -> &Context {
         &self.ctxs[0]
@@ -179,12 +220,18 @@ impl Env {
 
     /// Lets every packet, timer and completion in flight run to the end.
     pub fn settle(&self) {
-        self.fabric.run_until_idle().expect("the fabric settles");
+        match self.backend {
+            Backend::Mlx4Hw => std::thread::sleep(Duration::from_millis(20)),
+            _ => self.fabric.run_until_idle().expect("the fabric settles"),
+        }
     }
 
     /// Lets the fabric run for `ns` of virtual time.
     pub fn run_for(&self, ns: u64) {
-        self.fabric.run_for(ns).unwrap();
+        match self.backend {
+            Backend::Mlx4Hw => std::thread::sleep(Duration::from_nanos(ns)),
+            _ => self.fabric.run_for(ns).unwrap(),
+        }
     }
 
     /// Settles, then polls until `n` completions arrived or nothing more comes.
@@ -226,6 +273,7 @@ impl Env {
         match &self.devs[dev] {
             DevCtl::Soft(d) => d.inject_qp_fatal(qpn),
             DevCtl::Mlx4 { model, .. } => model.inject_qp_fatal(qpn),
+            DevCtl::Mlx4Hw(_) => panic!("a real HCA has no fault injection"),
         }
     }
 
@@ -234,6 +282,7 @@ impl Env {
         match &self.devs[dev] {
             DevCtl::Soft(d) => d.set_port_active(port, active),
             DevCtl::Mlx4 { model, .. } => model.set_port_active(port, active),
+            DevCtl::Mlx4Hw(_) => panic!("a real HCA has no fault injection"),
         }
     }
 
@@ -242,6 +291,7 @@ impl Env {
         match &self.devs[dev] {
             DevCtl::Soft(d) => d.inject_fatal(),
             DevCtl::Mlx4 { model, .. } => model.catastrophic_error(),
+            DevCtl::Mlx4Hw(_) => panic!("a real HCA has no fault injection"),
         }
     }
 
@@ -286,7 +336,7 @@ impl Drop for Env {
             .drain(..)
             .filter_map(|d| match d {
                 DevCtl::Mlx4 { model, .. } => Some(model),
-                DevCtl::Soft(_) => None,
+                DevCtl::Soft(_) | DevCtl::Mlx4Hw(_) => None,
             })
             .collect();
         for m in models {

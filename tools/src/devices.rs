@@ -22,7 +22,9 @@ use crate::report::{
     long_about = "Show the RDMA devices and their ports with ibv_devinfo's keys and layout \
                   (scripts that grep ibv_devinfo output work unchanged). Every value is queried \
                   live from the device.\n\nThe devices are those of Portverbs' embedded \
-                  in-process fabric: soft0 (10.0.0.1) and soft1 (10.0.0.2)."
+                  in-process fabric: soft0 (10.0.0.1) and soft1 (10.0.0.2), software \
+                  devices, and mlx4_0 (10.0.0.3) and mlx4_1 (10.0.0.4), emulated ConnectX-3s \
+                  driven by the mlx4 driver; on Linux also mlx4 functions bound to vfio-pci."
 )]
 pub(crate) struct DevicesArgs {
     /// Show only this device (default: all).

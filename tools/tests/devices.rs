@@ -9,6 +9,11 @@ fn lists_both_devices_with_ibv_devinfo_keys() {
     let out = portverbs(&["devices"]).ok().stdout;
     assert!(out.contains("hca_id:\tsoft0\n"), "{out}");
     assert!(out.contains("hca_id:\tsoft1\n"), "{out}");
+    // The emulated ConnectX-3s, with what their firmware reports.
+    assert!(out.contains("hca_id:\tmlx4_0\n"), "{out}");
+    assert!(out.contains("hca_id:\tmlx4_1\n"), "{out}");
+    assert!(out.contains("\tfw_ver:\t\t\t\t2.42.5000\n"), "{out}");
+    assert!(out.contains("\tvendor_part_id:\t\t\t4099\n"), "{out}");
     assert!(out.contains("\ttransport:\t\t\tInfiniBand (0)\n"), "{out}");
     assert!(out.contains("\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"), "{out}");
     assert!(out.contains("\t\t\tlink_layer:\t\tEthernet\n"), "{out}");
@@ -29,7 +34,10 @@ fn lists_both_devices_with_ibv_devinfo_keys() {
 #[test]
 fn list_mode_prints_names_only() {
     let out = portverbs(&["devices", "-l"]).ok().stdout;
-    assert_eq!(out, "2 HCAs found:\n\tsoft0\n\tsoft1\n\n");
+    assert_eq!(
+        out,
+        "4 HCAs found:\n\tsoft0\n\tsoft1\n\tmlx4_0\n\tmlx4_1\n\n"
+    );
 }
 
 #[test]

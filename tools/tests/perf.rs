@@ -244,3 +244,16 @@ fn help_explains_the_subcommand() {
         assert!(out.contains(flag), "{flag} missing from\n{out}");
     }
 }
+
+#[test]
+fn every_test_runs_on_the_emulated_mlx4() {
+    for test in ["write_bw", "read_bw", "send_bw", "atomic_bw"] {
+        let size = if test == "atomic_bw" { 8.0 } else { 65536.0 };
+        let out = bw(test, &["-d", "mlx4_0"], size, 200.0);
+        assert!(out.contains("\tDevice         : mlx4_0\n"), "{out}");
+    }
+    for test in ["write_lat", "read_lat", "send_lat"] {
+        let out = lat(test, &["-d", "mlx4_0"], 2.0);
+        assert!(out.contains("\tDevice         : mlx4_0\n"), "{out}");
+    }
+}

