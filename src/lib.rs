@@ -113,10 +113,8 @@ pub fn emulated_mlx4(
         },
     )
     .map_err(|e| e.to_string())?;
-    let config = portverbs_mlx4::Mlx4Config::new(
-        name,
-        vec![vec![portverbs_hal::types::Gid::from_ip(ip)]],
-    );
+    let config =
+        portverbs_mlx4::Mlx4Config::new(name, vec![vec![portverbs_hal::types::Gid::from_ip(ip)]]);
     let dev = portverbs_mlx4::Mlx4Device::open(function, config).map_err(|e| e.to_string())?;
     Ok((model, dev))
 }
