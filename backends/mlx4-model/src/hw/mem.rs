@@ -12,6 +12,9 @@ use portverbs_soft::SoftDma;
 
 use crate::iova::{IovaTable, PAGE};
 
+/// Most pages one MAP_ICM chunk may map (1 GiB).
+const MAX_MAP_PAGES: u64 = 1 << 18;
+
 /// `len` bytes at `off` of one DMA region.
 #[derive(Debug, Clone)]
 pub(crate) struct Buf {
@@ -99,6 +102,11 @@ impl Icm {
     pub(crate) fn map(&mut self, virt: u64, bus: u64, bytes: u64) -> bool {
         let first = virt / PAGE;
         let n = bytes / PAGE;
+        // A chunk larger than the model will ever back (1 GiB) is refused before any page is
+        // looked at: a hostile page list must not make the device loop for hours.
+        if n > MAX_MAP_PAGES || first.checked_add(n).is_none() {
+            return false;
+        }
         if (0..n).any(|i| self.pages.contains_key(&(first + i))) {
             return false;
         }
@@ -111,6 +119,14 @@ impl Icm {
     /// Unmaps `pages` pages at `virt`; returns how many were mapped.
     pub(crate) fn unmap(&mut self, virt: u64, pages: u64) -> u64 {
         let first = virt / PAGE;
+        let end = first.saturating_add(pages);
+        // Walk whichever is smaller: the range asked for, or the pages actually mapped (an
+        // UNMAP_ICM of 2^32 pages must not take 2^32 steps).
+        if pages > self.pages.len() as u64 {
+            let before = self.pages.len();
+            self.pages.retain(|&p, _| p < first || p >= end);
+            return (before - self.pages.len()) as u64;
+        }
         (0..pages)
             .filter(|i| self.pages.remove(&(first + i)).is_some())
             .count() as u64
