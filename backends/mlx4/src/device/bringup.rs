@@ -10,7 +10,6 @@
 //!
 //! Every failure names the step; a failed open gives back whatever it had set up.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -185,7 +184,6 @@ impl Mlx4Device {
             cmd_eqn: Mutex::new(None),
             fatal: Arc::new(AtomicBool::new(false)),
             closed: AtomicBool::new(false),
-            mr_ranges: Mutex::new(HashMap::new()),
         });
         let dev = Self(inner);
         block_on(dev.start(&config)).map_err(step("command EQ and ports"))?;

@@ -30,6 +30,7 @@ use crate::layout::mailbox::MAILBOX_SIZE;
 use crate::layout::opcode;
 use crate::layout::uar::{EQ_ARM, eq_doorbell};
 use crate::layout::wqe::{queue_offsets, sq_spare};
+use crate::mtt::MttRange;
 use crate::queues::Geometry;
 use crate::queues::cq::Mlx4Cq;
 use crate::queues::eq::Mlx4Eq;
@@ -225,7 +226,14 @@ impl Mlx4Device {
     }
 
     /// Writes the MTT range and the MPT of a registration at `index`.
-    async fn write_mr(&self, index: u32, key: u32, mr: &MrRec) -> Result<MrKeys, CommandError> {
+    /// Writes the MTT range and the MPT of a registration; returns its keys and the range (which
+    /// the caller keeps in the registration's record).
+    async fn write_mr(
+        &self,
+        index: u32,
+        key: u32,
+        mr: &MrRec,
+    ) -> Result<(MrKeys, MttRange), CommandError> {
         let MrRec {
             pd,
             ref region,
@@ -271,26 +279,23 @@ impl Mlx4Device {
             self.0.mtts.free(mtt);
             return Err(e);
         }
-        self.0
-            .mr_ranges
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(index, mtt);
-        Ok(MrKeys {
+        let keys = MrKeys {
             handle: index,
             lkey: key,
             rkey: key,
             addr,
-        })
+        };
+        Ok((keys, mtt))
     }
 
+    /// Frees the MTT range of registration `index` (the HCA no longer uses it).
     fn take_mr_range(&self, index: u32) {
         let r = self
             .0
-            .mr_ranges
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&index);
+            .objects()
+            .mrs
+            .get_mut(&index)
+            .and_then(|m| m.mtt.take());
         if let Some(r) = r {
             self.0.mtts.free(r);
         }
@@ -713,15 +718,10 @@ impl Device for Mlx4Device {
                 return Err(e);
             }
         };
-        self.0.objects().srqs.insert(
-            srqn,
-            SrqRec {
-                mtt,
-                _buf: buf,
-                db,
-                pd: params.pd,
-            },
-        );
+        self.0
+            .objects()
+            .srqs
+            .insert(srqn, SrqRec { mtt, _buf: buf, db });
         if params.limit > 0 {
             if let Err(e) = self
                 .cmd(
@@ -773,7 +773,6 @@ impl Device for Mlx4Device {
         if let Some(rec) = self.0.objects().srqs.remove(&srqn) {
             self.0.mtts.free(rec.mtt);
             self.0.dbs.free(&rec.db);
-            let _ = rec.pd;
         }
         self.0.nums().srq.free(srqn);
         Ok(())
@@ -871,7 +870,6 @@ impl Device for Mlx4Device {
                 send_cqn: params.send_cqn,
                 recv_cqn: params.recv_cqn,
                 srqn: params.srqn,
-                caps: granted,
                 sq: sq_geom,
                 rq: rq_geom,
                 mtt,
@@ -1007,7 +1005,6 @@ impl Device for Mlx4Device {
         if let Some(rec) = self.0.objects().qps.remove(&qpn) {
             self.0.mtts.free(rec.mtt);
             self.0.dbs.free(&rec.db);
-            let _ = rec.caps;
         }
         self.0.nums().qp.free(qpn);
         Ok(())
@@ -1029,15 +1026,24 @@ impl Device for Mlx4Device {
             offset: params.offset,
             length: params.length,
             access: params.access,
+            mtt: None,
         };
-        let r = self.write_mr(index, key, &rec).await;
-        match &r {
-            Ok(_) => {
-                self.0.objects().mrs.insert(index, rec);
+        match self.write_mr(index, key, &rec).await {
+            Ok((keys, mtt)) => {
+                self.0.objects().mrs.insert(
+                    index,
+                    MrRec {
+                        mtt: Some(mtt),
+                        ..rec
+                    },
+                );
+                Ok(keys)
             }
-            Err(_) => self.0.nums().mpt.free(index),
+            Err(e) => {
+                self.0.nums().mpt.free(index);
+                Err(e)
+            }
         }
-        r
     }
 
     async fn rereg_mr(&self, handle: u32, change: MrRereg) -> Result<MrKeys, CommandError> {
@@ -1066,17 +1072,32 @@ impl Device for Mlx4Device {
         .await?;
         self.take_mr_range(handle);
         match self.write_mr(handle, old.key, &new).await {
-            Ok(keys) => {
-                self.0.objects().mrs.insert(handle, new);
+            Ok((keys, mtt)) => {
+                self.0.objects().mrs.insert(
+                    handle,
+                    MrRec {
+                        mtt: Some(mtt),
+                        ..new
+                    },
+                );
                 Ok(keys)
             }
             Err(e) => {
                 // Put the old registration back so the handle stays valid.
-                if self.write_mr(handle, old.key, &old).await.is_err() {
-                    tracing::warn!(
+                match self.write_mr(handle, old.key, &old).await {
+                    Ok((_, mtt)) => {
+                        self.0.objects().mrs.insert(
+                            handle,
+                            MrRec {
+                                mtt: Some(mtt),
+                                ..old
+                            },
+                        );
+                    }
+                    Err(_) => tracing::warn!(
                         handle,
                         "could not restore a registration after a failed rereg"
-                    );
+                    ),
                 }
                 Err(e)
             }

@@ -6,7 +6,6 @@ mod commands;
 mod objects;
 mod qp_ctx;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -80,8 +79,6 @@ pub(crate) struct Inner {
     /// Catastrophic error or removal seen: commands and posts fail, polls drain.
     pub(crate) fatal: Arc<AtomicBool>,
     pub(crate) closed: AtomicBool,
-    /// Registrations by handle (= MPT index).
-    pub(crate) mr_ranges: Mutex<HashMap<u32, crate::mtt::MttRange>>,
 }
 
 impl Inner {

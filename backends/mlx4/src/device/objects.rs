@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use portverbs_hal::attr::{QpAttr, QpCaps};
+use portverbs_hal::attr::QpAttr;
 use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::queue::EventQueue;
 use portverbs_hal::types::QpType;
@@ -35,7 +35,6 @@ pub(crate) struct SrqRec {
     pub(crate) mtt: MttRange,
     pub(crate) _buf: Arc<dyn DmaMemory>,
     pub(crate) db: DbRecord,
-    pub(crate) pd: u32,
 }
 
 /// A QP: its memory and what its contexts are built from.
@@ -46,7 +45,6 @@ pub(crate) struct QpRec {
     pub(crate) send_cqn: u32,
     pub(crate) recv_cqn: u32,
     pub(crate) srqn: Option<u32>,
-    pub(crate) caps: QpCaps,
     pub(crate) sq: Geometry,
     pub(crate) rq: Option<Geometry>,
     pub(crate) mtt: MttRange,
@@ -65,6 +63,8 @@ pub(crate) struct MrRec {
     pub(crate) offset: usize,
     pub(crate) length: usize,
     pub(crate) access: portverbs_hal::types::AccessFlags,
+    /// Its MTT range while the HCA holds the MPT.
+    pub(crate) mtt: Option<MttRange>,
 }
 
 /// All objects.
