@@ -15,7 +15,7 @@ use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::{CompletionQueue, EventQueue, SharedRecvQueue};
 use portverbs_hal::types::{AccessFlags, LinkLayer, Mtu, MwType, PortState, QpState, QpType};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use super::Mlx4Device;
 use super::objects::{CqRec, EqRec, MrRec, QpRec, SrqRec};
@@ -98,6 +98,35 @@ impl Mlx4Device {
         self.exec_err(r.map(|()| 0)).map(|_| ())
     }
 
+    /// Writes the MTT range of `mem[offset..offset + len]`, then runs `cmd` with the inbox
+    /// `ctx` builds from the range's first entry; the range goes back to the allocator if the
+    /// command fails.
+    async fn sw2hw<C: IntoBytes + Immutable + Send>(
+        &self,
+        cmd: Cmd,
+        mem: &dyn DmaMemory,
+        offset: usize,
+        len: usize,
+        ctx: impl FnOnce(u64) -> C + Send,
+    ) -> Result<MttRange, CommandError> {
+        let mtt = self.0.mtts.write(&self.0.hcr, mem, offset, len).await?;
+        let inbox = ctx(mtt.first);
+        if let Err(e) = self.cmd_in(cmd, inbox.as_bytes()).await {
+            self.0.mtts.free(mtt);
+            return Err(e);
+        }
+        Ok(mtt)
+    }
+
+    /// Takes an object back from the HCA with `cmd`. A failed device counts as success: it
+    /// holds nothing any more, and the driver's own bookkeeping must still be released.
+    async fn hw2sw(&self, cmd: Cmd) -> Result<(), CommandError> {
+        match self.cmd(cmd).await {
+            Err(e) if !self.is_fatal() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     fn dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, CommandError> {
         let mem = self.0.pci.alloc_dma(len)?;
         mem.fill(0, mem.len(), 0)?;
@@ -125,31 +154,20 @@ impl Mlx4Device {
             .eq
             .alloc()
             .ok_or(CommandError::ResourceExhausted { resource: "EQs" })?;
-        let r = async {
-            let mtt = self
-                .0
-                .mtts
-                .write(&self.0.hcr, ring.as_ref(), 0, ring.len())
-                .await?;
-            let (hi, lo) = mtt_split(mtt.first);
-            let ctx = EqContext {
-                flags: EQ_STATE_ARMED.into(),
-                log_eq_size: log2(cnt),
-                intr: (vector as u16).into(),
-                mtt_base_hi: hi,
-                mtt_base_lo: lo.into(),
-                ..Default::default()
-            };
-            if let Err(e) = self
-                .cmd_in(Cmd::new(opcode::SW2HW_EQ).in_mod(eqn), ctx.as_bytes())
-                .await
-            {
-                self.0.mtts.free(mtt);
-                return Err(e);
-            }
-            Ok(mtt)
-        }
-        .await;
+        let cmd = Cmd::new(opcode::SW2HW_EQ).in_mod(eqn);
+        let r = self
+            .sw2hw(cmd, ring.as_ref(), 0, ring.len(), |first| {
+                let (hi, lo) = mtt_split(first);
+                EqContext {
+                    flags: EQ_STATE_ARMED.into(),
+                    log_eq_size: log2(cnt),
+                    intr: (vector as u16).into(),
+                    mtt_base_hi: hi,
+                    mtt_base_lo: lo.into(),
+                    ..Default::default()
+                }
+            })
+            .await;
         let mtt = match r {
             Ok(m) => m,
             Err(e) => {
@@ -225,7 +243,6 @@ impl Mlx4Device {
         f
     }
 
-    /// Writes the MTT range and the MPT of a registration at `index`.
     /// Writes the MTT range and the MPT of a registration; returns its keys and the range (which
     /// the caller keeps in the registration's record).
     async fn write_mr(
@@ -252,33 +269,24 @@ impl Mlx4Device {
                 region_len: region.len(),
             }));
         }
-        let mtt = self
-            .0
-            .mtts
-            .write(&self.0.hcr, region.as_ref(), offset, length)
-            .await?;
         let addr = region.host_addr() + offset as u64;
-        let mpt = Mpt {
-            flags: (mpt_flag::STATUS_SW
-                | mpt_flag::MIO
-                | mpt_flag::REGION
-                | Self::access_flags(access))
-            .into(),
-            key: crate::layout::keys::key_to_hw(key).into(),
-            pd_flags: (pd | mpt_flag::EN_INV).into(),
-            start: addr.into(),
-            length: (length as u64).into(),
-            mtt_addr: (mtt.first * 8).into(),
-            entity_size: 12.into(),
-            ..Default::default()
-        };
-        if let Err(e) = self
-            .cmd_in(Cmd::new(opcode::SW2HW_MPT).in_mod(index), mpt.as_bytes())
-            .await
-        {
-            self.0.mtts.free(mtt);
-            return Err(e);
-        }
+        let cmd = Cmd::new(opcode::SW2HW_MPT).in_mod(index);
+        let mtt = self
+            .sw2hw(cmd, region.as_ref(), offset, length, |first| Mpt {
+                flags: (mpt_flag::STATUS_SW
+                    | mpt_flag::MIO
+                    | mpt_flag::REGION
+                    | Self::access_flags(access))
+                .into(),
+                key: crate::layout::keys::key_to_hw(key).into(),
+                pd_flags: (pd | mpt_flag::EN_INV).into(),
+                start: addr.into(),
+                length: (length as u64).into(),
+                mtt_addr: (first * 8).into(),
+                entity_size: 12.into(),
+                ..Default::default()
+            })
+            .await?;
         let keys = MrKeys {
             handle: index,
             lkey: key,
@@ -442,19 +450,15 @@ impl Device for Mlx4Device {
                 .await;
             self.0.objects().async_eqn = None;
         }
-        let r = self
-            .cmd(
-                Cmd::new(opcode::HW2SW_EQ)
-                    .opmod(opcode::OPMOD_NO_OUTBOX)
-                    .in_mod(eqn),
-            )
-            .await;
-        if r.is_ok() || self.is_fatal() {
-            self.0.objects().release_eq(eqn, &self.0.mtts, &self.0.dbs);
-            self.0.nums().eq.free(eqn);
-        }
-        r.map(|_| ())
-            .or_else(|e| if self.is_fatal() { Ok(()) } else { Err(e) })
+        self.hw2sw(
+            Cmd::new(opcode::HW2SW_EQ)
+                .opmod(opcode::OPMOD_NO_OUTBOX)
+                .in_mod(eqn),
+        )
+        .await?;
+        self.0.objects().release_eq(eqn, &self.0.mtts, &self.0.dbs);
+        self.0.nums().eq.free(eqn);
+        Ok(())
     }
 
     async fn create_cq(&self, params: CqParams) -> Result<Box<dyn CompletionQueue>, CommandError> {
@@ -482,31 +486,20 @@ impl Device for Mlx4Device {
             self.0.dbs.free(&db);
             return Err(CommandError::ResourceExhausted { resource: "CQs" });
         };
-        let r = async {
-            let mtt = self
-                .0
-                .mtts
-                .write(&self.0.hcr, ring.as_ref(), 0, ring.len())
-                .await?;
-            let (hi, lo) = mtt_split(mtt.first);
-            let ctx = CqContext {
-                logsize_usrpage: ((u32::from(log2(cnt)) << 24) | self.0.uar).into(),
-                comp_eqn: params.eqn.into(),
-                mtt_base_hi: hi,
-                mtt_base_lo: lo.into(),
-                db_rec_addr: db.bus_addr().into(),
-                ..Default::default()
-            };
-            if let Err(e) = self
-                .cmd_in(Cmd::new(opcode::SW2HW_CQ).in_mod(cqn), ctx.as_bytes())
-                .await
-            {
-                self.0.mtts.free(mtt);
-                return Err(e);
-            }
-            Ok(mtt)
-        }
-        .await;
+        let cmd = Cmd::new(opcode::SW2HW_CQ).in_mod(cqn);
+        let r = self
+            .sw2hw(cmd, ring.as_ref(), 0, ring.len(), |first| {
+                let (hi, lo) = mtt_split(first);
+                CqContext {
+                    logsize_usrpage: ((u32::from(log2(cnt)) << 24) | self.0.uar).into(),
+                    comp_eqn: params.eqn.into(),
+                    mtt_base_hi: hi,
+                    mtt_base_lo: lo.into(),
+                    db_rec_addr: db.bus_addr().into(),
+                    ..Default::default()
+                }
+            })
+            .await;
         let mtt = match r {
             Ok(m) => m,
             Err(e) => {
@@ -563,30 +556,21 @@ impl Device for Mlx4Device {
         let ring = self.dma(cnt as usize * 32)?;
         // The new buffer continues the counters: the first CQE in it is ci + 1.
         Mlx4Cq::init_owner_from(ring.as_ref(), geom, cq.ci.wrapping_add(1));
+        let cmd = Cmd::new(opcode::MODIFY_CQ)
+            .opmod(opcode::OPMOD_CQ_RESIZE)
+            .in_mod(cq.cqn);
+        let uar = self.0.uar;
         let mtt = self
-            .0
-            .mtts
-            .write(&self.0.hcr, ring.as_ref(), 0, ring.len())
+            .sw2hw(cmd, ring.as_ref(), 0, ring.len(), |first| {
+                let (hi, lo) = mtt_split(first);
+                CqContext {
+                    logsize_usrpage: ((u32::from(log2(cnt)) << 24) | uar).into(),
+                    mtt_base_hi: hi,
+                    mtt_base_lo: lo.into(),
+                    ..Default::default()
+                }
+            })
             .await?;
-        let (hi, lo) = mtt_split(mtt.first);
-        let ctx = CqContext {
-            logsize_usrpage: ((u32::from(log2(cnt)) << 24) | self.0.uar).into(),
-            mtt_base_hi: hi,
-            mtt_base_lo: lo.into(),
-            ..Default::default()
-        };
-        if let Err(e) = self
-            .cmd_in(
-                Cmd::new(opcode::MODIFY_CQ)
-                    .opmod(opcode::OPMOD_CQ_RESIZE)
-                    .in_mod(cq.cqn),
-                ctx.as_bytes(),
-            )
-            .await
-        {
-            self.0.mtts.free(mtt);
-            return Err(e);
-        }
         // The HCA wrote a RESIZE CQE into the old buffer where it switched; the unpolled CQEs
         // before it move to the new buffer one counter later (facts §3.2, §6.1).
         let deadline = std::time::Instant::now() + self.0.hcr.timeout;
@@ -618,16 +602,12 @@ impl Device for Mlx4Device {
         if !self.0.objects().cqs.contains_key(&cqn) {
             return Err(no("CQ", cqn));
         }
-        let r = self
-            .cmd(
-                Cmd::new(opcode::HW2SW_CQ)
-                    .opmod(opcode::OPMOD_NO_OUTBOX)
-                    .in_mod(cqn),
-            )
-            .await;
-        if r.is_err() && !self.is_fatal() {
-            return r.map(|_| ());
-        }
+        self.hw2sw(
+            Cmd::new(opcode::HW2SW_CQ)
+                .opmod(opcode::OPMOD_NO_OUTBOX)
+                .in_mod(cqn),
+        )
+        .await?;
         if let Some(rec) = self.0.objects().cqs.remove(&cqn) {
             self.0.mtts.free(rec.mtt);
             self.0.dbs.free(&rec.db);
@@ -684,32 +664,21 @@ impl Device for Mlx4Device {
             scratch: vec![0; geom.stride()].into_boxed_slice(),
         };
         srq.init();
-        let r = async {
-            let mtt = self
-                .0
-                .mtts
-                .write(&self.0.hcr, buf.as_ref(), 0, buf.len())
-                .await?;
-            let (hi, lo) = mtt_split(mtt.first);
-            let ctx = SrqContext {
-                state_logsize_srqn: ((u32::from(log2(cnt)) << 24) | srqn).into(),
-                logstride: (shift - 4) as u8,
-                mtt_base_hi: hi,
-                mtt_base_lo: lo.into(),
-                pd: params.pd.into(),
-                db_rec_addr: db.bus_addr().into(),
-                ..Default::default()
-            };
-            if let Err(e) = self
-                .cmd_in(Cmd::new(opcode::SW2HW_SRQ).in_mod(srqn), ctx.as_bytes())
-                .await
-            {
-                self.0.mtts.free(mtt);
-                return Err(e);
-            }
-            Ok(mtt)
-        }
-        .await;
+        let cmd = Cmd::new(opcode::SW2HW_SRQ).in_mod(srqn);
+        let r = self
+            .sw2hw(cmd, buf.as_ref(), 0, buf.len(), |first| {
+                let (hi, lo) = mtt_split(first);
+                SrqContext {
+                    state_logsize_srqn: ((u32::from(log2(cnt)) << 24) | srqn).into(),
+                    logstride: (shift - 4) as u8,
+                    mtt_base_hi: hi,
+                    mtt_base_lo: lo.into(),
+                    pd: params.pd.into(),
+                    db_rec_addr: db.bus_addr().into(),
+                    ..Default::default()
+                }
+            })
+            .await;
         let mtt = match r {
             Ok(m) => m,
             Err(e) => {
@@ -760,16 +729,12 @@ impl Device for Mlx4Device {
         if !self.0.objects().srqs.contains_key(&srqn) {
             return Err(no("SRQ", srqn));
         }
-        let r = self
-            .cmd(
-                Cmd::new(opcode::HW2SW_SRQ)
-                    .opmod(opcode::OPMOD_NO_OUTBOX)
-                    .in_mod(srqn),
-            )
-            .await;
-        if r.is_err() && !self.is_fatal() {
-            return r.map(|_| ());
-        }
+        self.hw2sw(
+            Cmd::new(opcode::HW2SW_SRQ)
+                .opmod(opcode::OPMOD_NO_OUTBOX)
+                .in_mod(srqn),
+        )
+        .await?;
         if let Some(rec) = self.0.objects().srqs.remove(&srqn) {
             self.0.mtts.free(rec.mtt);
             self.0.dbs.free(&rec.db);
@@ -992,16 +957,12 @@ impl Device for Mlx4Device {
         if !self.0.objects().qps.contains_key(&qpn) {
             return Err(no("QP", qpn));
         }
-        let r = self
-            .cmd(
-                Cmd::new(opcode::RST_QP)
-                    .opmod(opcode::OPMOD_RST_NO_OUTBOX)
-                    .in_mod(qpn),
-            )
-            .await;
-        if r.is_err() && !self.is_fatal() {
-            return r.map(|_| ());
-        }
+        self.hw2sw(
+            Cmd::new(opcode::RST_QP)
+                .opmod(opcode::OPMOD_RST_NO_OUTBOX)
+                .in_mod(qpn),
+        )
+        .await?;
         if let Some(rec) = self.0.objects().qps.remove(&qpn) {
             self.0.mtts.free(rec.mtt);
             self.0.dbs.free(&rec.db);
@@ -1105,16 +1066,12 @@ impl Device for Mlx4Device {
     }
 
     async fn deregister_mr(&self, handle: u32) -> Result<(), CommandError> {
-        let r = self
-            .cmd(
-                Cmd::new(opcode::HW2SW_MPT)
-                    .opmod(opcode::OPMOD_NO_OUTBOX)
-                    .in_mod(handle),
-            )
-            .await;
-        if r.is_err() && !self.is_fatal() {
-            return r.map(|_| ());
-        }
+        self.hw2sw(
+            Cmd::new(opcode::HW2SW_MPT)
+                .opmod(opcode::OPMOD_NO_OUTBOX)
+                .in_mod(handle),
+        )
+        .await?;
         self.take_mr_range(handle);
         self.0.objects().mrs.remove(&handle);
         self.0.nums().mpt.free(handle);
