@@ -116,6 +116,22 @@ pub trait CompletionQueue: Send + Debug {
     /// A malformed entry (consumed), or the CQ is in error.
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError>;
 
+    /// Polls up to `out.len()` entries, as [`CompletionQueue::poll_one`] would one at a time
+    /// (one indirect call per batch instead of per entry), and returns how many were decoded
+    /// into `out[..n]`, plus the error of a malformed entry that ended the batch (that entry is
+    /// consumed; the `n` before it are good).
+    #[inline]
+    fn poll_batch(&mut self, out: &mut [Cqe]) -> (usize, Option<CqeError>) {
+        for (n, slot) in out.iter_mut().enumerate() {
+            match self.poll_one() {
+                Ok(Some(c)) => *slot = c,
+                Ok(None) => return (n, None),
+                Err(e) => return (n, Some(e)),
+            }
+        }
+        (out.len(), None)
+    }
+
     /// Publishes the consumer index to the device (CQ set-ci doorbell record).
     fn publish_ci(&mut self);
 

@@ -45,6 +45,9 @@ impl<D: Device> Default for CqInit<'_, D> {
     }
 }
 
+/// Completions taken from the device per indirect call.
+const POLL_BATCH: usize = 16;
+
 pub(crate) struct PollState {
     pub(crate) hw: Box<dyn CompletionQueue>,
     pub(crate) qps: HashMap<u32, Arc<QpShared>>,
@@ -55,6 +58,7 @@ pub(crate) struct PollState {
 }
 
 impl PollState {
+    #[inline]
     fn lookup(&mut self, qpn: u32) -> Option<&QpShared> {
         // Completions come in runs of one QP: remember the last one (no reference count is
         // touched on a hit).
@@ -66,6 +70,19 @@ impl PollState {
 
     /// Maps a device CQE to a work completion, retiring the WQEs it covers.
     fn complete(&mut self, cqe: Cqe, cqn: u32) -> Result<WorkCompletion, CqeError> {
+        let mut w = WorkCompletion::default();
+        self.complete_into(&cqe, cqn, &mut w)?;
+        Ok(w)
+    }
+
+    /// [`PollState::complete`] into a caller's slot (no copy of the completion on the way).
+    #[inline]
+    fn complete_into(
+        &mut self,
+        cqe: &Cqe,
+        cqn: u32,
+        out: &mut WorkCompletion,
+    ) -> Result<(), CqeError> {
         let qp = self.lookup(cqe.qpn).ok_or(CqeError::UnknownQp {
             cqn,
             index: 0,
@@ -92,7 +109,7 @@ impl PollState {
             rq.retire_next()
                 .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?
         };
-        Ok(WorkCompletion {
+        *out = WorkCompletion {
             wr_id,
             status: cqe.status,
             opcode: cqe.opcode,
@@ -106,7 +123,8 @@ impl PollState {
             slid: cqe.slid,
             sl: cqe.sl,
             dlid_path_bits: cqe.dlid_path_bits,
-        })
+        };
+        Ok(())
     }
 
     /// Moves every unpolled completion into the backlog, dropping those of `qpn`, whose QP is
@@ -291,25 +309,31 @@ impl<D: Device> Cq<D> {
             n += 1;
         }
         let mut consumed = false;
-        while n < wc.len() {
-            let got = g.hw.poll_one();
-            consumed |= !matches!(got, Ok(None));
-            match got {
-                Ok(Some(cqe)) => match g.complete(cqe, self.inner.cqn) {
-                    Ok(w) => {
-                        wc[n] = w;
+        let mut batch = [Cqe::default(); POLL_BATCH];
+        while n < wc.len() && g.pending_error.is_none() {
+            let want = (wc.len() - n).min(POLL_BATCH);
+            let (got, bad) = g.hw.poll_batch(&mut batch[..want]);
+            consumed |= got > 0 || bad.is_some();
+            for cqe in &batch[..got] {
+                if g.pending_error.is_none() {
+                    if let Err(e) = g.complete_into(cqe, self.inner.cqn, &mut wc[n]) {
+                        g.pending_error = Some(e.into());
+                    } else {
                         n += 1;
                     }
-                    Err(e) => {
-                        g.pending_error = Some(e.into());
-                        break;
-                    }
-                },
-                Ok(None) => break,
-                Err(e) => {
-                    g.pending_error = Some(e.into());
-                    break;
+                    continue;
                 }
+                // After a failed entry the rest of the batch (already taken out of the ring)
+                // waits in the backlog behind the error.
+                if let Ok(w) = g.complete(*cqe, self.inner.cqn) {
+                    g.backlog.push_back(w);
+                }
+            }
+            if let Some(e) = bad {
+                g.pending_error.get_or_insert(e.into());
+            }
+            if got < want {
+                break;
             }
         }
         if consumed {

@@ -57,6 +57,8 @@ pub struct QpInit<'a, D: Device> {
 struct SqState {
     hw: Box<dyn SendQueue>,
     head: u32,
+    /// Outstanding requests allowed: the device queue's depth capped by the granted capacity.
+    depth: u32,
 }
 
 struct RqState {
@@ -177,6 +179,7 @@ impl<D: Device> Pd<D> {
                 }),
                 modifying: AtomicBool::new(false),
                 sq: Mutex::new(SqState {
+                    depth: res.sq.depth().min(res.caps.max_send_wr.max(1)),
                     hw: res.sq,
                     head: 0,
                 }),
@@ -236,6 +239,7 @@ impl<D: Device> Qp<D> {
         &self.inner.pd.inner.ctx
     }
 
+    #[inline]
     fn validate_send(&self, wr: &SendWr<'_>) -> Result<(), PostErrorKind> {
         let t = self.inner.qp_type;
         let ok = match wr.op {
@@ -303,21 +307,20 @@ impl<D: Device> Qp<D> {
     /// # Errors
     /// The first rejected request; those before it were posted.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        let qpn = self.inner.qpn;
-        let state = self.state();
         let fail = |index: usize, kind| PostError {
             queue: "send queue",
-            qpn,
+            qpn: self.inner.qpn,
             index,
             wr_id: wrs.get(index).map_or(0, |w| w.wr_id),
             kind,
         };
+        let state = self.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(fail(0, PostErrorKind::InvalidState { state }));
         }
         let ring = &self.inner.shared.sq;
         let mut sq = lock(&self.inner.sq);
-        let depth = sq.hw.depth().min(self.inner.caps.max_send_wr.max(1));
+        let depth = sq.depth;
         let mut head = sq.head;
         let mut result = Ok(());
         let mut room = 0;
@@ -340,6 +343,7 @@ impl<D: Device> Qp<D> {
         }
         if head != sq.head {
             sq.head = head;
+            // The poller must know the new WQEs before the device can complete them.
             ring.publish(head);
             sq.hw.ring_doorbell(head);
         }

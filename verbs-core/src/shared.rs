@@ -62,17 +62,20 @@ impl WrRing {
     }
 
     /// Poster: records the `wr_id` of counter `c`.
+    #[inline]
     pub(crate) fn set(&self, c: u32, wr_id: u64) {
         self.wr_ids[(c & self.mask) as usize].store(wr_id, Ordering::Relaxed);
     }
 
     /// Poster: publishes the new head.
+    #[inline]
     pub(crate) fn publish(&self, head: u32) {
         self.head.store(head, Ordering::Release);
     }
 
     /// Poller: a send completion for the WQE whose 16-bit counter is `index`; retires it and
     /// every unsignaled WQE before it. `None` when no outstanding WQE has that counter.
+    #[inline]
     pub(crate) fn retire_through(&self, index: u16) -> Option<u64> {
         let tail = self.tail.load(Ordering::Relaxed);
         let head = self.head.load(Ordering::Acquire);
@@ -87,6 +90,7 @@ impl WrRing {
     }
 
     /// Poller: the next receive completed (receive WQEs complete in order).
+    #[inline]
     pub(crate) fn retire_next(&self) -> Option<u64> {
         let tail = self.tail.load(Ordering::Relaxed);
         if tail == self.head.load(Ordering::Acquire) {
