@@ -122,6 +122,12 @@ impl Drop for ModelDma {
     }
 }
 
+// SAFETY: a ModelDma owns (through its Arc) a SoftDma: one page-aligned heap allocation of
+// `len()` bytes at `host_addr()`, freed only when the last owner drops, that SoftDma and the
+// emulated HCA reach only through raw copies and atomics.
+#[allow(unsafe_code)]
+unsafe impl portverbs_mlx4::HostMapped for ModelDma {}
+
 impl DmaMemory for ModelDma {
     fn len(&self) -> usize {
         self.mem.len()

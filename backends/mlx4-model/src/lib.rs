@@ -21,9 +21,10 @@
 //! What this crate must never do: panic or index out of bounds on anything a driver writes
 //! (registers, mailboxes, contexts, WQEs, doorbell records — bad input gets the hardware's
 //! status code, a catastrophic QP/CQ error, or is ignored and counted); touch memory except
-//! through its IOVA table; use `unsafe`; redefine the hardware layouts (they are
+//! through its IOVA table; use `unsafe` (one exception: the driver's `HostMapped` promise for
+//! the regions it hands out, in `iova`); redefine the hardware layouts (they are
 //! `portverbs_mlx4::layout`'s); or know about the driver's internals.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod bar0;

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::dma::DmaError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::Mtu;
+use portverbs_mlx4::HostMapped;
 use portverbs_mlx4::pci::{CONNECTX3, MELLANOX_VENDOR, PciError, PciFunction};
 use portverbs_soft::engine::{EngineConfig, PortInfo};
 use portverbs_soft::fabric::{Fabric, FabricError, ForeignConfig, ForeignHandle};
@@ -350,7 +351,7 @@ impl PciFunction for ModelFunction {
         })
     }
 
-    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
+    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn HostMapped>, DmaError> {
         Ok(self.inner.shared.iova.alloc(len)?)
     }
 

@@ -11,7 +11,9 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::dma::DmaError;
+
+use crate::dma::HostMapped;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use thiserror::Error;
@@ -109,7 +111,8 @@ pub trait PciFunction: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// Out of memory, IOVA space or locked-memory allowance.
-    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError>;
+    /// The region must be [`HostMapped`]: the driver writes its rings through raw pointers.
+    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn HostMapped>, DmaError>;
 
     /// Number of MSI-X vectors.
     fn num_vectors(&self) -> u32;

@@ -9,11 +9,12 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::dma::DmaError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_vfio::{IrqKind, VfioDevice};
 
+use crate::dma::HostMapped;
 use crate::pci::{PciError, PciFunction};
 use crate::{Mlx4Config, Mlx4Device, OpenError};
 
@@ -79,8 +80,14 @@ impl PciFunction for VfioFunction {
             })
     }
 
-    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
-        self.dev.alloc_dma(len)
+    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn HostMapped>, DmaError> {
+        match self.dev.alloc_vfio_dma(len) {
+            Ok(region) => Ok(region),
+            Err(e) => Err(DmaError::AllocFailed {
+                len,
+                reason: e.to_string(),
+            }),
+        }
     }
 
     fn num_vectors(&self) -> u32 {

@@ -22,6 +22,7 @@ use super::objects::{CqRec, EqRec, MrRec, QpRec, SrqRec};
 use super::qp_ctx::{self, QpEnv};
 use crate::caps;
 use crate::cmd::Cmd;
+use crate::dma::Ring;
 use crate::layout::ctx::{
     CqContext, EQ_STATE_ARMED, EqContext, Mpt, QpMailbox, SrqContext, mpt_flag, mtt_split,
 };
@@ -35,7 +36,7 @@ use crate::queues::Geometry;
 use crate::queues::cq::Mlx4Cq;
 use crate::queues::eq::Mlx4Eq;
 use crate::queues::rq::Mlx4Rq;
-use crate::queues::sq::{BfReg, MAX_INLINE, Mlx4Sq, doorbell_offset};
+use crate::queues::sq::{BfReg, MAX_INLINE, Mlx4Sq, WQE_BUF, doorbell_offset};
 use crate::queues::srq::Mlx4Srq;
 
 fn invalid(what: impl Into<String>) -> CommandError {
@@ -127,10 +128,11 @@ impl Mlx4Device {
         }
     }
 
-    fn dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, CommandError> {
+    /// A zeroed ring (queue buffer) of `len` bytes.
+    fn dma(&self, len: usize) -> Result<Ring, CommandError> {
         let mem = self.0.pci.alloc_dma(len)?;
         mem.fill(0, mem.len(), 0)?;
-        Ok(mem)
+        Ok(Ring::new(mem))
     }
 
     /// Creates an EQ routed to MSI-X `vector` (also used for the driver's command EQ).
@@ -147,7 +149,7 @@ impl Mlx4Device {
             cnt,
         };
         let ring = self.dma(cnt as usize * 32)?;
-        Mlx4Cq::init_owner(ring.as_ref(), geom);
+        Mlx4Cq::init_owner(ring.mem(), geom);
         let eqn = self
             .0
             .nums()
@@ -156,7 +158,7 @@ impl Mlx4Device {
             .ok_or(CommandError::ResourceExhausted { resource: "EQs" })?;
         let cmd = Cmd::new(opcode::SW2HW_EQ).in_mod(eqn);
         let r = self
-            .sw2hw(cmd, ring.as_ref(), 0, ring.len(), |first| {
+            .sw2hw(cmd, ring.mem(), 0, ring.mem().len(), |first| {
                 let (hi, lo) = mtt_split(first);
                 EqContext {
                     flags: EQ_STATE_ARMED.into(),
@@ -316,7 +318,7 @@ impl Device for Mlx4Device {
     }
 
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
-        self.0.pci.alloc_dma(len)
+        Ok(self.0.pci.alloc_dma(len)?)
     }
 
     async fn query_device(&self) -> Result<DeviceAttr, CommandError> {
@@ -480,7 +482,7 @@ impl Device for Mlx4Device {
             cnt,
         };
         let ring = self.dma(cnt as usize * 32)?;
-        Mlx4Cq::init_owner(ring.as_ref(), geom);
+        Mlx4Cq::init_owner(ring.mem(), geom);
         let db = self.0.dbs.alloc(&*self.0.pci)?;
         let Some(cqn) = self.0.nums().cq.alloc() else {
             self.0.dbs.free(&db);
@@ -488,7 +490,7 @@ impl Device for Mlx4Device {
         };
         let cmd = Cmd::new(opcode::SW2HW_CQ).in_mod(cqn);
         let r = self
-            .sw2hw(cmd, ring.as_ref(), 0, ring.len(), |first| {
+            .sw2hw(cmd, ring.mem(), 0, ring.mem().len(), |first| {
                 let (hi, lo) = mtt_split(first);
                 CqContext {
                     logsize_usrpage: ((u32::from(log2(cnt)) << 24) | self.0.uar).into(),
@@ -555,13 +557,13 @@ impl Device for Mlx4Device {
         };
         let ring = self.dma(cnt as usize * 32)?;
         // The new buffer continues the counters: the first CQE in it is ci + 1.
-        Mlx4Cq::init_owner_from(ring.as_ref(), geom, cq.ci.wrapping_add(1));
+        Mlx4Cq::init_owner_from(ring.mem(), geom, cq.ci.wrapping_add(1));
         let cmd = Cmd::new(opcode::MODIFY_CQ)
             .opmod(opcode::OPMOD_CQ_RESIZE)
             .in_mod(cq.cqn);
         let uar = self.0.uar;
         let mtt = self
-            .sw2hw(cmd, ring.as_ref(), 0, ring.len(), |first| {
+            .sw2hw(cmd, ring.mem(), 0, ring.mem().len(), |first| {
                 let (hi, lo) = mtt_split(first);
                 CqContext {
                     logsize_usrpage: ((u32::from(log2(cnt)) << 24) | uar).into(),
@@ -666,7 +668,7 @@ impl Device for Mlx4Device {
         srq.init();
         let cmd = Cmd::new(opcode::SW2HW_SRQ).in_mod(srqn);
         let r = self
-            .sw2hw(cmd, buf.as_ref(), 0, buf.len(), |first| {
+            .sw2hw(cmd, buf.mem(), 0, buf.mem().len(), |first| {
                 let (hi, lo) = mtt_split(first);
                 SrqContext {
                     state_logsize_srqn: ((u32::from(log2(cnt)) << 24) | srqn).into(),
@@ -793,7 +795,7 @@ impl Device for Mlx4Device {
         let mtt = match self
             .0
             .mtts
-            .write(&self.0.hcr, buf.as_ref(), 0, buf.len())
+            .write(&self.0.hcr, buf.mem(), 0, buf.mem().len())
             .await
         {
             Ok(m) => m,
@@ -856,7 +858,7 @@ impl Device for Mlx4Device {
             bf: self.bf_reg(),
             bf_half: 0,
             fatal: self.0.fatal.clone(),
-            wqe: vec![0; sq_geom.stride()].into_boxed_slice(),
+            wqe: Box::new([0; WQE_BUF]),
             ds: vec![0; sq_cnt as usize].into_boxed_slice(),
             batch: 0,
             last_len: 0,

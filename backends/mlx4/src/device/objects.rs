@@ -6,10 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use portverbs_hal::attr::QpAttr;
-use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::queue::EventQueue;
 use portverbs_hal::types::QpType;
 
+use portverbs_hal::dma::DmaMemory;
+
+use crate::dma::Ring;
 use crate::doorbell::{DbPages, DbRecord};
 use crate::mtt::{MttRange, Mtts};
 use crate::queues::Geometry;
@@ -18,14 +20,14 @@ use crate::queues::Geometry;
 #[derive(Debug)]
 pub(crate) struct EqRec {
     pub(crate) mtt: MttRange,
-    pub(crate) _ring: Arc<dyn DmaMemory>,
+    pub(crate) _ring: Ring,
 }
 
 /// A CQ's memory.
 #[derive(Debug)]
 pub(crate) struct CqRec {
     pub(crate) mtt: MttRange,
-    pub(crate) _ring: Arc<dyn DmaMemory>,
+    pub(crate) _ring: Ring,
     pub(crate) db: DbRecord,
 }
 
@@ -33,7 +35,7 @@ pub(crate) struct CqRec {
 #[derive(Debug)]
 pub(crate) struct SrqRec {
     pub(crate) mtt: MttRange,
-    pub(crate) _buf: Arc<dyn DmaMemory>,
+    pub(crate) _buf: Ring,
     pub(crate) db: DbRecord,
 }
 
@@ -48,7 +50,7 @@ pub(crate) struct QpRec {
     pub(crate) sq: Geometry,
     pub(crate) rq: Option<Geometry>,
     pub(crate) mtt: MttRange,
-    pub(crate) _buf: Arc<dyn DmaMemory>,
+    pub(crate) _buf: Ring,
     pub(crate) db: DbRecord,
     /// Attributes as modified so far (the merge of every modify).
     pub(crate) attrs: QpAttr,

@@ -178,7 +178,7 @@ pub fn owner(entry: &[u8]) -> bool {
 /// # Errors
 /// Too short, an unknown opcode for its direction, or a resize CQE (this driver never resizes
 /// in place).
-#[inline]
+#[inline(always)]
 pub fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
     let Ok((c, _)) = CqeLayout::read_from_prefix(entry) else {
         return Err(CqeError::Malformed {

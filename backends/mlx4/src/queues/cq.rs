@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use portverbs_hal::barrier;
 use portverbs_hal::dma::DmaMemory;
+
+use crate::dma::Ring;
 use portverbs_hal::error::CqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::CompletionQueue;
@@ -21,7 +23,7 @@ use crate::layout::uar::{CQ_DOORBELL, CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};
 #[derive(Debug)]
 pub(crate) struct Mlx4Cq {
     pub(crate) cqn: u32,
-    pub(crate) buf: Arc<dyn DmaMemory>,
+    pub(crate) buf: Ring,
     pub(crate) geom: Geometry,
     pub(crate) ci: u32,
     pub(crate) db: DbRecord,
@@ -36,7 +38,7 @@ impl Mlx4Cq {
     #[inline]
     fn tail_word(&self, counter: u32) -> Option<[u8; 8]> {
         let off = self.geom.offset(counter) + CQE_SIZE - 8;
-        self.buf.load_u64(off).ok().map(u64::to_ne_bytes)
+        self.buf.load8(off)
     }
 
     /// Marks every entry hardware-owned for pass 0 (facts §6.4 recommendation).
@@ -59,7 +61,7 @@ impl Mlx4Cq {
     /// After a resize command: copies the CQEs before the RESIZE CQE into `ring` one counter
     /// later (owner bits for the new geometry), switches to it, and returns the consumer
     /// counter to continue from (the first moved CQE). `None` while the RESIZE CQE has not appeared.
-    pub(crate) fn switch_to(&mut self, ring: Arc<dyn DmaMemory>, geom: Geometry) -> Option<u32> {
+    pub(crate) fn switch_to(&mut self, ring: Ring, geom: Geometry) -> Option<u32> {
         let mut c = self.ci;
         let mut moved = Vec::new();
         for _ in 0..self.geom.cnt {
@@ -69,7 +71,9 @@ impl Mlx4Cq {
             }
             barrier::from_device();
             let mut raw = [0u8; CQE_SIZE];
-            let _ = self.buf.read(self.geom.offset(c), &mut raw[..CQE_SIZE - 8]);
+            let _ = self
+                .buf
+                .read_into(self.geom.offset(c), &mut raw[..CQE_SIZE - 8]);
             raw[CQE_SIZE - 8..].copy_from_slice(&tail);
             if raw[CQE_SIZE - 1] & cqe::OPCODE_MASK == cqe::OPCODE_RESIZE {
                 for (n, mut e) in moved.into_iter().enumerate() {
@@ -105,22 +109,39 @@ impl CompletionQueue for Mlx4Cq {
         self.geom.cnt
     }
 
-    #[inline]
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError> {
-        let Some(tail) = self.tail_word(self.ci) else {
-            return Ok(None);
-        };
-        if (tail[7] & cqe::OWNER_MASK != 0) != self.geom.parity(self.ci) {
-            return Ok(None);
+        let mut one = [Cqe::default()];
+        match self.poll_batch(&mut one) {
+            (_, Some(e)) => Err(e),
+            (0, None) => Ok(None),
+            _ => Ok(Some(one[0])),
         }
-        barrier::from_device();
-        let mut raw = [0u8; CQE_SIZE];
-        let off = self.geom.offset(self.ci);
-        let _ = self.buf.read(off, &mut raw[..CQE_SIZE - 8]);
-        raw[CQE_SIZE - 8..].copy_from_slice(&tail);
-        let index = self.ci;
-        self.ci = self.ci.wrapping_add(1);
-        cqe::decode(&raw, self.cqn, index).map(Some)
+    }
+
+    fn poll_batch(&mut self, out: &mut [Cqe]) -> (usize, Option<CqeError>) {
+        let mut n = 0;
+        while n < out.len() {
+            let off = self.geom.offset(self.ci);
+            let Some(tail) = self.buf.load8(off + CQE_SIZE - 8) else {
+                break;
+            };
+            if (tail[7] & cqe::OWNER_MASK != 0) != self.geom.parity(self.ci) {
+                break;
+            }
+            barrier::from_device();
+            let head: [u8; CQE_SIZE - 8] = self.buf.read(off).unwrap_or([0; CQE_SIZE - 8]);
+            let mut raw = [0u8; CQE_SIZE];
+            raw[..CQE_SIZE - 8].copy_from_slice(&head);
+            raw[CQE_SIZE - 8..].copy_from_slice(&tail);
+            let index = self.ci;
+            self.ci = self.ci.wrapping_add(1);
+            match cqe::decode(&raw, self.cqn, index) {
+                Ok(c) => out[n] = c,
+                Err(e) => return (n, Some(e)),
+            }
+            n += 1;
+        }
+        (n, None)
     }
 
     #[inline]

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use portverbs_hal::barrier;
-use portverbs_hal::dma::DmaMemory;
+
+use crate::dma::Ring;
 use portverbs_hal::error::EqeError;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::mmio::Mmio;
@@ -18,7 +19,7 @@ use crate::layout::uar::{EQ_ARM, eq_doorbell};
 #[derive(Debug)]
 pub(crate) struct Mlx4Eq {
     pub(crate) eqn: u32,
-    pub(crate) buf: Arc<dyn DmaMemory>,
+    pub(crate) buf: Ring,
     pub(crate) geom: Geometry,
     pub(crate) ci: u32,
     pub(crate) bar2: Arc<dyn Mmio>,
@@ -27,7 +28,7 @@ pub(crate) struct Mlx4Eq {
 impl Mlx4Eq {
     fn owned(&self) -> Option<[u8; 8]> {
         let off = self.geom.offset(self.ci) + EQE_SIZE - 8;
-        let t = self.buf.load_u64(off).ok()?.to_ne_bytes();
+        let t = self.buf.load8(off)?;
         ((t[7] & 0x80 != 0) == self.geom.parity(self.ci)).then_some(t)
     }
 
@@ -50,7 +51,7 @@ impl EventQueue for Mlx4Eq {
         let mut raw = [0u8; EQE_SIZE];
         let _ = self
             .buf
-            .read(self.geom.offset(self.ci), &mut raw[..EQE_SIZE - 8]);
+            .read_into(self.geom.offset(self.ci), &mut raw[..EQE_SIZE - 8]);
         raw[EQE_SIZE - 8..].copy_from_slice(&tail);
         let index = self.ci;
         self.ci = self.ci.wrapping_add(1);

@@ -1,10 +1,9 @@
 //! The receive queue (facts §5.6): WQEs are arrays of data segments ended by the invalid-lkey
 //! terminator; the producer counter goes to the doorbell record, with no MMIO.
 
-use std::sync::Arc;
-
 use portverbs_hal::barrier;
-use portverbs_hal::dma::DmaMemory;
+
+use crate::dma::Ring;
 use portverbs_hal::error::WqeError;
 use portverbs_hal::queue::RecvQueue;
 use portverbs_hal::wr::Sge;
@@ -41,7 +40,7 @@ pub(crate) fn scatter(out: &mut [u8], sges: &[Sge], slots: usize) -> Result<usiz
 /// Host side of a QP's receive queue.
 #[derive(Debug)]
 pub(crate) struct Mlx4Rq {
-    pub(crate) buf: Arc<dyn DmaMemory>,
+    pub(crate) buf: Ring,
     pub(crate) geom: Geometry,
     pub(crate) max_sge: u32,
     pub(crate) db: DbRecord,

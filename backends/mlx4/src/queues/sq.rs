@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use portverbs_hal::barrier;
-use portverbs_hal::dma::DmaMemory;
+
+use crate::dma::Ring;
 use portverbs_hal::error::WqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::SendQueue;
@@ -33,7 +34,7 @@ pub(crate) struct BfReg {
 pub(crate) struct Mlx4Sq {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
-    pub(crate) buf: Arc<dyn DmaMemory>,
+    pub(crate) buf: Ring,
     pub(crate) geom: Geometry,
     pub(crate) spare: u32,
     pub(crate) max_sge: u32,
@@ -44,8 +45,8 @@ pub(crate) struct Mlx4Sq {
     pub(crate) bf: Option<BfReg>,
     pub(crate) bf_half: usize,
     pub(crate) fatal: Arc<AtomicBool>,
-    /// The WQE being built (one slot).
-    pub(crate) wqe: Box<[u8]>,
+    /// The WQE being built (at most one slot).
+    pub(crate) wqe: Box<WqeBuf>,
     /// ds of the WQE last written to each slot (for stamping).
     pub(crate) ds: Box<[u8]>,
     /// WQEs written since the last doorbell, and the size of the last one.
@@ -55,13 +56,21 @@ pub(crate) struct Mlx4Sq {
     pub(crate) last_counter: u32,
 }
 
-#[inline]
-fn put32(b: &mut [u8], at: usize, v: u32) {
+/// Bytes of the local WQE buffer: the largest stride (1024) plus room for BlueFlame's rounding
+/// up to 64 bytes, so that no store into it can fall outside.
+pub(crate) const WQE_BUF: usize = 1024 + 64;
+
+/// The WQE being built. A fixed-size array, so that stores at constant offsets need no
+/// run-time bounds check.
+pub(crate) type WqeBuf = [u8; WQE_BUF];
+
+#[inline(always)]
+fn put32(b: &mut WqeBuf, at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }
 
-#[inline]
-fn put64(b: &mut [u8], at: usize, v: u64) {
+#[inline(always)]
+fn put64(b: &mut WqeBuf, at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_be_bytes());
 }
 
@@ -71,10 +80,10 @@ impl Mlx4Sq {
     pub(crate) fn init_slots(&mut self) {
         let ds = (self.geom.stride() / 16).min(63) as u8;
         let mut slot = vec![0u8; self.geom.stride()];
-        put32(&mut slot, 0, ctrl::OWNER);
+        slot[..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
         slot[7] = ds;
         for b in (64..self.geom.stride()).step_by(64) {
-            put32(&mut slot, b, STAMP);
+            slot[b..b + 4].copy_from_slice(&STAMP.to_be_bytes());
         }
         for i in 0..self.geom.cnt {
             let _ = self.buf.write(self.geom.offset(i), &slot);
@@ -82,18 +91,20 @@ impl Mlx4Sq {
         self.ds.fill(ds);
     }
 
+    #[inline(always)]
     fn stamp(&self, counter: u32) {
         let slot = (counter & (self.geom.cnt - 1)) as usize;
         let ds = usize::from(self.ds[slot]);
         let off = self.geom.offset(counter);
         let mut b = 64;
         while b < ds * 16 {
-            let _ = self.buf.write(off + b, &STAMP.to_be_bytes());
+            let _ = self.buf.store4(off + b, STAMP.to_be_bytes());
             b += 64;
         }
     }
 
     /// Appends data segments; returns the new length.
+    #[inline(always)]
     fn data_segs(&mut self, mut at: usize, sges: &[Sge]) -> Result<usize, WqeError> {
         if sges.len() > self.max_sge as usize {
             return Err(WqeError::TooManySges {
@@ -113,6 +124,7 @@ impl Mlx4Sq {
 
     /// Appends inline data in segments that never cross a 64-byte boundary; returns the new
     /// length (not yet rounded).
+    #[inline(always)]
     fn inline(&mut self, mut at: usize, data: &[u8]) -> Result<usize, WqeError> {
         if data.len() > self.max_inline as usize {
             return Err(WqeError::InlineTooLarge {
@@ -134,6 +146,7 @@ impl Mlx4Sq {
         }
     }
 
+    #[inline(always)]
     fn encode(&mut self, wr: &SendWr<'_>) -> Result<(u8, u32, usize), WqeError> {
         let mut at = 16;
         let mut imm = 0;
@@ -169,7 +182,7 @@ impl Mlx4Sq {
             self.wqe[at + 40..at + 48].fill(0);
             at += 48;
         }
-        let raddr = |wqe: &mut [u8], at: usize, r: &portverbs_hal::wr::RemoteAddr| {
+        let raddr = |wqe: &mut WqeBuf, at: usize, r: &portverbs_hal::wr::RemoteAddr| {
             put64(wqe, at, r.addr);
             put32(wqe, at + 8, r.rkey);
             put32(wqe, at + 12, 0);
@@ -270,7 +283,8 @@ impl Mlx4Sq {
                 max: self.max_inline,
             });
         }
-        self.wqe[at..len].fill(0);
+        // Pad to 16 bytes (`at + 16` stays inside: `len` is at most a stride).
+        self.wqe[at..at + 16].fill(0);
         Ok((op, imm, len))
     }
 }
@@ -301,7 +315,7 @@ impl SendQueue for Mlx4Sq {
             0
         };
         put32(&mut self.wqe, 0, owner | u32::from(op));
-        self.wqe[4..7].fill(0);
+        self.wqe[4..7].copy_from_slice(&[0; 3]);
         self.wqe[7] = ds
             | if wr.flags.contains(SendFlags::FENCE) {
                 ctrl::FENCE
@@ -322,7 +336,9 @@ impl SendQueue for Mlx4Sq {
         // the WQE as soon as the owner bit is right.
         let _ = self.buf.write(off + 4, &self.wqe[4..len]);
         barrier::to_device();
-        let _ = self.buf.write(off, &self.wqe[..4]);
+        let _ = self
+            .buf
+            .store4(off, [self.wqe[0], self.wqe[1], self.wqe[2], self.wqe[3]]);
         self.ds[(counter & (self.geom.cnt - 1)) as usize] = ds;
         self.stamp(counter.wrapping_add(self.spare));
         self.batch += 1;
@@ -346,7 +362,11 @@ impl SendQueue for Mlx4Sq {
                 let fence_size = u32::from(self.wqe[7]);
                 put32(&mut self.wqe, 4, (self.qpn << 8) | fence_size);
                 let n = self.last_len.next_multiple_of(64);
-                self.wqe[self.last_len..n].fill(0);
+                let mut pad = self.last_len;
+                while pad < n {
+                    self.wqe[pad..pad + 16].fill(0);
+                    pad += 16;
+                }
                 let _ = self.bar2.write_wc(bf.offset + self.bf_half, &self.wqe[..n]);
                 self.bf_half ^= bf.half;
                 return;

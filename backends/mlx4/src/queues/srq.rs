@@ -2,10 +2,9 @@
 //! list that software and the HCA both follow. The driver keeps its own copy of the links (it
 //! never reads them back from DMA memory) and one WQE back as the list tail.
 
-use std::sync::Arc;
-
 use portverbs_hal::barrier;
-use portverbs_hal::dma::DmaMemory;
+
+use crate::dma::Ring;
 use portverbs_hal::error::WqeError;
 use portverbs_hal::queue::SharedRecvQueue;
 use portverbs_hal::wr::Sge;
@@ -18,7 +17,7 @@ use crate::doorbell::DbRecord;
 #[derive(Debug)]
 pub(crate) struct Mlx4Srq {
     pub(crate) srqn: u32,
-    pub(crate) buf: Arc<dyn DmaMemory>,
+    pub(crate) buf: Ring,
     pub(crate) geom: Geometry,
     pub(crate) max_sge: u32,
     pub(crate) db: DbRecord,

@@ -1,0 +1,222 @@
+//! Direct access to the driver's own rings and doorbell records: the one module of this crate
+//! with `unsafe` code (DESIGN.md §6: `unsafe` lives in named `mmio`/`dma`/`sys` modules).
+//!
+//! Every other part of the driver reaches DMA memory through the HAL's [`DmaMemory`] copies:
+//! a trait-object call, a bounds check and a `memcpy` per access. The hot paths (a WQE, its
+//! ownership dword and its stamp per post; an owner byte and a CQE per poll; the set_ci record)
+//! made a dozen such calls per operation. [`Ring`] keeps the region's host base address and
+//! length instead and does the same bounds-checked raw copies and atomic loads inline. It never
+//! makes a Rust reference into the region.
+//!
+//! Raw access needs a promise the safe [`DmaMemory`] trait cannot carry, so the PCI seam hands
+//! out [`HostMapped`] regions: an `unsafe` trait whose implementors (the VFIO function's
+//! IOMMU-mapped memory, the emulated HCA's memory) vouch for the host mapping.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use portverbs_hal::dma::DmaMemory;
+
+/// DMA memory whose host mapping the driver may read and write through raw pointers.
+///
+/// # Safety
+/// For as long as the value lives, `host_addr()..host_addr() + len()` must be memory of this
+/// process that is valid for reads and writes, never moves, is at least 8-byte aligned, and is
+/// never covered by a Rust reference (other parties — the device, the region's own
+/// [`DmaMemory`] methods — reach it only through raw pointers or atomics, as this module does).
+pub unsafe trait HostMapped: DmaMemory {}
+
+#[cfg(target_os = "linux")]
+// SAFETY: a VfioDma owns an anonymous shared mapping (`MmapRaw`) of at least `len()` bytes at
+// `host_addr()`, page aligned, unmapped only when the value drops; its own accessors use raw
+// copies and atomics. Unmapping it from the IOMMU leaves the host mapping in place.
+unsafe impl HostMapped for portverbs_vfio::VfioDma {}
+
+/// A DMA region plus its raw base, for hot-path access. Cloning shares the region.
+#[derive(Clone)]
+pub(crate) struct Ring {
+    mem: Arc<dyn HostMapped>,
+    /// `mem.host_addr()`, kept as an integer so that the type stays `Send + Sync` without
+    /// further `unsafe`.
+    base: usize,
+    len: usize,
+}
+
+impl fmt::Debug for Ring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field(
+                "device_addr",
+                &format_args!("{:#x}", self.mem.device_addr()),
+            )
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Ring {
+    pub(crate) fn new(mem: Arc<dyn HostMapped>) -> Self {
+        Self {
+            base: mem.host_addr() as usize,
+            len: mem.len(),
+            mem,
+        }
+    }
+
+    /// The region, for commands (bus address, MTT entries) and cold-path copies.
+    pub(crate) fn mem(&self) -> &dyn DmaMemory {
+        &*self.mem
+    }
+
+    /// Whether `offset..offset + len` lies inside the region.
+    #[inline(always)]
+    fn fits(&self, offset: usize, len: usize) -> bool {
+        offset <= self.len && len <= self.len - offset
+    }
+
+    /// Copies `src` into the region at `offset`; false (and nothing written) when it does not fit.
+    #[inline(always)]
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) -> bool {
+        if !self.fits(offset, src.len()) {
+            return false;
+        }
+        // SAFETY: `offset..offset + src.len()` is inside the region (checked above), which
+        // `HostMapped` guarantees is live, writable and never referenced; `src` is ordinary
+        // memory, so the ranges cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), (self.base + offset) as *mut u8, src.len());
+        }
+        true
+    }
+
+    /// Stores the 4 bytes `bytes` at `offset` as one aligned store (an ownership dword or a
+    /// stamp must not tear); false when it does not fit or is misaligned.
+    #[inline(always)]
+    pub(crate) fn store4(&self, offset: usize, bytes: [u8; 4]) -> bool {
+        if !self.fits(offset, 4) || offset % 4 != 0 {
+            return false;
+        }
+        // SAFETY: in bounds and 4-byte aligned (the base is 8-byte aligned, `HostMapped`);
+        // a volatile store is neither elided nor split.
+        unsafe {
+            std::ptr::write_volatile((self.base + offset) as *mut u32, u32::from_ne_bytes(bytes))
+        };
+        true
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the region; false (and `dst` untouched) when
+    /// they are not inside it.
+    #[inline(always)]
+    pub(crate) fn read_into(&self, offset: usize, dst: &mut [u8]) -> bool {
+        if !self.fits(offset, dst.len()) {
+            return false;
+        }
+        // SAFETY: in bounds of a live region; `dst` is ordinary, exclusively borrowed memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.base + offset) as *const u8,
+                dst.as_mut_ptr(),
+                dst.len(),
+            );
+        }
+        true
+    }
+
+    /// Copies `N` bytes at `offset` out of the region.
+    #[inline(always)]
+    pub(crate) fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
+        if !self.fits(offset, N) {
+            return None;
+        }
+        let mut out = [0u8; N];
+        // SAFETY: in bounds of a live region; `out` is a local array.
+        unsafe {
+            std::ptr::copy_nonoverlapping((self.base + offset) as *const u8, out.as_mut_ptr(), N);
+        }
+        Some(out)
+    }
+
+    /// Acquire-loads the naturally aligned 8 bytes at `offset` (an entry's ownership word: what
+    /// is read after it is at least as new).
+    #[inline(always)]
+    pub(crate) fn load8(&self, offset: usize) -> Option<[u8; 8]> {
+        if !self.fits(offset, 8) || offset % 8 != 0 {
+            return None;
+        }
+        // SAFETY: in bounds and 8-byte aligned inside a live region that nothing references;
+        // the device writes it concurrently, hence an atomic.
+        let word = unsafe { AtomicU64::from_ptr((self.base + offset) as *mut u64) };
+        Some(word.load(Ordering::Acquire).to_ne_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A heap region for the tests (the crate's real regions come from the PCI seam).
+    #[derive(Debug)]
+    struct Heap(Box<[AtomicU64]>);
+
+    impl DmaMemory for Heap {
+        fn len(&self) -> usize {
+            self.0.len() * 8
+        }
+        fn host_addr(&self) -> u64 {
+            self.0.as_ptr() as u64
+        }
+        fn device_addr(&self) -> u64 {
+            0x1000
+        }
+        fn read(&self, _: usize, _: &mut [u8]) -> Result<(), portverbs_hal::DmaError> {
+            unimplemented!("not used by Ring")
+        }
+        fn write(&self, _: usize, _: &[u8]) -> Result<(), portverbs_hal::DmaError> {
+            unimplemented!("not used by Ring")
+        }
+        fn fill(&self, _: usize, _: usize, _: u8) -> Result<(), portverbs_hal::DmaError> {
+            unimplemented!("not used by Ring")
+        }
+        fn load_u64(&self, _: usize) -> Result<u64, portverbs_hal::DmaError> {
+            unimplemented!("not used by Ring")
+        }
+        fn store_u64(&self, _: usize, _: u64) -> Result<(), portverbs_hal::DmaError> {
+            unimplemented!("not used by Ring")
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn into_any_arc(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+            self
+        }
+    }
+
+    // SAFETY: the boxed atomics live as long as the value, are 8-byte aligned and only reached
+    // through raw pointers by `Ring`.
+    unsafe impl HostMapped for Heap {}
+
+    fn ring(words: usize) -> Ring {
+        Ring::new(Arc::new(Heap(
+            (0..words).map(|_| AtomicU64::new(0)).collect(),
+        )))
+    }
+
+    #[test]
+    fn accesses_round_trip_and_stay_inside() {
+        let r = ring(4);
+        assert!(r.write(3, &[1, 2, 3]));
+        assert_eq!(r.read::<4>(2), Some([0, 1, 2, 3]));
+        assert!(r.store4(8, [9, 8, 7, 6]));
+        assert_eq!(r.load8(8), Some([9, 8, 7, 6, 0, 0, 0, 0]));
+        assert!(!r.write(30, &[0; 3]), "past the end");
+        assert!(!r.write(usize::MAX, &[0]), "overflowing offset");
+        assert!(r.write(32, &[]), "an empty copy at the end fits");
+        assert!(!r.store4(30, [0; 4]), "past the end");
+        assert!(!r.store4(2, [0; 4]), "misaligned");
+        assert_eq!(r.read::<8>(25), None);
+        assert_eq!(r.load8(4), None, "misaligned");
+        assert_eq!(r.load8(32), None, "past the end");
+    }
+}
