@@ -119,19 +119,31 @@ fn a_corrupt_cqe_is_refused_not_trusted() {
             ..AddressVector::default()
         })
         .unwrap();
+    // Nobody has 10.9.0.2: each datagram is lost, but its send completes. The middle one's CQE
+    // is corrupted; all three are polled in one batch.
+    let send = |id: u64| {
+        let wr = SendWr::new(id, SendOp::Send)
+            .inline(b"hello")
+            .signaled()
+            .ud(UdDest {
+                av: ah.av(),
+                remote_qpn: 2,
+                remote_qkey: 7,
+            });
+        qp.post_send(&[wr]).unwrap();
+        fabric.run_until_idle().unwrap();
+    };
+    send(1);
     model.corrupt_next_cqe();
-    // Nobody has 10.9.0.2: the datagram is lost, but its send completes (corrupted).
-    let wr = SendWr::new(1, SendOp::Send)
-        .inline(b"hello")
-        .signaled()
-        .ud(UdDest {
-            av: ah.av(),
-            remote_qpn: 2,
-            remote_qkey: 7,
-        });
-    qp.post_send(&[wr]).unwrap();
-    fabric.run_until_idle().unwrap();
+    send(2);
+    send(3);
     let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(
+        cq.poll(&mut wc).unwrap(),
+        1,
+        "the good CQE before the bad one"
+    );
+    assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
     let r = cq.poll(&mut wc);
     assert!(
         matches!(
@@ -142,6 +154,15 @@ fn a_corrupt_cqe_is_refused_not_trusted() {
         ),
         "{r:?}"
     );
+    // The bad entry was consumed; the CQE after it still completes (retiring the unsignalled
+    // predecessor whose completion was lost).
+    assert_eq!(
+        cq.poll(&mut wc).unwrap(),
+        1,
+        "the good CQE after the bad one"
+    );
+    assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::Success));
+    assert_eq!(cq.poll(&mut wc).unwrap(), 0);
 }
 
 #[test]
