@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use portverbs_hal::barrier;
 use portverbs_hal::dma::DmaMemory;
-
-use crate::dma::Ring;
 use portverbs_hal::error::CqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::CompletionQueue;
 use portverbs_hal::wc::Cqe;
 
 use super::Geometry;
+use crate::dma::Ring;
 use crate::doorbell::DbRecord;
 use crate::layout::cqe::{self, CQE_SIZE};
 use crate::layout::uar::{CQ_DOORBELL, CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};

@@ -4,14 +4,13 @@
 use std::sync::Arc;
 
 use portverbs_hal::barrier;
-
-use crate::dma::Ring;
 use portverbs_hal::error::EqeError;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::EventQueue;
 
 use super::Geometry;
+use crate::dma::Ring;
 use crate::layout::eqe::{self, EQE_SIZE};
 use crate::layout::uar::{EQ_ARM, eq_doorbell};
 

@@ -2,13 +2,12 @@
 //! terminator; the producer counter goes to the doorbell record, with no MMIO.
 
 use portverbs_hal::barrier;
-
-use crate::dma::Ring;
 use portverbs_hal::error::WqeError;
 use portverbs_hal::queue::RecvQueue;
 use portverbs_hal::wr::Sge;
 
 use super::Geometry;
+use crate::dma::Ring;
 use crate::doorbell::DbRecord;
 use crate::layout::wqe::{INLINE_SEG, INVALID_LKEY};
 

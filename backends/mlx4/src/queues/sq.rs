@@ -5,8 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use portverbs_hal::barrier;
-
-use crate::dma::Ring;
 use portverbs_hal::error::WqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::SendQueue;
@@ -14,6 +12,7 @@ use portverbs_hal::types::{AccessFlags, MwType, QpType};
 use portverbs_hal::wr::{Payload, SendFlags, SendOp, SendWr, Sge};
 
 use super::Geometry;
+use crate::dma::Ring;
 use crate::layout::uar::SEND_DOORBELL;
 use crate::layout::wqe::{INLINE_ALIGN, INLINE_SEG, STAMP, bind, ctrl, opcode};
 

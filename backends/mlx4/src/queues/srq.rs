@@ -3,14 +3,13 @@
 //! never reads them back from DMA memory) and one WQE back as the list tail.
 
 use portverbs_hal::barrier;
-
-use crate::dma::Ring;
 use portverbs_hal::error::WqeError;
 use portverbs_hal::queue::SharedRecvQueue;
 use portverbs_hal::wr::Sge;
 
 use super::Geometry;
 use super::rq::scatter;
+use crate::dma::Ring;
 use crate::doorbell::DbRecord;
 
 /// Host side of an SRQ.
