@@ -12,10 +12,26 @@ use portverbs_hal::device::{
 use portverbs_hal::dma::{DmaError, DmaMemory};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
-use portverbs_hal::queue::{CompletionQueue, EventQueue, SharedRecvQueue};
+use portverbs_hal::queue::EventQueue;
 use portverbs_hal::types::MwType;
 use portverbs_mlx4::Mlx4Device;
 use portverbs_soft::SoftDevice;
+
+use crate::any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
+
+/// A backend's QP resources with its queue objects wrapped in the facade's enums.
+fn wrap<S, R>(
+    r: QpResources<S, R>,
+    sq: impl FnOnce(S) -> AnySq,
+    rq: impl FnOnce(R) -> AnyRq,
+) -> QpResources<AnySq, AnyRq> {
+    QpResources {
+        qpn: r.qpn,
+        caps: r.caps,
+        sq: sq(r.sq),
+        rq: r.rq.map(rq),
+    }
+}
 
 /// A device of any backend.
 #[derive(Debug, Clone)]
@@ -69,6 +85,11 @@ macro_rules! forward {
 }
 
 impl Device for AnyDevice {
+    type Sq = AnySq;
+    type Rq = AnyRq;
+    type Srq = AnySrq;
+    type Cq = AnyCq;
+
     fn info(&self) -> &DeviceInfo {
         forward!(self, d => d.info())
     }
@@ -113,27 +134,32 @@ impl Device for AnyDevice {
         forward!(self, d => d.destroy_eq(eqn).await)
     }
 
-    async fn create_cq(&self, params: CqParams) -> Result<Box<dyn CompletionQueue>, CommandError> {
-        forward!(self, d => d.create_cq(params).await)
+    async fn create_cq(&self, params: CqParams) -> Result<AnyCq, CommandError> {
+        match self {
+            Self::Soft(d) => d.create_cq(params).await.map(AnyCq::Soft),
+            Self::Mlx4(d) => d.create_cq(params).await.map(AnyCq::Mlx4),
+        }
     }
 
-    async fn resize_cq(
-        &self,
-        cq: &mut dyn CompletionQueue,
-        entries: u32,
-    ) -> Result<(), CommandError> {
-        forward!(self, d => d.resize_cq(cq, entries).await)
+    async fn resize_cq(&self, cq: &mut AnyCq, entries: u32) -> Result<(), CommandError> {
+        match (self, cq) {
+            (Self::Soft(d), AnyCq::Soft(cq)) => d.resize_cq(cq, entries).await,
+            (Self::Mlx4(d), AnyCq::Mlx4(cq)) => d.resize_cq(cq, entries).await,
+            _ => Err(CommandError::InvalidArgument {
+                what: "CQ belongs to another device".into(),
+            }),
+        }
     }
 
     async fn destroy_cq(&self, cqn: u32) -> Result<(), CommandError> {
         forward!(self, d => d.destroy_cq(cqn).await)
     }
 
-    async fn create_srq(
-        &self,
-        params: SrqParams,
-    ) -> Result<Box<dyn SharedRecvQueue>, CommandError> {
-        forward!(self, d => d.create_srq(params).await)
+    async fn create_srq(&self, params: SrqParams) -> Result<AnySrq, CommandError> {
+        match self {
+            Self::Soft(d) => d.create_srq(params).await.map(AnySrq::Soft),
+            Self::Mlx4(d) => d.create_srq(params).await.map(AnySrq::Mlx4),
+        }
     }
 
     async fn modify_srq(&self, srqn: u32, change: SrqModify) -> Result<(), CommandError> {
@@ -144,8 +170,20 @@ impl Device for AnyDevice {
         forward!(self, d => d.destroy_srq(srqn).await)
     }
 
-    async fn create_qp(&self, params: QpCreateParams) -> Result<QpResources, CommandError> {
-        forward!(self, d => d.create_qp(params).await)
+    async fn create_qp(
+        &self,
+        params: QpCreateParams,
+    ) -> Result<QpResources<AnySq, AnyRq>, CommandError> {
+        match self {
+            Self::Soft(d) => d
+                .create_qp(params)
+                .await
+                .map(|r| wrap(r, AnySq::Soft, AnyRq::Soft)),
+            Self::Mlx4(d) => d
+                .create_qp(params)
+                .await
+                .map(|r| wrap(r, AnySq::Mlx4, AnyRq::Mlx4)),
+        }
     }
 
     async fn modify_qp(

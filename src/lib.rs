@@ -28,11 +28,13 @@
 //! this crate re-exports as [`linux`] on Linux.
 
 mod any;
+mod any_queue;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
 pub use any::AnyDevice;
+pub use any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
 pub use portverbs_hal as hal;
 pub use portverbs_mlx4 as mlx4;
 pub use portverbs_mlx4_model as mlx4_model;

@@ -19,7 +19,7 @@ use crate::device::{
 };
 use crate::error::CommandError;
 use crate::notify::InterruptSink;
-use crate::queue::{CompletionQueue, EventQueue, SharedRecvQueue};
+use crate::queue::EventQueue;
 use crate::types::MwType;
 
 struct ThreadWaker(Thread);
@@ -78,26 +78,16 @@ pub trait BlockingDevice: Device {
     fn destroy_eq_blocking(&self, eqn: u32) -> Result<(), CommandError> {
         block_on(self.destroy_eq(eqn))
     }
-    fn create_cq_blocking(
-        &self,
-        params: CqParams,
-    ) -> Result<Box<dyn CompletionQueue>, CommandError> {
+    fn create_cq_blocking(&self, params: CqParams) -> Result<Self::Cq, CommandError> {
         block_on(self.create_cq(params))
     }
-    fn resize_cq_blocking(
-        &self,
-        cq: &mut dyn CompletionQueue,
-        entries: u32,
-    ) -> Result<(), CommandError> {
+    fn resize_cq_blocking(&self, cq: &mut Self::Cq, entries: u32) -> Result<(), CommandError> {
         block_on(self.resize_cq(cq, entries))
     }
     fn destroy_cq_blocking(&self, cqn: u32) -> Result<(), CommandError> {
         block_on(self.destroy_cq(cqn))
     }
-    fn create_srq_blocking(
-        &self,
-        params: SrqParams,
-    ) -> Result<Box<dyn SharedRecvQueue>, CommandError> {
+    fn create_srq_blocking(&self, params: SrqParams) -> Result<Self::Srq, CommandError> {
         block_on(self.create_srq(params))
     }
     fn modify_srq_blocking(&self, srqn: u32, change: SrqModify) -> Result<(), CommandError> {
@@ -106,7 +96,10 @@ pub trait BlockingDevice: Device {
     fn destroy_srq_blocking(&self, srqn: u32) -> Result<(), CommandError> {
         block_on(self.destroy_srq(srqn))
     }
-    fn create_qp_blocking(&self, params: QpCreateParams) -> Result<QpResources, CommandError> {
+    fn create_qp_blocking(
+        &self,
+        params: QpCreateParams,
+    ) -> Result<QpResources<Self::Sq, Self::Rq>, CommandError> {
         block_on(self.create_qp(params))
     }
     fn modify_qp_blocking(

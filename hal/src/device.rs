@@ -88,18 +88,22 @@ pub struct QpCreateParams {
     pub caps: QpCaps,
 }
 
-/// A created queue pair: its number, what was granted, and its hot-path queue objects.
+/// A created queue pair: its number, what was granted, and its hot-path queue objects (the
+/// device's [`LocalDevice::Sq`] and [`LocalDevice::Rq`]).
 #[derive(Debug)]
-pub struct QpResources {
+pub struct QpResources<S, R> {
     /// QP number.
     pub qpn: u32,
     /// Granted capacities (≥ requested).
     pub caps: QpCaps,
     /// Send queue.
-    pub sq: Box<dyn SendQueue>,
+    pub sq: S,
     /// Own receive queue (`None` with an SRQ).
-    pub rq: Option<Box<dyn RecvQueue>>,
+    pub rq: Option<R>,
 }
+
+/// The [`QpResources`] of device type `D`.
+pub type QpResourcesOf<D> = QpResources<<D as Device>::Sq, <D as Device>::Rq>;
 
 /// Parameters of a memory registration.
 #[derive(Debug, Clone)]
@@ -152,6 +156,21 @@ pub struct MwKeys {
 /// The command interface of an RDMA device. See the module documentation.
 #[trait_variant::make(Device: Send)]
 pub trait LocalDevice: Send + Sync + 'static {
+    /// The send-queue object of this device's QPs. The hot-path queue objects are associated
+    /// types, not trait objects: verbs-core's post and poll paths are compiled per device type,
+    /// so the backend's encoder and decoder inline into them with no indirect call. A facade
+    /// that picks its backend at run time makes these enums over the backends' types.
+    type Sq: SendQueue + 'static;
+
+    /// The receive-queue object of this device's QPs.
+    type Rq: RecvQueue + 'static;
+
+    /// The shared-receive-queue object.
+    type Srq: SharedRecvQueue + 'static;
+
+    /// The completion-queue object.
+    type Cq: CompletionQueue + 'static;
+
     /// Static identity (no command needed).
     fn info(&self) -> &DeviceInfo;
 
@@ -190,21 +209,16 @@ pub trait LocalDevice: Send + Sync + 'static {
     async fn destroy_eq(&self, eqn: u32) -> Result<(), CommandError>;
 
     /// Creates a completion queue.
-    async fn create_cq(&self, params: CqParams) -> Result<Box<dyn CompletionQueue>, CommandError>;
+    async fn create_cq(&self, params: CqParams) -> Result<Self::Cq, CommandError>;
 
     /// Resizes a completion queue, keeping unpolled completions.
-    async fn resize_cq(
-        &self,
-        cq: &mut dyn CompletionQueue,
-        entries: u32,
-    ) -> Result<(), CommandError>;
+    async fn resize_cq(&self, cq: &mut Self::Cq, entries: u32) -> Result<(), CommandError>;
 
     /// Destroys a completion queue (no QP uses it any more).
     async fn destroy_cq(&self, cqn: u32) -> Result<(), CommandError>;
 
     /// Creates a shared receive queue.
-    async fn create_srq(&self, params: SrqParams)
-    -> Result<Box<dyn SharedRecvQueue>, CommandError>;
+    async fn create_srq(&self, params: SrqParams) -> Result<Self::Srq, CommandError>;
 
     /// Changes an SRQ (size, limit arming).
     async fn modify_srq(&self, srqn: u32, change: SrqModify) -> Result<(), CommandError>;
@@ -213,7 +227,10 @@ pub trait LocalDevice: Send + Sync + 'static {
     async fn destroy_srq(&self, srqn: u32) -> Result<(), CommandError>;
 
     /// Creates a queue pair in RESET.
-    async fn create_qp(&self, params: QpCreateParams) -> Result<QpResources, CommandError>;
+    async fn create_qp(
+        &self,
+        params: QpCreateParams,
+    ) -> Result<QpResources<Self::Sq, Self::Rq>, CommandError>;
 
     /// Modifies a queue pair. The core has already checked the transition and the attribute
     /// mask against the IBTA table; `attr.cur_qp_state` is the state the core believes current.

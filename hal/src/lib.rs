@@ -59,7 +59,7 @@ pub use caps::{
 };
 pub use device::{
     CqParams, Device, EqKind, EqParams, LocalDevice, MrKeys, MrParams, MrRereg, MwKeys,
-    QpCreateParams, QpResources, SrqModify, SrqParams,
+    QpCreateParams, QpResources, QpResourcesOf, SrqModify, SrqParams,
 };
 pub use dma::{DmaError, DmaMemory};
 pub use error::{CommandError, CqeError, EqeError, WqeError};

@@ -2,16 +2,17 @@
 //! plus doorbells), shared receive queues, completion queues (CQE decoding with ownership checks,
 //! consumer-index record, arming) and event queues.
 //!
-//! They are trait objects (`Box<dyn SendQueue>` …) so that a run-time choice of backend costs one
-//! indirect call per operation and no generic code in applications. The core serialises calls on
-//! one object (each sits behind the owning queue's own lock); objects never share a lock with
-//! other queues, and none of these methods may allocate.
+//! A device names its concrete types as associated types of [`crate::device::LocalDevice`]
+//! (`Sq`, `Rq`, `Srq`, `Cq`), so the core's post and poll loops are compiled per device type and
+//! the backend's encoder/decoder inline into them (no indirect call per work request or
+//! completion). The traits stay object-safe, and event queues (a cold path) are trait objects.
+//! The core serialises calls on one object (each sits behind the owning queue's own lock);
+//! objects never share a lock with other queues, and none of these methods may allocate.
 //!
 //! Counters are free-running `u32`s owned by the core for work queues (it decides which slot the
 //! next WQE goes to, and retires WQEs from completions) and by the queue object for completion
 //! and event queues.
 
-use std::any::Any;
 use std::fmt::Debug;
 
 use crate::error::{CqeError, EqeError, WqeError};
@@ -147,9 +148,6 @@ pub trait CompletionQueue: Send + Debug {
     /// Tells the queue that a completion event for it was delivered (mlx4 bumps its arm sequence
     /// number here).
     fn event_delivered(&mut self);
-
-    /// The concrete type, for the backend's own commands (resize).
-    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 /// An event queue.

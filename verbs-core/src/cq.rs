@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use portverbs_hal::device::{CqParams, Device};
 use portverbs_hal::error::CqeError;
-use portverbs_hal::queue::CompletionQueue;
+use portverbs_hal::queue::{CompletionQueue, SharedRecvQueue};
 use portverbs_hal::wc::Cqe;
 use portverbs_hal::{BlockingDevice, block_on};
 
@@ -48,18 +48,18 @@ impl<D: Device> Default for CqInit<'_, D> {
 /// Completions taken from the device per indirect call.
 const POLL_BATCH: usize = 16;
 
-pub(crate) struct PollState {
-    pub(crate) hw: Box<dyn CompletionQueue>,
-    pub(crate) qps: HashMap<u32, Arc<QpShared>>,
-    last: Option<Arc<QpShared>>,
+pub(crate) struct PollState<C, S> {
+    pub(crate) hw: C,
+    pub(crate) qps: HashMap<u32, Arc<QpShared<S>>>,
+    last: Option<Arc<QpShared<S>>>,
     /// Completions taken out of the ring while cleaning up after a destroyed or reset QP.
     backlog: VecDeque<WorkCompletion>,
     pending_error: Option<PollError>,
 }
 
-impl PollState {
+impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
     #[inline]
-    fn lookup(&mut self, qpn: u32) -> Option<&QpShared> {
+    fn lookup(&mut self, qpn: u32) -> Option<&QpShared<S>> {
         // Completions come in runs of one QP: remember the last one (no reference count is
         // touched on a hit).
         if self.last.as_ref().is_none_or(|q| q.qpn != qpn) {
@@ -169,7 +169,7 @@ pub(crate) struct CqInner<D: Device> {
     pub(crate) ctx: Arc<ContextInner<D>>,
     pub(crate) cqn: u32,
     eq: Arc<EqShared<D>>,
-    pub(crate) poll: Mutex<PollState>,
+    pub(crate) poll: Mutex<PollState<D::Cq, D::Srq>>,
     notify: Mutex<NotifyState>,
     channel: Option<Weak<ChannelInner<D>>>,
     reported: AtomicU64,
@@ -454,7 +454,7 @@ impl<D: Device> Cq<D> {
         }
         // The command runs with the poll lock held: nobody may poll a ring being replaced.
         ctx.device()
-            .resize_cq_blocking(g.hw.as_mut(), entries)
+            .resize_cq_blocking(&mut g.hw, entries)
             .map_err(CqError::Device)?;
         self.inner.depth.store(g.hw.depth(), Ordering::Relaxed);
         Ok(())

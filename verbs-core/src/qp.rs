@@ -54,15 +54,15 @@ pub struct QpInit<'a, D: Device> {
     pub sq_sig_all: bool,
 }
 
-struct SqState {
-    hw: Box<dyn SendQueue>,
+struct SqState<S> {
+    hw: S,
     head: u32,
     /// Outstanding requests allowed: the device queue's depth capped by the granted capacity.
     depth: u32,
 }
 
-struct RqState {
-    hw: Box<dyn RecvQueue>,
+struct RqState<R> {
+    hw: R,
     head: u32,
 }
 
@@ -78,9 +78,9 @@ pub(crate) struct QpInner<D: Device> {
     state: AtomicU8,
     attr: Mutex<QpAttr>,
     modifying: AtomicBool,
-    sq: Mutex<SqState>,
-    rq: Option<Mutex<RqState>>,
-    shared: Arc<QpShared>,
+    sq: Mutex<SqState<D::Sq>>,
+    rq: Option<Mutex<RqState<D::Rq>>>,
+    shared: Arc<QpShared<D::Srq>>,
 }
 
 /// A queue pair (`struct ibv_qp`). Cheap to clone.

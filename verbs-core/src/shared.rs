@@ -110,18 +110,18 @@ impl WrRing {
 
 /// An SRQ's slots: the device picks a free slot per WQE and reports it in the completion.
 #[derive(Debug)]
-pub(crate) struct SrqShared {
+pub(crate) struct SrqShared<S> {
     pub(crate) srqn: u32,
     /// Usable slots.
     pub(crate) depth: u32,
     pub(crate) wr_ids: Box<[AtomicU64]>,
     /// Slot is posted and not completed.
     pub(crate) busy: Box<[std::sync::atomic::AtomicBool]>,
-    pub(crate) hw: Mutex<Box<dyn SharedRecvQueue>>,
+    pub(crate) hw: Mutex<S>,
 }
 
-impl SrqShared {
-    pub(crate) fn new(hw: Box<dyn SharedRecvQueue>) -> Self {
+impl<S: SharedRecvQueue> SrqShared<S> {
+    pub(crate) fn new(hw: S) -> Self {
         let n = hw.slots().max(hw.depth()) as usize;
         Self {
             srqn: hw.srqn(),
@@ -151,11 +151,11 @@ impl SrqShared {
 
 /// What a CQ needs to know about a QP attached to it.
 #[derive(Debug)]
-pub(crate) struct QpShared {
+pub(crate) struct QpShared<S> {
     pub(crate) qpn: u32,
     pub(crate) sq: WrRing,
     pub(crate) rq: Option<WrRing>,
-    pub(crate) srq: Option<Arc<SrqShared>>,
+    pub(crate) srq: Option<Arc<SrqShared<S>>>,
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use portverbs_hal::device::{Device, SrqModify, SrqParams};
+use portverbs_hal::queue::SharedRecvQueue;
 use portverbs_hal::{BlockingDevice, block_on};
 
 use crate::context::lock;
@@ -27,7 +28,7 @@ pub struct SrqInit {
 
 pub(crate) struct SrqInner<D: Device> {
     pub(crate) pd: Pd<D>,
-    pub(crate) shared: Arc<SrqShared>,
+    pub(crate) shared: Arc<SrqShared<D::Srq>>,
     limit: AtomicU32,
     max_sge: u32,
 }

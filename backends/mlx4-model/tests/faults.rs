@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use portverbs_hal::error::CqeError;
 use portverbs_hal::event::{DeviceEvent, QpEventKind};
 use portverbs_hal::mmio::MmioError;
+use portverbs_hal::queue::SendQueue;
 use portverbs_hal::types::{Gid, QpType};
 use portverbs_hal::wc::WcStatus;
 use portverbs_hal::wr::{SendOp, SendWr, Sge};

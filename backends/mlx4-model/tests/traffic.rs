@@ -7,6 +7,7 @@ mod util;
 use std::sync::Arc;
 
 use portverbs_hal::event::{CqErrorSyndrome, DeviceEvent};
+use portverbs_hal::queue::{RecvQueue, SendQueue};
 use portverbs_hal::types::{Gid, QpType};
 use portverbs_hal::wc::{WcFlags, WcOpcode, WcStatus};
 use portverbs_hal::wr::{RemoteAddr, SendOp, SendWr, Sge};
@@ -111,7 +112,7 @@ fn rc_between_the_model_and_a_soft_device() {
     qp.post_send(wop::SEND, SIGNALED, 0, &data_seg(3000, r.mr.key, r.mr.addr));
     r.d.send_doorbell(0x48);
     fabric.run_until_idle().unwrap();
-    let got = drain(p.cq.as_mut());
+    let got = drain(&mut p.cq);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 3000));
     let mut back = vec![0u8; 3000];
@@ -150,7 +151,7 @@ fn rc_between_the_model_and_a_soft_device() {
     let mut got = [0u8; 20];
     r.mr.buf.read(8192, &mut got).unwrap();
     assert_eq!(&got, b"from the soft device");
-    drain(p.cq.as_mut());
+    drain(&mut p.cq);
 
     // Model → soft: an 8-byte inline RDMA WRITE through BlueFlame (facts §10.1: ds = 3).
     let mut segs = raddr(p.addr + 100, p.rkey).to_vec();
@@ -256,7 +257,7 @@ fn ud_both_ways() {
     qp.post_send(wop::SEND, SIGNALED, 0, &segs);
     r.d.send_doorbell(0x49);
     fabric.run_until_idle().unwrap();
-    let got = drain(p.cq.as_mut());
+    let got = drain(&mut p.cq);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!((got[0].byte_len, got[0].src_qp), (40 + 9, 0x49));
     let mut b = [0u8; 9];
@@ -349,7 +350,7 @@ fn stamped_and_unowned_wqes_wait() {
     r.d.send_doorbell(0x4a);
     fabric.run_until_idle().unwrap();
     assert!(r.cq.ok().is_empty());
-    assert_eq!(drain(p.cq.as_mut()).len(), 0);
+    assert_eq!(drain(&mut p.cq).len(), 0);
 }
 
 #[test]
@@ -568,7 +569,7 @@ fn memory_window_bind_and_reg_bound() {
     p.qp.sq.write_wqe(0, &wr, true).unwrap();
     p.qp.sq.ring_doorbell(1);
     fabric.run_until_idle().unwrap();
-    assert_eq!(drain(p.cq.as_mut())[0].status, WcStatus::Success);
+    assert_eq!(drain(&mut p.cq)[0].status, WcStatus::Success);
     let mut b = [0u8; 10];
     r.mr.buf.read(1024, &mut b).unwrap();
     assert_eq!(&b, b"via window");

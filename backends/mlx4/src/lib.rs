@@ -39,4 +39,5 @@ pub use config::Mlx4Config;
 pub use device::{LiveObjects, Mlx4Device, OpenError};
 pub use dma::HostMapped;
 pub use pci::{PciError, PciFunction};
+pub use queues::{cq::Mlx4Cq, rq::Mlx4Rq, sq::Mlx4Sq, srq::Mlx4Srq};
 pub use quirks::MLX4_QUIRKS;

@@ -27,7 +27,7 @@ pub mod engine;
 pub mod fabric;
 pub mod wire;
 
-pub use device::{ResourceCounts, SoftDevice};
+pub use device::{ResourceCounts, SoftCq, SoftDevice, SoftRq, SoftSq, SoftSrq};
 pub use dma::SoftDma;
 pub use fabric::{
     DeviceConfig, Fabric, FabricConfig, FabricError, FabricStats, LinkFaults, Mode, PortConfig,

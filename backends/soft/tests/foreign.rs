@@ -10,7 +10,7 @@ use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::device::{CqParams, EqKind, EqParams, MrParams, QpCreateParams};
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::notify::NullSink;
-use portverbs_hal::queue::CompletionQueue;
+use portverbs_hal::queue::{CompletionQueue, RecvQueue, SendQueue};
 use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpState, QpType};
 use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
 use portverbs_hal::wr::{SendFlags, SendOp, SendWr, Sge, UdDest};
@@ -153,8 +153,8 @@ fn attach_toy(fabric: &Fabric, ip: &str) -> (ForeignHandle, Arc<SoftDma>) {
 
 struct Soft {
     dev: SoftDevice,
-    cq: Box<dyn CompletionQueue>,
-    qp: QpResources,
+    cq: portverbs_soft::SoftCq,
+    qp: QpResources<portverbs_soft::SoftSq, portverbs_soft::SoftRq>,
     buf: Arc<dyn DmaMemory>,
     lkey: u32,
     addr: u64,
@@ -374,7 +374,7 @@ fn rc_exchange(fabric: &Fabric) {
     });
     h.kick(TOY_QPN);
     fabric.run_until_idle().unwrap();
-    let got = poll(s.cq.as_mut());
+    let got = poll(&mut s.cq);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 3000));
     let mut back = vec![0u8; 3000];
@@ -415,7 +415,7 @@ fn rc_exchange(fabric: &Fabric) {
     assert!(toy_cqes[0].is_send && toy_cqes[0].status == WcStatus::Success);
     assert_eq!(toy_cqes[1].opcode, WcOpcode::Recv);
     assert_eq!((toy_cqes[1].imm, toy_cqes[1].byte_len), (0xabcd, 21));
-    let sent = poll(s.cq.as_mut());
+    let sent = poll(&mut s.cq);
     assert!(sent.len() == 1 && sent[0].is_send && sent[0].status == WcStatus::Success);
 }
 
@@ -489,7 +489,7 @@ fn ud_from_a_foreign_device_to_a_soft_device() {
     });
     h.kick(TOY_QPN);
     fabric.run_until_idle().unwrap();
-    let got = poll(s.cq.as_mut());
+    let got = poll(&mut s.cq);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].status, WcStatus::Success);
     assert_eq!((got[0].byte_len, got[0].src_qp), (40 + 8, TOY_QPN));
@@ -646,7 +646,7 @@ fn a_threaded_fabric_runs_foreign_kicks_on_its_engine_thread() {
     h.kick(TOY_QPN);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let got = loop {
-        let got = poll(s.cq.as_mut());
+        let got = poll(&mut s.cq);
         if !got.is_empty() || std::time::Instant::now() > deadline {
             break got;
         }

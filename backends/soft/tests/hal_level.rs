@@ -6,7 +6,7 @@ use std::sync::Arc;
 use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::device::{CqParams, EqKind, EqParams, MrParams, QpCreateParams};
 use portverbs_hal::notify::NullSink;
-use portverbs_hal::queue::CompletionQueue;
+use portverbs_hal::queue::{CompletionQueue, RecvQueue, SendQueue};
 use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpState, QpType};
 use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
 use portverbs_hal::wr::{RemoteAddr, SendOp, SendWr, Sge};
@@ -15,8 +15,8 @@ use portverbs_soft::{DeviceConfig, Fabric, SoftDevice};
 
 struct Node {
     dev: SoftDevice,
-    cq: Box<dyn CompletionQueue>,
-    qp: QpResources,
+    cq: portverbs_soft::SoftCq,
+    qp: QpResources<portverbs_soft::SoftSq, portverbs_soft::SoftRq>,
     buf: Arc<dyn DmaMemory>,
     lkey: u32,
     rkey: u32,
@@ -210,7 +210,7 @@ fn rc_send_and_rdma_write_between_two_soft_devices() {
     a.qp.sq.ring_doorbell(2);
     fabric.run_until_idle().unwrap();
 
-    let sent = poll(a.cq.as_mut());
+    let sent = poll(&mut a.cq);
     assert_eq!(sent.len(), 2, "{sent:?}");
     assert!(
         sent.iter()
@@ -219,7 +219,7 @@ fn rc_send_and_rdma_write_between_two_soft_devices() {
     );
     assert_eq!(sent[0].wqe_index, 0);
     assert_eq!(sent[1].opcode, WcOpcode::RdmaWrite);
-    let got = poll(b.cq.as_mut());
+    let got = poll(&mut b.cq);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].status, WcStatus::Success);
     assert_eq!(got[0].byte_len, 3000);
@@ -250,7 +250,7 @@ fn rc_send_and_rdma_write_between_two_soft_devices() {
     a.qp.sq.write_wqe(2, &wr, true).unwrap();
     a.qp.sq.ring_doorbell(3);
     fabric.run_until_idle().unwrap();
-    let done = poll(a.cq.as_mut());
+    let done = poll(&mut a.cq);
     assert_eq!(done.len(), 1, "{done:?}");
     assert_eq!(done[0].status, WcStatus::Success);
     assert_eq!(done[0].opcode, WcOpcode::RdmaRead);

@@ -12,6 +12,7 @@ use portverbs_hal::error::CqeError;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
+use portverbs_hal::queue::CompletionQueue;
 use portverbs_hal::types::{Gid, Mtu};
 use portverbs_hal::wc::Cqe;
 use portverbs_mlx4::PciFunction;
@@ -676,8 +677,8 @@ pub fn srq_ctx(log: u32, shift: u32, first_mtt: u64, pd: u32, db: &Mem) -> SrqCo
 /// A soft device on the same fabric with one QP, one CQ and one 64 KiB MR.
 pub struct Peer {
     pub dev: portverbs_soft::SoftDevice,
-    pub cq: Box<dyn portverbs_hal::queue::CompletionQueue>,
-    pub qp: portverbs_hal::QpResources,
+    pub cq: portverbs_soft::SoftCq,
+    pub qp: portverbs_hal::QpResourcesOf<portverbs_soft::SoftDevice>,
     pub buf: Mem,
     pub lkey: u32,
     pub rkey: u32,

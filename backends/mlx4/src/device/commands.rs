@@ -13,7 +13,7 @@ use portverbs_hal::device::{
 use portverbs_hal::dma::{DmaError, DmaMemory};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
-use portverbs_hal::queue::{CompletionQueue, EventQueue, SharedRecvQueue};
+use portverbs_hal::queue::{CompletionQueue, EventQueue};
 use portverbs_hal::types::{AccessFlags, LinkLayer, Mtu, MwType, PortState, QpState, QpType};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
@@ -313,6 +313,11 @@ impl Mlx4Device {
 }
 
 impl Device for Mlx4Device {
+    type Sq = Mlx4Sq;
+    type Rq = Mlx4Rq;
+    type Srq = Mlx4Srq;
+    type Cq = Mlx4Cq;
+
     fn info(&self) -> &DeviceInfo {
         &self.0.info
     }
@@ -463,7 +468,7 @@ impl Device for Mlx4Device {
         Ok(())
     }
 
-    async fn create_cq(&self, params: CqParams) -> Result<Box<dyn CompletionQueue>, CommandError> {
+    async fn create_cq(&self, params: CqParams) -> Result<Mlx4Cq, CommandError> {
         self.0.check_alive()?;
         let max = (1u32 << self.0.caps.log_max_cq_sz.min(22)) - 1;
         if params.entries == 0 || params.entries > max {
@@ -518,7 +523,7 @@ impl Device for Mlx4Device {
                 db: db.clone(),
             },
         );
-        Ok(Box::new(Mlx4Cq {
+        Ok(Mlx4Cq {
             cqn,
             buf: ring,
             geom,
@@ -527,18 +532,11 @@ impl Device for Mlx4Device {
             bar2: self.0.bar2.clone(),
             uar_base: self.0.uar_base(),
             arm_sn: 1,
-        }))
+        })
     }
 
-    async fn resize_cq(
-        &self,
-        cq: &mut dyn CompletionQueue,
-        entries: u32,
-    ) -> Result<(), CommandError> {
+    async fn resize_cq(&self, cq: &mut Mlx4Cq, entries: u32) -> Result<(), CommandError> {
         self.0.check_alive()?;
-        let Some(cq) = cq.as_any_mut().downcast_mut::<Mlx4Cq>() else {
-            return Err(invalid("CQ belongs to another device"));
-        };
         let max = (1u32 << self.0.caps.log_max_cq_sz.min(22)) - 1;
         if entries == 0 || entries > max {
             return Err(invalid(format!("{entries} CQ entries (1..={max})")));
@@ -618,10 +616,7 @@ impl Device for Mlx4Device {
         Ok(())
     }
 
-    async fn create_srq(
-        &self,
-        params: SrqParams,
-    ) -> Result<Box<dyn SharedRecvQueue>, CommandError> {
+    async fn create_srq(&self, params: SrqParams) -> Result<Mlx4Srq, CommandError> {
         self.0.check_alive()?;
         let max_wr = (1u32 << self.0.caps.log_max_srq_sz.min(15)) - 1;
         if params.max_wr == 0 || params.max_wr > max_wr {
@@ -706,7 +701,7 @@ impl Device for Mlx4Device {
                 return Err(e);
             }
         }
-        Ok(Box::new(srq))
+        Ok(srq)
     }
 
     async fn modify_srq(&self, srqn: u32, change: SrqModify) -> Result<(), CommandError> {
@@ -745,7 +740,10 @@ impl Device for Mlx4Device {
         Ok(())
     }
 
-    async fn create_qp(&self, params: QpCreateParams) -> Result<QpResources, CommandError> {
+    async fn create_qp(
+        &self,
+        params: QpCreateParams,
+    ) -> Result<QpResources<Mlx4Sq, Mlx4Rq>, CommandError> {
         self.0.check_alive()?;
         let caps = &self.0.caps;
         let c = params.caps;
@@ -866,19 +864,17 @@ impl Device for Mlx4Device {
             last_counter: 0,
         };
         sq.init_slots();
-        let rq = rq_geom.map(|g| {
-            Box::new(Mlx4Rq {
-                buf: buf.clone(),
-                geom: g,
-                max_sge: granted.max_recv_sge,
-                db: db.clone(),
-                scratch: vec![0; g.stride()].into_boxed_slice(),
-            }) as Box<dyn portverbs_hal::queue::RecvQueue>
+        let rq = rq_geom.map(|g| Mlx4Rq {
+            buf: buf.clone(),
+            geom: g,
+            max_sge: granted.max_recv_sge,
+            db: db.clone(),
+            scratch: vec![0; g.stride()].into_boxed_slice(),
         });
         Ok(QpResources {
             qpn,
             caps: granted,
-            sq: Box::new(sq),
+            sq,
             rq,
         })
     }

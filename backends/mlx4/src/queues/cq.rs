@@ -2,7 +2,6 @@
 //! parity of the consumer index; the consumer index goes to the set_ci record; arming writes
 //! the arm record and then the UAR CQ doorbell with the arm sequence number.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use portverbs_hal::barrier;
@@ -20,7 +19,7 @@ use crate::layout::uar::{CQ_DOORBELL, CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};
 
 /// Host side of a CQ.
 #[derive(Debug)]
-pub(crate) struct Mlx4Cq {
+pub struct Mlx4Cq {
     pub(crate) cqn: u32,
     pub(crate) buf: Ring,
     pub(crate) geom: Geometry,
@@ -177,9 +176,5 @@ impl CompletionQueue for Mlx4Cq {
 
     fn event_delivered(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
     }
 }

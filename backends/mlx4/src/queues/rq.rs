@@ -38,7 +38,7 @@ pub(crate) fn scatter(out: &mut [u8], sges: &[Sge], slots: usize) -> Result<usiz
 
 /// Host side of a QP's receive queue.
 #[derive(Debug)]
-pub(crate) struct Mlx4Rq {
+pub struct Mlx4Rq {
     pub(crate) buf: Ring,
     pub(crate) geom: Geometry,
     pub(crate) max_sge: u32,

@@ -30,7 +30,7 @@ pub(crate) struct BfReg {
 
 /// Host side of a send queue.
 #[derive(Debug)]
-pub(crate) struct Mlx4Sq {
+pub struct Mlx4Sq {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
     pub(crate) buf: Ring,

@@ -14,7 +14,7 @@ use crate::doorbell::DbRecord;
 
 /// Host side of an SRQ.
 #[derive(Debug)]
-pub(crate) struct Mlx4Srq {
+pub struct Mlx4Srq {
     pub(crate) srqn: u32,
     pub(crate) buf: Ring,
     pub(crate) geom: Geometry,

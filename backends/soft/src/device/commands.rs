@@ -14,7 +14,7 @@ use portverbs_hal::device::{
 use portverbs_hal::dma::{DmaError, DmaMemory};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
-use portverbs_hal::queue::{CompletionQueue, EventQueue, SharedRecvQueue};
+use portverbs_hal::queue::EventQueue;
 use portverbs_hal::ring::{Consumer, Producer, RingGeometry};
 use portverbs_hal::types::{MwType, QpType};
 
@@ -78,6 +78,11 @@ impl SoftDevice {
 }
 
 impl Device for SoftDevice {
+    type Sq = SoftSq;
+    type Rq = SoftRq;
+    type Srq = SoftSrq;
+    type Cq = SoftCq;
+
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -219,7 +224,7 @@ impl Device for SoftDevice {
         })
     }
 
-    async fn create_cq(&self, params: CqParams) -> Result<Box<dyn CompletionQueue>, CommandError> {
+    async fn create_cq(&self, params: CqParams) -> Result<SoftCq, CommandError> {
         self.check_alive()?;
         if params.entries == 0 || params.entries > MAX_CQE {
             return Err(invalid(format!(
@@ -252,26 +257,19 @@ impl Device for SoftDevice {
                     in_error: false,
                 },
             );
-            Ok(Box::new(SoftCq {
+            Ok(SoftCq {
                 cqn,
                 ring,
                 consumer: Consumer::new(geom),
                 depth: geom.entries() - 1,
                 db,
                 kicker,
-            }) as Box<dyn CompletionQueue>)
+            })
         })
     }
 
-    async fn resize_cq(
-        &self,
-        cq: &mut dyn CompletionQueue,
-        entries: u32,
-    ) -> Result<(), CommandError> {
+    async fn resize_cq(&self, host: &mut SoftCq, entries: u32) -> Result<(), CommandError> {
         self.check_alive()?;
-        let Some(host) = cq.as_any_mut().downcast_mut::<SoftCq>() else {
-            return Err(invalid("CQ belongs to another device"));
-        };
         if entries == 0 || entries > MAX_CQE {
             return Err(invalid(format!("{entries} CQ entries (1..={MAX_CQE})")));
         }
@@ -321,10 +319,7 @@ impl Device for SoftDevice {
         })
     }
 
-    async fn create_srq(
-        &self,
-        params: SrqParams,
-    ) -> Result<Box<dyn SharedRecvQueue>, CommandError> {
+    async fn create_srq(&self, params: SrqParams) -> Result<SoftSrq, CommandError> {
         self.check_alive()?;
         if params.max_wr == 0 || params.max_wr > MAX_SRQ_WR {
             return Err(invalid(format!(
@@ -368,7 +363,7 @@ impl Device for SoftDevice {
                     limit: params.limit,
                 },
             );
-            Ok(Box::new(SoftSrq {
+            Ok(SoftSrq {
                 srqn,
                 ring,
                 index_ring,
@@ -378,7 +373,7 @@ impl Device for SoftDevice {
                 head: 0,
                 db,
                 scratch: vec![0; stride],
-            }) as Box<dyn SharedRecvQueue>)
+            })
         })
     }
 
@@ -410,7 +405,10 @@ impl Device for SoftDevice {
         })
     }
 
-    async fn create_qp(&self, params: QpCreateParams) -> Result<QpResources, CommandError> {
+    async fn create_qp(
+        &self,
+        params: QpCreateParams,
+    ) -> Result<QpResources<SoftSq, SoftRq>, CommandError> {
         self.check_alive()?;
         let caps = params.caps;
         if caps.max_send_wr > MAX_QP_WR || caps.max_recv_wr > MAX_QP_WR {
@@ -515,22 +513,20 @@ impl Device for SoftDevice {
                 scratch: vec![0; stride],
                 fatal: self.fatal.clone(),
             };
-            let rq = rq.map(|(ring, geom, rstride)| {
-                Box::new(SoftRq {
-                    qpn,
-                    ring,
-                    geom,
-                    fmt: RecvFormat { max_sge: recv_sge },
-                    depth: geom.entries(),
-                    db: rq_db,
-                    kicker,
-                    scratch: vec![0; rstride],
-                }) as Box<dyn portverbs_hal::queue::RecvQueue>
+            let rq = rq.map(|(ring, geom, rstride)| SoftRq {
+                qpn,
+                ring,
+                geom,
+                fmt: RecvFormat { max_sge: recv_sge },
+                depth: geom.entries(),
+                db: rq_db,
+                kicker,
+                scratch: vec![0; rstride],
             });
             Ok(QpResources {
                 qpn,
                 caps: granted,
-                sq: Box::new(sq),
+                sq,
                 rq,
             })
         })

@@ -26,6 +26,7 @@ use doorbell::Kicker;
 use hw::Hw;
 use state::DevState;
 
+pub use queues::{SoftCq, SoftRq, SoftSq, SoftSrq};
 pub use state::SOFT_QUIRKS;
 
 /// Live objects of a device; every count is zero once an application has released everything.

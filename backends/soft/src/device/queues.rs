@@ -1,7 +1,6 @@
 //! The host side of the software device's queues: the HAL queue objects `verbs-core` drives.
 //! They touch only their own ring memory and doorbell records (no lock, no allocation).
 
-use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -26,7 +25,7 @@ use crate::dma::SoftDma;
 
 /// Host side of a send queue.
 #[derive(Debug)]
-pub(crate) struct SoftSq {
+pub struct SoftSq {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
     pub(crate) ring: Arc<SoftDma>,
@@ -96,7 +95,7 @@ impl SendQueue for SoftSq {
 
 /// Host side of a QP's own receive queue.
 #[derive(Debug)]
-pub(crate) struct SoftRq {
+pub struct SoftRq {
     pub(crate) qpn: u32,
     pub(crate) ring: Arc<SoftDma>,
     pub(crate) geom: RingGeometry,
@@ -138,7 +137,7 @@ impl RecvQueue for SoftRq {
 
 /// Host side of an SRQ: a free list of slots plus the ring of slot numbers in posting order.
 #[derive(Debug)]
-pub(crate) struct SoftSrq {
+pub struct SoftSrq {
     pub(crate) srqn: u32,
     pub(crate) ring: Arc<SoftDma>,
     pub(crate) index_ring: Arc<SoftDma>,
@@ -193,7 +192,7 @@ impl SharedRecvQueue for SoftSrq {
 
 /// Host side of a CQ.
 #[derive(Debug)]
-pub(crate) struct SoftCq {
+pub struct SoftCq {
     pub(crate) cqn: u32,
     pub(crate) ring: Arc<SoftDma>,
     pub(crate) consumer: Consumer<DeviceToHost>,
@@ -265,10 +264,6 @@ impl CompletionQueue for SoftCq {
     }
 
     fn event_delivered(&mut self) {}
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
 }
 
 /// Host side of an EQ.
