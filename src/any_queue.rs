@@ -5,7 +5,7 @@
 
 use portverbs_hal::error::{CqeError, WqeError};
 use portverbs_hal::queue::{CompletionQueue, RecvQueue, SendQueue, SharedRecvQueue};
-use portverbs_hal::wc::Cqe;
+use portverbs_hal::wc::{Cqe, WorkCompletion, WqeRef};
 use portverbs_hal::wr::{SendWr, Sge};
 use portverbs_mlx4::{Mlx4Cq, Mlx4Rq, Mlx4Sq, Mlx4Srq};
 use portverbs_soft::{SoftCq, SoftRq, SoftSq, SoftSrq};
@@ -156,8 +156,12 @@ impl CompletionQueue for AnyCq {
     }
 
     #[inline]
-    fn poll_batch(&mut self, out: &mut [Cqe]) -> (usize, Option<CqeError>) {
-        each!(AnyCq, self, q => q.poll_batch(out))
+    fn poll_batch(
+        &mut self,
+        wc: &mut [WorkCompletion],
+        refs: &mut [WqeRef],
+    ) -> (usize, Option<CqeError>) {
+        each!(AnyCq, self, q => q.poll_batch(wc, refs))
     }
 
     #[inline]

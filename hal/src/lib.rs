@@ -67,5 +67,5 @@ pub use event::{CqErrorSyndrome, DeviceEvent, PortEventKind, QpEventKind, SrqEve
 pub use notify::{InterruptSink, NullSink};
 pub use queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
 pub use types::{AccessFlags, Gid, LinkLayer, Mtu, MwType, PortState, QpState, QpType, Transport};
-pub use wc::{Cqe, WcFlags, WcOpcode, WcStatus};
+pub use wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 pub use wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};

@@ -17,7 +17,7 @@ use std::fmt::Debug;
 
 use crate::error::{CqeError, EqeError, WqeError};
 use crate::event::DeviceEvent;
-use crate::wc::Cqe;
+use crate::wc::{Cqe, WorkCompletion, WqeRef};
 use crate::wr::{SendWr, Sge};
 
 /// A queue pair's send queue.
@@ -117,20 +117,25 @@ pub trait CompletionQueue: Send + Debug {
     /// A malformed entry (consumed), or the CQ is in error.
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError>;
 
-    /// Polls up to `out.len()` entries, as [`CompletionQueue::poll_one`] would one at a time
-    /// (one indirect call per batch instead of per entry), and returns how many were decoded
-    /// into `out[..n]`, plus the error of a malformed entry that ended the batch (that entry is
-    /// consumed; the `n` before it are good).
+    /// Polls up to `wc.len()` entries, as [`CompletionQueue::poll_one`] would one at a time,
+    /// decoding each straight into `wc[i]` (`wr_id` left for the core) and `refs[i]` (which
+    /// work request it completes). Returns how many were decoded, plus the error of a malformed
+    /// entry that ended the batch (that entry is consumed; the `n` before it are good).
+    /// `refs` is at least as long as `wc`.
     #[inline]
-    fn poll_batch(&mut self, out: &mut [Cqe]) -> (usize, Option<CqeError>) {
-        for (n, slot) in out.iter_mut().enumerate() {
+    fn poll_batch(
+        &mut self,
+        wc: &mut [WorkCompletion],
+        refs: &mut [WqeRef],
+    ) -> (usize, Option<CqeError>) {
+        for (n, (slot, r)) in wc.iter_mut().zip(refs.iter_mut()).enumerate() {
             match self.poll_one() {
-                Ok(Some(c)) => *slot = c,
+                Ok(Some(c)) => (*slot, *r) = c.into_parts(),
                 Ok(None) => return (n, None),
                 Err(e) => return (n, Some(e)),
             }
         }
-        (out.len(), None)
+        (wc.len().min(refs.len()), None)
     }
 
     /// Publishes the consumer index to the device (CQ set-ci doorbell record).

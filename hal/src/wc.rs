@@ -166,6 +166,91 @@ bitflags::bitflags! {
     }
 }
 
+/// One work completion (`struct ibv_wc`). Defined here, not in verbs-core, so that a backend's
+/// CQE decoder writes the application's completion array directly
+/// ([`crate::queue::CompletionQueue::poll_batch`]); the core then fills in `wr_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// `wr_id` of the work request.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Opcode (valid for successful completions).
+    pub opcode: WcOpcode,
+    /// Vendor error syndrome.
+    pub vendor_err: u32,
+    /// Bytes received (receives, READs, atomics).
+    pub byte_len: u32,
+    /// Immediate data (with `WITH_IMM`) or the invalidated rkey (with `WITH_INV`).
+    pub imm_data: u32,
+    /// The local QP.
+    pub qp_num: u32,
+    /// Source QP (UD receives; the connected peer otherwise).
+    pub src_qp: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Source LID.
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits.
+    pub dlid_path_bits: u8,
+}
+
+impl Default for WorkCompletion {
+    fn default() -> Self {
+        Self {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            vendor_err: 0,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num: 0,
+            src_qp: 0,
+            wc_flags: WcFlags::empty(),
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+        }
+    }
+}
+
+impl WorkCompletion {
+    /// True for a successful completion.
+    pub fn is_ok(&self) -> bool {
+        self.status == WcStatus::Success
+    }
+
+    /// Immediate data, if the message carried some.
+    pub fn imm(&self) -> Option<u32> {
+        self.wc_flags
+            .contains(WcFlags::WITH_IMM)
+            .then_some(self.imm_data)
+    }
+
+    /// The rkey a SEND_WITH_INV invalidated.
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.wc_flags
+            .contains(WcFlags::WITH_INV)
+            .then_some(self.imm_data)
+    }
+}
+
+/// Which work request a completion refers to, as the device reported it (untrusted): the core
+/// resolves it to a `wr_id` through the QP named by [`WorkCompletion::qp_num`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WqeRef {
+    /// A send-queue completion.
+    pub is_send: bool,
+    /// Send completions: the 16-bit producer counter of the completed WQE. SRQ receives: the
+    /// SRQ slot index. Plain receives: unused (receive WQEs retire in order).
+    pub index: u16,
+}
+
 /// A completion as decoded from a device CQE, before the core maps it to a `wr_id`.
 ///
 /// Backends fill it from their own CQE format; `verbs-core` checks every field it uses
@@ -225,6 +310,56 @@ impl Default for Cqe {
     }
 }
 
+impl Cqe {
+    /// Splits the entry into the completion the application sees (`wr_id` still 0) and the
+    /// reference the core resolves.
+    #[inline]
+    pub fn into_parts(self) -> (WorkCompletion, WqeRef) {
+        (
+            WorkCompletion {
+                wr_id: 0,
+                status: self.status,
+                opcode: self.opcode,
+                vendor_err: self.vendor_err,
+                byte_len: self.byte_len,
+                imm_data: self.imm,
+                qp_num: self.qpn,
+                src_qp: self.src_qp,
+                wc_flags: self.flags,
+                pkey_index: self.pkey_index,
+                slid: self.slid,
+                sl: self.sl,
+                dlid_path_bits: self.dlid_path_bits,
+            },
+            WqeRef {
+                is_send: self.is_send,
+                index: self.wqe_index,
+            },
+        )
+    }
+
+    /// The inverse of [`Cqe::into_parts`] (`wc.wr_id` is dropped).
+    #[inline]
+    pub fn from_parts(wc: &WorkCompletion, wqe: WqeRef) -> Self {
+        Self {
+            qpn: wc.qp_num,
+            is_send: wqe.is_send,
+            wqe_index: wqe.index,
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            opcode: wc.opcode,
+            byte_len: wc.byte_len,
+            imm: wc.imm_data,
+            flags: wc.wc_flags,
+            src_qp: wc.src_qp,
+            slid: wc.slid,
+            sl: wc.sl,
+            dlid_path_bits: wc.dlid_path_bits,
+            pkey_index: wc.pkey_index,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +383,39 @@ mod tests {
             WcStatus::RetryExcErr.to_string(),
             "transport retry counter exceeded"
         );
+    }
+
+    #[test]
+    fn cqe_parts_round_trip() {
+        let c = Cqe {
+            qpn: 0x12,
+            is_send: true,
+            wqe_index: 0xfffe,
+            status: WcStatus::RemAccessErr,
+            vendor_err: 0x22,
+            opcode: WcOpcode::RdmaRead,
+            byte_len: 77,
+            imm: 0xdead,
+            flags: WcFlags::WITH_IMM | WcFlags::GRH,
+            src_qp: 0x34,
+            slid: 9,
+            sl: 3,
+            dlid_path_bits: 5,
+            pkey_index: 2,
+        };
+        let (wc, r) = c.into_parts();
+        assert_eq!(
+            (wc.wr_id, wc.qp_num, wc.imm(), wc.byte_len),
+            (0, 0x12, Some(0xdead), 77)
+        );
+        assert_eq!(
+            r,
+            WqeRef {
+                is_send: true,
+                index: 0xfffe
+            }
+        );
+        assert_eq!(Cqe::from_parts(&wc, r), c);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use portverbs_hal::device::{CqParams, Device};
 use portverbs_hal::error::CqeError;
 use portverbs_hal::queue::{CompletionQueue, SharedRecvQueue};
-use portverbs_hal::wc::Cqe;
+use portverbs_hal::wc::{Cqe, WqeRef};
 use portverbs_hal::{BlockingDevice, block_on};
 
 use crate::channel::{ChannelInner, CompletionChannel};
@@ -45,7 +45,8 @@ impl<D: Device> Default for CqInit<'_, D> {
     }
 }
 
-/// Completions taken from the device per indirect call.
+/// Completions taken from the device per `poll_batch` call (the size of the on-stack array
+/// of work-request references).
 const POLL_BATCH: usize = 16;
 
 pub(crate) struct PollState<C, S> {
@@ -70,59 +71,35 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
 
     /// Maps a device CQE to a work completion, retiring the WQEs it covers.
     fn complete(&mut self, cqe: Cqe, cqn: u32) -> Result<WorkCompletion, CqeError> {
-        let mut w = WorkCompletion::default();
-        self.complete_into(&cqe, cqn, &mut w)?;
+        let (mut w, r) = cqe.into_parts();
+        self.resolve(&mut w, r, cqn)?;
         Ok(w)
     }
 
-    /// [`PollState::complete`] into a caller's slot (no copy of the completion on the way).
+    /// Resolves a completion the device decoded in place: checks that its QP is attached to
+    /// this CQ and that `r` names an outstanding work request, retires it (and, for a send,
+    /// the unsignaled ones before it) and fills in `wr_id`.
     #[inline]
-    fn complete_into(
-        &mut self,
-        cqe: &Cqe,
-        cqn: u32,
-        out: &mut WorkCompletion,
-    ) -> Result<(), CqeError> {
-        let qp = self.lookup(cqe.qpn).ok_or(CqeError::UnknownQp {
+    fn resolve(&mut self, w: &mut WorkCompletion, r: WqeRef, cqn: u32) -> Result<(), CqeError> {
+        let qpn = w.qp_num;
+        let bad = || CqeError::BadWqeIndex {
             cqn,
             index: 0,
-            qpn: cqe.qpn,
-        })?;
-        let bad = |wqe_index: u32| CqeError::BadWqeIndex {
-            cqn,
-            index: 0,
-            qpn: cqe.qpn,
-            wqe_index,
+            qpn,
+            wqe_index: u32::from(r.index),
         };
-        let wr_id = if cqe.is_send {
-            qp.sq
-                .retire_through(cqe.wqe_index)
-                .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?
+        let qp = self
+            .lookup(qpn)
+            .ok_or(CqeError::UnknownQp { cqn, index: 0, qpn })?;
+        w.wr_id = if r.is_send {
+            qp.sq.retire_through(r.index).ok_or_else(bad)?
         } else if let Some(srq) = &qp.srq {
-            srq.complete(u32::from(cqe.wqe_index))
-                .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?
+            srq.complete(u32::from(r.index)).ok_or_else(bad)?
         } else {
-            let rq = qp
-                .rq
+            qp.rq
                 .as_ref()
-                .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?;
-            rq.retire_next()
-                .ok_or_else(|| bad(u32::from(cqe.wqe_index)))?
-        };
-        *out = WorkCompletion {
-            wr_id,
-            status: cqe.status,
-            opcode: cqe.opcode,
-            vendor_err: cqe.vendor_err,
-            byte_len: cqe.byte_len,
-            imm_data: cqe.imm,
-            qp_num: cqe.qpn,
-            src_qp: cqe.src_qp,
-            wc_flags: cqe.flags,
-            pkey_index: cqe.pkey_index,
-            slid: cqe.slid,
-            sl: cqe.sl,
-            dlid_path_bits: cqe.dlid_path_bits,
+                .and_then(|rq| rq.retire_next())
+                .ok_or_else(bad)?
         };
         Ok(())
     }
@@ -309,26 +286,28 @@ impl<D: Device> Cq<D> {
             n += 1;
         }
         let mut consumed = false;
-        let mut batch = [Cqe::default(); POLL_BATCH];
+        let mut refs = [WqeRef::default(); POLL_BATCH];
         while n < wc.len() && g.pending_error.is_none() {
             let want = (wc.len() - n).min(POLL_BATCH);
-            let (got, bad) = g.hw.poll_batch(&mut batch[..want]);
+            let (got, bad) = g.hw.poll_batch(&mut wc[n..n + want], &mut refs[..want]);
             consumed |= got > 0 || bad.is_some();
-            for cqe in &batch[..got] {
-                if g.pending_error.is_none() {
-                    if let Err(e) = g.complete_into(cqe, self.inner.cqn, &mut wc[n]) {
-                        g.pending_error = Some(e.into());
-                    } else {
-                        n += 1;
+            let mut i = 0;
+            while i < got {
+                if let Err(e) = g.resolve(&mut wc[n + i], refs[i], self.inner.cqn) {
+                    g.pending_error = Some(e.into());
+                    // The rest of the batch (already taken out of the ring) waits in the
+                    // backlog behind the error.
+                    for j in i + 1..got {
+                        let mut w = wc[n + j];
+                        if g.resolve(&mut w, refs[j], self.inner.cqn).is_ok() {
+                            g.backlog.push_back(w);
+                        }
                     }
-                    continue;
+                    break;
                 }
-                // After a failed entry the rest of the batch (already taken out of the ring)
-                // waits in the backlog behind the error.
-                if let Ok(w) = g.complete(*cqe, self.inner.cqn) {
-                    g.backlog.push_back(w);
-                }
+                i += 1;
             }
+            n += i;
             if let Some(e) = bad {
                 g.pending_error.get_or_insert(e.into());
             }

@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use portverbs_hal::dma::DmaMemory;
 
+use crate::queues::Geometry;
+
 /// DMA memory whose host mapping the driver may read and write through raw pointers.
 ///
 /// # Safety
@@ -152,6 +154,97 @@ impl Ring {
     }
 }
 
+/// A ring of equal slots inside a [`Ring`] (a queue's entries: CQEs, WQEs), whose geometry is
+/// checked once at construction — power-of-two count, slots of at least `MIN` bytes and a
+/// multiple of 8, all inside the region, 8-byte aligned — so that per-entry accesses at offsets
+/// below `MIN` need no run-time bounds check (the offset is a constant checked at compile time).
+#[derive(Debug, Clone)]
+pub(crate) struct Slots<const MIN: usize> {
+    ring: Ring,
+    geom: Geometry,
+}
+
+impl<const MIN: usize> Slots<MIN> {
+    /// `geom`'s slots of `ring`; `None` when the geometry does not fit the promise above.
+    pub(crate) fn new(ring: Ring, geom: Geometry) -> Option<Self> {
+        let stride = 1usize.checked_shl(geom.shift)?;
+        let bytes = (geom.cnt as usize).checked_mul(stride)?;
+        let fits = geom.cnt.is_power_of_two()
+            && stride >= MIN
+            && stride % 8 == 0
+            && geom.base % 8 == 0
+            && ring.fits(geom.base, bytes);
+        fits.then_some(Self { ring, geom })
+    }
+
+    /// The slots' geometry.
+    #[inline(always)]
+    pub(crate) fn geom(&self) -> Geometry {
+        self.geom
+    }
+
+    /// The whole region.
+    pub(crate) fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Host address of counter `c`'s slot (in bounds by construction).
+    #[inline(always)]
+    fn slot(&self, c: u32) -> usize {
+        self.ring.base + self.geom.offset(c)
+    }
+
+    /// Acquire-loads the 8 bytes at offset `AT` of counter `c`'s slot (an ownership word).
+    #[inline(always)]
+    pub(crate) fn load8<const AT: usize>(&self, c: u32) -> [u8; 8] {
+        const { assert!(AT + 8 <= MIN && AT % 8 == 0) };
+        // SAFETY: the slot is inside the live region (checked in `new`), `AT + 8 <= MIN <=
+        // stride`, and slot, region base and `AT` are 8-byte aligned; the device writes the
+        // word concurrently, hence an atomic.
+        let word = unsafe { AtomicU64::from_ptr((self.slot(c) + AT) as *mut u64) };
+        word.load(Ordering::Acquire).to_ne_bytes()
+    }
+
+    /// Copies the `N` bytes at offset `AT` of counter `c`'s slot.
+    #[inline(always)]
+    pub(crate) fn read<const AT: usize, const N: usize>(&self, c: u32) -> [u8; N] {
+        const { assert!(AT + N <= MIN) };
+        let mut out = [0u8; N];
+        // SAFETY: in bounds of a live region (`new`, and `AT + N <= MIN <= stride`); `out` is
+        // a local array.
+        unsafe {
+            std::ptr::copy_nonoverlapping((self.slot(c) + AT) as *const u8, out.as_mut_ptr(), N);
+        }
+        out
+    }
+
+    /// Stores the 4 bytes `v` at offset `AT` of counter `c`'s slot as one aligned store (an
+    /// ownership dword must not tear).
+    #[inline(always)]
+    pub(crate) fn store4<const AT: usize>(&self, c: u32, v: [u8; 4]) {
+        const { assert!(AT + 4 <= MIN && AT % 4 == 0) };
+        // SAFETY: in bounds and 4-byte aligned (as in `load8`); volatile: neither elided nor
+        // split.
+        unsafe { std::ptr::write_volatile((self.slot(c) + AT) as *mut u32, u32::from_ne_bytes(v)) };
+    }
+
+    /// Copies `src` to offset `at` of counter `c`'s slot; false (nothing written) when it would
+    /// leave the slot.
+    #[inline(always)]
+    pub(crate) fn write(&self, c: u32, at: usize, src: &[u8]) -> bool {
+        let stride = 1usize << self.geom.shift;
+        if at > stride || src.len() > stride - at {
+            return false;
+        }
+        // SAFETY: `at..at + src.len()` lies inside the slot (checked above), which lies inside
+        // the live region (`new`); `src` is ordinary memory, so the ranges cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), (self.slot(c) + at) as *mut u8, src.len());
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,5 +365,42 @@ mod tests {
         );
         r.mem().store_u64(8, u64::from_ne_bytes([5; 8])).unwrap();
         assert_eq!(r.load8(8), Some([5; 8]));
+    }
+
+    #[test]
+    fn slots_check_their_geometry_once_and_address_each_slot() {
+        let g = |base, shift, cnt| Geometry { base, shift, cnt };
+        // 8 words = 64 bytes.
+        assert!(Slots::<32>::new(ring(8), g(0, 5, 2)).is_some());
+        assert!(
+            Slots::<32>::new(ring(8), g(0, 5, 4)).is_none(),
+            "past the end"
+        );
+        assert!(
+            Slots::<32>::new(ring(8), g(0, 5, 3)).is_none(),
+            "not a power of two"
+        );
+        assert!(
+            Slots::<32>::new(ring(8), g(0, 4, 2)).is_none(),
+            "slots below MIN"
+        );
+        assert!(
+            Slots::<32>::new(ring(8), g(4, 5, 1)).is_none(),
+            "misaligned base"
+        );
+        assert!(
+            Slots::<32>::new(ring(8), g(0, 70, 1)).is_none(),
+            "overflowing stride"
+        );
+        let s = Slots::<32>::new(ring(8), g(32, 4 + 1, 1)).unwrap();
+        // Counter 5 wraps to the only slot, at byte 32.
+        s.store4::<4>(5, [1, 2, 3, 4]);
+        assert_eq!(s.read::<4, 4>(0), [1, 2, 3, 4]);
+        assert_eq!(s.ring().read::<4>(36), Some([1, 2, 3, 4]));
+        assert!(s.write(0, 24, &[7; 8]));
+        assert_eq!(s.load8::<24>(1), [7; 8]);
+        assert!(!s.write(0, 25, &[7; 8]), "past the slot");
+        assert!(!s.write(0, usize::MAX, &[]), "overflowing offset");
+        assert!(s.write(0, 32, &[]), "an empty copy at the slot's end fits");
     }
 }

@@ -22,7 +22,7 @@ use super::objects::{CqRec, EqRec, MrRec, QpRec, SrqRec};
 use super::qp_ctx::{self, QpEnv};
 use crate::caps;
 use crate::cmd::Cmd;
-use crate::dma::Ring;
+use crate::dma::{Ring, Slots};
 use crate::layout::ctx::{
     CqContext, EQ_STATE_ARMED, EqContext, Mpt, QpMailbox, SrqContext, mpt_flag, mtt_split,
 };
@@ -133,6 +133,18 @@ impl Mlx4Device {
         let mem = self.0.pci.alloc_dma(len)?;
         mem.fill(0, mem.len(), 0)?;
         Ok(Ring::new(mem))
+    }
+
+    /// `geom`'s slots of `ring` (a region too small for its geometry is refused, not used).
+    fn slots<const MIN: usize>(ring: &Ring, geom: Geometry) -> Result<Slots<MIN>, CommandError> {
+        Slots::new(ring.clone(), geom).ok_or_else(|| {
+            invalid(format!(
+                "{} slots of {} bytes do not fit a {}-byte DMA region",
+                geom.cnt,
+                geom.stride(),
+                ring.mem().len()
+            ))
+        })
     }
 
     /// Creates an EQ routed to MSI-X `vector` (also used for the driver's command EQ).
@@ -487,6 +499,7 @@ impl Device for Mlx4Device {
             cnt,
         };
         let ring = self.dma(cnt as usize * 32)?;
+        let slots = Self::slots(&ring, geom)?;
         Mlx4Cq::init_owner(ring.mem(), geom);
         let db = self.0.dbs.alloc(&*self.0.pci)?;
         let Some(cqn) = self.0.nums().cq.alloc() else {
@@ -525,8 +538,7 @@ impl Device for Mlx4Device {
         );
         Ok(Mlx4Cq {
             cqn,
-            buf: ring,
-            geom,
+            buf: slots,
             ci: 0,
             db,
             bar2: self.0.bar2.clone(),
@@ -554,6 +566,7 @@ impl Device for Mlx4Device {
             cnt,
         };
         let ring = self.dma(cnt as usize * 32)?;
+        let slots = Self::slots(&ring, geom)?;
         // The new buffer continues the counters: the first CQE in it is ci + 1.
         Mlx4Cq::init_owner_from(ring.mem(), geom, cq.ci.wrapping_add(1));
         let cmd = Cmd::new(opcode::MODIFY_CQ)
@@ -575,7 +588,7 @@ impl Device for Mlx4Device {
         // before it move to the new buffer one counter later (facts §3.2, §6.1).
         let deadline = std::time::Instant::now() + self.0.hcr.timeout;
         let next = loop {
-            match cq.switch_to(ring.clone(), geom) {
+            match cq.switch_to(slots.clone()) {
                 Some(next) => break next,
                 None if std::time::Instant::now() < deadline => std::thread::yield_now(),
                 None => {

@@ -8,7 +8,7 @@
 #![allow(missing_docs)]
 
 use portverbs_hal::error::CqeError;
-use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus};
+use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 use zerocopy::byteorder::big_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -178,35 +178,53 @@ pub fn owner(entry: &[u8]) -> bool {
 /// # Errors
 /// Too short, an unknown opcode for its direction, or a resize CQE (this driver never resizes
 /// in place).
-#[inline(always)]
 pub fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
-    let Ok((c, _)) = CqeLayout::read_from_prefix(entry) else {
+    let Some(raw) = entry.first_chunk::<CQE_SIZE>() else {
         return Err(CqeError::Malformed {
             cqn,
             index,
             what: "entry shorter than 32 bytes",
         });
     };
+    let mut w = WorkCompletion::default();
+    let r = decode_into(raw, cqn, index, &mut w)?;
+    Ok(Cqe::from_parts(&w, r))
+}
+
+/// The driver's hot path: decodes a CQE straight into the application's work completion
+/// (`wr_id` left for the core) and returns which work request it completes. On an error `w`
+/// holds no completion.
+///
+/// # Errors
+/// As [`decode`].
+#[inline(always)]
+pub fn decode_into(
+    raw: &[u8; CQE_SIZE],
+    cqn: u32,
+    index: u32,
+    w: &mut WorkCompletion,
+) -> Result<WqeRef, CqeError> {
+    let c: CqeLayout = zerocopy::transmute!(*raw);
     let osr = c.owner_sr_opcode;
     let is_send = osr & IS_SEND_MASK != 0;
     let opcode = osr & OPCODE_MASK;
-    let qpn = c.vlan_my_qpn.get() & QPN_MASK;
-    let wqe_index = c.wqe_index.get();
-    let mut cqe = Cqe {
-        qpn,
+    let r = WqeRef {
         is_send,
-        wqe_index,
-        ..Cqe::default()
+        index: c.wqe_index.get(),
+    };
+    let qp_num = c.vlan_my_qpn.get() & QPN_MASK;
+    *w = WorkCompletion {
+        qp_num,
+        ..WorkCompletion::default()
     };
     if opcode == OPCODE_ERROR {
-        let syn = entry[27];
-        cqe.status = status_of(syn);
-        cqe.vendor_err = u32::from(entry[26]);
         // A success syndrome inside an error CQE would complete a WR that failed.
-        if cqe.status == WcStatus::Success {
-            cqe.status = WcStatus::GeneralErr;
-        }
-        return Ok(cqe);
+        w.status = match status_of(raw[27]) {
+            WcStatus::Success => WcStatus::GeneralErr,
+            s => s,
+        };
+        w.vendor_err = u32::from(raw[26]);
+        return Ok(r);
     }
     let bad = |dir| CqeError::BadOpcode {
         cqn,
@@ -216,67 +234,67 @@ pub fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
     };
     let imm = c.immed_rss_invalid.get();
     if is_send {
-        cqe.opcode = match opcode {
+        w.opcode = match opcode {
+            op::RDMA_WRITE => WcOpcode::RdmaWrite,
             op::SEND | op::SEND_INVAL => WcOpcode::Send,
             op::SEND_IMM => {
-                cqe.flags = WcFlags::WITH_IMM;
+                w.wc_flags = WcFlags::WITH_IMM;
                 WcOpcode::Send
             }
-            op::RDMA_WRITE => WcOpcode::RdmaWrite,
             op::RDMA_WRITE_IMM => {
-                cqe.flags = WcFlags::WITH_IMM;
+                w.wc_flags = WcFlags::WITH_IMM;
                 WcOpcode::RdmaWrite
             }
             op::RDMA_READ => {
-                cqe.byte_len = c.byte_cnt.get();
+                w.byte_len = c.byte_cnt.get();
                 WcOpcode::RdmaRead
             }
             op::ATOMIC_CS => {
-                cqe.byte_len = 8;
+                w.byte_len = 8;
                 WcOpcode::CompSwap
             }
             op::ATOMIC_FA => {
-                cqe.byte_len = 8;
+                w.byte_len = 8;
                 WcOpcode::FetchAdd
             }
             op::BIND_MW => WcOpcode::BindMw,
             op::LOCAL_INVAL => WcOpcode::LocalInv,
             _ => return Err(bad("send")),
         };
-        return Ok(cqe);
+        return Ok(r);
     }
-    cqe.byte_len = c.byte_cnt.get();
+    w.byte_len = c.byte_cnt.get();
     let g = c.g_mlpath_rqpn.get();
-    cqe.src_qp = g & QPN_MASK;
-    cqe.dlid_path_bits = ((g >> 24) & 0x7f) as u8;
+    w.src_qp = g & QPN_MASK;
+    w.dlid_path_bits = ((g >> 24) & 0x7f) as u8;
     if g & (1 << 31) != 0 {
-        cqe.flags |= WcFlags::GRH;
+        w.wc_flags |= WcFlags::GRH;
     }
-    cqe.slid = c.rlid.get();
-    cqe.sl = (c.sl_vid.get() >> 12) as u8;
-    cqe.opcode = match opcode {
+    w.slid = c.rlid.get();
+    w.sl = (c.sl_vid.get() >> 12) as u8;
+    w.opcode = match opcode {
         recv_opcode::RDMA_WRITE_IMM => {
-            cqe.flags |= WcFlags::WITH_IMM;
-            cqe.imm = imm;
+            w.wc_flags |= WcFlags::WITH_IMM;
+            w.imm_data = imm;
             WcOpcode::RecvRdmaWithImm
         }
         recv_opcode::SEND => {
-            cqe.pkey_index = (imm & 0x7f) as u16;
+            w.pkey_index = (imm & 0x7f) as u16;
             WcOpcode::Recv
         }
         recv_opcode::SEND_IMM => {
-            cqe.flags |= WcFlags::WITH_IMM;
-            cqe.imm = imm;
+            w.wc_flags |= WcFlags::WITH_IMM;
+            w.imm_data = imm;
             WcOpcode::Recv
         }
         recv_opcode::SEND_INVAL => {
-            cqe.flags |= WcFlags::WITH_INV;
-            cqe.imm = imm;
+            w.wc_flags |= WcFlags::WITH_INV;
+            w.imm_data = imm;
             WcOpcode::Recv
         }
         _ => return Err(bad("receive")),
     };
-    Ok(cqe)
+    Ok(r)
 }
 
 /// Encodes a completion as the HCA writes it, with `owner` as the wrap parity of its producer

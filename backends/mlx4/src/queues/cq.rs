@@ -9,10 +9,10 @@ use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::error::CqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::CompletionQueue;
-use portverbs_hal::wc::Cqe;
+use portverbs_hal::wc::{Cqe, WorkCompletion, WqeRef};
 
 use super::Geometry;
-use crate::dma::Ring;
+use crate::dma::Slots;
 use crate::doorbell::DbRecord;
 use crate::layout::cqe::{self, CQE_SIZE};
 use crate::layout::uar::{CQ_DOORBELL, CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};
@@ -21,8 +21,8 @@ use crate::layout::uar::{CQ_DOORBELL, CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};
 #[derive(Debug)]
 pub struct Mlx4Cq {
     pub(crate) cqn: u32,
-    pub(crate) buf: Ring,
-    pub(crate) geom: Geometry,
+    /// The CQE ring (32-byte slots).
+    pub(crate) buf: Slots<CQE_SIZE>,
     pub(crate) ci: u32,
     pub(crate) db: DbRecord,
     pub(crate) bar2: Arc<dyn Mmio>,
@@ -34,9 +34,14 @@ pub struct Mlx4Cq {
 impl Mlx4Cq {
     /// The owner bit of entry `counter` (an acquire load of its last 8 bytes).
     #[inline]
-    fn tail_word(&self, counter: u32) -> Option<[u8; 8]> {
-        let off = self.geom.offset(counter) + CQE_SIZE - 8;
-        self.buf.load8(off)
+    fn tail_word(&self, counter: u32) -> [u8; 8] {
+        self.buf.load8::<{ CQE_SIZE - 8 }>(counter)
+    }
+
+    /// Whether the host owns entry `counter`, given its tail word.
+    #[inline(always)]
+    fn owned(&self, tail: [u8; 8], counter: u32) -> bool {
+        (tail[7] & cqe::OWNER_MASK != 0) == self.buf.geom().parity(counter)
     }
 
     /// Marks every entry hardware-owned for pass 0 (facts §6.4 recommendation).
@@ -59,19 +64,18 @@ impl Mlx4Cq {
     /// After a resize command: copies the CQEs before the RESIZE CQE into `ring` one counter
     /// later (owner bits for the new geometry), switches to it, and returns the consumer
     /// counter to continue from (the first moved CQE). `None` while the RESIZE CQE has not appeared.
-    pub(crate) fn switch_to(&mut self, ring: Ring, geom: Geometry) -> Option<u32> {
+    pub(crate) fn switch_to(&mut self, ring: Slots<CQE_SIZE>) -> Option<u32> {
+        let geom = ring.geom();
         let mut c = self.ci;
         let mut moved = Vec::new();
-        for _ in 0..self.geom.cnt {
-            let tail = self.tail_word(c)?;
-            if (tail[7] & cqe::OWNER_MASK != 0) != self.geom.parity(c) {
+        for _ in 0..self.buf.geom().cnt {
+            let tail = self.tail_word(c);
+            if !self.owned(tail, c) {
                 return None;
             }
             barrier::from_device();
             let mut raw = [0u8; CQE_SIZE];
-            let _ = self
-                .buf
-                .read_into(self.geom.offset(c), &mut raw[..CQE_SIZE - 8]);
+            raw[..CQE_SIZE - 8].copy_from_slice(&self.buf.read::<0, { CQE_SIZE - 8 }>(c));
             raw[CQE_SIZE - 8..].copy_from_slice(&tail);
             if raw[CQE_SIZE - 1] & cqe::OPCODE_MASK == cqe::OPCODE_RESIZE {
                 for (n, mut e) in moved.into_iter().enumerate() {
@@ -83,10 +87,9 @@ impl Mlx4Cq {
                         } else {
                             0
                         };
-                    let _ = ring.write(geom.offset(counter), e);
+                    ring.write(counter, 0, e);
                 }
                 self.buf = ring;
-                self.geom = geom;
                 return Some(self.ci.wrapping_add(1));
             }
             moved.push(raw);
@@ -104,42 +107,43 @@ impl CompletionQueue for Mlx4Cq {
     fn depth(&self) -> u32 {
         // The HCA overruns only when every entry is unconsumed (facts §6.4); this driver never
         // needs the spare entry rdma-core keeps for the resize CQE.
-        self.geom.cnt
+        self.buf.geom().cnt
     }
 
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError> {
-        let mut one = [Cqe::default()];
-        match self.poll_batch(&mut one) {
+        let mut w = [WorkCompletion::default()];
+        let mut r = [WqeRef::default()];
+        match self.poll_batch(&mut w, &mut r) {
             (_, Some(e)) => Err(e),
             (0, None) => Ok(None),
-            _ => Ok(Some(one[0])),
+            _ => Ok(Some(Cqe::from_parts(&w[0], r[0]))),
         }
     }
 
-    fn poll_batch(&mut self, out: &mut [Cqe]) -> (usize, Option<CqeError>) {
-        let mut n = 0;
-        while n < out.len() {
-            let off = self.geom.offset(self.ci);
-            let Some(tail) = self.buf.load8(off + CQE_SIZE - 8) else {
-                break;
-            };
-            if (tail[7] & cqe::OWNER_MASK != 0) != self.geom.parity(self.ci) {
-                break;
+    #[inline]
+    fn poll_batch(
+        &mut self,
+        wc: &mut [WorkCompletion],
+        refs: &mut [WqeRef],
+    ) -> (usize, Option<CqeError>) {
+        for (n, (w, r)) in wc.iter_mut().zip(refs.iter_mut()).enumerate() {
+            let tail = self.tail_word(self.ci);
+            if !self.owned(tail, self.ci) {
+                return (n, None);
             }
             barrier::from_device();
-            let head: [u8; CQE_SIZE - 8] = self.buf.read(off).unwrap_or([0; CQE_SIZE - 8]);
+            let head = self.buf.read::<0, { CQE_SIZE - 8 }>(self.ci);
             let mut raw = [0u8; CQE_SIZE];
             raw[..CQE_SIZE - 8].copy_from_slice(&head);
             raw[CQE_SIZE - 8..].copy_from_slice(&tail);
             let index = self.ci;
             self.ci = self.ci.wrapping_add(1);
-            match cqe::decode(&raw, self.cqn, index) {
-                Ok(c) => out[n] = c,
+            match cqe::decode_into(&raw, self.cqn, index, w) {
+                Ok(wqe) => *r = wqe,
                 Err(e) => return (n, Some(e)),
             }
-            n += 1;
         }
-        (n, None)
+        (wc.len().min(refs.len()), None)
     }
 
     #[inline]
@@ -164,12 +168,12 @@ impl CompletionQueue for Mlx4Cq {
 
     fn pending(&self) -> u32 {
         let mut n = 0;
-        while n < self.geom.cnt {
+        while n < self.buf.geom().cnt {
             let c = self.ci.wrapping_add(n);
-            match self.tail_word(c) {
-                Some(t) if (t[7] & cqe::OWNER_MASK != 0) == self.geom.parity(c) => n += 1,
-                _ => break,
+            if !self.owned(self.tail_word(c), c) {
+                break;
             }
+            n += 1;
         }
         n
     }
