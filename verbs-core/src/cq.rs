@@ -59,13 +59,19 @@ pub(crate) struct PollState<C, S> {
 }
 
 impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
-    #[inline]
+    #[inline(always)]
     fn lookup(&mut self, qpn: u32) -> Option<&QpShared<S>> {
         // Completions come in runs of one QP: remember the last one (no reference count is
         // touched on a hit).
-        if self.last.as_ref().is_none_or(|q| q.qpn != qpn) {
-            self.last = Some(self.qps.get(&qpn)?.clone());
+        match &self.last {
+            Some(q) if q.qpn == qpn => self.last.as_deref(),
+            _ => self.lookup_slow(qpn),
         }
+    }
+
+    #[cold]
+    fn lookup_slow(&mut self, qpn: u32) -> Option<&QpShared<S>> {
+        self.last = Some(self.qps.get(&qpn)?.clone());
         self.last.as_deref()
     }
 
@@ -81,26 +87,25 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
     /// the unsignaled ones before it) and fills in `wr_id`.
     #[inline]
     fn resolve(&mut self, w: &mut WorkCompletion, r: WqeRef, cqn: u32) -> Result<(), CqeError> {
-        let qpn = w.qp_num;
-        let bad = || CqeError::BadWqeIndex {
-            cqn,
-            index: 0,
-            qpn,
-            wqe_index: u32::from(r.index),
-        };
-        let qp = self
-            .lookup(qpn)
-            .ok_or(CqeError::UnknownQp { cqn, index: 0, qpn })?;
-        w.wr_id = if r.is_send {
-            qp.sq.retire_through(r.index).ok_or_else(bad)?
+        match self.try_resolve(w, r) {
+            Ok(()) => Ok(()),
+            Err(unknown_qp) => Err(rejected(w.qp_num, r, cqn, unknown_qp)),
+        }
+    }
+
+    /// The hot part of [`PollState::resolve`]; `Err(true)` for an unknown QP, `Err(false)`
+    /// for a reference to no outstanding work request.
+    #[inline(always)]
+    fn try_resolve(&mut self, w: &mut WorkCompletion, r: WqeRef) -> Result<(), bool> {
+        let qp = self.lookup(w.qp_num).ok_or(true)?;
+        let wr_id = if r.is_send {
+            qp.sq.retire_through(r.index)
         } else if let Some(srq) = &qp.srq {
-            srq.complete(u32::from(r.index)).ok_or_else(bad)?
+            srq.complete(u32::from(r.index))
         } else {
-            qp.rq
-                .as_ref()
-                .and_then(|rq| rq.retire_next())
-                .ok_or_else(bad)?
+            qp.rq.as_ref().and_then(|rq| rq.retire_next())
         };
+        w.wr_id = wr_id.ok_or(false)?;
         Ok(())
     }
 
@@ -127,6 +132,21 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
         self.backlog.retain(|w| w.qp_num != qpn);
         if self.last.as_ref().is_some_and(|q| q.qpn == qpn) {
             self.last = None;
+        }
+    }
+}
+
+/// The error for a completion verbs-core rejected.
+#[cold]
+fn rejected(qpn: u32, r: WqeRef, cqn: u32, unknown_qp: bool) -> CqeError {
+    if unknown_qp {
+        CqeError::UnknownQp { cqn, index: 0, qpn }
+    } else {
+        CqeError::BadWqeIndex {
+            cqn,
+            index: 0,
+            qpn,
+            wqe_index: u32::from(r.index),
         }
     }
 }
@@ -293,13 +313,14 @@ impl<D: Device> Cq<D> {
             consumed |= got > 0 || bad.is_some();
             let mut i = 0;
             while i < got {
-                if let Err(e) = g.resolve(&mut wc[n + i], refs[i], self.inner.cqn) {
+                if let Err(unknown_qp) = g.try_resolve(&mut wc[n + i], refs[i]) {
+                    let e = rejected(wc[n + i].qp_num, refs[i], self.inner.cqn, unknown_qp);
                     g.pending_error = Some(e.into());
                     // The rest of the batch (already taken out of the ring) waits in the
                     // backlog behind the error.
                     for j in i + 1..got {
                         let mut w = wc[n + j];
-                        if g.resolve(&mut w, refs[j], self.inner.cqn).is_ok() {
+                        if g.try_resolve(&mut w, refs[j]).is_ok() {
                             g.backlog.push_back(w);
                         }
                     }

@@ -194,6 +194,15 @@ impl<const MIN: usize> Slots<MIN> {
         self.ring.base + self.geom.offset(c)
     }
 
+    /// Counter `c`'s slot, for several accesses with one address computation.
+    #[inline(always)]
+    pub(crate) fn at(&self, c: u32) -> Slot<'_, MIN> {
+        Slot {
+            addr: self.slot(c),
+            _slots: std::marker::PhantomData,
+        }
+    }
+
     /// Acquire-loads the 8 bytes at offset `AT` of counter `c`'s slot (an ownership word).
     #[inline(always)]
     pub(crate) fn load8<const AT: usize>(&self, c: u32) -> [u8; 8] {
@@ -242,6 +251,37 @@ impl<const MIN: usize> Slots<MIN> {
             std::ptr::copy_nonoverlapping(src.as_ptr(), (self.slot(c) + at) as *mut u8, src.len());
         }
         true
+    }
+}
+
+/// One slot of a [`Slots`] (borrowed from it, so the region outlives it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot<'a, const MIN: usize> {
+    addr: usize,
+    _slots: std::marker::PhantomData<&'a Slots<MIN>>,
+}
+
+impl<const MIN: usize> Slot<'_, MIN> {
+    /// As [`Slots::load8`].
+    #[inline(always)]
+    pub(crate) fn load8<const AT: usize>(self) -> [u8; 8] {
+        const { assert!(AT + 8 <= MIN && AT % 8 == 0) };
+        // SAFETY: as in `Slots::load8`: the slot address came from `Slots::at`, so the slot is
+        // inside a live region (the borrow keeps it alive) and 8-byte aligned.
+        let word = unsafe { AtomicU64::from_ptr((self.addr + AT) as *mut u64) };
+        word.load(Ordering::Acquire).to_ne_bytes()
+    }
+
+    /// As [`Slots::read`].
+    #[inline(always)]
+    pub(crate) fn read<const AT: usize, const N: usize>(self) -> [u8; N] {
+        const { assert!(AT + N <= MIN) };
+        let mut out = [0u8; N];
+        // SAFETY: as in `Slots::read`.
+        unsafe {
+            std::ptr::copy_nonoverlapping((self.addr + AT) as *const u8, out.as_mut_ptr(), N);
+        }
+        out
     }
 }
 

@@ -127,12 +127,13 @@ impl CompletionQueue for Mlx4Cq {
         refs: &mut [WqeRef],
     ) -> (usize, Option<CqeError>) {
         for (n, (w, r)) in wc.iter_mut().zip(refs.iter_mut()).enumerate() {
-            let tail = self.tail_word(self.ci);
+            let slot = self.buf.at(self.ci);
+            let tail = slot.load8::<{ CQE_SIZE - 8 }>();
             if !self.owned(tail, self.ci) {
                 return (n, None);
             }
             barrier::from_device();
-            let head = self.buf.read::<0, { CQE_SIZE - 8 }>(self.ci);
+            let head = slot.read::<0, { CQE_SIZE - 8 }>();
             let mut raw = [0u8; CQE_SIZE];
             raw[..CQE_SIZE - 8].copy_from_slice(&head);
             raw[CQE_SIZE - 8..].copy_from_slice(&tail);
