@@ -166,7 +166,7 @@ pub(crate) struct CqInner<D: Device> {
     pub(crate) ctx: Arc<ContextInner<D>>,
     pub(crate) cqn: u32,
     eq: Arc<EqShared<D>>,
-    pub(crate) poll: Mutex<PollState<D::Cq, D::Srq>>,
+    pub(crate) poll: parking_lot::Mutex<PollState<D::Cq, D::Srq>>,
     notify: Mutex<NotifyState>,
     channel: Option<Weak<ChannelInner<D>>>,
     reported: AtomicU64,
@@ -243,7 +243,7 @@ impl<D: Device> Context<D> {
             ctx: ctx.clone(),
             cqn,
             eq,
-            poll: Mutex::new(PollState {
+            poll: parking_lot::Mutex::new(PollState {
                 hw,
                 qps: HashMap::new(),
                 last: None,
@@ -293,7 +293,7 @@ impl<D: Device> Cq<D> {
     /// A malformed device entry (reported once, after the good completions before it were
     /// returned; polling may continue), or the CQ is in error.
     pub fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
-        let mut g = lock(&self.inner.poll);
+        let mut g = self.inner.poll.lock();
         if let Some(e) = g.pending_error.take() {
             return Err(e);
         }
@@ -399,7 +399,7 @@ impl<D: Device> Cq<D> {
             return;
         }
         n.armed = Some(want);
-        lock(&self.inner.poll).hw.arm(want);
+        self.inner.poll.lock().hw.arm(want);
     }
 
     /// Processes the event queue this CQ reports to (completes notify requests, queues channel
@@ -443,7 +443,7 @@ impl<D: Device> Cq<D> {
             });
         }
         let ctx = self.inner.ctx.clone();
-        let mut g = lock(&self.inner.poll);
+        let mut g = self.inner.poll.lock();
         let pending = g.backlog.len() as u32 + g.hw.pending();
         if pending > entries {
             return Err(CqError::ResizeBelowPending {
@@ -502,7 +502,7 @@ impl<D: Device> CqInner<D> {
     pub(crate) fn on_completion_event(self: &Arc<Self>) {
         let (done, to_channel) = {
             let mut n = lock(&self.notify);
-            lock(&self.poll).hw.event_delivered();
+            self.poll.lock().hw.event_delivered();
             n.armed = None;
             let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut n.waiters)
                 .into_iter()

@@ -78,7 +78,7 @@ pub(crate) struct QpInner<D: Device> {
     state: AtomicU8,
     attr: Mutex<QpAttr>,
     modifying: AtomicBool,
-    sq: Mutex<SqState<D::Sq>>,
+    sq: parking_lot::Mutex<SqState<D::Sq>>,
     rq: Option<Mutex<RqState<D::Rq>>>,
     shared: Arc<QpShared<D::Srq>>,
 }
@@ -159,7 +159,7 @@ impl<D: Device> Pd<D> {
             srq: init.srq.map(|s| s.inner.shared.clone()),
         });
         for cq in [init.send_cq, init.recv_cq] {
-            lock(&cq.inner.poll).qps.insert(res.qpn, shared.clone());
+            cq.inner.poll.lock().qps.insert(res.qpn, shared.clone());
         }
         ctx.counts.qps.fetch_add(1, Ordering::Relaxed);
         Ok(Qp {
@@ -178,7 +178,7 @@ impl<D: Device> Pd<D> {
                     ..QpAttr::default()
                 }),
                 modifying: AtomicBool::new(false),
-                sq: Mutex::new(SqState {
+                sq: parking_lot::Mutex::new(SqState {
                     depth: res.sq.depth().min(res.caps.max_send_wr.max(1)),
                     hw: res.sq,
                     head: 0,
@@ -319,7 +319,7 @@ impl<D: Device> Qp<D> {
             return Err(fail(0, PostErrorKind::InvalidState { state }));
         }
         let ring = &self.inner.shared.sq;
-        let mut sq = lock(&self.inner.sq);
+        let mut sq = self.inner.sq.lock();
         let depth = sq.depth;
         let mut head = sq.head;
         let mut result = Ok(());
@@ -598,7 +598,7 @@ impl<D: Device> Qp<D> {
                 ctx.device().modify_qp_blocking(qpn, cmd, cmd_mask)
             })
             .map_err(|source| ModifyQpError::Device { qpn, source })?;
-            let mut sq = lock(&self.inner.sq);
+            let mut sq = self.inner.sq.lock();
             sq.head = 0;
             sq.hw.reset();
             self.inner.shared.sq.reset();
@@ -682,15 +682,15 @@ fn with_cqs_cleaned<D: Device, R>(
 ) -> R {
     let (s, r) = (&send.inner, &recv.inner);
     if Arc::ptr_eq(s, r) {
-        let mut g = lock(&s.poll);
+        let mut g = s.poll.lock();
         let out = f();
         g.clean(qpn, s.cqn);
         out
     } else {
         // Lock in CQ-number order so that two teardowns never deadlock.
         let (a, b) = if s.cqn < r.cqn { (s, r) } else { (r, s) };
-        let mut ga = lock(&a.poll);
-        let mut gb = lock(&b.poll);
+        let mut ga = a.poll.lock();
+        let mut gb = b.poll.lock();
         let out = f();
         ga.clean(qpn, a.cqn);
         gb.clean(qpn, b.cqn);
@@ -709,7 +709,7 @@ impl<D: Device> Drop for QpInner<D> {
             tracing::warn!(qpn, error = %e, "destroying a QP failed");
         }
         for cq in [&self.send_cq, &self.recv_cq] {
-            lock(&cq.inner.poll).qps.remove(&qpn);
+            cq.inner.poll.lock().qps.remove(&qpn);
         }
         ctx.counts.qps.fetch_sub(1, Ordering::Relaxed);
     }

@@ -127,7 +127,7 @@ impl Ring {
     }
 
     /// Copies `N` bytes at `offset` out of the region.
-    #[inline(always)]
+    #[cfg(test)]
     pub(crate) fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
         if !self.fits(offset, N) {
             return None;
@@ -184,6 +184,7 @@ impl<const MIN: usize> Slots<MIN> {
     }
 
     /// The whole region.
+    #[cfg(test)]
     pub(crate) fn ring(&self) -> &Ring {
         &self.ring
     }
@@ -235,6 +236,19 @@ impl<const MIN: usize> Slots<MIN> {
         // SAFETY: in bounds and 4-byte aligned (as in `load8`); volatile: neither elided nor
         // split.
         unsafe { std::ptr::write_volatile((self.slot(c) + AT) as *mut u32, u32::from_ne_bytes(v)) };
+    }
+
+    /// [`Slots::store4`] at a run-time offset; false (nothing written) when `at` is misaligned
+    /// or the 4 bytes would leave the slot.
+    #[inline(always)]
+    pub(crate) fn store4_at(&self, c: u32, at: usize, v: [u8; 4]) -> bool {
+        if at % 4 != 0 || at >= (1usize << self.geom.shift) {
+            return false;
+        }
+        // SAFETY: 4-byte aligned and, the stride being a multiple of 8, `at + 4 <= stride`:
+        // inside the slot, inside the live region (`new`).
+        unsafe { std::ptr::write_volatile((self.slot(c) + at) as *mut u32, u32::from_ne_bytes(v)) };
+        true
     }
 
     /// Copies `src` to offset `at` of counter `c`'s slot; false (nothing written) when it would
@@ -442,5 +456,9 @@ mod tests {
         assert!(!s.write(0, 25, &[7; 8]), "past the slot");
         assert!(!s.write(0, usize::MAX, &[]), "overflowing offset");
         assert!(s.write(0, 32, &[]), "an empty copy at the slot's end fits");
+        assert!(s.store4_at(0, 28, [3; 4]));
+        assert_eq!(s.read::<28, 4>(0), [3; 4]);
+        assert!(!s.store4_at(0, 32, [3; 4]), "past the slot");
+        assert!(!s.store4_at(0, 6, [3; 4]), "misaligned");
     }
 }

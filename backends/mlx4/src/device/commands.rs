@@ -859,8 +859,7 @@ impl Device for Mlx4Device {
         let mut sq = Mlx4Sq {
             qpn,
             qp_type: params.qp_type,
-            buf: buf.clone(),
-            geom: sq_geom,
+            buf: Self::slots(&buf, sq_geom)?,
             spare,
             max_sge,
             max_inline,

@@ -11,8 +11,7 @@ use portverbs_hal::queue::SendQueue;
 use portverbs_hal::types::{AccessFlags, MwType, QpType};
 use portverbs_hal::wr::{Payload, SendFlags, SendOp, SendWr, Sge};
 
-use super::Geometry;
-use crate::dma::Ring;
+use crate::dma::Slots;
 use crate::layout::uar::SEND_DOORBELL;
 use crate::layout::wqe::{INLINE_ALIGN, INLINE_SEG, STAMP, bind, ctrl, opcode};
 
@@ -33,8 +32,8 @@ pub(crate) struct BfReg {
 pub struct Mlx4Sq {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
-    pub(crate) buf: Ring,
-    pub(crate) geom: Geometry,
+    /// The WQE ring (slots of at least 64 bytes).
+    pub(crate) buf: Slots<64>,
     pub(crate) spare: u32,
     pub(crate) max_sge: u32,
     pub(crate) max_inline: u32,
@@ -77,27 +76,26 @@ impl Mlx4Sq {
     /// Prepares every slot for pass 0: owner = 1 ("not yet valid"), ds = the whole slot, the
     /// 64-byte blocks stamped (facts §5.2).
     pub(crate) fn init_slots(&mut self) {
-        let ds = (self.geom.stride() / 16).min(63) as u8;
-        let mut slot = vec![0u8; self.geom.stride()];
+        let ds = (self.buf.geom().stride() / 16).min(63) as u8;
+        let mut slot = vec![0u8; self.buf.geom().stride()];
         slot[..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
         slot[7] = ds;
-        for b in (64..self.geom.stride()).step_by(64) {
+        for b in (64..self.buf.geom().stride()).step_by(64) {
             slot[b..b + 4].copy_from_slice(&STAMP.to_be_bytes());
         }
-        for i in 0..self.geom.cnt {
-            let _ = self.buf.write(self.geom.offset(i), &slot);
+        for i in 0..self.buf.geom().cnt {
+            self.buf.write(i, 0, &slot);
         }
         self.ds.fill(ds);
     }
 
     #[inline(always)]
     fn stamp(&self, counter: u32) {
-        let slot = (counter & (self.geom.cnt - 1)) as usize;
+        let slot = (counter & (self.buf.geom().cnt - 1)) as usize;
         let ds = usize::from(self.ds[slot]);
-        let off = self.geom.offset(counter);
         let mut b = 64;
         while b < ds * 16 {
-            let _ = self.buf.store4(off + b, STAMP.to_be_bytes());
+            self.buf.store4_at(counter, b, STAMP.to_be_bytes());
             b += 64;
         }
     }
@@ -276,7 +274,7 @@ impl Mlx4Sq {
             };
         }
         let len = at.next_multiple_of(16);
-        if len > self.geom.stride() {
+        if len > self.buf.geom().stride() {
             return Err(WqeError::InlineTooLarge {
                 given: wr.payload.len() as usize,
                 max: self.max_inline,
@@ -290,7 +288,7 @@ impl Mlx4Sq {
 
 impl SendQueue for Mlx4Sq {
     fn depth(&self) -> u32 {
-        self.geom.cnt - self.spare
+        self.buf.geom().cnt - self.spare
     }
 
     fn max_sge(&self) -> u32 {
@@ -308,7 +306,7 @@ impl SendQueue for Mlx4Sq {
         }
         let (op, imm, len) = self.encode(wr)?;
         let ds = (len / 16) as u8;
-        let owner = if self.geom.parity(counter) {
+        let owner = if self.buf.geom().parity(counter) {
             ctrl::OWNER
         } else {
             0
@@ -330,15 +328,15 @@ impl SendQueue for Mlx4Sq {
         }
         put32(&mut self.wqe, 8, flags);
         put32(&mut self.wqe, 12, imm);
-        let off = self.geom.offset(counter);
         // Everything but the ownership dword, a barrier, then ownership: the HCA may start on
         // the WQE as soon as the owner bit is right.
-        let _ = self.buf.write(off + 4, &self.wqe[4..len]);
+        self.buf.write(counter, 4, &self.wqe[4..len]);
         barrier::to_device();
-        let _ = self
-            .buf
-            .store4(off, [self.wqe[0], self.wqe[1], self.wqe[2], self.wqe[3]]);
-        self.ds[(counter & (self.geom.cnt - 1)) as usize] = ds;
+        self.buf.store4::<0>(
+            counter,
+            [self.wqe[0], self.wqe[1], self.wqe[2], self.wqe[3]],
+        );
+        self.ds[(counter & (self.buf.geom().cnt - 1)) as usize] = ds;
         self.stamp(counter.wrapping_add(self.spare));
         self.batch += 1;
         self.last_len = len;
