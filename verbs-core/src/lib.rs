@@ -10,8 +10,11 @@
 //! ## The data path
 //! [`Qp::post_send`] / [`Qp::post_recv`] validate each work request, record its `wr_id` and let
 //! the backend encode it into its WQE slot, then ring the doorbell once. [`Cq::poll`] lets the
-//! backend decode device CQEs (after its ownership check), checks every field it uses, and maps
-//! them back to `wr_id`s. Both take only the lock of the queue concerned and allocate nothing.
+//! backend decode device CQEs (after its ownership check) straight into the caller's array,
+//! checks every field it uses, and maps them back to `wr_id`s. Both take only the lock of the
+//! queue concerned (a `parking_lot` mutex: no poison bookkeeping on the hot path) and allocate
+//! nothing. The backend's queue objects are the device's associated types, so this code is
+//! compiled per backend with the backend's encoder and decoder inlined into it.
 //!
 //! ## Memory safety around the device
 //! Memory the device may write is a [`Buffer`] that is only ever copied into and out of; no
