@@ -78,23 +78,17 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
     /// Maps a device CQE to a work completion, retiring the WQEs it covers.
     fn complete(&mut self, cqe: Cqe, cqn: u32) -> Result<WorkCompletion, CqeError> {
         let (mut w, r) = cqe.into_parts();
-        self.resolve(&mut w, r, cqn)?;
-        Ok(w)
-    }
-
-    /// Resolves a completion the device decoded in place: checks that its QP is attached to
-    /// this CQ and that `r` names an outstanding work request, retires it (and, for a send,
-    /// the unsignaled ones before it) and fills in `wr_id`.
-    #[inline]
-    fn resolve(&mut self, w: &mut WorkCompletion, r: WqeRef, cqn: u32) -> Result<(), CqeError> {
-        match self.try_resolve(w, r) {
-            Ok(()) => Ok(()),
+        match self.try_resolve(&mut w, r) {
+            Ok(()) => Ok(w),
             Err(unknown_qp) => Err(rejected(w.qp_num, r, cqn, unknown_qp)),
         }
     }
 
-    /// The hot part of [`PollState::resolve`]; `Err(true)` for an unknown QP, `Err(false)`
-    /// for a reference to no outstanding work request.
+    /// Resolves a completion the device decoded in place: checks that its QP is attached to
+    /// this CQ and that `r` names an outstanding work request, retires it (and, for a send,
+    /// the unsignaled ones before it) and fills in `wr_id`. `Err(true)` for an unknown QP,
+    /// `Err(false)` for a reference to no outstanding work request ([`rejected`] makes the
+    /// error, off the hot path).
     #[inline(always)]
     fn try_resolve(&mut self, w: &mut WorkCompletion, r: WqeRef) -> Result<(), bool> {
         let qp = self.lookup(w.qp_num).ok_or(true)?;

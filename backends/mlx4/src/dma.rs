@@ -204,37 +204,13 @@ impl<const MIN: usize> Slots<MIN> {
         }
     }
 
-    /// Acquire-loads the 8 bytes at offset `AT` of counter `c`'s slot (an ownership word).
-    #[inline(always)]
-    pub(crate) fn load8<const AT: usize>(&self, c: u32) -> [u8; 8] {
-        const { assert!(AT + 8 <= MIN && AT % 8 == 0) };
-        // SAFETY: the slot is inside the live region (checked in `new`), `AT + 8 <= MIN <=
-        // stride`, and slot, region base and `AT` are 8-byte aligned; the device writes the
-        // word concurrently, hence an atomic.
-        let word = unsafe { AtomicU64::from_ptr((self.slot(c) + AT) as *mut u64) };
-        word.load(Ordering::Acquire).to_ne_bytes()
-    }
-
-    /// Copies the `N` bytes at offset `AT` of counter `c`'s slot.
-    #[inline(always)]
-    pub(crate) fn read<const AT: usize, const N: usize>(&self, c: u32) -> [u8; N] {
-        const { assert!(AT + N <= MIN) };
-        let mut out = [0u8; N];
-        // SAFETY: in bounds of a live region (`new`, and `AT + N <= MIN <= stride`); `out` is
-        // a local array.
-        unsafe {
-            std::ptr::copy_nonoverlapping((self.slot(c) + AT) as *const u8, out.as_mut_ptr(), N);
-        }
-        out
-    }
-
     /// Stores the 4 bytes `v` at offset `AT` of counter `c`'s slot as one aligned store (an
     /// ownership dword must not tear).
     #[inline(always)]
     pub(crate) fn store4<const AT: usize>(&self, c: u32, v: [u8; 4]) {
         const { assert!(AT + 4 <= MIN && AT % 4 == 0) };
-        // SAFETY: in bounds and 4-byte aligned (as in `load8`); volatile: neither elided nor
-        // split.
+        // SAFETY: the slot is inside the live region (`new`), `AT + 4 <= MIN <= stride`, and
+        // slot and `AT` are 4-byte aligned; volatile: neither elided nor split.
         unsafe { std::ptr::write_volatile((self.slot(c) + AT) as *mut u32, u32::from_ne_bytes(v)) };
     }
 
@@ -276,22 +252,25 @@ pub(crate) struct Slot<'a, const MIN: usize> {
 }
 
 impl<const MIN: usize> Slot<'_, MIN> {
-    /// As [`Slots::load8`].
+    /// Acquire-loads the 8 bytes at offset `AT` (an ownership word).
     #[inline(always)]
     pub(crate) fn load8<const AT: usize>(self) -> [u8; 8] {
         const { assert!(AT + 8 <= MIN && AT % 8 == 0) };
-        // SAFETY: as in `Slots::load8`: the slot address came from `Slots::at`, so the slot is
-        // inside a live region (the borrow keeps it alive) and 8-byte aligned.
+        // SAFETY: the address came from `Slots::at`, so the slot is inside a live region (the
+        // borrow keeps it alive; `Slots::new` checked the geometry), `AT + 8 <= MIN <= stride`,
+        // and slot and `AT` are 8-byte aligned; the device writes the word concurrently, hence
+        // an atomic.
         let word = unsafe { AtomicU64::from_ptr((self.addr + AT) as *mut u64) };
         word.load(Ordering::Acquire).to_ne_bytes()
     }
 
-    /// As [`Slots::read`].
+    /// Copies the `N` bytes at offset `AT`.
     #[inline(always)]
     pub(crate) fn read<const AT: usize, const N: usize>(self) -> [u8; N] {
         const { assert!(AT + N <= MIN) };
         let mut out = [0u8; N];
-        // SAFETY: as in `Slots::read`.
+        // SAFETY: inside the slot (`AT + N <= MIN <= stride`), inside a live region (as in
+        // `load8`); `out` is a local array.
         unsafe {
             std::ptr::copy_nonoverlapping((self.addr + AT) as *const u8, out.as_mut_ptr(), N);
         }
@@ -449,15 +428,15 @@ mod tests {
         let s = Slots::<32>::new(ring(8), g(32, 4 + 1, 1)).unwrap();
         // Counter 5 wraps to the only slot, at byte 32.
         s.store4::<4>(5, [1, 2, 3, 4]);
-        assert_eq!(s.read::<4, 4>(0), [1, 2, 3, 4]);
+        assert_eq!(s.at(0).read::<4, 4>(), [1, 2, 3, 4]);
         assert_eq!(s.ring().read::<4>(36), Some([1, 2, 3, 4]));
         assert!(s.write(0, 24, &[7; 8]));
-        assert_eq!(s.load8::<24>(1), [7; 8]);
+        assert_eq!(s.at(1).load8::<24>(), [7; 8]);
         assert!(!s.write(0, 25, &[7; 8]), "past the slot");
         assert!(!s.write(0, usize::MAX, &[]), "overflowing offset");
         assert!(s.write(0, 32, &[]), "an empty copy at the slot's end fits");
         assert!(s.store4_at(0, 28, [3; 4]));
-        assert_eq!(s.read::<28, 4>(0), [3; 4]);
+        assert_eq!(s.at(0).read::<28, 4>(), [3; 4]);
         assert!(!s.store4_at(0, 32, [3; 4]), "past the slot");
         assert!(!s.store4_at(0, 6, [3; 4]), "misaligned");
     }

@@ -35,7 +35,7 @@ impl Mlx4Cq {
     /// The owner bit of entry `counter` (an acquire load of its last 8 bytes).
     #[inline]
     fn tail_word(&self, counter: u32) -> [u8; 8] {
-        self.buf.load8::<{ CQE_SIZE - 8 }>(counter)
+        self.buf.at(counter).load8::<{ CQE_SIZE - 8 }>()
     }
 
     /// Whether the host owns entry `counter`, given its tail word.
@@ -75,7 +75,7 @@ impl Mlx4Cq {
             }
             barrier::from_device();
             let mut raw = [0u8; CQE_SIZE];
-            raw[..CQE_SIZE - 8].copy_from_slice(&self.buf.read::<0, { CQE_SIZE - 8 }>(c));
+            raw[..CQE_SIZE - 8].copy_from_slice(&self.buf.at(c).read::<0, { CQE_SIZE - 8 }>());
             raw[CQE_SIZE - 8..].copy_from_slice(&tail);
             if raw[CQE_SIZE - 1] & cqe::OPCODE_MASK == cqe::OPCODE_RESIZE {
                 for (n, mut e) in moved.into_iter().enumerate() {
