@@ -156,12 +156,11 @@ impl CompletionQueue for AnyCq {
     }
 
     #[inline]
-    fn poll_batch(
-        &mut self,
-        wc: &mut [WorkCompletion],
-        refs: &mut [WqeRef],
-    ) -> (usize, Option<CqeError>) {
-        each!(AnyCq, self, q => q.poll_batch(wc, refs))
+    fn poll_with<F>(&mut self, wc: &mut [WorkCompletion], accept: F) -> (usize, Option<CqeError>)
+    where
+        F: FnMut(&mut WorkCompletion, WqeRef) -> bool,
+    {
+        each!(AnyCq, self, q => q.poll_with(wc, accept))
     }
 
     #[inline]

@@ -9,8 +9,8 @@
 //!   encodes it into the backend's own WQE slot ([`queue::SendQueue::write_wqe`]) and later
 //!   rings the doorbell ([`queue::SendQueue::ring_doorbell`]). Completions and events come back
 //!   as device-format CQEs/EQEs that the backend decodes, after an ownership check, straight
-//!   into the application's [`wc::WorkCompletion`]s plus a [`wc::WqeRef`] each
-//!   ([`queue::CompletionQueue::poll_batch`]; [`wc::Cqe`] is the one-entry form) and into
+//!   into the application's [`wc::WorkCompletion`] plus a [`wc::WqeRef`]
+//!   ([`queue::CompletionQueue::poll_with`]; [`wc::Cqe`] is the self-contained form) and into
 //!   [`event::DeviceEvent`]s. The queue objects are associated types of the device
 //!   ([`device::LocalDevice::Sq`] …), so the core's loops are compiled per backend and the
 //!   encoders and decoders inline into them.

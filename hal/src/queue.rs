@@ -117,25 +117,51 @@ pub trait CompletionQueue: Send + Debug {
     /// A malformed entry (consumed), or the CQ is in error.
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError>;
 
-    /// Polls up to `wc.len()` entries, as [`CompletionQueue::poll_one`] would one at a time,
-    /// decoding each straight into `wc[i]` (`wr_id` left for the core) and `refs[i]` (which
-    /// work request it completes). Returns how many were decoded, plus the error of a malformed
-    /// entry that ended the batch (that entry is consumed; the `n` before it are good).
-    /// `refs` is at least as long as `wc`.
+    /// Polls up to `wc.len()` entries as [`CompletionQueue::poll_one`] would, decoding each
+    /// straight into its slot of `wc` (every field but `wr_id`) and handing it with its
+    /// [`WqeRef`] to `accept`, which fills in `wr_id`. `accept` returning `false` ends the poll
+    /// with that entry consumed but not counted. Publishes the consumer index if any entry was
+    /// consumed. Returns the number of accepted entries and the error of a malformed entry that
+    /// ended the poll (also consumed).
+    ///
+    /// One call per poll: a backend's version keeps its ring state in registers across the
+    /// loop, and `accept` (the core's resolution) inlines into it.
     #[inline]
-    fn poll_batch(
+    fn poll_with<F>(
         &mut self,
         wc: &mut [WorkCompletion],
-        refs: &mut [WqeRef],
-    ) -> (usize, Option<CqeError>) {
-        for (n, (slot, r)) in wc.iter_mut().zip(refs.iter_mut()).enumerate() {
+        mut accept: F,
+    ) -> (usize, Option<CqeError>)
+    where
+        Self: Sized,
+        F: FnMut(&mut WorkCompletion, WqeRef) -> bool,
+    {
+        let mut n = 0;
+        let mut consumed = false;
+        let mut error = None;
+        while let Some(w) = wc.get_mut(n) {
             match self.poll_one() {
-                Ok(Some(c)) => (*slot, *r) = c.into_parts(),
-                Ok(None) => return (n, None),
-                Err(e) => return (n, Some(e)),
+                Ok(Some(c)) => {
+                    consumed = true;
+                    let r;
+                    (*w, r) = c.into_parts();
+                    if !accept(w, r) {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    consumed = true;
+                    error = Some(e);
+                    break;
+                }
             }
+            n += 1;
         }
-        (wc.len().min(refs.len()), None)
+        if consumed {
+            self.publish_ci();
+        }
+        (n, error)
     }
 
     /// Publishes the consumer index to the device (CQ set-ci doorbell record).

@@ -168,36 +168,42 @@ bitflags::bitflags! {
 
 /// One work completion (`struct ibv_wc`). Defined here, not in verbs-core, so that a backend's
 /// CQE decoder writes the application's completion array directly
-/// ([`crate::queue::CompletionQueue::poll_batch`]); the core then fills in `wr_id`.
+/// ([`crate::queue::CompletionQueue::poll_with`]); the core then fills in `wr_id`.
+///
+/// The layout is fixed (`repr(C)`, 40 bytes, no padding) with the fields a send completion sets
+/// first and those it leaves zero together at the end, so that a decoder's stores of constant
+/// zeros merge into a few wide ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub struct WorkCompletion {
     /// `wr_id` of the work request.
     pub wr_id: u64,
+    /// The local QP.
+    pub qp_num: u32,
+    /// Bytes received (receives, READs, atomics).
+    pub byte_len: u32,
     /// Status.
     pub status: WcStatus,
     /// Opcode (valid for successful completions).
     pub opcode: WcOpcode,
-    /// Vendor error syndrome.
-    pub vendor_err: u32,
-    /// Bytes received (receives, READs, atomics).
-    pub byte_len: u32,
-    /// Immediate data (with `WITH_IMM`) or the invalidated rkey (with `WITH_INV`).
-    pub imm_data: u32,
-    /// The local QP.
-    pub qp_num: u32,
-    /// Source QP (UD receives; the connected peer otherwise).
-    pub src_qp: u32,
-    /// Flags.
-    pub wc_flags: WcFlags,
-    /// P_Key index.
-    pub pkey_index: u16,
-    /// Source LID.
-    pub slid: u16,
     /// Service level.
     pub sl: u8,
     /// DLID path bits.
     pub dlid_path_bits: u8,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// Vendor error syndrome.
+    pub vendor_err: u32,
+    /// Immediate data (with `WITH_IMM`) or the invalidated rkey (with `WITH_INV`).
+    pub imm_data: u32,
+    /// Source QP (UD receives; the connected peer otherwise).
+    pub src_qp: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Source LID.
+    pub slid: u16,
 }
+const _: () = assert!(size_of::<WorkCompletion>() == 40);
 
 impl Default for WorkCompletion {
     fn default() -> Self {

@@ -45,20 +45,39 @@ impl<D: Device> Default for CqInit<'_, D> {
     }
 }
 
-/// Completions taken from the device per `poll_batch` call (the size of the on-stack array
-/// of work-request references).
-const POLL_BATCH: usize = 16;
-
 pub(crate) struct PollState<C, S> {
     pub(crate) hw: C,
-    pub(crate) qps: HashMap<u32, Arc<QpShared<S>>>,
-    last: Option<Arc<QpShared<S>>>,
+    pub(crate) qps: QpTable<S>,
     /// Completions taken out of the ring while cleaning up after a destroyed or reset QP.
     backlog: VecDeque<WorkCompletion>,
     pending_error: Option<PollError>,
 }
 
-impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
+/// The QPs attached to a CQ, by number, with the last one looked up.
+pub(crate) struct QpTable<S> {
+    by_qpn: HashMap<u32, Arc<QpShared<S>>>,
+    last: Option<Arc<QpShared<S>>>,
+}
+
+impl<S: SharedRecvQueue> QpTable<S> {
+    fn new() -> Self {
+        Self {
+            by_qpn: HashMap::new(),
+            last: None,
+        }
+    }
+
+    pub(crate) fn insert(&mut self, qp: Arc<QpShared<S>>) {
+        self.by_qpn.insert(qp.qpn, qp);
+    }
+
+    pub(crate) fn remove(&mut self, qpn: u32) {
+        self.by_qpn.remove(&qpn);
+        if self.last.as_ref().is_some_and(|q| q.qpn == qpn) {
+            self.last = None;
+        }
+    }
+
     #[inline(always)]
     fn lookup(&mut self, qpn: u32) -> Option<&QpShared<S>> {
         // Completions come in runs of one QP: remember the last one (no reference count is
@@ -71,17 +90,8 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
 
     #[cold]
     fn lookup_slow(&mut self, qpn: u32) -> Option<&QpShared<S>> {
-        self.last = Some(self.qps.get(&qpn)?.clone());
+        self.last = Some(self.by_qpn.get(&qpn)?.clone());
         self.last.as_deref()
-    }
-
-    /// Maps a device CQE to a work completion, retiring the WQEs it covers.
-    fn complete(&mut self, cqe: Cqe, cqn: u32) -> Result<WorkCompletion, CqeError> {
-        let (mut w, r) = cqe.into_parts();
-        match self.try_resolve(&mut w, r) {
-            Ok(()) => Ok(w),
-            Err(unknown_qp) => Err(rejected(w.qp_num, r, cqn, unknown_qp)),
-        }
     }
 
     /// Resolves a completion the device decoded in place: checks that its QP is attached to
@@ -103,13 +113,24 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
         Ok(())
     }
 
+    /// Maps a device CQE to a work completion, retiring the WQEs it covers.
+    fn complete(&mut self, cqe: Cqe, cqn: u32) -> Result<WorkCompletion, CqeError> {
+        let (mut w, r) = cqe.into_parts();
+        match self.try_resolve(&mut w, r) {
+            Ok(()) => Ok(w),
+            Err(unknown_qp) => Err(rejected(w.qp_num, r, cqn, unknown_qp)),
+        }
+    }
+}
+
+impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
     /// Moves every unpolled completion into the backlog, dropping those of `qpn`, whose QP is
     /// being destroyed or reset (mlx4's "CQ clean").
     pub(crate) fn clean(&mut self, qpn: u32, cqn: u32) {
         loop {
             match self.hw.poll_one() {
                 Ok(Some(cqe)) if cqe.qpn == qpn => {}
-                Ok(Some(cqe)) => match self.complete(cqe, cqn) {
+                Ok(Some(cqe)) => match self.qps.complete(cqe, cqn) {
                     Ok(w) => self.backlog.push_back(w),
                     Err(e) => {
                         self.pending_error.get_or_insert(e.into());
@@ -124,9 +145,6 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
         }
         self.hw.publish_ci();
         self.backlog.retain(|w| w.qp_num != qpn);
-        if self.last.as_ref().is_some_and(|q| q.qpn == qpn) {
-            self.last = None;
-        }
     }
 }
 
@@ -239,8 +257,7 @@ impl<D: Device> Context<D> {
             eq,
             poll: parking_lot::Mutex::new(PollState {
                 hw,
-                qps: HashMap::new(),
-                last: None,
+                qps: QpTable::new(),
                 backlog: VecDeque::new(),
                 pending_error: None,
             }),
@@ -299,41 +316,24 @@ impl<D: Device> Cq<D> {
             wc[n] = w;
             n += 1;
         }
-        let mut consumed = false;
-        let mut refs = [WqeRef::default(); POLL_BATCH];
-        while n < wc.len() && g.pending_error.is_none() {
-            let want = (wc.len() - n).min(POLL_BATCH);
-            let (got, bad) = g.hw.poll_batch(&mut wc[n..n + want], &mut refs[..want]);
-            consumed |= got > 0 || bad.is_some();
-            let mut i = 0;
-            while i < got {
-                if let Err(unknown_qp) = g.try_resolve(&mut wc[n + i], refs[i]) {
-                    let e = rejected(wc[n + i].qp_num, refs[i], self.inner.cqn, unknown_qp);
-                    g.pending_error = Some(e.into());
-                    // The rest of the batch (already taken out of the ring) waits in the
-                    // backlog behind the error.
-                    for j in i + 1..got {
-                        let mut w = wc[n + j];
-                        if g.try_resolve(&mut w, refs[j]).is_ok() {
-                            g.backlog.push_back(w);
-                        }
-                    }
-                    break;
+        // One loop over the ring, in the backend: it decodes each entry into its slot of `wc`
+        // and this closure resolves it to its `wr_id` (both inline for a known backend).
+        let g = &mut *g;
+        let mut refused = None;
+        let (got, bad) = g.hw.poll_with(
+            &mut wc[n..],
+            #[inline(always)]
+            |w, r| match g.qps.try_resolve(w, r) {
+                Ok(()) => true,
+                Err(unknown_qp) => {
+                    refused = Some(rejected(w.qp_num, r, self.inner.cqn, unknown_qp));
+                    false
                 }
-                i += 1;
-            }
-            n += i;
-            if let Some(e) = bad {
-                g.pending_error.get_or_insert(e.into());
-            }
-            if got < want {
-                break;
-            }
-        }
-        if consumed {
-            // Only a consumed CQE moves the consumer index: an empty poll writes nothing the
-            // device reads.
-            g.hw.publish_ci();
+            },
+        );
+        n += got;
+        if let Some(e) = refused.or(bad) {
+            g.pending_error = Some(e.into());
         }
         if n == 0 {
             if let Some(e) = g.pending_error.take() {

@@ -159,7 +159,7 @@ impl<D: Device> Pd<D> {
             srq: init.srq.map(|s| s.inner.shared.clone()),
         });
         for cq in [init.send_cq, init.recv_cq] {
-            cq.inner.poll.lock().qps.insert(res.qpn, shared.clone());
+            cq.inner.poll.lock().qps.insert(shared.clone());
         }
         ctx.counts.qps.fetch_add(1, Ordering::Relaxed);
         Ok(Qp {
@@ -709,7 +709,7 @@ impl<D: Device> Drop for QpInner<D> {
             tracing::warn!(qpn, error = %e, "destroying a QP failed");
         }
         for cq in [&self.send_cq, &self.recv_cq] {
-            cq.inner.poll.lock().qps.remove(&qpn);
+            cq.inner.poll.lock().qps.remove(qpn);
         }
         ctx.counts.qps.fetch_sub(1, Ordering::Relaxed);
     }

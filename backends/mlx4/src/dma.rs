@@ -160,8 +160,46 @@ impl Ring {
 /// below `MIN` need no run-time bounds check (the offset is a constant checked at compile time).
 #[derive(Debug, Clone)]
 pub(crate) struct Slots<const MIN: usize> {
+    /// Keeps the region alive (every access goes through `first`).
+    #[cfg_attr(not(test), allow(dead_code))]
     ring: Ring,
     geom: Geometry,
+    /// Addressing: slot 0's host address, `cnt - 1` and the shift.
+    first: usize,
+    mask: u32,
+}
+
+/// A ring's addressing without the region's reference count: a plain copyable value, so that a
+/// loop over the ring keeps it in registers. Only a [`Slots`] makes one, borrowed from it (the
+/// region stays mapped for `'a`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cursor<'a, const MIN: usize> {
+    first: usize,
+    mask: u32,
+    shift: u32,
+    _slots: std::marker::PhantomData<&'a Slots<MIN>>,
+}
+
+impl<'a, const MIN: usize> Cursor<'a, MIN> {
+    #[inline(always)]
+    fn addr(self, c: u32) -> usize {
+        self.first + (((c & self.mask) as usize) << self.shift)
+    }
+
+    /// Slot `c`.
+    #[inline(always)]
+    pub(crate) fn at(self, c: u32) -> Slot<'a, MIN> {
+        Slot {
+            addr: self.addr(c),
+            _slots: std::marker::PhantomData,
+        }
+    }
+
+    /// Wrap parity of counter `c` (the owner bit of pass `c / cnt`).
+    #[inline(always)]
+    pub(crate) fn parity(self, c: u32) -> bool {
+        c & (self.mask + 1) != 0
+    }
 }
 
 impl<const MIN: usize> Slots<MIN> {
@@ -174,7 +212,12 @@ impl<const MIN: usize> Slots<MIN> {
             && stride % 8 == 0
             && geom.base % 8 == 0
             && ring.fits(geom.base, bytes);
-        fits.then_some(Self { ring, geom })
+        fits.then(|| Self {
+            first: ring.base + geom.base,
+            mask: geom.cnt - 1,
+            ring,
+            geom,
+        })
     }
 
     /// The slots' geometry.
@@ -192,14 +235,22 @@ impl<const MIN: usize> Slots<MIN> {
     /// Host address of counter `c`'s slot (in bounds by construction).
     #[inline(always)]
     fn slot(&self, c: u32) -> usize {
-        self.ring.base + self.geom.offset(c)
+        self.cursor().addr(c)
     }
 
     /// Counter `c`'s slot, for several accesses with one address computation.
     #[inline(always)]
     pub(crate) fn at(&self, c: u32) -> Slot<'_, MIN> {
-        Slot {
-            addr: self.slot(c),
+        self.cursor().at(c)
+    }
+
+    /// The ring's addressing as a copyable value (see [`Cursor`]).
+    #[inline(always)]
+    pub(crate) fn cursor(&self) -> Cursor<'_, MIN> {
+        Cursor {
+            first: self.first,
+            mask: self.mask,
+            shift: self.geom.shift,
             _slots: std::marker::PhantomData,
         }
     }

@@ -99,6 +99,43 @@ impl Mlx4Cq {
     }
 }
 
+impl Mlx4Cq {
+    /// The polling loop of [`CompletionQueue::poll_with`], without publishing the consumer
+    /// index; the counter lives in a register until the loop ends.
+    #[inline(always)]
+    fn drain<F>(&mut self, wc: &mut [WorkCompletion], mut accept: F) -> (usize, Option<CqeError>)
+    where
+        F: FnMut(&mut WorkCompletion, WqeRef) -> bool,
+    {
+        // Ring addressing and the counter stay in registers across the loop.
+        let ring = self.buf.cursor();
+        let mut ci = self.ci;
+        let mut n = 0;
+        let mut error = None;
+        while let Some(w) = wc.get_mut(n) {
+            let slot = ring.at(ci);
+            let tail = slot.load8::<{ CQE_SIZE - 8 }>();
+            if (tail[7] & cqe::OWNER_MASK != 0) != ring.parity(ci) {
+                break;
+            }
+            barrier::from_device();
+            let head = slot.read::<0, { CQE_SIZE - 8 }>();
+            let index = ci;
+            ci = ci.wrapping_add(1);
+            match cqe::decode_split(&head, &tail, w) {
+                Ok(r) if accept(w, r) => n += 1,
+                Ok(_) => break,
+                Err(e) => {
+                    error = Some(e.at(self.cqn, index));
+                    break;
+                }
+            }
+        }
+        self.ci = ci;
+        (n, error)
+    }
+}
+
 impl CompletionQueue for Mlx4Cq {
     fn cqn(&self) -> u32 {
         self.cqn
@@ -112,39 +149,28 @@ impl CompletionQueue for Mlx4Cq {
 
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError> {
         let mut w = [WorkCompletion::default()];
-        let mut r = [WqeRef::default()];
-        match self.poll_batch(&mut w, &mut r) {
-            (_, Some(e)) => Err(e),
-            (0, None) => Ok(None),
-            _ => Ok(Some(Cqe::from_parts(&w[0], r[0]))),
+        let mut got = None;
+        let (_, error) = self.drain(&mut w, |_, r| {
+            got = Some(r);
+            true
+        });
+        match (error, got) {
+            (Some(e), _) => Err(e),
+            (None, r) => Ok(r.map(|r| Cqe::from_parts(&w[0], r))),
         }
     }
 
-    #[inline]
-    fn poll_batch(
-        &mut self,
-        wc: &mut [WorkCompletion],
-        refs: &mut [WqeRef],
-    ) -> (usize, Option<CqeError>) {
-        for (n, (w, r)) in wc.iter_mut().zip(refs.iter_mut()).enumerate() {
-            let slot = self.buf.at(self.ci);
-            let tail = slot.load8::<{ CQE_SIZE - 8 }>();
-            if !self.owned(tail, self.ci) {
-                return (n, None);
-            }
-            barrier::from_device();
-            let head = slot.read::<0, { CQE_SIZE - 8 }>();
-            let mut raw = [0u8; CQE_SIZE];
-            raw[..CQE_SIZE - 8].copy_from_slice(&head);
-            raw[CQE_SIZE - 8..].copy_from_slice(&tail);
-            let index = self.ci;
-            self.ci = self.ci.wrapping_add(1);
-            match cqe::decode_into(&raw, self.cqn, index, w) {
-                Ok(wqe) => *r = wqe,
-                Err(e) => return (n, Some(e)),
-            }
+    #[inline(always)]
+    fn poll_with<F>(&mut self, wc: &mut [WorkCompletion], accept: F) -> (usize, Option<CqeError>)
+    where
+        F: FnMut(&mut WorkCompletion, WqeRef) -> bool,
+    {
+        let start = self.ci;
+        let polled = self.drain(wc, accept);
+        if self.ci != start {
+            self.publish_ci();
         }
-        (wc.len().min(refs.len()), None)
+        polled
     }
 
     #[inline]
