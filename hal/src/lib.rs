@@ -72,4 +72,4 @@ pub use notify::{InterruptSink, NullSink};
 pub use queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
 pub use types::{AccessFlags, Gid, LinkLayer, Mtu, MwType, PortState, QpState, QpType, Transport};
 pub use wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};
-pub use wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};
+pub use wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendOps, SendWr, Sge, UdDest};

@@ -124,7 +124,56 @@ pub enum SendOp {
     },
 }
 
+bitflags::bitflags! {
+    /// A set of send operations, one flag per [`SendOp`] variant: lets a queue check a request
+    /// against what its transport allows with one AND ([`SendOp::kind`]).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendOps: u16 {
+        /// [`SendOp::Send`].
+        const SEND = 1;
+        /// [`SendOp::SendWithImm`].
+        const SEND_WITH_IMM = 1 << 1;
+        /// [`SendOp::SendWithInv`].
+        const SEND_WITH_INV = 1 << 2;
+        /// [`SendOp::RdmaWrite`].
+        const RDMA_WRITE = 1 << 3;
+        /// [`SendOp::RdmaWriteWithImm`].
+        const RDMA_WRITE_WITH_IMM = 1 << 4;
+        /// [`SendOp::RdmaRead`].
+        const RDMA_READ = 1 << 5;
+        /// [`SendOp::AtomicCmpSwp`].
+        const ATOMIC_CMP_SWP = 1 << 6;
+        /// [`SendOp::AtomicFetchAdd`].
+        const ATOMIC_FETCH_ADD = 1 << 7;
+        /// [`SendOp::BindMw`].
+        const BIND_MW = 1 << 8;
+        /// [`SendOp::LocalInv`].
+        const LOCAL_INV = 1 << 9;
+        /// The operations whose data moves towards the requester (no inline data).
+        const READ_OR_ATOMIC = Self::RDMA_READ.bits()
+            | Self::ATOMIC_CMP_SWP.bits()
+            | Self::ATOMIC_FETCH_ADD.bits();
+    }
+}
+
 impl SendOp {
+    /// This operation's flag.
+    #[inline]
+    pub fn kind(&self) -> SendOps {
+        match self {
+            Self::Send => SendOps::SEND,
+            Self::SendWithImm { .. } => SendOps::SEND_WITH_IMM,
+            Self::SendWithInv { .. } => SendOps::SEND_WITH_INV,
+            Self::RdmaWrite { .. } => SendOps::RDMA_WRITE,
+            Self::RdmaWriteWithImm { .. } => SendOps::RDMA_WRITE_WITH_IMM,
+            Self::RdmaRead { .. } => SendOps::RDMA_READ,
+            Self::AtomicCmpSwp { .. } => SendOps::ATOMIC_CMP_SWP,
+            Self::AtomicFetchAdd { .. } => SendOps::ATOMIC_FETCH_ADD,
+            Self::BindMw { .. } => SendOps::BIND_MW,
+            Self::LocalInv { .. } => SendOps::LOCAL_INV,
+        }
+    }
+
     /// True for RDMA READ and the atomics (they take responder resources and obey the fence).
     pub fn is_read_or_atomic(&self) -> bool {
         matches!(
@@ -287,6 +336,49 @@ mod tests {
         let wr = SendWr::new(7, SendOp::Send).inline(b"hi").signaled();
         assert!(wr.flags.contains(SendFlags::INLINE | SendFlags::SIGNALED));
         assert_eq!(wr.wr_id, 7);
+    }
+
+    #[test]
+    fn op_kinds_are_distinct_flags() {
+        let remote = RemoteAddr::default();
+        let bind = MwBind {
+            mw_rkey: 0,
+            new_rkey: 0,
+            mw_type: MwType::Type1,
+            mr_lkey: 0,
+            addr: 0,
+            length: 0,
+            access: AccessFlags::empty(),
+        };
+        let ops = [
+            SendOp::Send,
+            SendOp::SendWithImm { imm: 0 },
+            SendOp::SendWithInv { rkey: 0 },
+            SendOp::RdmaWrite { remote },
+            SendOp::RdmaWriteWithImm { remote, imm: 0 },
+            SendOp::RdmaRead { remote },
+            SendOp::AtomicCmpSwp {
+                remote,
+                compare: 0,
+                swap: 0,
+            },
+            SendOp::AtomicFetchAdd { remote, add: 0 },
+            SendOp::BindMw { bind },
+            SendOp::LocalInv { rkey: 0 },
+        ];
+        let mut all = SendOps::empty();
+        for op in ops {
+            let k = op.kind();
+            assert_eq!(k.bits().count_ones(), 1, "{op:?}");
+            assert!(!all.intersects(k), "{op:?} shares a flag");
+            assert_eq!(
+                SendOps::READ_OR_ATOMIC.contains(k),
+                op.is_read_or_atomic(),
+                "{op:?}"
+            );
+            all |= k;
+        }
+        assert_eq!(all, SendOps::all());
     }
 
     #[test]

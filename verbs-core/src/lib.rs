@@ -47,6 +47,7 @@ pub mod notify;
 mod pd;
 mod qp;
 pub mod qp_state;
+mod send_rules;
 mod shared;
 mod srq;
 mod wc;

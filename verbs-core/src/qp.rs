@@ -15,7 +15,7 @@ use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::device::{Device, QpCreateParams};
 use portverbs_hal::queue::{RecvQueue, SendQueue};
 use portverbs_hal::types::{AccessFlags, LinkLayer, QpState, QpType};
-use portverbs_hal::wr::{MwBind, Payload, SendFlags, SendOp, SendWr, Sge};
+use portverbs_hal::wr::{MwBind, SendFlags, SendOp, SendWr, Sge};
 use portverbs_hal::{BlockingDevice, CommandError, block_on};
 
 use crate::context::{ContextInner, lock};
@@ -25,6 +25,7 @@ use crate::mr::Mr;
 use crate::mw::Mw;
 use crate::pd::Pd;
 use crate::qp_state::{self, Violation};
+use crate::send_rules::{self, SendRules};
 use crate::shared::{QpShared, WrRing};
 use crate::srq::Srq;
 
@@ -75,6 +76,7 @@ pub(crate) struct QpInner<D: Device> {
     qp_type: QpType,
     caps: QpCaps,
     sq_sig_all: bool,
+    send_rules: SendRules,
     state: AtomicU8,
     attr: Mutex<QpAttr>,
     modifying: AtomicBool,
@@ -172,6 +174,7 @@ impl<D: Device> Pd<D> {
                 qp_type: init.qp_type,
                 caps: res.caps,
                 sq_sig_all: init.sq_sig_all,
+                send_rules: SendRules::new(init.qp_type, &res.caps),
                 state: AtomicU8::new(QpState::Reset as u8),
                 attr: Mutex::new(QpAttr {
                     cap: res.caps,
@@ -239,68 +242,6 @@ impl<D: Device> Qp<D> {
         &self.inner.pd.inner.ctx
     }
 
-    #[inline]
-    fn validate_send(&self, wr: &SendWr<'_>) -> Result<(), PostErrorKind> {
-        let t = self.inner.qp_type;
-        let ok = match wr.op {
-            SendOp::Send | SendOp::SendWithImm { .. } => true,
-            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => t != QpType::Ud,
-            SendOp::BindMw { .. } | SendOp::LocalInv { .. } => t != QpType::Ud,
-            SendOp::SendWithInv { .. }
-            | SendOp::RdmaRead { .. }
-            | SendOp::AtomicCmpSwp { .. }
-            | SendOp::AtomicFetchAdd { .. } => t == QpType::Rc,
-        };
-        if !ok {
-            return Err(PostErrorKind::OpNotSupported {
-                op: wr.op.name(),
-                qp_type: t,
-            });
-        }
-        match (t, wr.ud.is_some()) {
-            (QpType::Ud, false) => {
-                return Err(PostErrorKind::BadDestination(
-                    "a UD send needs an address handle",
-                ));
-            }
-            (QpType::Rc | QpType::Uc, true) => {
-                return Err(PostErrorKind::BadDestination(
-                    "connected QPs take no address handle",
-                ));
-            }
-            _ => {}
-        }
-        let caps = &self.inner.caps;
-        match wr.payload {
-            Payload::Sges(sges) => {
-                if wr.flags.contains(SendFlags::INLINE) && !sges.is_empty() {
-                    return Err(PostErrorKind::InlineFromSges);
-                }
-                if sges.len() > caps.max_send_sge as usize {
-                    return Err(PostErrorKind::TooManySges {
-                        given: sges.len(),
-                        max: caps.max_send_sge,
-                    });
-                }
-            }
-            Payload::Inline(bytes) => {
-                if wr.op.is_read_or_atomic() {
-                    return Err(PostErrorKind::OpNotSupported {
-                        op: "inline data with RDMA READ or atomics",
-                        qp_type: t,
-                    });
-                }
-                if bytes.len() > caps.max_inline_data as usize {
-                    return Err(PostErrorKind::InlineTooLarge {
-                        given: bytes.len(),
-                        max: caps.max_inline_data,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Posts send work requests (`ibv_post_send`). Allowed in RTS and SQD (queued), SQE and ERR
     /// (completed with `WR_FLUSH_ERR`); refused in RESET, INIT and RTR (IBA 10.8.2).
     ///
@@ -325,9 +266,13 @@ impl<D: Device> Qp<D> {
         let mut result = Ok(());
         let mut room = 0;
         for (i, wr) in wrs.iter().enumerate() {
-            if let Err(kind) = self.validate_send(wr) {
-                result = Err(fail(i, kind));
-                break;
+            // The precomputed rules admit a well-formed request in a few compares; only a
+            // request they refuse pays for the check that names the broken rule.
+            if !self.inner.send_rules.admits(wr) {
+                if let Err(kind) = send_rules::check(self.inner.qp_type, &self.inner.caps, wr) {
+                    result = Err(fail(i, kind));
+                    break;
+                }
             }
             if !ring.take_slot(head, depth, &mut room) {
                 result = Err(fail(i, PostErrorKind::QueueFull { depth }));

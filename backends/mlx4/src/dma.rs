@@ -191,6 +191,7 @@ impl<'a, const MIN: usize> Cursor<'a, MIN> {
     pub(crate) fn at(self, c: u32) -> Slot<'a, MIN> {
         Slot {
             addr: self.addr(c),
+            len: 1 << self.shift,
             _slots: std::marker::PhantomData,
         }
     }
@@ -255,29 +256,6 @@ impl<const MIN: usize> Slots<MIN> {
         }
     }
 
-    /// Stores the 4 bytes `v` at offset `AT` of counter `c`'s slot as one aligned store (an
-    /// ownership dword must not tear).
-    #[inline(always)]
-    pub(crate) fn store4<const AT: usize>(&self, c: u32, v: [u8; 4]) {
-        const { assert!(AT + 4 <= MIN && AT % 4 == 0) };
-        // SAFETY: the slot is inside the live region (`new`), `AT + 4 <= MIN <= stride`, and
-        // slot and `AT` are 4-byte aligned; volatile: neither elided nor split.
-        unsafe { std::ptr::write_volatile((self.slot(c) + AT) as *mut u32, u32::from_ne_bytes(v)) };
-    }
-
-    /// [`Slots::store4`] at a run-time offset; false (nothing written) when `at` is misaligned
-    /// or the 4 bytes would leave the slot.
-    #[inline(always)]
-    pub(crate) fn store4_at(&self, c: u32, at: usize, v: [u8; 4]) -> bool {
-        if at % 4 != 0 || at >= (1usize << self.geom.shift) {
-            return false;
-        }
-        // SAFETY: 4-byte aligned and, the stride being a multiple of 8, `at + 4 <= stride`:
-        // inside the slot, inside the live region (`new`).
-        unsafe { std::ptr::write_volatile((self.slot(c) + at) as *mut u32, u32::from_ne_bytes(v)) };
-        true
-    }
-
     /// Copies `src` to offset `at` of counter `c`'s slot; false (nothing written) when it would
     /// leave the slot.
     #[inline(always)]
@@ -299,6 +277,8 @@ impl<const MIN: usize> Slots<MIN> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Slot<'a, const MIN: usize> {
     addr: usize,
+    /// Bytes in the slot (the stride, at least `MIN`).
+    len: usize,
     _slots: std::marker::PhantomData<&'a Slots<MIN>>,
 }
 
@@ -326,6 +306,102 @@ impl<const MIN: usize> Slot<'_, MIN> {
             std::ptr::copy_nonoverlapping((self.addr + AT) as *const u8, out.as_mut_ptr(), N);
         }
         out
+    }
+
+    /// Reads the byte at offset `AT`.
+    #[inline(always)]
+    pub(crate) fn byte<const AT: usize>(self) -> u8 {
+        self.read::<AT, 1>()[0]
+    }
+
+    /// Stores `v` at offset `AT` (plain stores: WQE bodies, published later by
+    /// [`Slot::publish4`]).
+    #[inline(always)]
+    pub(crate) fn put<const AT: usize, const N: usize>(self, v: [u8; N]) {
+        const { assert!(AT + N <= MIN) };
+        // SAFETY: inside the slot (`AT + N <= MIN <= stride`), inside a live region (as in
+        // `load8`); unaligned stores of bytes the device only reads.
+        unsafe { std::ptr::write_unaligned((self.addr + AT) as *mut [u8; N], v) };
+    }
+
+    /// Stores `v` at a run-time offset; false (nothing stored) past the slot's end.
+    #[inline(always)]
+    pub(crate) fn put_at<const N: usize>(self, at: usize, v: [u8; N]) -> bool {
+        if N > self.len || at > self.len - N {
+            return false;
+        }
+        // SAFETY: `at + N <= len`, the slot's size, inside a live region (as in `load8`).
+        unsafe { std::ptr::write_unaligned((self.addr + at) as *mut [u8; N], v) };
+        true
+    }
+
+    /// Copies at most 64 bytes (a piece of inline data) to a run-time offset, with overlapping
+    /// fixed-size moves instead of a call to `memcpy`; false (nothing copied) past the slot's
+    /// end or for a longer `src`.
+    #[inline(always)]
+    pub(crate) fn copy_small_at(self, at: usize, src: &[u8]) -> bool {
+        let n = src.len();
+        if n > 64 || at > self.len || n > self.len - at {
+            return false;
+        }
+        let s = src.as_ptr();
+        let d = (self.addr + at) as *mut u8;
+        // SAFETY: every move below reads inside `src` and writes inside `d..d + n`, which is
+        // inside the slot (`at + n <= len`) of a live region (as in `load8`).
+        unsafe {
+            /// # Safety
+            /// `from..from + W` is inside both buffers.
+            #[inline(always)]
+            unsafe fn mv<const W: usize>(s: *const u8, d: *mut u8, from: usize) {
+                // SAFETY: as the caller promises.
+                unsafe {
+                    let v = std::ptr::read_unaligned(s.add(from).cast::<[u8; W]>());
+                    std::ptr::write_unaligned(d.add(from).cast::<[u8; W]>(), v);
+                }
+            }
+            if n >= 16 {
+                // Head and tail 16 bytes (and for more than 32 the two in between) cover
+                // every byte, overlapping where n is not a multiple of 16.
+                mv::<16>(s, d, 0);
+                mv::<16>(s, d, n - 16);
+                if n > 32 {
+                    mv::<16>(s, d, 16);
+                    mv::<16>(s, d, n - 32);
+                }
+            } else if n >= 8 {
+                mv::<8>(s, d, 0);
+                mv::<8>(s, d, n - 8);
+            } else if n >= 4 {
+                mv::<4>(s, d, 0);
+                mv::<4>(s, d, n - 4);
+            } else {
+                for i in 0..n {
+                    mv::<1>(s, d, i);
+                }
+            }
+        }
+        true
+    }
+
+    /// Copies the first `dst.len()` bytes of the slot out; false past the slot's end.
+    #[inline(always)]
+    pub(crate) fn copy_out(self, dst: &mut [u8]) -> bool {
+        if dst.len() > self.len {
+            return false;
+        }
+        // SAFETY: `dst.len() <= len`, inside a live region (as in `load8`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.addr as *const u8, dst.as_mut_ptr(), dst.len());
+        }
+        true
+    }
+
+    /// Volatile store of the dword at offset `AT` (an ownership word, after a barrier).
+    #[inline(always)]
+    pub(crate) fn publish4<const AT: usize>(self, v: [u8; 4]) {
+        const { assert!(AT + 4 <= MIN && AT % 4 == 0) };
+        // SAFETY: inside the slot, 4-byte aligned (slots are 8-aligned), inside a live region.
+        unsafe { std::ptr::write_volatile((self.addr + AT) as *mut u32, u32::from_ne_bytes(v)) };
     }
 }
 
@@ -478,7 +554,7 @@ mod tests {
         );
         let s = Slots::<32>::new(ring(8), g(32, 4 + 1, 1)).unwrap();
         // Counter 5 wraps to the only slot, at byte 32.
-        s.store4::<4>(5, [1, 2, 3, 4]);
+        s.at(5).publish4::<4>([1, 2, 3, 4]);
         assert_eq!(s.at(0).read::<4, 4>(), [1, 2, 3, 4]);
         assert_eq!(s.ring().read::<4>(36), Some([1, 2, 3, 4]));
         assert!(s.write(0, 24, &[7; 8]));
@@ -486,9 +562,59 @@ mod tests {
         assert!(!s.write(0, 25, &[7; 8]), "past the slot");
         assert!(!s.write(0, usize::MAX, &[]), "overflowing offset");
         assert!(s.write(0, 32, &[]), "an empty copy at the slot's end fits");
-        assert!(s.store4_at(0, 28, [3; 4]));
-        assert_eq!(s.at(0).read::<28, 4>(), [3; 4]);
-        assert!(!s.store4_at(0, 32, [3; 4]), "past the slot");
-        assert!(!s.store4_at(0, 6, [3; 4]), "misaligned");
+        let slot = s.at(0);
+        slot.put::<8, 4>([6; 4]);
+        assert_eq!(slot.byte::<9>(), 6);
+        assert!(slot.put_at(28, [3; 4]));
+        assert_eq!(slot.read::<28, 4>(), [3; 4]);
+        assert!(!slot.put_at(29, [3; 4]), "past the slot");
+        assert!(!slot.put_at(usize::MAX, [3; 4]), "overflowing offset");
+        assert!(!slot.put_at(0, [3; 40]), "larger than the slot");
+        assert!(slot.copy_small_at(30, &[4, 5]));
+        assert_eq!(slot.read::<28, 4>(), [3, 3, 4, 5]);
+        assert!(!slot.copy_small_at(31, &[4, 5]), "past the slot");
+        assert!(
+            slot.copy_small_at(32, &[]),
+            "an empty copy at the slot's end fits"
+        );
+        let mut out = [0u8; 32];
+        assert!(slot.copy_out(&mut out));
+        assert_eq!(out[28..], [3, 3, 4, 5]);
+        assert!(!slot.copy_out(&mut [0u8; 33]), "longer than the slot");
+    }
+
+    #[test]
+    fn small_copies_write_exactly_their_bytes() {
+        let s = Slots::<64>::new(
+            ring(32),
+            Geometry {
+                base: 0,
+                shift: 8,
+                cnt: 1,
+            },
+        )
+        .unwrap();
+        let src: Vec<u8> = (1..=64).collect();
+        for n in 0..=64 {
+            for at in [0, 3, 36, 256 - n] {
+                assert!(s.write(0, 0, &[0xee; 256]));
+                assert!(s.at(0).copy_small_at(at, &src[..n]), "n {n} at {at}");
+                let mut out = [0u8; 256];
+                assert!(s.at(0).copy_out(&mut out));
+                assert!(
+                    out[..at].iter().all(|&b| b == 0xee),
+                    "before, n {n} at {at}"
+                );
+                assert_eq!(out[at..at + n], src[..n], "n {n} at {at}");
+                assert!(
+                    out[at + n..].iter().all(|&b| b == 0xee),
+                    "after, n {n} at {at}"
+                );
+            }
+        }
+        let slot = s.at(0);
+        assert!(!slot.copy_small_at(0, &[0; 65]), "more than 64 bytes");
+        assert!(!slot.copy_small_at(250, &[0; 7]), "past the slot");
+        assert!(!slot.copy_small_at(usize::MAX, &[]), "overflowing offset");
     }
 }

@@ -868,12 +868,9 @@ impl Device for Mlx4Device {
             bf: self.bf_reg(),
             bf_half: 0,
             fatal: self.0.fatal.clone(),
-            wqe: Box::new([0; WQE_BUF]),
-            ds: vec![0; sq_cnt as usize].into_boxed_slice(),
-            batch: 0,
-            last_len: 0,
-            last_inline: false,
-            last_counter: 0,
+            bf_buf: Box::new([0; WQE_BUF]),
+            rung: 0,
+            bf_len: 0,
         };
         sq.init_slots();
         let rq = rq_geom.map(|g| Mlx4Rq {

@@ -9,9 +9,9 @@ use portverbs_hal::error::WqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::SendQueue;
 use portverbs_hal::types::{AccessFlags, MwType, QpType};
-use portverbs_hal::wr::{Payload, SendFlags, SendOp, SendWr, Sge};
+use portverbs_hal::wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
-use crate::dma::Slots;
+use crate::dma::{Slot, Slots};
 use crate::layout::uar::SEND_DOORBELL;
 use crate::layout::wqe::{INLINE_ALIGN, INLINE_SEG, STAMP, bind, ctrl, opcode};
 
@@ -43,246 +43,261 @@ pub struct Mlx4Sq {
     pub(crate) bf: Option<BfReg>,
     pub(crate) bf_half: usize,
     pub(crate) fatal: Arc<AtomicBool>,
-    /// The WQE being built (at most one slot).
-    pub(crate) wqe: Box<WqeBuf>,
-    /// ds of the WQE last written to each slot (for stamping).
-    pub(crate) ds: Box<[u8]>,
-    /// WQEs written since the last doorbell, and the size of the last one.
-    pub(crate) batch: u32,
-    pub(crate) last_len: usize,
-    pub(crate) last_inline: bool,
-    pub(crate) last_counter: u32,
+    /// A WQE on its way through BlueFlame: copied out of the ring, with the counter and QPN
+    /// added.
+    pub(crate) bf_buf: Box<WqeBuf>,
+    /// The counter the doorbell was last rung up to.
+    pub(crate) rung: u32,
+    /// Bytes of the last WQE written if it carries inline data (a BlueFlame candidate), else 0.
+    pub(crate) bf_len: usize,
 }
 
-/// Bytes of the local WQE buffer: the largest stride (1024) plus room for BlueFlame's rounding
-/// up to 64 bytes, so that no store into it can fall outside.
+/// Bytes of the BlueFlame staging buffer: the largest stride (1024) plus room for BlueFlame's
+/// rounding up to 64 bytes.
 pub(crate) const WQE_BUF: usize = 1024 + 64;
 
-/// The WQE being built. A fixed-size array, so that stores at constant offsets need no
-/// run-time bounds check.
+/// The largest WQE: ds is a 6-bit count of 16-byte units.
+const MAX_WQE: usize = 63 * 16;
+
+/// The BlueFlame staging buffer.
 pub(crate) type WqeBuf = [u8; WQE_BUF];
 
+/// A remote-address segment (facts §5.3).
 #[inline(always)]
-fn put32(b: &mut WqeBuf, at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+fn raddr_seg(r: &RemoteAddr) -> [u8; 16] {
+    let mut seg = [0u8; 16];
+    seg[..8].copy_from_slice(&r.addr.to_be_bytes());
+    seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
+    seg
 }
 
+/// Two big-endian 64-bit words (atomic segment: swap/add, compare).
 #[inline(always)]
-fn put64(b: &mut WqeBuf, at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_be_bytes());
+fn two_be64(a: u64, b: u64) -> [u8; 16] {
+    let mut seg = [0u8; 16];
+    seg[..8].copy_from_slice(&a.to_be_bytes());
+    seg[8..].copy_from_slice(&b.to_be_bytes());
+    seg
+}
+
+/// The datagram segment of a UD send (facts §5.3, 48 bytes).
+fn datagram_seg(dest: &UdDest<'_>) -> [u8; 48] {
+    let av = dest.av;
+    let mut seg = [0u8; 48];
+    seg[..4].copy_from_slice(&(u32::from(av.port_num) << 24).to_be_bytes());
+    seg[5] = (if av.is_global { 0x80 } else { 0 }) | (av.src_path_bits & 0x7f);
+    seg[6..8].copy_from_slice(&av.dlid.to_be_bytes());
+    seg[9] = av.sgid_index;
+    seg[10] = av.static_rate;
+    seg[11] = av.hop_limit;
+    let stf = (u32::from(av.sl & 0xf) << 28)
+        | (u32::from(av.traffic_class) << 20)
+        | (av.flow_label & 0xf_ffff);
+    seg[12..16].copy_from_slice(&stf.to_be_bytes());
+    seg[16..32].copy_from_slice(&av.dgid.0);
+    seg[32..36].copy_from_slice(&(dest.remote_qpn & 0xff_ffff).to_be_bytes());
+    seg[36..40].copy_from_slice(&dest.remote_qkey.to_be_bytes());
+    seg
+}
+
+/// The memory-window bind segment (32 bytes).
+fn bind_seg(b: &MwBind) -> [u8; 32] {
+    let mut f1 = 0;
+    if b.access.contains(AccessFlags::REMOTE_ATOMIC) {
+        f1 |= bind::REMOTE_ATOMIC;
+    }
+    if b.access.contains(AccessFlags::REMOTE_WRITE) {
+        f1 |= bind::REMOTE_WRITE;
+    }
+    if b.access.contains(AccessFlags::REMOTE_READ) {
+        f1 |= bind::REMOTE_READ;
+    }
+    let f2 = if b.mw_type == MwType::Type2 {
+        bind::TYPE_2
+    } else {
+        0
+    };
+    let mut seg = [0u8; 32];
+    seg[..4].copy_from_slice(&f1.to_be_bytes());
+    seg[4..8].copy_from_slice(&f2.to_be_bytes());
+    seg[8..12].copy_from_slice(&b.new_rkey.to_be_bytes());
+    seg[12..16].copy_from_slice(&b.mr_lkey.to_be_bytes());
+    seg[16..24].copy_from_slice(&b.addr.to_be_bytes());
+    seg[24..32].copy_from_slice(&b.length.to_be_bytes());
+    seg
+}
+
+/// The local-invalidate segment (32 bytes).
+fn local_inval_seg(rkey: u32) -> [u8; 32] {
+    let mut seg = [0u8; 32];
+    seg[8..12].copy_from_slice(&rkey.to_be_bytes());
+    seg
 }
 
 impl Mlx4Sq {
     /// Prepares every slot for pass 0: owner = 1 ("not yet valid"), ds = the whole slot, the
     /// 64-byte blocks stamped (facts §5.2).
     pub(crate) fn init_slots(&mut self) {
-        let ds = (self.buf.geom().stride() / 16).min(63) as u8;
-        let mut slot = vec![0u8; self.buf.geom().stride()];
+        let stride = self.buf.geom().stride();
+        let ds = (stride / 16).min(63) as u8;
+        let mut slot = vec![0u8; stride];
         slot[..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
         slot[7] = ds;
-        for b in (64..self.buf.geom().stride()).step_by(64) {
+        for b in (64..stride).step_by(64) {
             slot[b..b + 4].copy_from_slice(&STAMP.to_be_bytes());
         }
         for i in 0..self.buf.geom().cnt {
             self.buf.write(i, 0, &slot);
         }
-        self.ds.fill(ds);
     }
 
+    /// Stamps the 64-byte blocks (after the first) of the WQE last written to the slot of
+    /// `counter`, whose size its control segment still holds (facts §5.2, as rdma-core does).
     #[inline(always)]
     fn stamp(&self, counter: u32) {
-        let slot = (counter & (self.buf.geom().cnt - 1)) as usize;
-        let ds = usize::from(self.ds[slot]);
+        let slot = self.buf.at(counter);
+        let size = usize::from(slot.byte::<7>() & ctrl::DS_MASK) * 16;
         let mut b = 64;
-        while b < ds * 16 {
-            self.buf.store4_at(counter, b, STAMP.to_be_bytes());
+        while b < size && slot.put_at(b, STAMP.to_be_bytes()) {
             b += 64;
         }
     }
 
-    /// Appends data segments; returns the new length.
+    /// Writes the data segments at `at`; returns the end.
     #[inline(always)]
-    fn data_segs(&mut self, mut at: usize, sges: &[Sge]) -> Result<usize, WqeError> {
+    fn data_segs(&self, wqe: Slot<'_, 64>, mut at: usize, sges: &[Sge]) -> Result<usize, WqeError> {
+        let too_many = WqeError::TooManySges {
+            given: sges.len(),
+            max: self.max_sge,
+        };
         if sges.len() > self.max_sge as usize {
-            return Err(WqeError::TooManySges {
-                given: sges.len(),
-                max: self.max_sge,
-            });
+            return Err(too_many);
         }
         for s in sges {
             let count = if s.length == 0 { INLINE_SEG } else { s.length };
-            put32(&mut self.wqe, at, count);
-            put32(&mut self.wqe, at + 4, s.lkey);
-            put64(&mut self.wqe, at + 8, s.addr);
+            let mut seg = [0u8; 16];
+            seg[..4].copy_from_slice(&count.to_be_bytes());
+            seg[4..8].copy_from_slice(&s.lkey.to_be_bytes());
+            seg[8..].copy_from_slice(&s.addr.to_be_bytes());
+            if !wqe.put_at(at, seg) {
+                return Err(too_many);
+            }
             at += 16;
         }
         Ok(at)
     }
 
-    /// Appends inline data in segments that never cross a 64-byte boundary; returns the new
-    /// length (not yet rounded).
+    /// Writes inline data from offset `AT` in segments that never cross a 64-byte boundary
+    /// (as rdma-core splits it); returns the end. `AT` is a constant per opcode, so the first
+    /// segment's size is computed at compile time.
     #[inline(always)]
-    fn inline(&mut self, mut at: usize, data: &[u8]) -> Result<usize, WqeError> {
+    fn inline<const AT: usize>(&self, wqe: Slot<'_, 64>, data: &[u8]) -> Result<usize, WqeError> {
+        let too_large = WqeError::InlineTooLarge {
+            given: data.len(),
+            max: self.max_inline,
+        };
         if data.len() > self.max_inline as usize {
-            return Err(WqeError::InlineTooLarge {
-                given: data.len(),
-                max: self.max_inline,
-            });
+            return Err(too_large);
         }
+        let mut at = AT;
+        let mut room = INLINE_ALIGN - (AT + 4) % INLINE_ALIGN;
         let mut rest = data;
         loop {
-            let room = INLINE_ALIGN - (at + 4) % INLINE_ALIGN;
-            let n = rest.len().min(room);
-            put32(&mut self.wqe, at, INLINE_SEG | n as u32);
-            self.wqe[at + 4..at + 4 + n].copy_from_slice(&rest[..n]);
-            at += 4 + n;
-            rest = &rest[n..];
+            let (now, later) = rest.split_at(rest.len().min(room));
+            if !wqe.put_at(at, (INLINE_SEG | now.len() as u32).to_be_bytes())
+                || !wqe.copy_small_at(at + 4, now)
+            {
+                return Err(too_large);
+            }
+            at += 4 + now.len();
+            rest = later;
             if rest.is_empty() {
                 return Ok(at);
             }
+            // The segment filled its block: the next starts on a 64-byte boundary.
+            room = INLINE_ALIGN - 4;
         }
     }
 
+    /// Writes the payload (gather entries or inline data) from offset `AT`; returns the end.
     #[inline(always)]
-    fn encode(&mut self, wr: &SendWr<'_>) -> Result<(u8, u32, usize), WqeError> {
-        let mut at = 16;
-        let mut imm = 0;
-        let ud = self.qp_type == QpType::Ud;
-        if ud {
+    fn payload<const AT: usize>(
+        &self,
+        wqe: Slot<'_, 64>,
+        wr: &SendWr<'_>,
+    ) -> Result<usize, WqeError> {
+        match wr.payload {
+            Payload::Sges(s) => self.data_segs(wqe, AT, s),
+            Payload::Inline(_) if wr.op.is_read_or_atomic() => Err(WqeError::OpNotSupported {
+                op: "inline data on a read or atomic",
+            }),
+            Payload::Inline(d) => self.inline::<AT>(wqe, d),
+        }
+    }
+
+    /// Writes every segment after the control segment straight into the slot; returns the
+    /// opcode, the immediate (or rkey to invalidate) and the end of the WQE.
+    #[inline(always)]
+    fn body(&self, wqe: Slot<'_, 64>, wr: &SendWr<'_>) -> Result<(u8, u32, usize), WqeError> {
+        let unsupported = || WqeError::OpNotSupported { op: wr.op.name() };
+        if self.qp_type == QpType::Ud {
             let Some(dest) = wr.ud else {
                 return Err(WqeError::BadDestination {
                     reason: "a UD send needs an address handle",
                 });
             };
-            if !matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }) {
-                return Err(WqeError::OpNotSupported { op: wr.op.name() });
-            }
-            let av = dest.av;
-            put32(&mut self.wqe, at, u32::from(av.port_num) << 24);
-            self.wqe[at + 4] = 0;
-            self.wqe[at + 5] = (if av.is_global { 0x80 } else { 0 }) | (av.src_path_bits & 0x7f);
-            self.wqe[at + 6..at + 8].copy_from_slice(&av.dlid.to_be_bytes());
-            self.wqe[at + 8] = 0;
-            self.wqe[at + 9] = av.sgid_index;
-            self.wqe[at + 10] = av.static_rate;
-            self.wqe[at + 11] = av.hop_limit;
-            put32(
-                &mut self.wqe,
-                at + 12,
-                (u32::from(av.sl & 0xf) << 28)
-                    | (u32::from(av.traffic_class) << 20)
-                    | (av.flow_label & 0xf_ffff),
-            );
-            self.wqe[at + 16..at + 32].copy_from_slice(&av.dgid.0);
-            put32(&mut self.wqe, at + 32, dest.remote_qpn & 0xff_ffff);
-            put32(&mut self.wqe, at + 36, dest.remote_qkey);
-            self.wqe[at + 40..at + 48].fill(0);
-            at += 48;
+            let (op, imm) = match wr.op {
+                SendOp::Send => (opcode::SEND, 0),
+                SendOp::SendWithImm { imm } => (opcode::SEND_IMM, imm),
+                _ => return Err(unsupported()),
+            };
+            wqe.put::<16, 48>(datagram_seg(&dest));
+            return Ok((op, imm, self.payload::<64>(wqe, wr)?));
         }
-        let raddr = |wqe: &mut WqeBuf, at: usize, r: &portverbs_hal::wr::RemoteAddr| {
-            put64(wqe, at, r.addr);
-            put32(wqe, at + 8, r.rkey);
-            put32(wqe, at + 12, 0);
-            at + 16
-        };
-        let uc = self.qp_type == QpType::Uc;
-        let op = match wr.op {
-            SendOp::Send => opcode::SEND,
-            SendOp::SendWithImm { imm: v } => {
-                imm = v;
-                opcode::SEND_IMM
+        let rc = self.qp_type == QpType::Rc;
+        Ok(match wr.op {
+            SendOp::RdmaWrite { remote } => {
+                wqe.put::<16, 16>(raddr_seg(&remote));
+                (opcode::RDMA_WRITE, 0, self.payload::<32>(wqe, wr)?)
             }
+            SendOp::Send => (opcode::SEND, 0, self.payload::<16>(wqe, wr)?),
+            SendOp::SendWithImm { imm } => (opcode::SEND_IMM, imm, self.payload::<16>(wqe, wr)?),
             SendOp::SendWithInv { rkey } => {
-                imm = rkey;
-                opcode::SEND_INVAL
+                (opcode::SEND_INVAL, rkey, self.payload::<16>(wqe, wr)?)
             }
-            SendOp::RdmaWrite { remote } if !ud => {
-                at = raddr(&mut self.wqe, at, &remote);
-                opcode::RDMA_WRITE
+            SendOp::RdmaWriteWithImm { remote, imm } => {
+                wqe.put::<16, 16>(raddr_seg(&remote));
+                (opcode::RDMA_WRITE_IMM, imm, self.payload::<32>(wqe, wr)?)
             }
-            SendOp::RdmaWriteWithImm { remote, imm: v } if !ud => {
-                imm = v;
-                at = raddr(&mut self.wqe, at, &remote);
-                opcode::RDMA_WRITE_IMM
-            }
-            SendOp::RdmaRead { remote } if !ud && !uc => {
-                at = raddr(&mut self.wqe, at, &remote);
-                opcode::RDMA_READ
+            SendOp::RdmaRead { remote } if rc => {
+                wqe.put::<16, 16>(raddr_seg(&remote));
+                (opcode::RDMA_READ, 0, self.payload::<32>(wqe, wr)?)
             }
             SendOp::AtomicCmpSwp {
                 remote,
                 compare,
                 swap,
-            } if !ud && !uc => {
-                at = raddr(&mut self.wqe, at, &remote);
-                put64(&mut self.wqe, at, swap);
-                put64(&mut self.wqe, at + 8, compare);
-                at += 16;
-                opcode::ATOMIC_CS
+            } if rc => {
+                wqe.put::<16, 16>(raddr_seg(&remote));
+                wqe.put::<32, 16>(two_be64(swap, compare));
+                (opcode::ATOMIC_CS, 0, self.payload::<48>(wqe, wr)?)
             }
-            SendOp::AtomicFetchAdd { remote, add } if !ud && !uc => {
-                at = raddr(&mut self.wqe, at, &remote);
-                put64(&mut self.wqe, at, add);
-                put64(&mut self.wqe, at + 8, 0);
-                at += 16;
-                opcode::ATOMIC_FA
+            SendOp::AtomicFetchAdd { remote, add } if rc => {
+                wqe.put::<16, 16>(raddr_seg(&remote));
+                wqe.put::<32, 16>(two_be64(add, 0));
+                (opcode::ATOMIC_FA, 0, self.payload::<48>(wqe, wr)?)
             }
-            SendOp::BindMw { bind: b } if !ud => {
-                let mut f1 = 0;
-                if b.access.contains(AccessFlags::REMOTE_ATOMIC) {
-                    f1 |= bind::REMOTE_ATOMIC;
-                }
-                if b.access.contains(AccessFlags::REMOTE_WRITE) {
-                    f1 |= bind::REMOTE_WRITE;
-                }
-                if b.access.contains(AccessFlags::REMOTE_READ) {
-                    f1 |= bind::REMOTE_READ;
-                }
-                let f2 = if b.mw_type == MwType::Type2 {
-                    bind::TYPE_2
-                } else {
-                    0
-                };
-                put32(&mut self.wqe, at, f1);
-                put32(&mut self.wqe, at + 4, f2);
-                put32(&mut self.wqe, at + 8, b.new_rkey);
-                put32(&mut self.wqe, at + 12, b.mr_lkey);
-                put64(&mut self.wqe, at + 16, b.addr);
-                put64(&mut self.wqe, at + 24, b.length);
-                at += 32;
-                opcode::BIND_MW
+            // Local operations carry no payload.
+            SendOp::BindMw { bind } => {
+                wqe.put::<16, 32>(bind_seg(&bind));
+                (opcode::BIND_MW, 0, 48)
             }
-            SendOp::LocalInv { rkey } if !ud => {
-                self.wqe[at..at + 32].fill(0);
-                put32(&mut self.wqe, at + 8, rkey);
-                at += 32;
-                opcode::LOCAL_INVAL
+            SendOp::LocalInv { rkey } => {
+                wqe.put::<16, 32>(local_inval_seg(rkey));
+                (opcode::LOCAL_INVAL, 0, 48)
             }
-            other => return Err(WqeError::OpNotSupported { op: other.name() }),
-        };
-        if !wr.op.is_local() {
-            at = match wr.payload {
-                Payload::Sges(s) => self.data_segs(at, s)?,
-                Payload::Inline(d) => {
-                    if wr.op.is_read_or_atomic() {
-                        return Err(WqeError::OpNotSupported {
-                            op: "inline data on a read or atomic",
-                        });
-                    }
-                    self.inline(at, d)?
-                }
-            };
-        }
-        let len = at.next_multiple_of(16);
-        if len > self.buf.geom().stride() {
-            return Err(WqeError::InlineTooLarge {
-                given: wr.payload.len() as usize,
-                max: self.max_inline,
-            });
-        }
-        // Pad to 16 bytes (`at + 16` stays inside: `len` is at most a stride).
-        self.wqe[at..at + 16].fill(0);
-        Ok((op, imm, len))
+            _ => return Err(unsupported()),
+        })
     }
 }
 
@@ -299,26 +314,29 @@ impl SendQueue for Mlx4Sq {
         self.max_inline
     }
 
+    /// Encodes straight into the ring slot (its old owner bit keeps the HCA off it until the
+    /// last store). On an error the slot's body may have been overwritten, but it was not
+    /// passed to the HCA.
     #[inline]
     fn write_wqe(&mut self, counter: u32, wr: &SendWr<'_>, signaled: bool) -> Result<(), WqeError> {
         if self.fatal.load(Ordering::Relaxed) {
             return Err(WqeError::DeviceFatal);
         }
-        let (op, imm, len) = self.encode(wr)?;
-        let ds = (len / 16) as u8;
-        let owner = if self.buf.geom().parity(counter) {
-            ctrl::OWNER
+        let ring = self.buf.cursor();
+        let wqe = ring.at(counter);
+        let (op, imm, end) = self.body(wqe, wr)?;
+        let len = end.next_multiple_of(16);
+        if len > MAX_WQE {
+            return Err(WqeError::InlineTooLarge {
+                given: wr.payload.len() as usize,
+                max: self.max_inline,
+            });
+        }
+        let fence = if wr.flags.contains(SendFlags::FENCE) {
+            ctrl::FENCE
         } else {
             0
         };
-        put32(&mut self.wqe, 0, owner | u32::from(op));
-        self.wqe[4..7].copy_from_slice(&[0; 3]);
-        self.wqe[7] = ds
-            | if wr.flags.contains(SendFlags::FENCE) {
-                ctrl::FENCE
-            } else {
-                0
-            };
         let mut flags = 0;
         if signaled {
             flags |= ctrl::CQ_UPDATE;
@@ -326,54 +344,57 @@ impl SendQueue for Mlx4Sq {
         if wr.flags.contains(SendFlags::SOLICITED) {
             flags |= ctrl::SOLICIT;
         }
-        put32(&mut self.wqe, 8, flags);
-        put32(&mut self.wqe, 12, imm);
-        // Everything but the ownership dword, a barrier, then ownership: the HCA may start on
-        // the WQE as soon as the owner bit is right.
-        self.buf.write(counter, 4, &self.wqe[4..len]);
+        // Control segment dwords 1–3 (no VLAN; fence + size; flags; immediate), a barrier,
+        // then the ownership dword: the HCA may start on the WQE as soon as it is right.
+        let mut rest = [0u8; 12];
+        rest[3] = (len / 16) as u8 | fence;
+        rest[4..8].copy_from_slice(&flags.to_be_bytes());
+        rest[8..].copy_from_slice(&imm.to_be_bytes());
+        wqe.put::<4, 12>(rest);
         barrier::to_device();
-        self.buf.store4::<0>(
-            counter,
-            [self.wqe[0], self.wqe[1], self.wqe[2], self.wqe[3]],
-        );
-        self.ds[(counter & (self.buf.geom().cnt - 1)) as usize] = ds;
+        let owner = if ring.parity(counter) { ctrl::OWNER } else { 0 };
+        wqe.publish4::<0>((owner | u32::from(op)).to_be_bytes());
         self.stamp(counter.wrapping_add(self.spare));
-        self.batch += 1;
-        self.last_len = len;
-        self.last_inline = matches!(wr.payload, Payload::Inline(_));
-        self.last_counter = counter;
+        self.bf_len = if matches!(wr.payload, Payload::Inline(_)) {
+            len
+        } else {
+            0
+        };
         Ok(())
     }
 
     #[inline]
-    fn ring_doorbell(&mut self, _head: u32) {
+    fn ring_doorbell(&mut self, head: u32) {
         barrier::to_device();
-        let single = self.batch == 1 && self.last_inline;
-        self.batch = 0;
+        let single = head.wrapping_sub(self.rung) == 1;
+        self.rung = head;
         if let Some(bf) = self.bf {
-            if single && self.last_len > 16 && self.last_len <= bf.half {
-                // facts §4.4: counter into ctrl dword 0, qpn into dword 1, then the WQE rounded
-                // up to 64 bytes through the write-combining register half.
-                let c = u32::from_be_bytes([self.wqe[0], self.wqe[1], self.wqe[2], self.wqe[3]]);
-                put32(&mut self.wqe, 0, c | ((self.last_counter & 0xffff) << 8));
-                let fence_size = u32::from(self.wqe[7]);
-                put32(&mut self.wqe, 4, (self.qpn << 8) | fence_size);
-                let n = self.last_len.next_multiple_of(64);
-                let mut pad = self.last_len;
-                while pad < n {
-                    self.wqe[pad..pad + 16].fill(0);
-                    pad += 16;
+            let len = self.bf_len;
+            if single && len > 16 && len <= bf.half {
+                // facts §4.4: the WQE rounded up to 64 bytes, with the counter in ctrl dword 0
+                // and the QPN in dword 1 (keeping fence and size), through the register half.
+                // The ring copy stays as the HCA validated it.
+                let c = head.wrapping_sub(1);
+                let n = len.next_multiple_of(64);
+                if let Some(block) = self.bf_buf.get_mut(..n) {
+                    if self.buf.at(c).copy_out(block) {
+                        let d0 = u32::from_be_bytes([block[0], block[1], block[2], block[3]]);
+                        block[..4].copy_from_slice(&(d0 | ((c & 0xffff) << 8)).to_be_bytes());
+                        let d1 = (self.qpn << 8) | u32::from(block[7]);
+                        block[4..8].copy_from_slice(&d1.to_be_bytes());
+                        let _ = self.bar2.write_wc(bf.offset + self.bf_half, block);
+                        self.bf_half ^= bf.half;
+                        return;
+                    }
                 }
-                let _ = self.bar2.write_wc(bf.offset + self.bf_half, &self.wqe[..n]);
-                self.bf_half ^= bf.half;
-                return;
             }
         }
         let _ = self.bar2.write32(self.db_offset, self.qpn << 8);
     }
 
     fn reset(&mut self) {
-        self.batch = 0;
+        self.rung = 0;
+        self.bf_len = 0;
         self.init_slots();
     }
 }
