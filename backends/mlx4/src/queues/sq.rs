@@ -199,24 +199,28 @@ impl Mlx4Sq {
         if data.len() > self.max_inline as usize {
             return Err(too_large);
         }
-        let mut at = AT;
-        let mut room = INLINE_ALIGN - (AT + 4) % INLINE_ALIGN;
-        let mut rest = data;
-        loop {
-            let (now, later) = rest.split_at(rest.len().min(room));
-            if !wqe.put_at(at, (INLINE_SEG | now.len() as u32).to_be_bytes())
-                || !wqe.copy_small_at(at + 4, now)
-            {
+        // One segment: its header and bytes; false past the slot's end.
+        let segment = |at: usize, bytes: &[u8]| {
+            wqe.put_at(at, (INLINE_SEG | bytes.len() as u32).to_be_bytes())
+                && wqe.copy_small_at(at + 4, bytes)
+        };
+        // The first segment fills at most the rest of `AT`'s block (a size known at compile
+        // time); each further one starts on a 64-byte boundary.
+        let (first, mut rest) =
+            data.split_at(data.len().min(INLINE_ALIGN - (AT + 4) % INLINE_ALIGN));
+        if !segment(AT, first) {
+            return Err(too_large);
+        }
+        let mut at = AT + 4 + first.len();
+        while !rest.is_empty() {
+            let (now, later) = rest.split_at(rest.len().min(INLINE_ALIGN - 4));
+            if !segment(at, now) {
                 return Err(too_large);
             }
             at += 4 + now.len();
             rest = later;
-            if rest.is_empty() {
-                return Ok(at);
-            }
-            // The segment filled its block: the next starts on a 64-byte boundary.
-            room = INLINE_ALIGN - 4;
         }
+        Ok(at)
     }
 
     /// Writes the payload (gather entries or inline data) from offset `AT`; returns the end.
