@@ -3,8 +3,9 @@
 //!
 //! Polling takes only this CQ's own lock (plus, for SRQ receives, the SRQ's). Every field of a
 //! device CQE that the core uses is checked: the QP must be attached to this CQ and the WQE index
-//! must name an outstanding work request; otherwise polling returns an error for that entry and
-//! carries on with the next.
+//! must name an outstanding work request. A poll stops at an entry that fails (it is consumed);
+//! the completions before it are returned and the error comes with the next poll (or at once
+//! when there were none), after which polling carries on with the next entry.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;

@@ -9,9 +9,12 @@
 //!
 //! ## The data path
 //! [`Qp::post_send`] / [`Qp::post_recv`] validate each work request, record its `wr_id` and let
-//! the backend encode it into its WQE slot, then ring the doorbell once. [`Cq::poll`] lets the
-//! backend decode device CQEs (after its ownership check) straight into the caller's array,
-//! checks every field it uses, and maps them back to `wr_id`s. Both take only the lock of the
+//! the backend encode it into its WQE slot, then ring the doorbell once. A send request is
+//! admitted against rules precomputed when the QP was created (a few compares); only a refused
+//! one goes through the check that names the broken rule. [`Cq::poll`] runs one loop inside the
+//! backend (`CompletionQueue::poll_with`): the backend decodes each device CQE (after its
+//! ownership check) straight into the caller's array and a closure of this crate, inlined
+//! there, checks every field it uses and maps it back to its `wr_id`. Both take only the lock of the
 //! queue concerned (a `parking_lot` mutex: no poison bookkeeping on the hot path) and allocate
 //! nothing. The backend's queue objects are the device's associated types, so this code is
 //! compiled per backend with the backend's encoder and decoder inlined into it.

@@ -65,7 +65,7 @@ impl Bar0 {
     fn reset(&self) {
         let _ = self.handle.with(|ctx| hw::reset(ctx, false));
         self.shared.cmd_timeout.store(false, Ordering::Release);
-        self.shared.corrupt_cqe.store(false, Ordering::Release);
+        self.shared.corrupt_cqe.store(0, Ordering::Release);
         self.clear();
     }
 

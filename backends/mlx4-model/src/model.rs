@@ -19,7 +19,7 @@ use crate::bar0::Bar0;
 use crate::bar2::Bar2;
 use crate::caps;
 use crate::hw::{self, Hw};
-use crate::shared::Shared;
+use crate::shared::{CORRUPT_OPCODE, CORRUPT_QPN, Shared};
 
 /// How to build a model.
 #[derive(Debug, Clone)]
@@ -233,7 +233,19 @@ impl Mlx4Model {
     /// The next CQE written carries QPN 0xffffff and an opcode that exists in neither
     /// direction (a driver must refuse it).
     pub fn corrupt_next_cqe(&self) {
-        self.inner.shared.corrupt_cqe.store(true, Ordering::Release);
+        self.inner
+            .shared
+            .corrupt_cqe
+            .store(CORRUPT_OPCODE, Ordering::Release);
+    }
+
+    /// The next CQE written is well formed but names QPN 0xffffff, a QP the driver never
+    /// made (the driver decodes it; the core must refuse it).
+    pub fn misaddress_next_cqe(&self) {
+        self.inner
+            .shared
+            .corrupt_cqe
+            .store(CORRUPT_QPN, Ordering::Release);
     }
 
     /// A catastrophic error: LOCAL_CATAS (type 0x08) on the EQ mapped for it, the

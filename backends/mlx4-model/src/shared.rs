@@ -1,8 +1,13 @@
 //! State shared, without the fabric lock, by the model's handles, its BARs and its device side:
 //! the IOVA table, the injected faults, the interrupt routes and the counters.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// [`Shared::corrupt_cqe`]: QPN 0xffffff and an opcode that exists in neither direction.
+pub(crate) const CORRUPT_OPCODE: u8 = 1;
+/// [`Shared::corrupt_cqe`]: a well-formed CQE of QPN 0xffffff (a QP the driver never made).
+pub(crate) const CORRUPT_QPN: u8 = 2;
 
 use portverbs_hal::notify::InterruptSink;
 
@@ -34,8 +39,9 @@ pub(crate) struct Shared {
     pub(crate) removed: AtomicBool,
     /// Commands latch but never complete.
     pub(crate) cmd_timeout: AtomicBool,
-    /// The next CQE written is garbage.
-    pub(crate) corrupt_cqe: AtomicBool,
+    /// The next CQE written is garbage ([`CORRUPT_OPCODE`]) or names no QP
+    /// ([`CORRUPT_QPN`]); 0 for neither.
+    pub(crate) corrupt_cqe: AtomicU8,
     pub(crate) stats: Stats,
     /// MSI-X vector → sink.
     irqs: Mutex<Vec<Option<Arc<dyn InterruptSink>>>>,
@@ -47,7 +53,7 @@ impl Shared {
             iova: Arc::new(IovaTable::default()),
             removed: AtomicBool::new(false),
             cmd_timeout: AtomicBool::new(false),
-            corrupt_cqe: AtomicBool::new(false),
+            corrupt_cqe: AtomicU8::new(0),
             stats: Stats::default(),
             irqs: Mutex::new(vec![None; vectors as usize]),
         }

@@ -14,7 +14,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::mem::Buf;
 use super::{CmdResult, Command, Hw, check_number};
 use crate::caps;
-use crate::shared::Stats;
+use crate::shared::{CORRUPT_OPCODE, Stats};
 
 /// CQ context state "armed" / "armed for solicited" / "fired" (flags bits 11:8).
 const STATE_ARMED: u32 = 0x9 << 8;
@@ -276,14 +276,16 @@ impl Hw {
             return;
         }
         let mut bytes = cqe::encode(c, false);
-        if self
+        let corrupt = self
             .shared
             .corrupt_cqe
-            .swap(false, std::sync::atomic::Ordering::AcqRel)
-        {
-            // QPN 0xffffff and an opcode that exists in neither direction.
+            .swap(0, std::sync::atomic::Ordering::AcqRel);
+        if corrupt != 0 {
+            // QPN 0xffffff, and for CORRUPT_OPCODE an opcode that exists in neither direction.
             bytes[1..4].copy_from_slice(&[0xff, 0xff, 0xff]);
-            bytes[CQE_SIZE - 1] = (bytes[CQE_SIZE - 1] & 0xc0) | GARBAGE_OPCODE;
+            if corrupt == CORRUPT_OPCODE {
+                bytes[CQE_SIZE - 1] = (bytes[CQE_SIZE - 1] & 0xc0) | GARBAGE_OPCODE;
+            }
         }
         let at = cq.prod;
         Cq::put(&cq.buf, cq.log, at, bytes);
