@@ -36,7 +36,9 @@ pub trait SendQueue: Send + Debug {
     /// on it at once but is only *told* by [`SendQueue::ring_doorbell`].
     ///
     /// # Errors
-    /// The request has no encoding or does not fit; nothing was written.
+    /// The request has no encoding or does not fit. The slot was not passed to the device
+    /// (its ownership word is untouched), though its body may have been overwritten; the core
+    /// does not advance its producer counter, so the slot is written afresh next time.
     fn write_wqe(&mut self, counter: u32, wr: &SendWr<'_>, signaled: bool) -> Result<(), WqeError>;
 
     /// Rings the send doorbell: WQEs up to (not including) counter `head` are posted.
