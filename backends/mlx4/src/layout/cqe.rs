@@ -341,8 +341,7 @@ pub fn decode_split(
 #[inline(never)]
 fn send_completion(opcode: u8, byte_cnt: u32) -> Option<(WcOpcode, WcFlags, u32)> {
     Some(match opcode {
-        op::RDMA_WRITE => (WcOpcode::RdmaWrite, WcFlags::empty(), 0),
-        op::SEND | op::SEND_INVAL => (WcOpcode::Send, WcFlags::empty(), 0),
+        op::SEND_INVAL => (WcOpcode::Send, WcFlags::empty(), 0),
         op::SEND_IMM => (WcOpcode::Send, WcFlags::WITH_IMM, 0),
         op::RDMA_WRITE_IMM => (WcOpcode::RdmaWrite, WcFlags::WITH_IMM, 0),
         op::RDMA_READ => (WcOpcode::RdmaRead, WcFlags::empty(), byte_cnt),

@@ -31,6 +31,13 @@ pub struct Mlx4Cq {
     pub(crate) arm_sn: u32,
 }
 
+/// Whether the host owns an entry whose tail word is `tail` when its counter's wrap parity is
+/// `parity` (the owner bit equals the parity).
+#[inline(always)]
+fn host_owns(tail: [u8; 8], parity: bool) -> bool {
+    (tail[7] & cqe::OWNER_MASK != 0) == parity
+}
+
 impl Mlx4Cq {
     /// The owner bit of entry `counter` (an acquire load of its last 8 bytes).
     #[inline]
@@ -41,7 +48,7 @@ impl Mlx4Cq {
     /// Whether the host owns entry `counter`, given its tail word.
     #[inline(always)]
     fn owned(&self, tail: [u8; 8], counter: u32) -> bool {
-        (tail[7] & cqe::OWNER_MASK != 0) == self.buf.geom().parity(counter)
+        host_owns(tail, self.buf.geom().parity(counter))
     }
 
     /// Marks every entry hardware-owned for pass 0 (facts §6.4 recommendation).
@@ -115,7 +122,7 @@ impl Mlx4Cq {
         while let Some(w) = wc.get_mut(n) {
             let slot = ring.at(ci);
             let tail = slot.load8::<{ CQE_SIZE - 8 }>();
-            if (tail[7] & cqe::OWNER_MASK != 0) != ring.parity(ci) {
+            if !host_owns(tail, ring.parity(ci)) {
                 break;
             }
             barrier::from_device();
