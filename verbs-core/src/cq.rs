@@ -97,12 +97,13 @@ impl<S: SharedRecvQueue> QpTable<S> {
 
     /// Resolves a completion the device decoded in place: checks that its QP is attached to
     /// this CQ and that `r` names an outstanding work request, retires it (and, for a send,
-    /// the unsignaled ones before it) and fills in `wr_id`. `Err(true)` for an unknown QP,
-    /// `Err(false)` for a reference to no outstanding work request ([`rejected`] makes the
-    /// error, off the hot path).
+    /// the unsignaled ones before it) and fills in `wr_id`. False when it is refused;
+    /// [`QpTable::refusal`] then names the reason, off the hot path.
     #[inline(always)]
-    fn try_resolve(&mut self, w: &mut WorkCompletion, r: WqeRef) -> Result<(), bool> {
-        let qp = self.lookup(w.qp_num).ok_or(true)?;
+    fn resolve(&mut self, w: &mut WorkCompletion, r: WqeRef) -> bool {
+        let Some(qp) = self.lookup(w.qp_num) else {
+            return false;
+        };
         let wr_id = if r.is_send {
             qp.sq.retire_through(r.index)
         } else if let Some(srq) = &qp.srq {
@@ -110,16 +111,38 @@ impl<S: SharedRecvQueue> QpTable<S> {
         } else {
             qp.rq.as_ref().and_then(|rq| rq.retire_next())
         };
-        w.wr_id = wr_id.ok_or(false)?;
-        Ok(())
+        match wr_id {
+            Some(id) => {
+                w.wr_id = id;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Why [`QpTable::resolve`] refused a completion of `qpn` referring to `r`: its QP is
+    /// unknown, or `r` names no outstanding work request.
+    #[cold]
+    fn refusal(&mut self, qpn: u32, r: WqeRef, cqn: u32) -> CqeError {
+        if self.lookup(qpn).is_none() {
+            CqeError::UnknownQp { cqn, index: 0, qpn }
+        } else {
+            CqeError::BadWqeIndex {
+                cqn,
+                index: 0,
+                qpn,
+                wqe_index: u32::from(r.index),
+            }
+        }
     }
 
     /// Maps a device CQE to a work completion, retiring the WQEs it covers.
     fn complete(&mut self, cqe: Cqe, cqn: u32) -> Result<WorkCompletion, CqeError> {
         let (mut w, r) = cqe.into_parts();
-        match self.try_resolve(&mut w, r) {
-            Ok(()) => Ok(w),
-            Err(unknown_qp) => Err(rejected(w.qp_num, r, cqn, unknown_qp)),
+        if self.resolve(&mut w, r) {
+            Ok(w)
+        } else {
+            Err(self.refusal(w.qp_num, r, cqn))
         }
     }
 }
@@ -146,21 +169,6 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
         }
         self.hw.publish_ci();
         self.backlog.retain(|w| w.qp_num != qpn);
-    }
-}
-
-/// The error for a completion verbs-core rejected.
-#[cold]
-fn rejected(qpn: u32, r: WqeRef, cqn: u32, unknown_qp: bool) -> CqeError {
-    if unknown_qp {
-        CqeError::UnknownQp { cqn, index: 0, qpn }
-    } else {
-        CqeError::BadWqeIndex {
-            cqn,
-            index: 0,
-            qpn,
-            wqe_index: u32::from(r.index),
-        }
     }
 }
 
@@ -324,10 +332,9 @@ impl<D: Device> Cq<D> {
         let (got, bad) = g.hw.poll_with(
             &mut wc[n..],
             #[inline(always)]
-            |w, r| match g.qps.try_resolve(w, r) {
-                Ok(()) => true,
-                Err(unknown_qp) => {
-                    refused = Some(rejected(w.qp_num, r, self.inner.cqn, unknown_qp));
+            |w, r| {
+                g.qps.resolve(w, r) || {
+                    refused = Some(g.qps.refusal(w.qp_num, r, self.inner.cqn));
                     false
                 }
             },

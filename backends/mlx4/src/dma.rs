@@ -203,6 +203,34 @@ impl<'a, const MIN: usize> Cursor<'a, MIN> {
     }
 }
 
+/// A [`Cursor`] over slots of exactly `MIN` bytes (a CQ's 32-byte entries): the address of a
+/// slot is a shift by a constant, so a loop needs one register less and no variable shift.
+/// Only [`Slots::exact_cursor`] makes one, after checking the stride.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExactCursor<'a, const MIN: usize> {
+    first: usize,
+    mask: u32,
+    _slots: std::marker::PhantomData<&'a Slots<MIN>>,
+}
+
+impl<'a, const MIN: usize> ExactCursor<'a, MIN> {
+    /// Slot `c`.
+    #[inline(always)]
+    pub(crate) fn at(self, c: u32) -> Slot<'a, MIN> {
+        Slot {
+            addr: self.first + (c & self.mask) as usize * MIN,
+            len: MIN,
+            _slots: std::marker::PhantomData,
+        }
+    }
+
+    /// Wrap parity of counter `c` (the owner bit of pass `c / cnt`).
+    #[inline(always)]
+    pub(crate) fn parity(self, c: u32) -> bool {
+        c & (self.mask + 1) != 0
+    }
+}
+
 impl<const MIN: usize> Slots<MIN> {
     /// `geom`'s slots of `ring`; `None` when the geometry does not fit the promise above.
     pub(crate) fn new(ring: Ring, geom: Geometry) -> Option<Self> {
@@ -254,6 +282,16 @@ impl<const MIN: usize> Slots<MIN> {
             shift: self.geom.shift,
             _slots: std::marker::PhantomData,
         }
+    }
+
+    /// The addressing of slots exactly `MIN` bytes long; `None` when the stride is larger.
+    #[inline(always)]
+    pub(crate) fn exact_cursor(&self) -> Option<ExactCursor<'_, MIN>> {
+        (1usize << self.geom.shift == MIN).then_some(ExactCursor {
+            first: self.first,
+            mask: self.mask,
+            _slots: std::marker::PhantomData,
+        })
     }
 
     /// Copies `src` to offset `at` of counter `c`'s slot; false (nothing written) when it would
@@ -581,6 +619,17 @@ mod tests {
         assert!(slot.copy_out(&mut out));
         assert_eq!(out[28..], [3, 3, 4, 5]);
         assert!(!slot.copy_out(&mut [0u8; 33]), "longer than the slot");
+        // The exact cursor addresses the same slots as the general one, and exists only for
+        // slots of exactly `MIN` bytes.
+        let four = Slots::<32>::new(ring(16), g(0, 5, 4)).unwrap();
+        let exact = four.exact_cursor().unwrap();
+        for c in [0, 1, 3, 4, 7, 0xffff_ffff] {
+            exact.at(c).publish4::<0>(c.to_ne_bytes());
+            assert_eq!(four.at(c).read::<0, 4>(), c.to_ne_bytes(), "counter {c}");
+            assert_eq!(exact.parity(c), four.geom().parity(c), "counter {c}");
+        }
+        let wide = Slots::<32>::new(ring(16), g(0, 6, 2)).unwrap();
+        assert!(wide.exact_cursor().is_none(), "64-byte slots");
     }
 
     #[test]
