@@ -42,7 +42,7 @@ impl SendQueue for AnySq {
         each!(AnySq, self, q => q.max_inline())
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_wqe(&mut self, counter: u32, wr: &SendWr<'_>, signaled: bool) -> Result<(), WqeError> {
         each!(AnySq, self, q => q.write_wqe(counter, wr, signaled))
     }

@@ -261,38 +261,54 @@ impl<D: Device> Qp<D> {
         }
         let ring = &self.inner.shared.sq;
         let mut sq = self.inner.sq.lock();
-        let depth = sq.depth;
-        let mut head = sq.head;
-        let mut result = Ok(());
+        let sq = &mut *sq;
+        let start = sq.head;
         let mut room = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            // The precomputed rules admit a well-formed request in a few compares; only a
-            // request they refuse pays for the check that names the broken rule.
-            if !self.inner.send_rules.admits(wr) {
-                if let Err(kind) = send_rules::check(self.inner.qp_type, &self.inner.caps, wr) {
-                    result = Err(fail(i, kind));
-                    break;
-                }
-            }
-            if !ring.take_slot(head, depth, &mut room) {
-                result = Err(fail(i, PostErrorKind::QueueFull { depth }));
-                break;
-            }
-            let signaled = self.inner.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
-            ring.set(head, wr.wr_id);
-            if let Err(e) = sq.hw.write_wqe(head, wr, signaled) {
-                result = Err(fail(i, PostErrorKind::Encode(e)));
-                break;
-            }
-            head = head.wrapping_add(1);
-        }
-        if head != sq.head {
-            sq.head = head;
+        // One request (the common case) is straight-line code; a list is the same step in a
+        // loop that stops at the first refusal.
+        let result = match wrs {
+            [wr] => self
+                .post_one(sq, ring, wr, &mut room)
+                .map_err(|k| fail(0, k)),
+            _ => wrs.iter().enumerate().try_for_each(|(i, wr)| {
+                self.post_one(sq, ring, wr, &mut room)
+                    .map_err(|k| fail(i, k))
+            }),
+        };
+        if sq.head != start {
             // The poller must know the new WQEs before the device can complete them.
-            ring.publish(head);
-            sq.hw.ring_doorbell(head);
+            ring.publish(sq.head);
+            sq.hw.ring_doorbell(sq.head);
         }
         result
+    }
+
+    /// Admits, records and encodes one send request at the send queue's head, then advances
+    /// the head (not yet published or rung).
+    #[inline(always)]
+    fn post_one(
+        &self,
+        sq: &mut SqState<D::Sq>,
+        ring: &WrRing,
+        wr: &SendWr<'_>,
+        room: &mut u32,
+    ) -> Result<(), PostErrorKind> {
+        // The precomputed rules admit a well-formed request in a few compares; only a request
+        // they refuse pays for the check that names the broken rule.
+        if !self.inner.send_rules.admits(wr) {
+            send_rules::check(self.inner.qp_type, &self.inner.caps, wr)?;
+        }
+        let head = sq.head;
+        if !ring.take_slot(head, sq.depth, room) {
+            return Err(PostErrorKind::QueueFull { depth: sq.depth });
+        }
+        let signaled = self.inner.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        ring.set(head, wr.wr_id);
+        sq.hw
+            .write_wqe(head, wr, signaled)
+            .map_err(PostErrorKind::Encode)?;
+        sq.head = head.wrapping_add(1);
+        Ok(())
     }
 
     /// Posts receive work requests (`ibv_post_recv`). Refused in RESET and on QPs with an SRQ.

@@ -13,7 +13,7 @@ use portverbs_hal::wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, 
 
 use crate::dma::{Slot, Slots};
 use crate::layout::uar::SEND_DOORBELL;
-use crate::layout::wqe::{INLINE_ALIGN, INLINE_SEG, STAMP, bind, ctrl, opcode};
+use crate::layout::wqe::{INLINE_SEG, STAMP, bind, ctrl, opcode};
 
 /// Most inline bytes per WQE this driver offers.
 pub(crate) const MAX_INLINE: u32 = 256;
@@ -157,10 +157,7 @@ impl Mlx4Sq {
     fn stamp(&self, counter: u32) {
         let slot = self.buf.at(counter);
         let size = usize::from(slot.byte::<7>() & ctrl::DS_MASK) * 16;
-        let mut b = 64;
-        while b < size && slot.put_at(b, STAMP.to_be_bytes()) {
-            b += 64;
-        }
+        slot.stamp_blocks(size, STAMP.to_be_bytes());
     }
 
     /// Writes the data segments at `at`; returns the end.
@@ -192,35 +189,15 @@ impl Mlx4Sq {
     /// segment's size is computed at compile time.
     #[inline(always)]
     fn inline<const AT: usize>(&self, wqe: Slot<'_, 64>, data: &[u8]) -> Result<usize, WqeError> {
-        let too_large = WqeError::InlineTooLarge {
+        let too_large = || WqeError::InlineTooLarge {
             given: data.len(),
             max: self.max_inline,
         };
         if data.len() > self.max_inline as usize {
-            return Err(too_large);
+            return Err(too_large());
         }
-        // One segment: its header and bytes; false past the slot's end.
-        let segment = |at: usize, bytes: &[u8]| {
-            wqe.put_at(at, (INLINE_SEG | bytes.len() as u32).to_be_bytes())
-                && wqe.copy_small_at(at + 4, bytes)
-        };
-        // The first segment fills at most the rest of `AT`'s block (a size known at compile
-        // time); each further one starts on a 64-byte boundary.
-        let (first, mut rest) =
-            data.split_at(data.len().min(INLINE_ALIGN - (AT + 4) % INLINE_ALIGN));
-        if !segment(AT, first) {
-            return Err(too_large);
-        }
-        let mut at = AT + 4 + first.len();
-        while !rest.is_empty() {
-            let (now, later) = rest.split_at(rest.len().min(INLINE_ALIGN - 4));
-            if !segment(at, now) {
-                return Err(too_large);
-            }
-            at += 4 + now.len();
-            rest = later;
-        }
-        Ok(at)
+        wqe.inline_segments::<AT>(INLINE_SEG, data)
+            .ok_or_else(too_large)
     }
 
     /// Writes the payload (gather entries or inline data) from offset `AT`; returns the end.
@@ -321,7 +298,7 @@ impl SendQueue for Mlx4Sq {
     /// Encodes straight into the ring slot (its old owner bit keeps the HCA off it until the
     /// last store). On an error the slot's body may have been overwritten, but it was not
     /// passed to the HCA.
-    #[inline]
+    #[inline(always)]
     fn write_wqe(&mut self, counter: u32, wr: &SendWr<'_>, signaled: bool) -> Result<(), WqeError> {
         if self.fatal.load(Ordering::Relaxed) {
             return Err(WqeError::DeviceFatal);
