@@ -414,14 +414,18 @@ impl<const MIN: usize> Slot<'_, MIN> {
     pub(crate) fn stamp_blocks(self, size: usize, word: [u8; 4]) {
         const { assert!(MIN >= 64 && MIN % 64 == 0) };
         let end = size.min(self.len);
+        let word = u32::from_ne_bytes(word);
         let mut b = 64;
+        // A WQE of up to 128 bytes (the commonest) has one block to stamp: it is the first
+        // test, before any loop set-up.
         while b < end {
             // SAFETY: `b < end <= len`, and `len` (the stride) is a multiple of 64 (a power of
             // two at least `MIN`), so `b + 4 <= len`: inside the slot of a live region, 4-byte
             // aligned. Volatile: one plain store per block, never merged or vectorised.
-            unsafe {
-                std::ptr::write_volatile((self.addr + b) as *mut u32, u32::from_ne_bytes(word))
-            };
+            unsafe { std::ptr::write_volatile((self.addr + b) as *mut u32, word) };
+            if b + 64 >= end {
+                break;
+            }
             b += 64;
         }
     }

@@ -217,25 +217,13 @@ impl Mlx4Sq {
     }
 
     /// Writes every segment after the control segment straight into the slot; returns the
-    /// opcode, the immediate (or rkey to invalidate) and the end of the WQE.
+    /// opcode, the immediate (or rkey to invalidate) and the end of the WQE. The commonest
+    /// operations on RC and UC QPs are encoded here; the rest out of line.
     #[inline(always)]
     fn body(&self, wqe: Slot<'_, 64>, wr: &SendWr<'_>) -> Result<(u8, u32, usize), WqeError> {
-        let unsupported = || WqeError::OpNotSupported { op: wr.op.name() };
         if self.qp_type == QpType::Ud {
-            let Some(dest) = wr.ud else {
-                return Err(WqeError::BadDestination {
-                    reason: "a UD send needs an address handle",
-                });
-            };
-            let (op, imm) = match wr.op {
-                SendOp::Send => (opcode::SEND, 0),
-                SendOp::SendWithImm { imm } => (opcode::SEND_IMM, imm),
-                _ => return Err(unsupported()),
-            };
-            wqe.put::<16, 48>(datagram_seg(&dest));
-            return Ok((op, imm, self.payload::<64>(wqe, wr)?));
+            return self.ud_body(wqe, wr);
         }
-        let rc = self.qp_type == QpType::Rc;
         Ok(match wr.op {
             SendOp::RdmaWrite { remote } => {
                 wqe.put::<16, 16>(raddr_seg(&remote));
@@ -243,12 +231,38 @@ impl Mlx4Sq {
             }
             SendOp::Send => (opcode::SEND, 0, self.payload::<16>(wqe, wr)?),
             SendOp::SendWithImm { imm } => (opcode::SEND_IMM, imm, self.payload::<16>(wqe, wr)?),
-            SendOp::SendWithInv { rkey } => {
-                (opcode::SEND_INVAL, rkey, self.payload::<16>(wqe, wr)?)
-            }
             SendOp::RdmaWriteWithImm { remote, imm } => {
                 wqe.put::<16, 16>(raddr_seg(&remote));
                 (opcode::RDMA_WRITE_IMM, imm, self.payload::<32>(wqe, wr)?)
+            }
+            _ => return self.other_body(wqe, wr),
+        })
+    }
+
+    /// [`Mlx4Sq::body`] of a UD send: the datagram segment, then the payload.
+    #[inline(never)]
+    fn ud_body(&self, wqe: Slot<'_, 64>, wr: &SendWr<'_>) -> Result<(u8, u32, usize), WqeError> {
+        let Some(dest) = wr.ud else {
+            return Err(WqeError::BadDestination {
+                reason: "a UD send needs an address handle",
+            });
+        };
+        let (op, imm) = match wr.op {
+            SendOp::Send => (opcode::SEND, 0),
+            SendOp::SendWithImm { imm } => (opcode::SEND_IMM, imm),
+            _ => return Err(WqeError::OpNotSupported { op: wr.op.name() }),
+        };
+        wqe.put::<16, 48>(datagram_seg(&dest));
+        Ok((op, imm, self.payload::<64>(wqe, wr)?))
+    }
+
+    /// [`Mlx4Sq::body`] of the less common operations on RC and UC QPs.
+    #[inline(never)]
+    fn other_body(&self, wqe: Slot<'_, 64>, wr: &SendWr<'_>) -> Result<(u8, u32, usize), WqeError> {
+        let rc = self.qp_type == QpType::Rc;
+        Ok(match wr.op {
+            SendOp::SendWithInv { rkey } => {
+                (opcode::SEND_INVAL, rkey, self.payload::<16>(wqe, wr)?)
             }
             SendOp::RdmaRead { remote } if rc => {
                 wqe.put::<16, 16>(raddr_seg(&remote));
@@ -277,7 +291,7 @@ impl Mlx4Sq {
                 wqe.put::<16, 32>(local_inval_seg(rkey));
                 (opcode::LOCAL_INVAL, 0, 48)
             }
-            _ => return Err(unsupported()),
+            _ => return Err(WqeError::OpNotSupported { op: wr.op.name() }),
         })
     }
 }
