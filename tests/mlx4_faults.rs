@@ -75,6 +75,14 @@ fn a_well_formed_cqe_of_an_unknown_qp_is_refused_by_the_core() {
     });
 }
 
+#[test]
+fn a_cqe_naming_no_outstanding_wqe_is_refused_by_the_core() {
+    bad_cqe_between_good_ones(
+        Mlx4Model::misindex_next_cqe,
+        |e| matches!(e, CqeError::BadWqeIndex { wqe_index, .. } if *wqe_index == 0x8001),
+    );
+}
+
 /// Three signalled UD sends polled in one array, the middle one's CQE spoiled by `inject`:
 /// the poll returns the first, the next poll the error `expected` accepts (the entry was
 /// consumed), the one after that the third (which also retires nothing wrongly).

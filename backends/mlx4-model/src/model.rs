@@ -19,7 +19,7 @@ use crate::bar0::Bar0;
 use crate::bar2::Bar2;
 use crate::caps;
 use crate::hw::{self, Hw};
-use crate::shared::{CORRUPT_OPCODE, CORRUPT_QPN, Shared};
+use crate::shared::{CORRUPT_INDEX, CORRUPT_OPCODE, CORRUPT_QPN, Shared};
 
 /// How to build a model.
 #[derive(Debug, Clone)]
@@ -246,6 +246,16 @@ impl Mlx4Model {
             .shared
             .corrupt_cqe
             .store(CORRUPT_QPN, Ordering::Release);
+    }
+
+    /// The next CQE written is well formed and names the right QP, but its WQE counter is
+    /// half the 16-bit counter space away from the work request it completes, so it names
+    /// none outstanding (the driver decodes it; the core must refuse it).
+    pub fn misindex_next_cqe(&self) {
+        self.inner
+            .shared
+            .corrupt_cqe
+            .store(CORRUPT_INDEX, Ordering::Release);
     }
 
     /// A catastrophic error: LOCAL_CATAS (type 0x08) on the EQ mapped for it, the

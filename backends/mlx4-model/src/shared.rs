@@ -8,6 +8,9 @@ use std::sync::{Arc, Mutex};
 pub(crate) const CORRUPT_OPCODE: u8 = 1;
 /// [`Shared::corrupt_cqe`]: a well-formed CQE of QPN 0xffffff (a QP the driver never made).
 pub(crate) const CORRUPT_QPN: u8 = 2;
+/// [`Shared::corrupt_cqe`]: a well-formed CQE of the right QP whose WQE counter names no
+/// outstanding work request (half the 16-bit counter space away).
+pub(crate) const CORRUPT_INDEX: u8 = 3;
 
 use portverbs_hal::notify::InterruptSink;
 
@@ -39,8 +42,8 @@ pub(crate) struct Shared {
     pub(crate) removed: AtomicBool,
     /// Commands latch but never complete.
     pub(crate) cmd_timeout: AtomicBool,
-    /// The next CQE written is garbage ([`CORRUPT_OPCODE`]) or names no QP
-    /// ([`CORRUPT_QPN`]); 0 for neither.
+    /// The next CQE written is garbage ([`CORRUPT_OPCODE`]), names no QP ([`CORRUPT_QPN`])
+    /// or no outstanding WQE ([`CORRUPT_INDEX`]); 0 for none of these.
     pub(crate) corrupt_cqe: AtomicU8,
     pub(crate) stats: Stats,
     /// MSI-X vector → sink.

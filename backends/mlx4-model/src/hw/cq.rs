@@ -14,7 +14,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::mem::Buf;
 use super::{CmdResult, Command, Hw, check_number};
 use crate::caps;
-use crate::shared::{CORRUPT_OPCODE, Stats};
+use crate::shared::{CORRUPT_INDEX, CORRUPT_OPCODE, Stats};
 
 /// CQ context state "armed" / "armed for solicited" / "fired" (flags bits 11:8).
 const STATE_ARMED: u32 = 0x9 << 8;
@@ -280,7 +280,10 @@ impl Hw {
             .shared
             .corrupt_cqe
             .swap(0, std::sync::atomic::Ordering::AcqRel);
-        if corrupt != 0 {
+        if corrupt == CORRUPT_INDEX {
+            // The WQE counter half the 16-bit space away from the one completed.
+            bytes[24] ^= 0x80;
+        } else if corrupt != 0 {
             // QPN 0xffffff, and for CORRUPT_OPCODE an opcode that exists in neither direction.
             bytes[1..4].copy_from_slice(&[0xff, 0xff, 0xff]);
             if corrupt == CORRUPT_OPCODE {
