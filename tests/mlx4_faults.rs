@@ -3,36 +3,23 @@
 //! completes, a corrupt CQE, a catastrophic error, a surprise removal. Every case also checks
 //! that closing the device afterwards returns.
 
+mod mlx4_util;
+
 use std::time::{Duration, Instant};
 
+use mlx4_util::{TIMEOUT, cq, dest, lost_ah, open, ud_qp};
 use portverbs::hal::CqeError;
-use portverbs::mlx4::{CommandMode, Mlx4Config, Mlx4Device};
-use portverbs::mlx4_model::{Mlx4Model, ModelConfig};
+use portverbs::mlx4::CommandMode;
+use portverbs::mlx4_model::Mlx4Model;
 use portverbs::prelude::*;
 use portverbs::soft::Fabric;
-use portverbs::verbs::{ContextOptions, PollError, UdDest};
-
-const TIMEOUT: Duration = Duration::from_millis(200);
-
-fn open(fabric: &Fabric, mode: CommandMode) -> (Mlx4Model, Mlx4Device, Context) {
-    let (model, function) = Mlx4Model::attach(fabric, ModelConfig::default()).unwrap();
-    let mut config = Mlx4Config::new(
-        "mlx4_faults",
-        vec![vec![Gid::from_ip("10.9.0.1".parse().unwrap())]],
-    );
-    config.command_mode = mode;
-    config.command_timeout = TIMEOUT;
-    let dev = Mlx4Device::open(function, config).unwrap();
-    let ctx =
-        Context::open_blocking(AnyDevice::Mlx4(dev.clone()), ContextOptions::default()).unwrap();
-    (model, dev, ctx)
-}
+use portverbs::verbs::PollError;
 
 #[test]
 fn a_command_that_never_completes_times_out_in_both_modes() {
     for mode in [CommandMode::Polling, CommandMode::Events] {
         let fabric = Fabric::stepped(1);
-        let (model, dev, ctx) = open(&fabric, mode);
+        let (model, dev, ctx) = open(&fabric, mode, |_| ());
         let cq = cq(&ctx);
         let pd = ctx.alloc_pd_blocking().unwrap();
         model.inject_command_timeout(true);
@@ -88,72 +75,18 @@ fn a_cqe_naming_no_outstanding_wqe_is_refused_by_the_core() {
 /// consumed), the one after that the third (which also retires nothing wrongly).
 fn bad_cqe_between_good_ones(inject: fn(&Mlx4Model), expected: fn(&CqeError) -> bool) {
     let fabric = Fabric::stepped(2);
-    let (model, _dev, ctx) = open(&fabric, CommandMode::Events);
+    let (model, _dev, ctx) = open(&fabric, CommandMode::Events, |_| ());
     let pd = ctx.alloc_pd_blocking().unwrap();
     let cq = cq(&ctx);
-    let qp = pd
-        .create_qp_blocking(QpInit {
-            qp_type: QpType::Ud,
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            caps: QpCaps {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qkey: 7,
-        ..QpAttr::default()
-    };
-    qp.modify_blocking(
-        &init,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
-    )
-    .unwrap();
-    qp.modify_blocking(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE,
-    )
-    .unwrap();
-    qp.modify_blocking(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    )
-    .unwrap();
-    let ah = pd
-        .create_ah_blocking(AddressVector {
-            dgid: Gid::from_ip("10.9.0.2".parse().unwrap()),
-            is_global: true,
-            hop_limit: 64,
-            port_num: 1,
-            ..AddressVector::default()
-        })
-        .unwrap();
+    let qp = ud_qp(&pd, &cq, 4);
+    let ah = lost_ah(&pd);
     // Nobody has 10.9.0.2: each datagram is lost, but its send completes. The middle one's CQE
     // is corrupted; all three are polled in one batch.
     let send = |id: u64| {
         let wr = SendWr::new(id, SendOp::Send)
             .inline(b"hello")
             .signaled()
-            .ud(UdDest {
-                av: ah.av(),
-                remote_qpn: 2,
-                remote_qkey: 7,
-            });
+            .ud(dest(&ah));
         qp.post_send(&[wr]).unwrap();
         fabric.run_until_idle().unwrap();
     };
@@ -187,7 +120,7 @@ fn bad_cqe_between_good_ones(inject: fn(&Mlx4Model), expected: fn(&CqeError) -> 
 #[test]
 fn surprise_removal_fails_commands_and_posts_and_close_returns() {
     let fabric = Fabric::stepped(3);
-    let (model, dev, ctx) = open(&fabric, CommandMode::Events);
+    let (model, dev, ctx) = open(&fabric, CommandMode::Events, |_| ());
     let pd = ctx.alloc_pd_blocking().unwrap();
     model.remove();
     let started = Instant::now();
@@ -208,12 +141,4 @@ fn surprise_removal_fails_commands_and_posts_and_close_returns() {
     drop(ctx);
     drop(dev);
     assert!(started.elapsed() < Duration::from_secs(30));
-}
-
-fn cq(ctx: &Context) -> Cq {
-    ctx.create_cq_blocking(CqInit {
-        entries: 16,
-        ..CqInit::default()
-    })
-    .unwrap()
 }

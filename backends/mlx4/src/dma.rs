@@ -5,8 +5,9 @@
 //! a trait-object call, a bounds check and a `memcpy` per access. The hot paths (a WQE, its
 //! ownership dword and its stamp per post; an owner byte and a CQE per poll; the set_ci record)
 //! made a dozen such calls per operation. [`Ring`] keeps the region's host base address and
-//! length instead and does the same bounds-checked raw copies and atomic loads inline. It never
-//! makes a Rust reference into the region.
+//! length instead and does the same bounds-checked raw copies and atomic loads inline. It makes
+//! a Rust reference into the region in one place only: [`Slot::write_wc_from`] lends a finished
+//! send WQE, which nobody writes while the BlueFlame copy runs, to the BAR's `write_wc`.
 //!
 //! Raw access needs a promise the safe [`DmaMemory`] trait cannot carry, so the PCI seam hands
 //! out [`HostMapped`] regions: an `unsafe` trait whose implementors (the VFIO function's
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use portverbs_hal::dma::DmaMemory;
+use portverbs_hal::mmio::{Mmio, MmioError};
 
 use crate::queues::Geometry;
 
@@ -26,8 +28,9 @@ use crate::queues::Geometry;
 /// # Safety
 /// For as long as the value lives, `host_addr()..host_addr() + len()` must be memory of this
 /// process that is valid for reads and writes, never moves, is at least 8-byte aligned, and is
-/// never covered by a Rust reference (other parties — the device, the region's own
-/// [`DmaMemory`] methods — reach it only through raw pointers or atomics, as this module does).
+/// never covered by a Rust reference made elsewhere (other parties — the device, the region's
+/// own [`DmaMemory`] methods — reach it only through raw pointers or atomics, as this module
+/// does; the one shared reference this module makes covers bytes that only it writes).
 pub unsafe trait HostMapped: DmaMemory {}
 
 #[cfg(target_os = "linux")]
@@ -320,7 +323,7 @@ pub(crate) struct Slot<'a, const MIN: usize> {
     _slots: std::marker::PhantomData<&'a Slots<MIN>>,
 }
 
-impl<const MIN: usize> Slot<'_, MIN> {
+impl<'a, const MIN: usize> Slot<'a, MIN> {
     /// Acquire-loads the 8 bytes at offset `AT` (an ownership word).
     #[inline(always)]
     pub(crate) fn load8<const AT: usize>(self) -> [u8; 8] {
@@ -430,17 +433,27 @@ impl<const MIN: usize> Slot<'_, MIN> {
         }
     }
 
-    /// Copies the first `dst.len()` bytes of the slot out; false past the slot's end.
+    /// Passes the first `n` bytes of the slot, in place, to `bar.write_wc(offset, ..)` (a
+    /// BlueFlame copy straight from a send-queue ring); `None` past the slot's end.
+    ///
+    /// Only for rings the device never writes, and while no other party writes this slot: the
+    /// bytes are lent to the MMIO write as a shared slice for the duration of the call (the
+    /// one place a reference covers ring memory; see [`HostMapped`]).
     #[inline(always)]
-    pub(crate) fn copy_out(self, dst: &mut [u8]) -> bool {
-        if dst.len() > self.len {
-            return false;
+    pub(crate) fn write_wc_from(
+        self,
+        n: usize,
+        bar: &dyn Mmio,
+        offset: usize,
+    ) -> Option<Result<(), MmioError>> {
+        if n > self.len {
+            return None;
         }
-        // SAFETY: `dst.len() <= len`, inside a live region (as in `load8`).
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.addr as *const u8, dst.as_mut_ptr(), dst.len());
-        }
-        true
+        // SAFETY: `n <= len`, inside a live region (as in `load8`). Nothing writes it while
+        // the slice lives: the device only reads send-queue memory, and the caller holds the
+        // queue whose slot this is (the host writes a slot only under it).
+        let block = unsafe { std::slice::from_raw_parts(self.addr as *const u8, n) };
+        Some(bar.write_wc(offset, block))
     }
 
     /// Volatile store of the dword at offset `AT` (an ownership word, after a barrier).
@@ -503,6 +516,7 @@ mod tests {
 
     use portverbs_hal::DmaError;
     use portverbs_hal::dma::check_range;
+    use portverbs_hal::mmio::MemRegisters;
 
     /// A heap region for the tests (the crate's real regions come from the PCI seam). Its own
     /// accessors work byte by byte on the atomic words, so the tests can check that `Ring` and
@@ -670,10 +684,21 @@ mod tests {
             Some(32),
             "an empty segment's header at the slot's end fits"
         );
+        // A BlueFlame-style copy lends the slot's bytes, in place, to the MMIO write.
+        let bar = MemRegisters::new(64);
+        assert_eq!(slot.write_wc_from(32, &bar, 32), Some(Ok(())));
         let mut out = [0u8; 32];
-        assert!(slot.copy_out(&mut out));
+        bar.bytes(32, &mut out).unwrap();
         assert_eq!(out[24..], [0x80, 0, 0, 2, 0, 0, 0, 0]);
-        assert!(!slot.copy_out(&mut [0u8; 33]), "longer than the slot");
+        assert_eq!(
+            slot.write_wc_from(33, &bar, 0),
+            None,
+            "longer than the slot"
+        );
+        assert!(
+            matches!(slot.write_wc_from(32, &bar, 40), Some(Err(_))),
+            "the BAR's own refusal is passed on"
+        );
         // The exact cursor addresses the same slots as the general one, and exists only for
         // slots of exactly `MIN` bytes.
         let four = Slots::<32>::new(ring(16), g(0, 5, 4)).unwrap();
@@ -704,7 +729,7 @@ mod tests {
 
     fn bytes(s: &Slots<64>) -> [u8; 256] {
         let mut out = [0u8; 256];
-        assert!(s.at(0).copy_out(&mut out));
+        assert!(s.ring().read_into(0, &mut out));
         out
     }
 

@@ -36,7 +36,7 @@ use crate::queues::Geometry;
 use crate::queues::cq::Mlx4Cq;
 use crate::queues::eq::Mlx4Eq;
 use crate::queues::rq::Mlx4Rq;
-use crate::queues::sq::{BfReg, MAX_INLINE, Mlx4Sq, WQE_BUF, doorbell_offset};
+use crate::queues::sq::{BfReg, MAX_INLINE, Mlx4Sq, doorbell_offset};
 use crate::queues::srq::Mlx4Srq;
 
 fn invalid(what: impl Into<String>) -> CommandError {
@@ -868,7 +868,6 @@ impl Device for Mlx4Device {
             bf: self.bf_reg(),
             bf_half: 0,
             fatal: self.0.fatal.clone(),
-            bf_buf: Box::new([0; WQE_BUF]),
             rung: 0,
             bf_len: 0,
         };

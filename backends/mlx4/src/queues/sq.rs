@@ -43,24 +43,14 @@ pub struct Mlx4Sq {
     pub(crate) bf: Option<BfReg>,
     pub(crate) bf_half: usize,
     pub(crate) fatal: Arc<AtomicBool>,
-    /// A WQE on its way through BlueFlame: copied out of the ring, with the counter and QPN
-    /// added.
-    pub(crate) bf_buf: Box<WqeBuf>,
     /// The counter the doorbell was last rung up to.
     pub(crate) rung: u32,
     /// Bytes of the last WQE written if it carries inline data (a BlueFlame candidate), else 0.
     pub(crate) bf_len: usize,
 }
 
-/// Bytes of the BlueFlame staging buffer: the largest stride (1024) plus room for BlueFlame's
-/// rounding up to 64 bytes.
-pub(crate) const WQE_BUF: usize = 1024 + 64;
-
 /// The largest WQE: ds is a 6-bit count of 16-byte units.
 const MAX_WQE: usize = 63 * 16;
-
-/// The BlueFlame staging buffer.
-pub(crate) type WqeBuf = [u8; WQE_BUF];
 
 /// A remote-address segment (facts §5.3).
 #[inline(always)]
@@ -366,21 +356,22 @@ impl SendQueue for Mlx4Sq {
         if let Some(bf) = self.bf {
             let len = self.bf_len;
             if single && len > 16 && len <= bf.half {
-                // facts §4.4: the WQE rounded up to 64 bytes, with the counter in ctrl dword 0
-                // and the QPN in dword 1 (keeping fence and size), through the register half.
-                // The ring copy stays as the HCA validated it.
+                // facts §4.4, as rdma-core does it: the counter ORed into ctrl dword 0 and the
+                // QPN into dword 1 (keeping fence and size) of the WQE in the ring, then the
+                // WQE rounded up to 64 bytes copied from the ring through the register half.
+                // The HCA ignores both fields in a WQE it fetches from the ring.
                 let c = head.wrapping_sub(1);
+                let wqe = self.buf.at(c);
+                let d0 = u32::from_be_bytes(wqe.read::<0, 4>()) | ((c & 0xffff) << 8);
+                wqe.publish4::<0>(d0.to_be_bytes());
+                wqe.publish4::<4>(((self.qpn << 8) | u32::from(wqe.byte::<7>())).to_be_bytes());
                 let n = len.next_multiple_of(64);
-                if let Some(block) = self.bf_buf.get_mut(..n) {
-                    if self.buf.at(c).copy_out(block) {
-                        let d0 = u32::from_be_bytes([block[0], block[1], block[2], block[3]]);
-                        block[..4].copy_from_slice(&(d0 | ((c & 0xffff) << 8)).to_be_bytes());
-                        let d1 = (self.qpn << 8) | u32::from(block[7]);
-                        block[4..8].copy_from_slice(&d1.to_be_bytes());
-                        let _ = self.bar2.write_wc(bf.offset + self.bf_half, block);
-                        self.bf_half ^= bf.half;
-                        return;
-                    }
+                if wqe
+                    .write_wc_from(n, &*self.bar2, bf.offset + self.bf_half)
+                    .is_some()
+                {
+                    self.bf_half ^= bf.half;
+                    return;
                 }
             }
         }
