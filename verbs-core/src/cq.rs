@@ -331,7 +331,8 @@ impl<D: Device> Cq<D> {
         let mut refused = None;
         let (got, bad) = g.hw.poll_with(
             &mut wc[n..],
-            #[inline(always)]
+            #[cfg_attr(not(portverbs_split), inline(always))]
+            #[cfg_attr(portverbs_split, inline(never))]
             |w, r| {
                 g.qps.resolve(w, r) || {
                     refused = Some(g.qps.refusal(w.qp_num, r, self.inner.cqn));

@@ -183,7 +183,8 @@ impl CompletionQueue for Mlx4Cq {
         }
     }
 
-    #[inline(always)]
+    #[cfg_attr(not(portverbs_split), inline(always))]
+    #[cfg_attr(portverbs_split, inline(never))]
     fn poll_with<F>(&mut self, wc: &mut [WorkCompletion], accept: F) -> (usize, Option<CqeError>)
     where
         F: FnMut(&mut WorkCompletion, WqeRef) -> bool,

@@ -302,7 +302,8 @@ impl SendQueue for Mlx4Sq {
     /// Encodes straight into the ring slot (its old owner bit keeps the HCA off it until the
     /// last store). On an error the slot's body may have been overwritten, but it was not
     /// passed to the HCA.
-    #[inline(always)]
+    #[cfg_attr(not(portverbs_split), inline(always))]
+    #[cfg_attr(portverbs_split, inline(never))]
     fn write_wqe(&mut self, counter: u32, wr: &SendWr<'_>, signaled: bool) -> Result<(), WqeError> {
         if self.fatal.load(Ordering::Relaxed) {
             return Err(WqeError::DeviceFatal);
@@ -348,7 +349,8 @@ impl SendQueue for Mlx4Sq {
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(portverbs_split), inline)]
+    #[cfg_attr(portverbs_split, inline(never))]
     fn ring_doorbell(&mut self, head: u32) {
         barrier::to_device();
         let single = head.wrapping_sub(self.rung) == 1;
