@@ -227,10 +227,11 @@ impl<'a, const MIN: usize> ExactCursor<'a, MIN> {
         }
     }
 
-    /// Wrap parity of counter `c` (the owner bit of pass `c / cnt`).
+    /// The counter bit that is the wrap parity (the slot count): counter `c` is in an odd
+    /// pass when `c & wrap_bit() != 0`.
     #[inline(always)]
-    pub(crate) fn parity(self, c: u32) -> bool {
-        c & (self.mask + 1) != 0
+    pub(crate) fn wrap_bit(self) -> u32 {
+        self.mask + 1
     }
 }
 
@@ -706,7 +707,11 @@ mod tests {
         for c in [0, 1, 3, 4, 7, 0xffff_ffff] {
             exact.at(c).publish4::<0>(c.to_ne_bytes());
             assert_eq!(four.at(c).read::<0, 4>(), c.to_ne_bytes(), "counter {c}");
-            assert_eq!(exact.parity(c), four.geom().parity(c), "counter {c}");
+            assert_eq!(
+                c & exact.wrap_bit() != 0,
+                four.geom().parity(c),
+                "counter {c}"
+            );
         }
         let wide = Slots::<32>::new(ring(16), g(0, 6, 2)).unwrap();
         assert!(wide.exact_cursor().is_none(), "64-byte slots");
