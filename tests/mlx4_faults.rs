@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use mlx4_util::{TIMEOUT, cq, dest, lost_ah, open, ud_qp};
 use portverbs::hal::CqeError;
 use portverbs::mlx4::CommandMode;
+use portverbs::mlx4::layout::opcode::HW2SW_MPT;
+use portverbs::mlx4::layout::status::Status;
 use portverbs::mlx4_model::Mlx4Model;
 use portverbs::prelude::*;
 use portverbs::soft::Fabric;
@@ -141,4 +143,40 @@ fn surprise_removal_fails_commands_and_posts_and_close_returns() {
     drop(ctx);
     drop(dev);
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn a_window_the_hca_will_not_give_back_keeps_its_mpt_number() {
+    let fabric = Fabric::stepped(5);
+    let (model, _dev, ctx) = open(&fabric, CommandMode::Events, |_| ());
+    let pd = ctx.alloc_pd_blocking().unwrap();
+    // The MPT index is the key without its 8-bit tag.
+    let index = |mw: &Mw| mw.rkey() >> 8;
+    // Control: a window given back normally frees its number for the next one.
+    let first = pd.alloc_mw_blocking(MwType::Type1).unwrap();
+    let freed = index(&first);
+    drop(first);
+    let reused = pd.alloc_mw_blocking(MwType::Type1).unwrap();
+    assert_eq!(
+        index(&reused),
+        freed,
+        "the allocator hands a freed number out again"
+    );
+    // Now the HCA refuses HW2SW_MPT: the number must not be handed out again while the HCA
+    // may still own that MPT.
+    let stuck = index(&reused);
+    let live = model.counts().mpts;
+    model.fail_next_command(HW2SW_MPT, Status::ResourceBusy);
+    drop(reused);
+    assert_eq!(model.counts().mpts, live, "the HCA still holds the MPT");
+    let next = pd.alloc_mw_blocking(MwType::Type1).unwrap();
+    assert_ne!(
+        index(&next),
+        stuck,
+        "a number the HCA may still use is not reused"
+    );
+    // The device carries on: the new window is freed normally and its number comes back.
+    let again = index(&next);
+    drop(next);
+    assert_eq!(index(&pd.alloc_mw_blocking(MwType::Type1).unwrap()), again);
 }

@@ -10,6 +10,7 @@ use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::Mtu;
 use portverbs_mlx4::HostMapped;
+use portverbs_mlx4::layout::status::Status;
 use portverbs_mlx4::pci::{CONNECTX3, MELLANOX_VENDOR, PciError, PciFunction};
 use portverbs_soft::engine::{EngineConfig, PortInfo};
 use portverbs_soft::fabric::{Fabric, FabricError, ForeignConfig, ForeignHandle};
@@ -19,7 +20,7 @@ use crate::bar0::Bar0;
 use crate::bar2::Bar2;
 use crate::caps;
 use crate::hw::{self, Hw};
-use crate::shared::{CORRUPT_INDEX, CORRUPT_OPCODE, CORRUPT_QPN, Shared};
+use crate::shared::{CORRUPT_INDEX, CORRUPT_OPCODE, CORRUPT_QPN, FAIL_ARMED, Shared};
 
 /// How to build a model.
 #[derive(Debug, Clone)]
@@ -228,6 +229,14 @@ impl Mlx4Model {
     /// command and the injection.
     pub fn inject_command_timeout(&self, on: bool) {
         self.inner.shared.cmd_timeout.store(on, Ordering::Release);
+    }
+
+    /// The next command with `opcode` fails with `status` without running (the object it
+    /// names is left as it was), as firmware refusing a command would. One at a time: a later
+    /// call replaces an injection not yet consumed.
+    pub fn fail_next_command(&self, opcode: u16, status: Status) {
+        let v = FAIL_ARMED | (u32::from(opcode) << 8) | status as u32;
+        self.inner.shared.fail_command.store(v, Ordering::Release);
     }
 
     /// The next CQE written carries QPN 0xffffff and an opcode that exists in neither

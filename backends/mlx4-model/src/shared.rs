@@ -1,7 +1,7 @@
 //! State shared, without the fabric lock, by the model's handles, its BARs and its device side:
 //! the IOVA table, the injected faults, the interrupt routes and the counters.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// [`Shared::corrupt_cqe`]: QPN 0xffffff and an opcode that exists in neither direction.
@@ -11,6 +11,8 @@ pub(crate) const CORRUPT_QPN: u8 = 2;
 /// [`Shared::corrupt_cqe`]: a well-formed CQE of the right QP whose WQE counter names no
 /// outstanding work request (half the 16-bit counter space away).
 pub(crate) const CORRUPT_INDEX: u8 = 3;
+/// Marks [`Shared::fail_command`] as set.
+pub(crate) const FAIL_ARMED: u32 = 1 << 31;
 
 use portverbs_hal::notify::InterruptSink;
 
@@ -45,6 +47,9 @@ pub(crate) struct Shared {
     /// The next CQE written is garbage ([`CORRUPT_OPCODE`]), names no QP ([`CORRUPT_QPN`])
     /// or no outstanding WQE ([`CORRUPT_INDEX`]); 0 for none of these.
     pub(crate) corrupt_cqe: AtomicU8,
+    /// The next command with this opcode fails with this status without running:
+    /// `FAIL_ARMED | opcode << 8 | status`, 0 for none.
+    pub(crate) fail_command: AtomicU32,
     pub(crate) stats: Stats,
     /// MSI-X vector → sink.
     irqs: Mutex<Vec<Option<Arc<dyn InterruptSink>>>>,
@@ -57,9 +62,24 @@ impl Shared {
             removed: AtomicBool::new(false),
             cmd_timeout: AtomicBool::new(false),
             corrupt_cqe: AtomicU8::new(0),
+            fail_command: AtomicU32::new(0),
             stats: Stats::default(),
             irqs: Mutex::new(vec![None; vectors as usize]),
         }
+    }
+
+    /// The injected status for a command with `opcode`, consumed; `None` when none is set for
+    /// it.
+    pub(crate) fn take_failure(&self, opcode: u16) -> Option<u8> {
+        let armed = FAIL_ARMED | (u32::from(opcode) << 8);
+        let set = self.fail_command.load(Ordering::Acquire);
+        if set & !0xff != armed {
+            return None;
+        }
+        self.fail_command
+            .compare_exchange(set, 0, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|v| v as u8)
     }
 
     pub(crate) fn removed(&self) -> bool {

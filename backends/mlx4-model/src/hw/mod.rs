@@ -324,6 +324,9 @@ pub(crate) fn run_command(ctx: &mut ForeignCtx<'_>, cmd: &Command) -> (u8, Optio
     let result = (|| -> CmdResult {
         let hw = Hw::of(ctx.device).ok_or(Status::InternalErr)?;
         hw.allowed(cmd.opcode)?;
+        if let Some(status) = hw.shared.take_failure(cmd.opcode) {
+            return Err(Status::from_u8(status).unwrap_or(Status::InternalErr));
+        }
         if cmd.opcode == op::SET_PORT && port::is_gid_table(cmd) {
             return port::set_gid_table(ctx, cmd);
         }

@@ -1118,22 +1118,23 @@ impl Device for Mlx4Device {
         })
     }
 
+    /// Takes the window's MPT back and frees its number. When the HCA refuses (a live device
+    /// that still owns the MPT), the window stays recorded and its number reserved, so no new
+    /// MPT is ever written over one the HCA uses; closing the device releases both.
     async fn dealloc_mw(&self, handle: u32) -> Result<(), CommandError> {
-        if self.0.objects().mws.remove(&handle).is_none() {
+        if !self.0.objects().mws.contains_key(&handle) {
             return Err(no("MW", handle));
         }
-        let r = self
-            .cmd(
-                Cmd::new(opcode::HW2SW_MPT)
-                    .opmod(opcode::OPMOD_NO_OUTBOX)
-                    .in_mod(handle),
-            )
-            .await;
-        self.0.nums().mpt.free(handle);
-        if self.is_fatal() {
-            return Ok(());
+        self.hw2sw(
+            Cmd::new(opcode::HW2SW_MPT)
+                .opmod(opcode::OPMOD_NO_OUTBOX)
+                .in_mod(handle),
+        )
+        .await?;
+        if self.0.objects().mws.remove(&handle).is_some() {
+            self.0.nums().mpt.free(handle);
         }
-        r.map(|_| ())
+        Ok(())
     }
 }
 
