@@ -388,6 +388,14 @@ impl<'a, const MIN: usize> Slot<'a, MIN> {
         let first_room = const { BLOCK - 4 - AT % BLOCK };
         let (first, rest) = data.split_at(data.len().min(first_room));
         let mut at = self.segment(AT, flag, first)?;
+        // Data that ends in the next block (a 64-byte payload after a remote-address segment)
+        // needs one more segment and no loop.
+        if rest.len() <= BLOCK - 4 {
+            if !rest.is_empty() {
+                at = self.segment(at, flag, rest)?;
+            }
+            return Some(at);
+        }
         for piece in rest.chunks(BLOCK - 4) {
             at = self.segment(at, flag, piece)?;
         }
