@@ -44,7 +44,7 @@ fn host_owns(tail: [u8; 8], parity: bool) -> bool {
 #[inline(always)]
 fn host_owns_at(tail: [u8; 8], counter: u32, wrap: u32) -> bool {
     const { assert!(cqe::OWNER_MASK == 0x80) };
-    let owner = i32::from(tail[7].cast_signed() >> 7).cast_unsigned();
+    let owner = i32::from(tail[7] as i8 >> 7) as u32;
     (owner ^ counter) & wrap == 0
 }
 
