@@ -332,11 +332,9 @@ impl SendQueue for Mlx4Sq {
         }
         // Control segment dwords 1–3 (no VLAN; fence + size; flags; immediate), a barrier,
         // then the ownership dword: the HCA may start on the WQE as soon as it is right.
-        let mut rest = [0u8; 12];
-        rest[3] = (len / 16) as u8 | fence;
-        rest[4..8].copy_from_slice(&flags.to_be_bytes());
-        rest[8..].copy_from_slice(&imm.to_be_bytes());
-        wqe.put::<4, 12>(rest);
+        wqe.put::<4, 4>(u32::from((len / 16) as u8 | fence).to_be_bytes());
+        wqe.put::<8, 4>(flags.to_be_bytes());
+        wqe.put::<12, 4>(imm.to_be_bytes());
         barrier::to_device();
         let owner = if ring.parity(counter) { ctrl::OWNER } else { 0 };
         wqe.publish4::<0>((owner | u32::from(op)).to_be_bytes());
