@@ -7,7 +7,7 @@
 //! time (so the caller never needs a reference into device-visible memory to send small data).
 
 use crate::attr::AddressVector;
-use crate::types::{AccessFlags, MwType};
+use crate::types::{AccessFlags, MwType, QpType};
 
 /// One scatter/gather entry (`struct ibv_sge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -156,7 +156,50 @@ bitflags::bitflags! {
     }
 }
 
+impl SendOps {
+    /// The operations a QP of type `t` may post (IBTA 10.7.3 / rdma-core): SEND with or
+    /// without immediate on every transport; UC adds RDMA WRITE (± immediate), memory-window
+    /// bind and local invalidate; RC allows everything.
+    pub fn of_transport(t: QpType) -> Self {
+        let send = Self::SEND | Self::SEND_WITH_IMM;
+        match t {
+            QpType::Ud => send,
+            QpType::Uc => {
+                send | Self::RDMA_WRITE
+                    | Self::RDMA_WRITE_WITH_IMM
+                    | Self::BIND_MW
+                    | Self::LOCAL_INV
+            }
+            QpType::Rc => Self::all(),
+        }
+    }
+}
+
 impl SendOp {
+    /// One request of every operation, with distinct non-zero immediates, keys and operands
+    /// (`LocalInv` invalidates `bind.new_rkey`): for code that must handle them all, such as
+    /// tests that walk every operation.
+    pub fn one_of_each(remote: RemoteAddr, bind: MwBind) -> [Self; 10] {
+        [
+            Self::Send,
+            Self::SendWithImm { imm: 7 },
+            Self::SendWithInv { rkey: 9 },
+            Self::RdmaWrite { remote },
+            Self::RdmaWriteWithImm { remote, imm: 3 },
+            Self::RdmaRead { remote },
+            Self::AtomicCmpSwp {
+                remote,
+                compare: 1,
+                swap: 2,
+            },
+            Self::AtomicFetchAdd { remote, add: 5 },
+            Self::BindMw { bind },
+            Self::LocalInv {
+                rkey: bind.new_rkey,
+            },
+        ]
+    }
+
     /// This operation's flag.
     #[inline]
     pub fn kind(&self) -> SendOps {
@@ -350,22 +393,7 @@ mod tests {
             length: 0,
             access: AccessFlags::empty(),
         };
-        let ops = [
-            SendOp::Send,
-            SendOp::SendWithImm { imm: 0 },
-            SendOp::SendWithInv { rkey: 0 },
-            SendOp::RdmaWrite { remote },
-            SendOp::RdmaWriteWithImm { remote, imm: 0 },
-            SendOp::RdmaRead { remote },
-            SendOp::AtomicCmpSwp {
-                remote,
-                compare: 0,
-                swap: 0,
-            },
-            SendOp::AtomicFetchAdd { remote, add: 0 },
-            SendOp::BindMw { bind },
-            SendOp::LocalInv { rkey: 0 },
-        ];
+        let ops = SendOp::one_of_each(remote, bind);
         let mut all = SendOps::empty();
         for op in ops {
             let k = op.kind();
@@ -379,6 +407,22 @@ mod tests {
             all |= k;
         }
         assert_eq!(all, SendOps::all());
+    }
+
+    #[test]
+    fn each_transport_allows_what_the_spec_gives_it() {
+        let send = SendOps::SEND | SendOps::SEND_WITH_IMM;
+        assert_eq!(SendOps::of_transport(QpType::Ud), send);
+        let uc = SendOps::of_transport(QpType::Uc);
+        assert_eq!(
+            uc,
+            send | SendOps::RDMA_WRITE
+                | SendOps::RDMA_WRITE_WITH_IMM
+                | SendOps::BIND_MW
+                | SendOps::LOCAL_INV
+        );
+        assert!(!uc.intersects(SendOps::READ_OR_ATOMIC | SendOps::SEND_WITH_INV));
+        assert_eq!(SendOps::of_transport(QpType::Rc), SendOps::all());
     }
 
     #[test]

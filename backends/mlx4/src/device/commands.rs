@@ -135,6 +135,19 @@ impl Mlx4Device {
         Ok(Ring::new(mem))
     }
 
+    /// A zeroed ring of `cnt` 32-byte entries (CQEs or EQEs), each marked hardware-owned for
+    /// the counter `first..first + cnt` that will use it next (facts §6.4), and its geometry.
+    fn entry_ring(&self, cnt: u32, first: u32) -> Result<(Ring, Geometry), CommandError> {
+        let geom = Geometry {
+            base: 0,
+            shift: 5,
+            cnt,
+        };
+        let ring = self.dma(cnt as usize * 32)?;
+        Mlx4Cq::init_owner_from(ring.mem(), geom, first);
+        Ok((ring, geom))
+    }
+
     /// `geom`'s slots of `ring` (a region too small for its geometry is refused, not used).
     fn slots<const MIN: usize>(ring: &Ring, geom: Geometry) -> Result<Slots<MIN>, CommandError> {
         Slots::new(ring.clone(), geom).ok_or_else(|| {
@@ -155,13 +168,7 @@ impl Mlx4Device {
         sink: Arc<dyn InterruptSink>,
     ) -> Result<Box<dyn EventQueue>, CommandError> {
         let cnt = (entries.max(1) + 1).next_power_of_two().max(64);
-        let geom = Geometry {
-            base: 0,
-            shift: 5,
-            cnt,
-        };
-        let ring = self.dma(cnt as usize * 32)?;
-        Mlx4Cq::init_owner(ring.mem(), geom);
+        let (ring, geom) = self.entry_ring(cnt, 0)?;
         let eqn = self
             .0
             .nums()
@@ -493,14 +500,8 @@ impl Device for Mlx4Device {
             return Err(no("EQ", params.eqn));
         }
         let cnt = (params.entries + 1).next_power_of_two();
-        let geom = Geometry {
-            base: 0,
-            shift: 5,
-            cnt,
-        };
-        let ring = self.dma(cnt as usize * 32)?;
+        let (ring, geom) = self.entry_ring(cnt, 0)?;
         let slots = Self::slots(&ring, geom)?;
-        Mlx4Cq::init_owner(ring.mem(), geom);
         let db = self.0.dbs.alloc(&*self.0.pci)?;
         let Some(cqn) = self.0.nums().cq.alloc() else {
             self.0.dbs.free(&db);
@@ -560,15 +561,9 @@ impl Device for Mlx4Device {
                 "{pending} unpolled completions do not fit {entries} entries"
             )));
         }
-        let geom = Geometry {
-            base: 0,
-            shift: 5,
-            cnt,
-        };
-        let ring = self.dma(cnt as usize * 32)?;
-        let slots = Self::slots(&ring, geom)?;
         // The new buffer continues the counters: the first CQE in it is ci + 1.
-        Mlx4Cq::init_owner_from(ring.mem(), geom, cq.ci.wrapping_add(1));
+        let (ring, geom) = self.entry_ring(cnt, cq.ci.wrapping_add(1))?;
+        let slots = Self::slots(&ring, geom)?;
         let cmd = Cmd::new(opcode::MODIFY_CQ)
             .opmod(opcode::OPMOD_CQ_RESIZE)
             .in_mod(cq.cqn);

@@ -61,11 +61,6 @@ impl Mlx4Cq {
         host_owns(tail, self.buf.geom().parity(counter))
     }
 
-    /// Marks every entry hardware-owned for pass 0 (facts §6.4 recommendation).
-    pub(crate) fn init_owner(buf: &dyn DmaMemory, geom: Geometry) {
-        Self::init_owner_from(buf, geom, 0);
-    }
-
     /// Marks every entry hardware-owned for the counters `first..first + cnt` that will use it
     /// next (a resized CQ continues its counters in the new buffer).
     pub(crate) fn init_owner_from(buf: &dyn DmaMemory, geom: Geometry, first: u32) {

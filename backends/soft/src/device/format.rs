@@ -917,22 +917,7 @@ mod tests {
             length: 32,
             access: AccessFlags::REMOTE_READ,
         };
-        let ops = [
-            SendOp::Send,
-            SendOp::SendWithImm { imm: 7 },
-            SendOp::SendWithInv { rkey: 9 },
-            SendOp::RdmaWrite { remote },
-            SendOp::RdmaWriteWithImm { remote, imm: 3 },
-            SendOp::RdmaRead { remote },
-            SendOp::AtomicCmpSwp {
-                remote,
-                compare: 1,
-                swap: 2,
-            },
-            SendOp::AtomicFetchAdd { remote, add: 5 },
-            SendOp::BindMw { bind },
-            SendOp::LocalInv { rkey: 0x302 },
-        ];
+        let ops = SendOp::one_of_each(remote, bind);
         for op in ops {
             let wr = SendWr::new(1, op).sges(&sges).flags(SendFlags::FENCE);
             let got = round_trip(&wr, QpType::Rc);

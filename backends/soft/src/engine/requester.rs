@@ -8,7 +8,7 @@
 use portverbs_hal::attr::ack_timeout_ns;
 use portverbs_hal::types::{QpState, QpType};
 use portverbs_hal::wc::WcStatus;
-use portverbs_hal::wr::{SendFlags, SendOp};
+use portverbs_hal::wr::{SendFlags, SendOp, SendOps};
 use smallvec::SmallVec;
 
 use super::completer;
@@ -187,15 +187,7 @@ fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Resul
 fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     let wqe = &qp.req.slot(counter).wqe;
     let t = qp.init.qp_type;
-    let allowed = match wqe.op {
-        SendOp::Send | SendOp::SendWithImm { .. } => true,
-        SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => t != QpType::Ud,
-        SendOp::BindMw { .. } | SendOp::LocalInv { .. } => t != QpType::Ud,
-        SendOp::SendWithInv { .. }
-        | SendOp::RdmaRead { .. }
-        | SendOp::AtomicCmpSwp { .. }
-        | SendOp::AtomicFetchAdd { .. } => t == QpType::Rc,
-    };
+    let allowed = SendOps::of_transport(t).contains(wqe.op.kind());
     if !allowed || (t == QpType::Ud) != wqe.ud.is_some() {
         return Err(WcStatus::LocQpOpErr);
     }
