@@ -7,8 +7,11 @@
 //! the same record computed from `portverbs_mlx4::layout`. A record on one side without a
 //! counterpart on the other is a failure too, so the two lists cannot drift apart silently.
 //!
-//! The header and a C compiler are required: without them the test fails and says what to
-//! install (CI installs both).
+//! The header and a C compiler are required, so the test is `#[ignore]`d: the README's test
+//! command must pass on a machine with only Rust. `.ci/run` installs `libibverbs-dev` and runs
+//! it with `--ignored` on every submission; by hand:
+//! `cargo test -p portverbs-mlx4 --test mlx4dv_layout -- --ignored` (after
+//! `apt-get install libibverbs-dev`). Without the header it fails and says what to install.
 //!
 //! Layouts the header lacks (HCR, mailboxes, contexts, EQE, MPT, page lists) are checked by the
 //! compile-time `layout!` asserts in `src/layout/` and by `tests/worked_encodings.rs`.
@@ -489,6 +492,7 @@ fn header_records() -> BTreeMap<String, String> {
 }
 
 #[test]
+#[ignore = "needs libibverbs-dev (rdma-core's mlx4dv.h) and a C compiler; .ci/run runs it"]
 fn layouts_and_constants_match_mlx4dv_h() {
     let header = header_records();
     let mut ours = Table::default();
