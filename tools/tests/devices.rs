@@ -55,6 +55,17 @@ fn verbose_mode_prints_limits_and_the_gid_table() {
 }
 
 #[test]
+fn emulated_connectx3_reports_a_40_gbe_port() {
+    // mlx4_ib's RoCE port: 40 GbE is 4X QDR (never an EDR code on a ConnectX-3).
+    let out = portverbs(&["devices", "-v", "-d", "mlx4_0"]).ok().stdout;
+    assert!(out.contains("\t\t\tactive_width:\t\t4X (2)\n"), "{out}");
+    assert!(
+        out.contains("\t\t\tactive_speed:\t\t10.0 Gbps (4)\n"),
+        "{out}"
+    );
+}
+
+#[test]
 fn one_port_only() {
     let out = portverbs(&["devices", "-d", "soft1", "-i", "1"])
         .ok()

@@ -3,7 +3,9 @@
 //! ConnectX-3-like (facts §2.3–§2.4).
 
 use portverbs_hal::types::Mtu;
-use portverbs_mlx4::layout::mailbox::{DevCap, QueryFw, QueryPort, bmme_flag, dev_flag};
+use portverbs_mlx4::layout::mailbox::{
+    DevCap, ETH_SPEED_40G, QueryFw, QueryPort, bmme_flag, dev_flag,
+};
 use zerocopy::IntoBytes;
 
 /// Firmware area the driver must hand over with MAP_FA before RUN_FW (4 KiB pages).
@@ -188,6 +190,8 @@ pub(crate) fn query_port(port: u8, up: bool, mtu: Mtu) -> Vec<u8> {
         link: if up { 0x80 } else { 0 } | 0x02,
         ib_mtu: mtu as u8,
         eth_mtu: 9600.into(),
+        // A 40 GbE port, as on the common ConnectX-3 VPI cards.
+        eth_speed: ETH_SPEED_40G,
         width: 2,
         log_gid_pkey: LOG_GIDS << 4,
         log_mac_vlan: 0x77,

@@ -6,7 +6,7 @@
 use thiserror::Error;
 use zerocopy::FromBytes;
 
-use crate::layout::mailbox::{DevCap, QueryFw, QueryPort, dev_flag};
+use crate::layout::mailbox::{DevCap, ETH_SPEED_40G, ETH_SPEED_56G, QueryFw, QueryPort, dev_flag};
 
 /// A capability the device reported that the driver cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -302,7 +302,21 @@ pub struct PortCaps {
     pub gid_table_len: u32,
     /// P_Key table entries.
     pub pkey_table_len: u32,
+    /// Active width and speed in IB encodings (`ibv_port_attr`), derived from the Ethernet
+    /// link speed as mlx4_ib does: 40 GbE = 4X QDR, 56 GbE = 4X FDR, otherwise 1X QDR (10 GbE).
+    pub active_width: u8,
+    /// See `active_width`.
+    pub active_speed: u16,
 }
+
+/// IB width encoding 1X.
+const WIDTH_1X: u8 = 1;
+/// IB width encoding 4X.
+const WIDTH_4X: u8 = 2;
+/// IB speed encoding QDR (10 Gb/s per lane).
+const SPEED_QDR: u16 = 4;
+/// IB speed encoding FDR (14 Gb/s per lane).
+const SPEED_FDR: u16 = 16;
 
 /// Parses a QUERY_PORT outbox.
 ///
@@ -315,7 +329,14 @@ pub fn parse_port(out: &[u8]) -> Result<PortCaps, CapsError> {
     if !(1..=5).contains(&max_mtu) {
         return Err(bad("max IB MTU", format!("encoding {max_mtu}")));
     }
+    let (active_width, active_speed) = match p.eth_speed {
+        ETH_SPEED_40G => (WIDTH_4X, SPEED_QDR),
+        ETH_SPEED_56G => (WIDTH_4X, SPEED_FDR),
+        _ => (WIDTH_1X, SPEED_QDR),
+    };
     Ok(PortCaps {
+        active_width,
+        active_speed,
         link_up: p.link & 0x80 != 0,
         eth: p.link & 2 != 0,
         ib: p.link & 1 != 0,
@@ -323,4 +344,27 @@ pub fn parse_port(out: &[u8]) -> Result<PortCaps, CapsError> {
         gid_table_len: 1 << (p.log_gid_pkey >> 4),
         pkey_table_len: 1 << (p.log_gid_pkey & 0xf),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use zerocopy::IntoBytes;
+
+    use super::*;
+
+    #[test]
+    fn port_speed_follows_the_ethernet_link_as_mlx4_ib_reads_it() {
+        let port = |eth_speed| {
+            let p = QueryPort {
+                ib_mtu: 5,
+                eth_speed,
+                ..QueryPort::default()
+            };
+            let c = parse_port(p.as_bytes()).unwrap();
+            (c.active_width, c.active_speed)
+        };
+        assert_eq!(port(ETH_SPEED_40G), (WIDTH_4X, SPEED_QDR), "40 GbE");
+        assert_eq!(port(ETH_SPEED_56G), (WIDTH_4X, SPEED_FDR), "56 GbE");
+        assert_eq!(port(0), (WIDTH_1X, SPEED_QDR), "10 GbE");
+    }
 }

@@ -378,8 +378,8 @@ impl Device for Mlx4Device {
             lid: 0,
             sm_lid: 0,
             lmc: 0,
-            active_width: 2,
-            active_speed: 32,
+            active_width: p.active_width,
+            active_speed: p.active_speed,
             phys_state: if p.link_up { 5 } else { 3 },
             link_layer: LinkLayer::Ethernet,
         })

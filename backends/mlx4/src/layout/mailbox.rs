@@ -183,7 +183,10 @@ pub struct QueryPort {
     /// Low nibble: max IB MTU (IB encoding).
     pub ib_mtu: u8,
     pub eth_mtu: U16,
-    pub _r0: [u8; 2],
+    pub _r0: u8,
+    /// Current Ethernet link speed, as Linux's mlx4_ib reads it for a RoCE port
+    /// (`eth_link_query_port`): [`ETH_SPEED_40G`], [`ETH_SPEED_56G`], anything else 10 GbE.
+    pub eth_speed: u8,
     pub width: u8,
     /// High nibble log2 max GIDs, low nibble log2 max P_Keys.
     pub log_gid_pkey: u8,
@@ -193,8 +196,13 @@ pub struct QueryPort {
     pub _r2: [u8; 4],
     pub default_mac: U64,
 }
+/// [`QueryPort::eth_speed`] of a 40 GbE link (4X QDR lanes).
+pub const ETH_SPEED_40G: u8 = 0x40;
+/// [`QueryPort::eth_speed`] of a 56 GbE link (4X FDR lanes).
+pub const ETH_SPEED_56G: u8 = 0x20;
+
 layout!(QueryPort, 0x18, {
-    link: 0x00, ib_mtu: 0x01, eth_mtu: 0x02, width: 0x06, log_gid_pkey: 0x07,
+    link: 0x00, ib_mtu: 0x01, eth_mtu: 0x02, eth_speed: 0x05, width: 0x06, log_gid_pkey: 0x07,
     log_mac_vlan: 0x0a, max_vl: 0x0b, default_mac: 0x10,
 });
 
