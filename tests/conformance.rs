@@ -50,12 +50,14 @@ mod conformance {
     pub mod util;
 
     mod ah;
+    mod atomics;
     mod cq;
     mod device;
     mod errors_rc;
     mod events;
     mod mr;
     mod mw;
+    mod mw_rules;
     mod notify;
     mod obj_util;
     mod pd;

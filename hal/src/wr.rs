@@ -45,12 +45,12 @@ pub struct RemoteAddr {
 }
 
 /// Parameters of a memory-window bind (type 1 through `bind_mw`, type 2 through a work request).
+/// The window is named by the index its key carries (bits 31..8), as on mlx4: a failed bind
+/// leaves the window at its old key, and the next bind still finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MwBind {
-    /// The window's current rkey (identifies the window).
-    pub mw_rkey: u32,
-    /// The rkey the window will answer to after the bind (type 2: the caller bumps the tag byte,
-    /// like `ibv_inc_rkey`; type 1: the device picks and the core passes the current key).
+    /// The rkey the window will answer to after the bind: the window's index with a new tag
+    /// byte (`ibv_inc_rkey`).
     pub new_rkey: u32,
     /// Window type.
     pub mw_type: MwType,
@@ -153,6 +153,8 @@ bitflags::bitflags! {
         const READ_OR_ATOMIC = Self::RDMA_READ.bits()
             | Self::ATOMIC_CMP_SWP.bits()
             | Self::ATOMIC_FETCH_ADD.bits();
+        /// The operations executed locally, without a packet and without a payload.
+        const LOCAL = Self::BIND_MW.bits() | Self::LOCAL_INV.bits();
     }
 }
 
@@ -385,7 +387,6 @@ mod tests {
     fn op_kinds_are_distinct_flags() {
         let remote = RemoteAddr::default();
         let bind = MwBind {
-            mw_rkey: 0,
             new_rkey: 0,
             mw_type: MwType::Type1,
             mr_lkey: 0,
@@ -404,6 +405,7 @@ mod tests {
                 op.is_read_or_atomic(),
                 "{op:?}"
             );
+            assert_eq!(SendOps::LOCAL.contains(k), op.is_local(), "{op:?}");
             all |= k;
         }
         assert_eq!(all, SendOps::all());

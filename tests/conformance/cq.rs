@@ -9,6 +9,7 @@ use portverbs::verbs::{AsyncEventKind, CqError, EventElement, PollError};
 
 use super::env::{Backend, Env};
 use super::obj_util::*;
+use super::tx_util::{count_events, drain_events, queried_state};
 use super::util::*;
 
 fn poll_all(cq: &Cq) -> Vec<WorkCompletion> {
@@ -305,6 +306,64 @@ fn cq_shared_by_two_qps_reports_each_qps_completions(backend: Backend) {
     }
 }
 
+fn cq_overrun_moves_the_qps_that_lost_completions_to_err(backend: Backend) {
+    // IBA 11.4.2.1: a QP whose completion the CQ could not take goes to ERR; a QP on the same
+    // CQ that had nothing to complete is not touched.
+    let env = Env::new(backend);
+    let a_cq = cq(env.a(), 4);
+    let p = pair_on(&env, a_cq.clone(), cq(env.b(), 16));
+    let idle = side_on(env.a(), a_cq, FULL_ACCESS);
+    to_init(&idle.qp, &Params::default());
+    let depth = p.a.cq.depth();
+    post_writes(&p, 0, u64::from(depth) + 1);
+    env.settle();
+    assert_eq!(
+        queried_state(&p.a.qp),
+        QpState::Err,
+        "the sender lost a completion"
+    );
+    assert_eq!(queried_state(&idle.qp), QpState::Init);
+    assert_eq!(
+        queried_state(&p.b.qp),
+        QpState::Rts,
+        "the peer saw only writes"
+    );
+    let evs = drain_events(env.a());
+    assert_eq!(
+        count_events(&evs, AsyncEventKind::CqErr, EventElement::Cq(p.a.cq.cqn())),
+        1,
+        "{evs:?}"
+    );
+}
+
+fn receive_cq_overrun_moves_the_receiving_qp_to_err(backend: Backend) {
+    let env = Env::new(backend);
+    let p = pair_on(&env, cq(env.a(), 64), cq(env.b(), 4));
+    let depth = p.b.cq.depth();
+    for i in 0..=u64::from(depth) {
+        p.b.post_recv(100 + i, i * 64, 64);
+    }
+    let sge = [p.a.sge(0, 8)];
+    let wrs: Vec<_> = (0..=u64::from(depth))
+        .map(|i| SendWr::new(i, SendOp::Send).sges(&sge).signaled())
+        .collect();
+    p.a.qp.post_send(&wrs).unwrap();
+    env.settle();
+    assert_eq!(queried_state(&p.b.qp), QpState::Err);
+    let evs = drain_events(env.b());
+    assert_eq!(
+        count_events(&evs, AsyncEventKind::CqErr, EventElement::Cq(p.b.cq.cqn())),
+        1,
+        "{evs:?}"
+    );
+    let mut wc = [WorkCompletion::default(); 32];
+    let n = p.b.cq.poll(&mut wc).unwrap();
+    assert_eq!(n, depth as usize, "the completions that fit are delivered");
+    for (i, w) in wc[..n].iter().enumerate() {
+        assert_eq!((w.wr_id, w.status), (100 + i as u64, WcStatus::Success));
+    }
+}
+
 cases!(
     create_cq_with_sizes_1_half_max_and_max,
     create_cq_with_zero_or_more_than_max_cqe_fails,
@@ -319,4 +378,6 @@ cases!(
     poll_of_an_empty_cq_returns_zero,
     batch_poll_returns_completions_in_order,
     cq_shared_by_two_qps_reports_each_qps_completions,
+    cq_overrun_moves_the_qps_that_lost_completions_to_err,
+    receive_cq_overrun_moves_the_receiving_qp_to_err,
 );

@@ -399,6 +399,36 @@ fn rereg_to_a_new_address_with_a_receive_outstanding_fails_traffic(backend: Back
     assert_eq!(p.b.buf.to_vec(0, 100).unwrap(), vec![0; 100]);
 }
 
+fn rereg_onto_an_empty_range_is_refused_and_the_mr_is_unchanged(backend: Backend) {
+    // rdma-unit-test ReregMrInvalidBuffer: IBV_REREG_MR_ERR_INPUT, the MR as it was.
+    let env = Env::new(backend);
+    let p = Pair::new(&env, QpType::Rc);
+    let (lkey, rkey, addr, len) = (p.b.mr.lkey(), p.b.mr.rkey(), p.b.mr.addr(), p.b.mr.len());
+    let other = env.b().alloc_buffer(4096).unwrap();
+    for range in [0..0, 4096..4096, 100..100] {
+        let start = range.start;
+        match p.b.mr.rereg_blocking(Rereg {
+            memory: Some((&other, range)),
+            ..Rereg::default()
+        }) {
+            Err(MrError::EmptyRange { offset }) => assert_eq!(offset, start),
+            other => panic!("expected EmptyRange, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        (p.b.mr.lkey(), p.b.mr.rkey(), p.b.mr.addr(), p.b.mr.len()),
+        (lkey, rkey, addr, len)
+    );
+    let data = pattern(4, 128);
+    let wc = write(&env, &p.a, 1, &data, p.b.remote(256));
+    assert_eq!(
+        wc.status,
+        WcStatus::Success,
+        "the old registration still works"
+    );
+    assert_eq!(p.b.buf.to_vec(256, 128).unwrap(), data);
+}
+
 cases!(
     reg_mr_and_dereg_mr,
     mr_has_an_lkey_always_and_an_rkey_only_with_remote_access,
@@ -415,4 +445,5 @@ cases!(
     rereg_dropping_remote_atomic_makes_atomics_fail_until_restored,
     rereg_to_another_pd_fails_traffic_and_back_restores_it,
     rereg_to_a_new_address_with_a_receive_outstanding_fails_traffic,
+    rereg_onto_an_empty_range_is_refused_and_the_mr_is_unchanged,
 );

@@ -440,6 +440,27 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
     assert_eq!(queried_state(&s.qp), QpState::Rts);
 }
 
+fn reset_to_err_is_refused_as_linux_does(backend: Backend) {
+    // Linux's transition table (ib_modify_qp_is_ok) has no RESET -> ERR: a QP that was never
+    // initialised has nothing to flush.
+    let env = Env::new(backend);
+    for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+        let s = lone(&env, t);
+        let err = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        let r = s.qp.modify_blocking(&err, QpAttrMask::STATE);
+        assert_invalid_transition(r, s.qp.qp_num(), QpState::Reset, QpState::Err);
+        assert_eq!(queried_state(&s.qp), QpState::Reset, "{t}");
+        // From INIT it is allowed, and ERR -> ERR too.
+        to_init(&s.qp, &Params::default());
+        s.qp.modify_blocking(&err, QpAttrMask::STATE).unwrap();
+        s.qp.modify_blocking(&err, QpAttrMask::STATE).unwrap();
+        assert_eq!(queried_state(&s.qp), QpState::Err);
+    }
+}
+
 cases!(
     create_qp_starts_in_reset_with_requested_caps,
     create_qp_beyond_device_limits_is_refused,
@@ -448,4 +469,5 @@ cases!(
     missing_required_attributes_are_named,
     unexpected_attributes_are_named,
     out_of_range_attribute_values_are_refused,
+    reset_to_err_is_refused_as_linux_does,
 );

@@ -463,6 +463,31 @@ fn destroying_a_qp_leaves_other_completions_on_a_shared_cq(backend: Backend) {
     );
 }
 
+fn receive_posted_to_a_qp_in_err_is_flushed_without_any_send(backend: Backend) {
+    // A receive posted once the QP is in ERR completes with WR_FLUSH_ERR by itself (mlx4 has
+    // no receive doorbell: the HCA must notice it), as ib_drain_rq relies on.
+    let env = Env::new(backend);
+    let p = Pair::new(&env, QpType::Rc);
+    p.a.qp
+        .modify_blocking(
+            &QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE,
+        )
+        .unwrap();
+    assert!(env.poll(&p.a.cq, 0).is_empty());
+    for round in 0..3u64 {
+        p.a.post_recv(20 + round, 0, 64);
+        let wc = poll_one(&env, &p.a.cq);
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.qp_num),
+            (20 + round, WcStatus::WrFlushErr, p.a.qp.qp_num())
+        );
+    }
+}
+
 cases!(
     post_send_before_rts_is_invalid_state,
     send_queue_overflow_reports_the_first_rejected_request,
@@ -473,4 +498,5 @@ cases!(
     reset_discards_outstanding_work_and_the_qp_can_be_reused,
     sqd_drains_with_an_event_and_rts_resumes,
     destroying_a_qp_leaves_other_completions_on_a_shared_cq,
+    receive_posted_to_a_qp_in_err_is_flushed_without_any_send,
 );

@@ -295,6 +295,98 @@ fn qp_with_srq_to_err_reports_last_wqe_reached(backend: Backend) {
     assert_eq!(env.poll(&b.cq, 0), []);
 }
 
+/// An SRQ with its receive buffer in one PD (`srq_pd`) and an RC QP attached to it in another
+/// (`qp_pd`), connected to a side on device a; each PD has an MR over `buf`.
+struct CrossPd {
+    srq_pd: Pd,
+    qp_pd: Pd,
+    cq: Cq,
+    srq: Srq,
+    qp: Qp,
+    buf: Buffer,
+    srq_mr: Mr,
+    qp_mr: Mr,
+    a: Side,
+}
+
+impl CrossPd {
+    fn new(env: &Env) -> Self {
+        let ctx = env.b();
+        let srq_pd = ctx.alloc_pd_blocking().unwrap();
+        let qp_pd = ctx.alloc_pd_blocking().unwrap();
+        let cq = cq(ctx, 16);
+        let srq = srq_pd.create_srq_blocking(srq_init(4)).unwrap();
+        let qp = make_qp(&qp_pd, &cq, QpType::Rc, Some(&srq), false);
+        let buf = ctx.alloc_buffer(4096).unwrap();
+        let srq_mr = srq_pd
+            .reg_mr_blocking(&buf, 0..4096, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let qp_mr = qp_pd
+            .reg_mr_blocking(&buf, 0..4096, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let a = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+        connect(env, &a.qp, &qp, &Params::default());
+        Self {
+            srq_pd,
+            qp_pd,
+            cq,
+            srq,
+            qp,
+            buf,
+            srq_mr,
+            qp_mr,
+            a,
+        }
+    }
+
+    /// Posts a 256-byte receive through `mr`, then sends `data` from a; returns the sender's
+    /// and the receiver's completions.
+    fn exchange(&self, env: &Env, mr: &Mr, data: &[u8]) -> (WorkCompletion, WorkCompletion) {
+        self.srq
+            .post_recv(&[RecvWr {
+                wr_id: 7,
+                sges: &[mr.sge(0, 256)],
+            }])
+            .unwrap();
+        self.a.buf.write(0, data).unwrap();
+        self.a
+            .qp
+            .post_send(&[SendWr::new(1, SendOp::Send)
+                .sges(&[self.a.sge(0, data.len() as u32)])
+                .signaled()])
+            .unwrap();
+        (poll_one(env, &self.a.cq), poll_one(env, &self.cq))
+    }
+}
+
+fn srq_receive_is_checked_against_the_srqs_pd(backend: Backend) {
+    // IBA 10.2.9: a receive taken from an SRQ belongs to the SRQ's protection domain, which
+    // may differ from the receiving QP's.
+    let env = Env::new(backend);
+    let x = CrossPd::new(&env);
+    assert_ne!(x.srq_pd.pdn(), x.qp_pd.pdn());
+    let data = pattern(4, 200);
+    let (wc, rwc) = x.exchange(&env, &x.srq_mr, &data);
+    check_wc(&wc, 1, WcStatus::Success, WcOpcode::Send);
+    check_wc(&rwc, 7, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(rwc.byte_len, 200);
+    assert_eq!(x.buf.to_vec(0, 200).unwrap(), data);
+}
+
+fn srq_receive_in_the_qps_pd_but_not_the_srqs_is_loc_prot(backend: Backend) {
+    let env = Env::new(backend);
+    let x = CrossPd::new(&env);
+    let (wc, rwc) = x.exchange(&env, &x.qp_mr, &pattern(5, 64));
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RemOpErr), "{wc:?}");
+    assert_eq!(
+        (rwc.wr_id, rwc.status),
+        (7, WcStatus::LocProtErr),
+        "{rwc:?}"
+    );
+    assert_eq!(x.buf.to_vec(0, 64).unwrap(), vec![0; 64], "nothing landed");
+    assert_eq!(queried_state(&x.qp), QpState::Err);
+}
+
 cases!(
     rc_traffic_through_an_srq_from_two_qps,
     posting_more_than_the_srq_depth_is_queue_full,
@@ -304,4 +396,6 @@ cases!(
     qp_with_srq_refuses_post_recv,
     destroying_an_srq_in_use_is_busy,
     qp_with_srq_to_err_reports_last_wqe_reached,
+    srq_receive_is_checked_against_the_srqs_pd,
+    srq_receive_in_the_qps_pd_but_not_the_srqs_is_loc_prot,
 );

@@ -215,26 +215,92 @@ fn ud_zero_length_send_and_send_with_imm(backend: Backend) {
     assert_eq!(u.p.b.buf.to_vec(256 + 40, 4).unwrap(), b"imm!");
 }
 
-fn ud_receive_smaller_than_payload_plus_grh_is_loc_len(backend: Backend) {
+fn ud_message_larger_than_the_receive_is_dropped_and_the_receive_stays_posted(backend: Backend) {
+    // IBA class D: a UD message that does not fit the receive at the head of the QP's receive
+    // queue is dropped; the receive is not consumed (no completion, buffer untouched) and the
+    // next message that fits lands in it.
     let env = Env::new(backend);
     let u = Ud::new(&env);
+    let dropped = env.devs[1].engine_stats().dropped;
     // Room for the payload but not for the GRH area in front of it.
     u.p.b.post_recv(1, 0, 100);
+    u.p.a.buf.write(0, &pattern(1, 100)).unwrap();
     let wc = u.send(&env, 2, SendOp::Send, 100, QKEY);
     check_wc(&wc, 2, WcStatus::Success, WcOpcode::Send);
-    let wc = poll_one(&env, &u.p.b.cq);
-    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::LocLenErr), "{wc:?}");
+    assert!(env.poll(&u.p.b.cq, 0).is_empty(), "no receive completes");
+    assert_eq!(env.devs[1].engine_stats().dropped, dropped + 1);
+    assert_eq!(u.p.b.buf.to_vec(0, 100).unwrap(), vec![0; 100], "untouched");
     // UD errors do not change the receiver's state.
     assert_eq!(queried_state(&u.p.b.qp), QpState::Rts);
-    u.p.b.post_recv(3, 0, 256);
-    let wc = u.send(&env, 4, SendOp::Send, 100, QKEY);
+    // The same receive takes the next message that fits.
+    let data = pattern(9, 60);
+    u.p.a.buf.write(0, &data).unwrap();
+    let wc = u.send(&env, 4, SendOp::Send, 60, QKEY);
     check_wc(&wc, 4, WcStatus::Success, WcOpcode::Send);
-    check_wc(
-        &poll_one(&env, &u.p.b.cq),
-        3,
-        WcStatus::Success,
-        WcOpcode::Recv,
-    );
+    let rwc = poll_one(&env, &u.p.b.cq);
+    check_wc(&rwc, 1, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(rwc.byte_len, GRH + 60);
+    assert_eq!(u.p.b.buf.to_vec(GRH as usize, 60).unwrap(), data);
+}
+
+fn ud_message_larger_than_an_srq_receive_completes_it_with_loc_len(backend: Backend) {
+    // IBA class E: a receive taken from an SRQ was consumed before its size was known, so it
+    // completes with LOC_LEN_ERR; the QP stays in RTS and the next receive works.
+    let env = Env::new(backend);
+    let b_pd = env.b().alloc_pd_blocking().unwrap();
+    let b_cq = cq(env.b(), 16);
+    let srq = b_pd
+        .create_srq_blocking(SrqInit {
+            max_wr: 4,
+            max_sge: 1,
+            limit: 0,
+        })
+        .unwrap();
+    let b_qp = make_qp(&b_pd, &b_cq, QpType::Ud, Some(&srq), false);
+    let b_buf = env.b().alloc_buffer(4096).unwrap();
+    let b_mr = b_pd
+        .reg_mr_blocking(&b_buf, 0..4096, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let p = Params::default();
+    to_init(&b_qp, &p);
+    to_rts(&b_qp, 0, Gid::default(), &p);
+    let a = Side::new(env.a(), QpType::Ud, CAPS, 4096, FULL_ACCESS);
+    to_init(&a.qp, &p);
+    to_rts(&a.qp, 0, Gid::default(), &p);
+    let ah =
+        a.pd.create_ah_blocking(AddressVector {
+            dgid: Env::gid(env.b()),
+            is_global: true,
+            hop_limit: 64,
+            port_num: 1,
+            ..AddressVector::default()
+        })
+        .unwrap();
+    for (id, len) in [(1u64, 100u32), (2, 1024)] {
+        srq.post_recv(&[RecvWr {
+            wr_id: id,
+            sges: &[b_mr.sge(id * 1024, len)],
+        }])
+        .unwrap();
+    }
+    let dest = UdDest {
+        av: ah.av(),
+        remote_qpn: b_qp.qp_num(),
+        remote_qkey: QKEY,
+    };
+    for id in [10, 11] {
+        a.qp.post_send(&[SendWr::new(id, SendOp::Send)
+            .sges(&[a.sge(0, 100)])
+            .ud(dest)
+            .signaled()])
+            .unwrap();
+    }
+    assert_eq!(poll_exact(&env, &a.cq, 2).len(), 2);
+    let wcs = poll_exact(&env, &b_cq, 2);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::LocLenErr));
+    check_wc(&wcs[1], 2, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(wcs[1].byte_len, GRH + 100);
+    assert_eq!(queried_state(&b_qp), QpState::Rts);
 }
 
 fn ud_traffic_driven_by_completion_events(backend: Backend) {
@@ -307,5 +373,6 @@ cases!(
     ud_sends_posted_in_sqe_are_flushed_and_receives_still_work,
     ud_zero_length_send_and_send_with_imm,
     ud_traffic_driven_by_completion_events,
-    ud_receive_smaller_than_payload_plus_grh_is_loc_len,
+    ud_message_larger_than_the_receive_is_dropped_and_the_receive_stays_posted,
+    ud_message_larger_than_an_srq_receive_completes_it_with_loc_len,
 );

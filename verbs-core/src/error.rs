@@ -5,7 +5,7 @@
 use portverbs_hal::attr::QpAttrMask;
 use portverbs_hal::dma::DmaError;
 use portverbs_hal::error::{CommandError, CqeError, EqeError, WqeError};
-use portverbs_hal::types::{AccessFlags, QpState, QpType};
+use portverbs_hal::types::{AccessFlags, MwType, QpState, QpType};
 use thiserror::Error;
 
 /// Opening a device.
@@ -112,6 +112,13 @@ pub enum MrError {
         len: usize,
         /// Buffer length.
         buffer_len: usize,
+    },
+    /// A re-registration onto an empty range (`ibv_rereg_mr`'s `IBV_REREG_MR_ERR_INPUT`): the
+    /// MR stays as it was.
+    #[error("re-registration onto an empty range at offset {offset}: the MR is unchanged")]
+    EmptyRange {
+        /// Offset of the empty range in the buffer.
+        offset: usize,
     },
     /// The buffer or PD belongs to another device.
     #[error("the {what} belongs to another device")]
@@ -389,6 +396,22 @@ pub enum PostErrorKind {
     /// UD sends need an address handle, connected ones must not have one.
     #[error("destination: {0}")]
     BadDestination(&'static str),
+    /// A memory-window bind or a local invalidate carries no data: a gather list or inline
+    /// bytes given with one would be silently ignored, so the request is refused.
+    #[error("{op} carries no payload: remove its gather entries and inline data")]
+    PayloadNotAllowed {
+        /// Operation.
+        op: &'static str,
+    },
+    /// [`crate::Qp::bind_mw`] binds type-1 windows (`ibv_bind_mw`); a type-2 window is bound
+    /// with a `BIND_MW` work request ([`crate::Mw::bind`]).
+    #[error(
+        "bind_mw binds type-1 windows; this window is {mw_type:?}: post a BIND_MW work request"
+    )]
+    WrongWindowType {
+        /// The window's type.
+        mw_type: MwType,
+    },
     /// The QP receives through an SRQ; post to the SRQ.
     #[error("the QP receives through SRQ {srqn:#x}")]
     UsesSrq {

@@ -210,10 +210,13 @@ impl<D: Device> Mr<D> {
     }
 
     /// Changes the registration (`ibv_rereg_mr`). Work requests already posted are checked
-    /// against the new attributes when the device executes them.
+    /// against the new attributes when the device executes them. A refused change leaves the
+    /// MR exactly as it was.
     ///
     /// # Errors
-    /// The same rules as registration; the device may refuse (e.g. windows are bound).
+    /// The same rules as registration, and [`MrError::EmptyRange`] for new memory of length 0
+    /// (rdma-unit-test's `ReregMrInvalidBuffer`; `reg_mr` itself accepts an empty range); the
+    /// device may refuse (e.g. windows are bound).
     pub async fn rereg(&self, change: Rereg<'_, D>) -> Result<(), MrError> {
         if let Some(access) = change.access {
             check_mr_access(access)?;
@@ -226,6 +229,11 @@ impl<D: Device> Mr<D> {
         }
         if let Some((buffer, range)) = &change.memory {
             check_range(buffer, range)?;
+            if range.is_empty() {
+                return Err(MrError::EmptyRange {
+                    offset: range.start,
+                });
+            }
             if buffer.owner != Arc::as_ptr(&ctx) as *const () as usize {
                 return Err(MrError::ForeignObject { what: "buffer" });
             }

@@ -124,7 +124,6 @@ impl<D: Device> Mw<D> {
         let new = inc_rkey(old);
         self.inner.rkey.store(new, Ordering::Release);
         MwBind {
-            mw_rkey: old,
             new_rkey: new,
             mw_type: self.inner.mw_type,
             mr_lkey: mr.lkey(),

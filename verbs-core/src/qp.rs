@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::device::{Device, QpCreateParams};
 use portverbs_hal::queue::{RecvQueue, SendQueue};
-use portverbs_hal::types::{AccessFlags, LinkLayer, QpState, QpType};
+use portverbs_hal::types::{AccessFlags, LinkLayer, MwType, QpState, QpType};
 use portverbs_hal::wr::{MwBind, SendFlags, SendOp, SendWr, Sge};
 use portverbs_hal::{BlockingDevice, CommandError, block_on};
 
@@ -387,6 +387,17 @@ impl<D: Device> Qp<D> {
         wr_id: u64,
         signaled: bool,
     ) -> Result<u32, PostError> {
+        if mw.mw_type() != MwType::Type1 {
+            return Err(PostError {
+                queue: "send queue",
+                qpn: self.inner.qpn,
+                index: 0,
+                wr_id,
+                kind: PostErrorKind::WrongWindowType {
+                    mw_type: mw.mw_type(),
+                },
+            });
+        }
         let bind: MwBind = mw.bind(mr, addr, len, access);
         let mut wr = SendWr::new(wr_id, SendOp::BindMw { bind });
         if signaled {

@@ -15,7 +15,9 @@ use crate::error::PostErrorKind;
 /// A QP's send rules, precomputed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SendRules {
-    /// Operations allowed with gather entries.
+    /// Operations allowed with an empty gather list.
+    ops: SendOps,
+    /// Operations allowed with gather entries (not the local ones: bind, local invalidate).
     sge_ops: SendOps,
     /// Operations allowed with inline data (no READ or atomics).
     inline_ops: SendOps,
@@ -26,8 +28,10 @@ pub(crate) struct SendRules {
 
 impl SendRules {
     pub(crate) fn new(t: QpType, caps: &QpCaps) -> Self {
-        let sge_ops = SendOps::of_transport(t);
+        let ops = SendOps::of_transport(t);
+        let sge_ops = ops - SendOps::LOCAL;
         Self {
+            ops,
             sge_ops,
             inline_ops: sge_ops - SendOps::READ_OR_ATOMIC,
             ud: t == QpType::Ud,
@@ -48,7 +52,12 @@ impl SendRules {
                 self.inline_ops.contains(k) && bytes.len() <= self.max_inline as usize
             }
             Payload::Sges(sges) => {
-                self.sge_ops.contains(k)
+                let ops = if sges.is_empty() {
+                    self.ops
+                } else {
+                    self.sge_ops
+                };
+                ops.contains(k)
                     && sges.len() <= self.max_sge as usize
                     && (sges.is_empty() || !wr.flags.contains(SendFlags::INLINE))
             }
@@ -88,6 +97,13 @@ pub(crate) fn check(t: QpType, caps: &QpCaps, wr: &SendWr<'_>) -> Result<(), Pos
             ));
         }
         _ => {}
+    }
+    let has_payload = match wr.payload {
+        Payload::Sges(sges) => !sges.is_empty(),
+        Payload::Inline(_) => true,
+    };
+    if has_payload && matches!(wr.op, SendOp::BindMw { .. } | SendOp::LocalInv { .. }) {
+        return Err(PostErrorKind::PayloadNotAllowed { op: wr.op.name() });
     }
     match wr.payload {
         Payload::Sges(sges) => {
@@ -133,7 +149,6 @@ mod tests {
     fn rules_agree_with_the_precise_check() {
         let remote = RemoteAddr::default();
         let bind = MwBind {
-            mw_rkey: 1,
             new_rkey: 2,
             mw_type: MwType::Type2,
             mr_lkey: 3,
@@ -184,5 +199,35 @@ mod tests {
             }
         }
         assert_eq!(checked, 3 * 10 * 2 * 2 * 7);
+    }
+
+    #[test]
+    fn local_operations_refuse_a_payload() {
+        let bind = MwBind {
+            new_rkey: 2,
+            mw_type: MwType::Type2,
+            mr_lkey: 3,
+            addr: 0,
+            length: 8,
+            access: AccessFlags::REMOTE_WRITE,
+        };
+        let caps = QpCaps {
+            max_send_sge: 2,
+            max_inline_data: 16,
+            ..QpCaps::default()
+        };
+        let rules = SendRules::new(QpType::Rc, &caps);
+        let sge = [Sge::default()];
+        for op in [SendOp::BindMw { bind }, SendOp::LocalInv { rkey: 2 }] {
+            let bare = SendWr::new(1, op);
+            assert!(rules.admits(&bare));
+            for wr in [bare.sges(&sge), bare.inline(b"x")] {
+                assert!(!rules.admits(&wr), "{op:?}");
+                assert_eq!(
+                    check(QpType::Rc, &caps, &wr),
+                    Err(PostErrorKind::PayloadNotAllowed { op: op.name() })
+                );
+            }
+        }
     }
 }

@@ -67,8 +67,9 @@ impl Hca for Toy {
         self.rq.len() as u32
     }
 
-    fn post_completion(&mut self, _cqn: u32, cqe: &Cqe, _solicited: bool) {
+    fn post_completion(&mut self, _cqn: u32, cqe: &Cqe, _solicited: bool) -> bool {
         self.cqes.push(*cqe);
+        true
     }
 
     fn post_event(&mut self, event: DeviceEvent) {

@@ -254,16 +254,16 @@ impl Hw {
     }
 
     /// Writes a completion (the engine's `post_completion`).
-    pub(super) fn write_cqe(&mut self, cqn: u32, c: &Cqe, solicited: bool) {
+    pub(super) fn write_cqe(&mut self, cqn: u32, c: &Cqe, solicited: bool) -> bool {
         if self.shared.removed() {
-            return;
+            return false;
         }
         let Some(cq) = self.cqs.get_mut(cqn) else {
             Stats::bump(&self.shared.stats.lost_events);
-            return;
+            return false;
         };
         if cq.error {
-            return;
+            return false;
         }
         let ci = cq.ci();
         if !cq.overrun_ignore && mask24(cq.prod.wrapping_sub(ci)) >= cq.nent() {
@@ -273,7 +273,7 @@ impl Hw {
                 cqn,
                 syndrome: CqErrorSyndrome::Overrun,
             });
-            return;
+            return false;
         }
         let mut bytes = cqe::encode(c, false);
         let corrupt = self
@@ -307,6 +307,7 @@ impl Hw {
             let eqn = cq.eqn;
             self.write_eqe(eqn, &DeviceEvent::Completion { cqn });
         }
+        true
     }
 
     /// The CQ doorbell of UAR page `uar`: arm (cmd 1 = solicited, 2 = any) with consumer index

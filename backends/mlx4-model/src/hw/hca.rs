@@ -7,11 +7,9 @@
 use std::any::Any;
 
 use portverbs_hal::event::DeviceEvent;
-use portverbs_hal::types::QpType;
+use portverbs_hal::types::{QpState, QpType};
 use portverbs_hal::wc::Cqe;
-use portverbs_hal::wr::MwBind;
 use portverbs_mlx4::layout::wqe::ctrl;
-use portverbs_soft::engine::memory::MemoryTable;
 use portverbs_soft::engine::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
 use portverbs_soft::fabric::ForeignDevice;
 
@@ -105,7 +103,7 @@ impl Hca for Hw {
         }
     }
 
-    fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) {
+    fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) -> bool {
         if cqe.is_send {
             // WQEs completed without being read (flushed in ERR) count as consumed for the
             // "at most one ring ahead" bound of `sq_head`.
@@ -119,28 +117,28 @@ impl Hca for Hw {
                 }
             }
         }
-        self.write_cqe(cqn, cqe, solicited);
+        self.write_cqe(cqn, cqe, solicited)
     }
 
     fn post_event(&mut self, event: DeviceEvent) {
         Self::post_event(self, event);
     }
 
-    fn qp_error(&mut self, _qpn: u32) {
-        // mlx4 has no receive doorbell: receives posted to a QP in ERR are flushed at its next
-        // send doorbell or rescan (see `ForeignDevice::kick`).
+    fn qp_error(&mut self, qpn: u32) {
+        // mlx4 has no receive doorbell: the HCA watches the doorbell record of a QP in ERR and
+        // flushes what is posted there (`ForeignDevice::poll`).
+        if !self.errored.contains(&qpn) {
+            self.errored.push(qpn);
+        }
     }
 
     fn reset_queues(&mut self, qpn: u32, _qp_type: QpType) {
+        self.errored.retain(|&q| q != qpn);
         if let Some(qp) = self.qps.get_mut(qpn) {
             qp.sq_valid.set(0);
             qp.sq_read = 0;
             qp.rq_ci = 0;
         }
-    }
-
-    fn window_key(&self, memory: &MemoryTable, bind: &MwBind) -> u32 {
-        memory.key_at(bind.new_rkey >> 8).unwrap_or(bind.new_rkey)
     }
 }
 
@@ -175,6 +173,28 @@ impl ForeignDevice for Hw {
                 engine.doorbell(now, qpn, self, out);
             }
         }
+    }
+
+    fn poll(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) -> bool {
+        if self.errored.is_empty() || self.shared.removed() {
+            return false;
+        }
+        let mut did = false;
+        let mut i = 0;
+        while let Some(&qpn) = self.errored.get(i) {
+            let watched = engine.qp_state(qpn) == Some(QpState::Err)
+                && self.qps.get(qpn).is_some_and(|q| q.in_engine);
+            if !watched {
+                self.errored.swap_remove(i);
+                continue;
+            }
+            if self.recv_posted(RecvSource::Rq { qpn }) > 0 {
+                engine.doorbell(now, qpn, self, out);
+                did = true;
+            }
+            i += 1;
+        }
+        did
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {

@@ -94,6 +94,9 @@ pub(crate) struct Hw {
     special_qp_base: Option<u32>,
     /// Set when the fabric routes of every port must go (reset, CLOSE_HCA, removal).
     drop_routes: bool,
+    /// QPs in ERR whose receive doorbell records the HCA watches: mlx4 has no receive
+    /// doorbell, so a receive posted to a QP in ERR is noticed here and flushed.
+    errored: Vec<u32>,
     scratch: Vec<u8>,
 }
 
@@ -120,6 +123,7 @@ impl Hw {
             port_up: [false; 2],
             special_qp_base: None,
             drop_routes: false,
+            errored: Vec::new(),
             scratch: Vec::new(),
         }
     }

@@ -27,6 +27,8 @@ pub(super) struct Srq {
     counter: u16,
     /// Armed limit (0 = not armed).
     limit: u16,
+    /// Protection domain of the SRQ's receives (context `pd`, 24 bits).
+    pd: u32,
 }
 
 impl Srq {
@@ -115,6 +117,7 @@ impl Hw {
                 head: 0,
                 counter: 0,
                 limit: ctx.limit_watermark.get(),
+                pd: ctx.pd.get() & 0xff_ffff,
             },
         );
         Ok(None)
@@ -158,6 +161,7 @@ impl Hw {
         self.scratch = wqe;
         let next = result?;
         out.wqe_index = srq.head;
+        out.pd = srq.pd;
         srq.head = next & ((1 << srq.log) - 1);
         srq.counter = srq.counter.wrapping_add(1);
         if srq.limit > 0 && srq.posted() < srq.limit {

@@ -171,9 +171,6 @@ pub(super) fn decode_send(wqe: &[u8], qp_type: QpType, out: &mut SendWqe) -> Res
             out.flags = flags;
             out.op = SendOp::BindMw {
                 bind: MwBind {
-                    // The window is named by the index of its new key; the engine asks
-                    // `Hca::window_key` for its current key when the bind executes.
-                    mw_rkey: new_rkey,
                     new_rkey,
                     mw_type: if b.flags2.get() & bind::TYPE_2 != 0 {
                         MwType::Type2

@@ -361,6 +361,7 @@ impl Device for SoftDevice {
                     index_ring: index_ring.clone(),
                     consumed: 0,
                     limit: params.limit,
+                    pd: params.pd,
                 },
             );
             Ok(SoftSrq {

@@ -65,8 +65,8 @@ pub struct SendHeader {
     pub compare: U64,
     /// Swap or add value.
     pub swap_add: U64,
-    /// Bind: the window's current rkey.
-    pub mw_rkey: U32,
+    /// Reserved (the window is named by the index of `new_rkey`).
+    pub reserved_mw: U32,
     /// Bind: the new rkey.
     pub new_rkey: U32,
     /// Bind: the MR's lkey.
@@ -365,7 +365,6 @@ impl SendWqeFormat for SendFormat {
             SendOp::BindMw { bind } => {
                 h.raddr = U64::new(bind.addr);
                 h.compare = U64::new(bind.length);
-                h.mw_rkey = U32::new(bind.mw_rkey);
                 h.new_rkey = U32::new(bind.new_rkey);
                 h.mr_lkey = U32::new(bind.mr_lkey);
                 h.bind_info = U32::new(bind.access.bits() & 0xffff | (bind.mw_type as u32) << 16);
@@ -513,7 +512,6 @@ pub fn decode_send(slot: &[u8], qp_type: QpType, out: &mut SendWqe) -> Result<()
             })?;
             SendOp::BindMw {
                 bind: MwBind {
-                    mw_rkey: h.mw_rkey.get(),
                     new_rkey: h.new_rkey.get(),
                     mw_type,
                     mr_lkey: h.mr_lkey.get(),
@@ -909,7 +907,6 @@ mod tests {
             rkey: 0x2201,
         };
         let bind = MwBind {
-            mw_rkey: 0x301,
             new_rkey: 0x302,
             mw_type: MwType::Type2,
             mr_lkey: 0x101,

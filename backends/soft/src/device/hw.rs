@@ -94,6 +94,8 @@ pub(crate) struct HwSrq {
     pub(crate) consumed: u32,
     /// Armed limit (0 = not armed).
     pub(crate) limit: u32,
+    /// Protection domain of the SRQ's receives.
+    pub(crate) pd: u32,
 }
 
 /// A CQ.
@@ -296,6 +298,7 @@ impl Hca for Hw {
                 )?;
                 format::decode_recv(slot, out)?;
                 out.wqe_index = slot_no;
+                out.pd = srq.pd;
                 if limit_hit {
                     self.post_event(DeviceEvent::Srq {
                         srqn,
@@ -323,13 +326,13 @@ impl Hca for Hw {
         }
     }
 
-    fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) {
+    fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) -> bool {
         let Some(cq) = self.cqs.get_mut(cqn) else {
             self.lost_events += 1;
-            return;
+            return false;
         };
         if cq.in_error {
-            return;
+            return false;
         }
         let ci = cq.db.ci.load(Ordering::Acquire);
         let counter = cq.producer.head();
@@ -342,7 +345,7 @@ impl Hca for Hw {
                 cqn,
                 syndrome: CqErrorSyndrome::Overrun,
             });
-            return;
+            return false;
         }
         let bytes = CqeCodec::encode(cqe, cq.producer.owner_bit());
         let off = cq.producer.offset();
@@ -366,6 +369,7 @@ impl Hca for Hw {
             self.fire(cqn, eqn);
         }
         let _ = CqeCodec::ENTRY_SIZE;
+        true
     }
 
     fn post_event(&mut self, event: DeviceEvent) {

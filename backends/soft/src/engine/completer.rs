@@ -31,14 +31,9 @@ fn send_opcode(op: SendOp) -> WcOpcode {
 
 /// Delivers, in order, the completions of every WQE whose outcome is known.
 /// Returns how many WQEs were retired.
-pub(crate) fn advance_completions<H: Hca + ?Sized>(
-    qp: &mut QpCtx,
-    core: &mut Core,
-    hca: &mut H,
-    now: u64,
-    out: &mut Vec<Packet>,
-) -> u32 {
+pub(crate) fn advance_completions<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) -> u32 {
     let mut error = None;
+    let mut lost = false;
     let start = qp.req.comp;
     while qp.req.comp != qp.req.fetched {
         let c = qp.req.comp;
@@ -56,13 +51,18 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
                 byte_len: slot.byte_len,
                 ..Cqe::default()
             };
-            hca.post_completion(qp.init.send_cqn, &cqe, false);
+            lost = !hca.post_completion(qp.init.send_cqn, &cqe, false);
         }
         qp.req.comp = c.wrapping_add(1);
         if qp.req.tx == c {
             // Keep comp <= tx: a WQE retired at the transmit point needs no more packets.
             qp.req.tx = qp.req.comp;
             qp.req.tx_offset = 0;
+        }
+        if lost {
+            // The send CQ overran (or is in error): the QP goes to ERR (IBA 11.4.2.1).
+            enter_error(qp, hca);
+            return qp.req.comp.wrapping_sub(start);
         }
         if status != WcStatus::Success {
             error = Some(status);
@@ -72,7 +72,7 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
     let retired = qp.req.comp.wrapping_sub(start);
     if error.is_some() {
         match qp.init.qp_type {
-            QpType::Rc => enter_error(qp, core, hca),
+            QpType::Rc => enter_error(qp, hca),
             QpType::Uc | QpType::Ud => enter_sq_error(qp, hca),
         }
         return retired;
@@ -86,7 +86,6 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
             });
         }
     }
-    let _ = (now, out);
     retired
 }
 
@@ -456,7 +455,7 @@ fn enter_sq_error<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
 }
 
 /// Moves the QP to ERR and flushes both queues.
-pub(crate) fn enter_error<H: Hca + ?Sized>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
+pub(crate) fn enter_error<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
     if qp.state == QpState::Err {
         return;
     }
@@ -477,7 +476,8 @@ fn flush_sq<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
             status: WcStatus::WrFlushErr,
             ..Cqe::default()
         };
-        hca.post_completion(cqn, &cqe, false);
+        // A flush completion the CQ cannot take is lost; the QP is in ERR already.
+        let _ = hca.post_completion(cqn, &cqe, false);
     };
     let (qpn, cqn) = (qp.qpn, qp.init.send_cqn);
     while qp.req.comp != qp.req.fetched {
@@ -507,7 +507,7 @@ fn flush_rq<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
             opcode: WcOpcode::Recv,
             ..Cqe::default()
         };
-        hca.post_completion(cqn, &cqe, false);
+        let _ = hca.post_completion(cqn, &cqe, false);
     };
     if qp.resp.recv_held {
         qp.resp.recv_held = false;
@@ -549,7 +549,8 @@ fn legal(t: QpType, from: QpState, to: QpState) -> bool {
     use QpState::*;
     matches!(
         (from, to),
-        (_, Reset | Err)
+        (_, Reset)
+            | (Init | Rtr | Rts | Sqd | Sqe | Err, Err)
             | (Reset, Init)
             | (Init, Init | Rtr)
             | (Rtr, Rts)
@@ -624,12 +625,12 @@ pub(crate) fn modify<H: Hca + ?Sized>(
             qp.state = QpState::Reset;
             hca.reset_queues(qp.qpn, qp.init.qp_type);
         }
-        QpState::Err => enter_error(qp, core, hca),
+        QpState::Err => enter_error(qp, hca),
         QpState::Sqd => {
             qp.state = QpState::Sqd;
             if prev != QpState::Sqd {
                 qp.draining = true;
-                advance_completions(qp, core, hca, now, out);
+                advance_completions(qp, hca);
             }
         }
         QpState::Init if prev == QpState::Reset => {

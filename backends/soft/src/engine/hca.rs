@@ -10,10 +10,8 @@ use portverbs_hal::attr::AddressVector;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::QpType;
 use portverbs_hal::wc::Cqe;
-use portverbs_hal::wr::{MwBind, SendFlags, SendOp, Sge};
+use portverbs_hal::wr::{SendFlags, SendOp, Sge};
 use smallvec::SmallVec;
-
-use super::memory::MemoryTable;
 
 /// The UD destination carried by a send WQE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +80,11 @@ impl SendWqe {
 pub struct RecvWqe {
     /// Index reported in the completion: the SRQ slot for SRQ receives, the RQ counter otherwise.
     pub wqe_index: u32,
+    /// The protection domain its scatter list is checked in. A receive taken from an SRQ
+    /// belongs to the SRQ's domain, not the receiving QP's (IBA 10.2.9.2), so the device model
+    /// sets it from the SRQ for [`RecvSource::Srq`]; for a QP's own receive queue the engine
+    /// uses the QP's domain and ignores this field.
+    pub pd: u32,
     /// Scatter list.
     pub sges: SmallVec<[Sge; 2]>,
 }
@@ -138,8 +141,12 @@ pub trait Hca {
     fn recv_posted(&self, source: RecvSource) -> u32;
 
     /// Writes a completion to CQ `cqn`. `solicited` marks receives of solicited messages (they
-    /// satisfy a solicited-only arming, as error completions always do).
-    fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool);
+    /// satisfy a solicited-only arming, as error completions always do). Returns false when
+    /// the completion could not be written: the CQ overran (the device then reports the CQ
+    /// error event) or is already in error, or does not exist. The engine moves the QP whose
+    /// completion was lost to ERR (IBA 11.4.2.1).
+    #[must_use]
+    fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) -> bool;
 
     /// Delivers an asynchronous event to the device's async event queue.
     fn post_event(&mut self, event: DeviceEvent);
@@ -150,13 +157,4 @@ pub trait Hca {
 
     /// Resets the device-side queue state of a QP (RESET transition): consumer counters to 0.
     fn reset_queues(&mut self, qpn: u32, qp_type: QpType);
-
-    /// The current key of the window a bind WQE names. The soft format carries it in the WQE
-    /// (`bind.mw_rkey`, the default); formats that name the window only by the index of its new
-    /// key (mlx4's bind segment) look it up in `memory` ([`MemoryTable::key_at`]).
-    #[inline]
-    fn window_key(&self, memory: &MemoryTable, bind: &MwBind) -> u32 {
-        let _ = memory;
-        bind.mw_rkey
-    }
 }

@@ -41,6 +41,9 @@ pub enum KeyError {
     QpMismatch,
     /// A window whose MR is gone or invalid.
     Unbound,
+    /// A type-2 window bound with length 0 (only a type-1 window may be unbound that way,
+    /// IBA 10.6.7.2.1; a type-2 window is invalidated instead).
+    ZeroLength,
 }
 
 #[derive(Debug)]
@@ -545,12 +548,16 @@ impl MemoryTable {
     /// # Errors
     /// The [`KeyError`] of the failed rule (the requester completes with `MW_BIND_ERR`).
     pub fn bind(&mut self, qp_pd: u32, qpn: u32, bind: &MwBind) -> Result<(), KeyError> {
-        let (mw_index, _) = split(bind.mw_rkey);
-        let (new_index, new_tag) = split(bind.new_rkey);
-        let Some(Object::Mw(mw)) = self.slot(bind.mw_rkey).map(|s| &s.object) else {
+        let (mw_index, new_tag) = split(bind.new_rkey);
+        let Some(Object::Mw(mw)) = self
+            .slots
+            .get(mw_index as usize)
+            .filter(|_| mw_index != 0)
+            .map(|s| &s.object)
+        else {
             return Err(KeyError::InvalidKey);
         };
-        if new_index != mw_index || mw.mw_type != bind.mw_type {
+        if mw.mw_type != bind.mw_type {
             return Err(KeyError::InvalidKey);
         }
         if mw.pd != qp_pd {
@@ -559,6 +566,9 @@ impl MemoryTable {
         if mw.mw_type == MwType::Type2 && mw.binding.is_some() {
             // A type-2 window must be invalidated before it can be bound again.
             return Err(KeyError::AccessDenied);
+        }
+        if mw.mw_type == MwType::Type2 && bind.length == 0 {
+            return Err(KeyError::ZeroLength);
         }
         let old = mw.binding;
         let unbind = bind.length == 0 && bind.mw_type == MwType::Type1;
@@ -612,16 +622,13 @@ impl MemoryTable {
         Ok(())
     }
 
-    /// Invalidates a type-2 window (LOCAL_INV, or SEND_WITH_INV arriving on `remote_qpn`).
+    /// Invalidates a type-2 window on behalf of QP `qpn` of domain `pd`: a LOCAL_INV posted
+    /// on that QP, or a SEND_WITH_INV arriving on it. A type-2 window belongs to the QP it is
+    /// bound to (IBA 10.6.7.2.2), so only that QP may invalidate it.
     ///
     /// # Errors
-    /// Unknown key, not a bound type-2 window, other PD, or (remote) bound to another QP.
-    pub fn invalidate(
-        &mut self,
-        rkey: u32,
-        pd: u32,
-        remote_qpn: Option<u32>,
-    ) -> Result<(), KeyError> {
+    /// Unknown key, not a bound type-2 window, other PD, or bound to another QP.
+    pub fn invalidate(&mut self, rkey: u32, pd: u32, qpn: u32) -> Result<(), KeyError> {
         let (index, _) = split(rkey);
         let binding = match self.slot(rkey).map(|s| &s.object) {
             Some(Object::Mw(mw)) if mw.mw_type == MwType::Type2 => {
@@ -629,7 +636,7 @@ impl MemoryTable {
                     return Err(KeyError::PdMismatch);
                 }
                 let b = mw.binding.ok_or(KeyError::Unbound)?;
-                if remote_qpn.is_some_and(|q| b.qpn != Some(q)) {
+                if b.qpn != Some(qpn) {
                     return Err(KeyError::QpMismatch);
                 }
                 b
@@ -730,9 +737,8 @@ mod tests {
         );
     }
 
-    fn bind(mw: u32, new: u32, mr: u32, addr: u64, length: u64, ty: MwType) -> MwBind {
+    fn bind(new: u32, mr: u32, addr: u64, length: u64, ty: MwType) -> MwBind {
         MwBind {
-            mw_rkey: mw,
             new_rkey: new,
             mw_type: ty,
             mr_lkey: mr,
@@ -747,7 +753,7 @@ mod tests {
         let (mut t, mr, _) = table_with_mr(AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
         let mw = t.alloc_mw(1, MwType::Type1).unwrap();
         let new = (mw & !0xff) | ((mw + 1) & 0xff);
-        t.bind(1, 9, &bind(mw, new, mr, 0x10_100, 256, MwType::Type1))
+        t.bind(1, 9, &bind(new, mr, 0x10_100, 256, MwType::Type1))
             .unwrap();
         assert!(
             t.remote(new, 1, 77, 0x10_100, 256, AccessFlags::REMOTE_WRITE)
@@ -766,8 +772,7 @@ mod tests {
         );
         assert!(matches!(t.deregister(mr), Err(CommandError::Busy { .. })));
         let newer = (new & !0xff) | ((new + 1) & 0xff);
-        t.bind(1, 9, &bind(new, newer, mr, 0, 0, MwType::Type1))
-            .unwrap();
+        t.bind(1, 9, &bind(newer, mr, 0, 0, MwType::Type1)).unwrap();
         assert!(
             t.remote(newer, 1, 77, 0x10_100, 1, AccessFlags::REMOTE_WRITE)
                 .is_err()
@@ -780,7 +785,7 @@ mod tests {
         let (mut t, mr, _) = table_with_mr(AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
         let mw = t.alloc_mw(1, MwType::Type2).unwrap();
         let new = (mw & !0xff) | 0x42;
-        t.bind(1, 9, &bind(mw, new, mr, 0x10_000, 64, MwType::Type2))
+        t.bind(1, 9, &bind(new, mr, 0x10_000, 64, MwType::Type2))
             .unwrap();
         assert!(
             t.remote(new, 1, 9, 0x10_000, 8, AccessFlags::REMOTE_WRITE)
@@ -792,21 +797,47 @@ mod tests {
             KeyError::QpMismatch
         );
         assert_eq!(
-            t.bind(1, 9, &bind(new, new, mr, 0x10_000, 8, MwType::Type2))
+            t.bind(1, 9, &bind(new, mr, 0x10_000, 8, MwType::Type2))
                 .unwrap_err(),
             KeyError::AccessDenied,
             "bound type-2 windows must be invalidated first"
         );
         assert_eq!(
-            t.invalidate(new, 1, Some(10)).unwrap_err(),
-            KeyError::QpMismatch
+            t.invalidate(new, 1, 10).unwrap_err(),
+            KeyError::QpMismatch,
+            "only the QP the window is bound to may invalidate it"
         );
-        t.invalidate(new, 1, Some(9)).unwrap();
+        assert_eq!(t.invalidate(new, 2, 9).unwrap_err(), KeyError::PdMismatch);
+        t.invalidate(new, 1, 9).unwrap();
         assert!(
             t.remote(new, 1, 9, 0x10_000, 8, AccessFlags::REMOTE_WRITE)
                 .is_err()
         );
-        assert_eq!(t.invalidate(mr, 1, None).unwrap_err(), KeyError::InvalidKey);
+        assert_eq!(
+            t.invalidate(new, 1, 9).unwrap_err(),
+            KeyError::Unbound,
+            "a window is invalidated once"
+        );
+        assert_eq!(t.invalidate(mr, 1, 9).unwrap_err(), KeyError::InvalidKey);
+    }
+
+    #[test]
+    fn type2_window_cannot_be_bound_with_zero_length() {
+        let (mut t, mr, _) = table_with_mr(AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+        let mw = t.alloc_mw(1, MwType::Type2).unwrap();
+        let new = (mw & !0xff) | 0x42;
+        assert_eq!(
+            t.bind(1, 9, &bind(new, mr, 0x10_000, 0, MwType::Type2))
+                .unwrap_err(),
+            KeyError::ZeroLength
+        );
+        assert_eq!(
+            t.key_at(mw >> 8),
+            Some(mw),
+            "a refused bind changes nothing"
+        );
+        t.bind(1, 9, &bind(new, mr, 0x10_000, 1, MwType::Type2))
+            .unwrap();
     }
 
     #[test]
@@ -814,19 +845,19 @@ mod tests {
         let (mut t, mr, _) = table_with_mr(AccessFlags::LOCAL_WRITE);
         let mw = t.alloc_mw(1, MwType::Type1).unwrap();
         assert_eq!(
-            t.bind(1, 9, &bind(mw, mw, mr, 0x10_000, 8, MwType::Type1))
+            t.bind(1, 9, &bind(mw, mr, 0x10_000, 8, MwType::Type1))
                 .unwrap_err(),
             KeyError::AccessDenied
         );
         let (mut t, mr, _) = table_with_mr(AccessFlags::MW_BIND);
         let mw = t.alloc_mw(1, MwType::Type1).unwrap();
         assert_eq!(
-            t.bind(1, 9, &bind(mw, mw, mr, 0x10_000, 8, MwType::Type1))
+            t.bind(1, 9, &bind(mw, mr, 0x10_000, 8, MwType::Type1))
                 .unwrap_err(),
             KeyError::AccessDenied
         );
         assert_eq!(
-            t.bind(2, 9, &bind(mw, mw, mr, 0x10_000, 8, MwType::Type1))
+            t.bind(2, 9, &bind(mw, mr, 0x10_000, 8, MwType::Type1))
                 .unwrap_err(),
             KeyError::PdMismatch
         );
@@ -889,7 +920,7 @@ mod tests {
         let new = 0x1242;
         let current = t.key_at(new >> 8).unwrap();
         assert_eq!(current, mw);
-        t.bind(1, 9, &bind(current, new, mr, 0x10_000, 64, MwType::Type2))
+        t.bind(1, 9, &bind(new, mr, 0x10_000, 64, MwType::Type2))
             .unwrap();
         assert_eq!(t.key_at(0x12), Some(new));
         assert!(t.deregister(mr).is_err(), "a window is bound");
@@ -902,7 +933,7 @@ mod tests {
     fn dealloc_of_bound_window_releases_the_mr() {
         let (mut t, mr, _) = table_with_mr(AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
         let mw = t.alloc_mw(1, MwType::Type1).unwrap();
-        t.bind(1, 9, &bind(mw, mw, mr, 0x10_000, 8, MwType::Type1))
+        t.bind(1, 9, &bind(mw, mr, 0x10_000, 8, MwType::Type1))
             .unwrap();
         t.dealloc_mw(mw).unwrap();
         t.deregister(mr).unwrap();

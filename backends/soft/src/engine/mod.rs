@@ -463,7 +463,7 @@ impl Engine {
     /// Moves every QP to ERR (device fatal error) and flushes them.
     pub fn fail_all<H: Hca + ?Sized>(&mut self, hca: &mut H) {
         for qp in self.qps.iter_mut().flatten() {
-            completer::enter_error(qp, &mut self.core, hca);
+            completer::enter_error(qp, hca);
         }
     }
 
@@ -480,7 +480,7 @@ impl Engine {
             qpn,
             kind: portverbs_hal::event::QpEventKind::Fatal,
         });
-        completer::enter_error(qp, &mut self.core, hca);
+        completer::enter_error(qp, hca);
     }
 }
 

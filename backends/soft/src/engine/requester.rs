@@ -55,7 +55,7 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
                             qpn: qp.qpn,
                             kind: portverbs_hal::event::QpEventKind::Fatal,
                         });
-                        completer::enter_error(qp, core, hca);
+                        completer::enter_error(qp, hca);
                         return;
                     }
                 }
@@ -66,7 +66,7 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
         }
         // Retiring completions can unblock the loop (a fence or the READ/atomic depth waits
         // for in-order completion), so go round again when it did.
-        let retired = completer::advance_completions(qp, core, hca, now, out);
+        let retired = completer::advance_completions(qp, hca);
         if !(blocked && retired > 0 && budget > 0) {
             break;
         }
@@ -109,7 +109,7 @@ fn step<H: Hca + ?Sized>(
     }
     let op = slot.wqe.op;
     if op.is_local() {
-        let status = execute_local(qp, core, hca, op);
+        let status = execute_local(qp, core, op);
         let slot = qp.req.slot_mut(tx);
         slot.done = Some(status);
         if status == WcStatus::Success {
@@ -183,7 +183,12 @@ fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Resul
     Ok(true)
 }
 
-/// Local checks a requester makes before anything goes on the wire.
+/// Local checks a requester makes before anything goes on the wire, in this order: the
+/// operation exists on the transport (`LOC_QP_OP_ERR`); the message length — at most 2^31,
+/// a UD message at most the port MTU, an atomic's local buffer exactly 8 bytes
+/// (`LOC_LEN_ERR`); a READ or atomic needs `max_rd_atomic` > 0 (`LOC_QP_OP_ERR`); then every
+/// gather (or, for READ and atomics, scatter) entry's key, domain, rights and range
+/// (`LOC_PROT_ERR`). The responder's order for an atomic is in `responder.rs`.
 fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     let wqe = &qp.req.slot(counter).wqe;
     let t = qp.init.qp_type;
@@ -198,17 +203,18 @@ fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     if t == QpType::Ud && len > u64::from(core.port_mtu(qp.attr.port_num)) {
         return Err(WcStatus::LocLenErr);
     }
+    let atomic = matches!(
+        wqe.op,
+        SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }
+    );
+    // An atomic returns exactly 8 bytes: its local buffer must be exactly that long.
+    if atomic && wqe.sges.iter().map(|s| u64::from(s.length)).sum::<u64>() != 8 {
+        return Err(WcStatus::LocLenErr);
+    }
     if wqe.op.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 {
         return Err(WcStatus::LocQpOpErr);
     }
     let scatter = wqe.op.is_read_or_atomic();
-    if matches!(
-        wqe.op,
-        SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }
-    ) && wqe.sges.iter().map(|s| u64::from(s.length)).sum::<u64>() < 8
-    {
-        return Err(WcStatus::LocLenErr);
-    }
     if !wqe.is_inline() {
         for sge in wqe.sges.iter().filter(|s| s.length > 0) {
             core.memory
@@ -225,18 +231,10 @@ fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     Ok(())
 }
 
-fn execute_local<H: Hca + ?Sized>(
-    qp: &mut QpCtx,
-    core: &mut Core,
-    hca: &H,
-    op: SendOp,
-) -> WcStatus {
+fn execute_local(qp: &mut QpCtx, core: &mut Core, op: SendOp) -> WcStatus {
     let ok = match op {
-        SendOp::BindMw { mut bind } => {
-            bind.mw_rkey = hca.window_key(&core.memory, &bind);
-            core.memory.bind(qp.init.pd, qp.qpn, &bind).is_ok()
-        }
-        SendOp::LocalInv { rkey } => core.memory.invalidate(rkey, qp.init.pd, None).is_ok(),
+        SendOp::BindMw { bind } => core.memory.bind(qp.init.pd, qp.qpn, &bind).is_ok(),
+        SendOp::LocalInv { rkey } => core.memory.invalidate(rkey, qp.init.pd, qp.qpn).is_ok(),
         _ => false,
     };
     if ok {

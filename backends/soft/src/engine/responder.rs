@@ -11,7 +11,7 @@ use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus};
 
 use super::Core;
 use super::completer;
-use super::hca::Hca;
+use super::hca::{Hca, RecvSource};
 use super::memory::{KeyError, Span};
 use super::packet::{MemSeg, Packet, PayloadData, psn};
 use super::qp::{InMsg, QpCtx, Resource};
@@ -194,13 +194,8 @@ fn send_packet<H: Hca + ?Sized>(
     qp.resp.offset += pkt.payload.len() as u64;
     if ends(pkt) {
         if let Some(rkey) = pkt.hdr.ieth {
-            if core
-                .memory
-                .invalidate(rkey, qp.init.pd, Some(qp.qpn))
-                .is_err()
-            {
-                complete_recv(qp, hca, WcStatus::RemInvReqErr, WcOpcode::Recv, pkt, 0);
-                nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
+            if core.memory.invalidate(rkey, qp.init.pd, qp.qpn).is_err() {
+                invalidation_error(qp, core, hca, pkt, out);
                 return;
             }
         }
@@ -210,6 +205,23 @@ fn send_packet<H: Hca + ?Sized>(
         qp.resp.msn = psn::add(qp.resp.msn, 1);
     }
     accept(qp, core, pkt);
+}
+
+/// A SEND_WITH_INV whose key this QP may not invalidate (IBA class J, as rxe implements it):
+/// the message did arrive, so the requester gets an ACK and completes successfully; the
+/// receive completes with `REM_INV_REQ_ERR` and the QP goes to ERR. No NAK is sent.
+fn invalidation_error<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    pkt: &Packet,
+    out: &mut Vec<Packet>,
+) {
+    complete_recv(qp, hca, WcStatus::RemInvReqErr, WcOpcode::Recv, pkt, 0);
+    qp.resp.msg = None;
+    let last = psn::add(pkt.hdr.bth.psn, pkt.psn_count() - 1);
+    send_aeth(qp, core, out, last, AethSyndrome::Ack { credits: 0x1f });
+    completer::enter_error(qp, hca);
 }
 
 fn write_packet<H: Hca + ?Sized>(
@@ -452,7 +464,9 @@ fn atomic<H: Hca + ?Sized>(
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
         return;
     };
-    if qp.resp.resources.is_empty() || a.va % 8 != 0 {
+    // The order of the checks (rxe's): responder resources, then the QP's and the key's
+    // rights and the range (REM_ACCESS_ERR), and only then the alignment (REM_INV_REQ_ERR).
+    if qp.resp.resources.is_empty() {
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
         return;
     }
@@ -460,6 +474,10 @@ fn atomic<H: Hca + ?Sized>(
         access_error(qp, core, hca, out, p);
         return;
     };
+    if a.va % 8 != 0 {
+        nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
+        return;
+    }
     let result = if pkt.hdr.bth.opcode == Opcode::CompareSwap {
         span.mem
             .compare_swap_u64(span.offset, a.compare, a.swap_add)
@@ -580,6 +598,9 @@ fn take_recv<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) -> Result<bool, ()> {
     let src = qp.recv_source();
     match hca.take_recv_wqe(src, &mut qp.resp.recv) {
         Ok(true) => {
+            if let RecvSource::Rq { .. } = src {
+                qp.resp.recv.pd = qp.init.pd;
+            }
             qp.resp.recv_held = true;
             Ok(true)
         }
@@ -625,7 +646,7 @@ fn scatter_bytes(
             let take = (sl - within).min(n - done);
             let span = core
                 .memory
-                .local(sge.lkey, qp.init.pd, sge.addr + within, take, true)
+                .local(sge.lkey, qp.resp.recv.pd, sge.addr + within, take, true)
                 .map_err(|_| WcStatus::LocProtErr)?;
             put(&span, done as usize, take as usize)?;
             done += take;
@@ -678,7 +699,10 @@ fn complete_recv<H: Hca + ?Sized>(
         cqe.flags |= WcFlags::GRH;
     }
     let solicited = pkt.hdr.bth.solicited;
-    hca.post_completion(qp.init.recv_cqn, &cqe, solicited);
+    if !hca.post_completion(qp.init.recv_cqn, &cqe, solicited) {
+        // The receive CQ overran (or is in error): the QP goes to ERR (IBA 11.4.2.1).
+        completer::enter_error(qp, hca);
+    }
 }
 
 /// The packet was executed: advance the expected PSN and owe an ACK if asked for.
@@ -740,7 +764,7 @@ fn nak_fatal<H: Hca + ?Sized>(
         });
     }
     send_aeth(qp, core, out, p, AethSyndrome::Nak(code));
-    completer::enter_error(qp, core, hca);
+    completer::enter_error(qp, hca);
 }
 
 fn bth(qp: &QpCtx, opcode: Opcode, p: u32) -> Bth {
@@ -838,6 +862,10 @@ fn on_uc<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Pa
                     qp.resp.msg = None;
                 }
             }
+            Err(WcStatus::LocLenErr) => {
+                drop_too_long(qp, core, hca, pkt);
+                qp.resp.drop_msg = !ends(pkt);
+            }
             Err(status) => {
                 complete_recv(qp, hca, status, WcOpcode::Recv, pkt, 0);
                 qp.resp.msg = None;
@@ -889,6 +917,12 @@ fn on_ud<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Pa
         }
     }
     qp.resp.offset = 0;
+    if (GRH_LEN + pkt.payload.len()) as u64 > qp.resp.recv.capacity() {
+        // Checked before a byte is written: on a QP's own receive queue the buffer is left
+        // untouched as well as posted.
+        drop_too_long(qp, core, hca, pkt);
+        return;
+    }
     let grh = grh_area(pkt);
     let mut status = scatter_bytes(qp, core, 0, GRH_LEN as u64, |span, src, len| {
         use portverbs_hal::DmaMemory;
@@ -903,6 +937,21 @@ fn on_ud<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Pa
     match status {
         Ok(()) => complete_recv(qp, hca, WcStatus::Success, WcOpcode::Recv, pkt, len),
         Err(s) => complete_recv(qp, hca, s, WcOpcode::Recv, pkt, 0),
+    }
+}
+
+/// A UD or UC message that does not fit the receive it would land in. The QP's state does
+/// not change. On the QP's own receive queue this is IBA class D: the message is dropped and
+/// the receive stays posted (held here, unchanged in the queue's order) for the next message,
+/// as rxe does. A receive from an SRQ was already taken from the shared queue when its size
+/// became known, so it completes with `LOC_LEN_ERR` (class E; rxe reports `REM_INV_REQ_ERR`
+/// there, hardware the local length error).
+fn drop_too_long<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
+    core.stats.dropped += 1;
+    qp.resp.msg = None;
+    qp.resp.offset = 0;
+    if let RecvSource::Srq { .. } = qp.recv_source() {
+        complete_recv(qp, hca, WcStatus::LocLenErr, WcOpcode::Recv, pkt, 0);
     }
 }
 

@@ -33,6 +33,14 @@ pub trait ForeignDevice: Hca + Send + Debug + 'static {
     /// The lock-free kick channel overflowed and some kicks were lost: look at every queue once.
     fn rescan(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>);
 
+    /// Work the device finds by watching host memory rather than through a doorbell, looked
+    /// for on every step of the fabric (the mlx4 model: receives posted to a QP in ERR, which
+    /// has no receive doorbell). Returns whether it did anything. The default finds nothing.
+    fn poll(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) -> bool {
+        let _ = (engine, now, out);
+        false
+    }
+
     /// The concrete type, so the model finds itself again inside [`ForeignHandle::with`].
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }

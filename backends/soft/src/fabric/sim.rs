@@ -329,6 +329,7 @@ impl Sim {
                 did = true;
                 f.engine.run_work(now, &mut *f.dev, &mut self.out);
             }
+            did |= f.dev.poll(&mut f.engine, now, &mut self.out);
         }
         self.route_out();
         while self.delayed.peek().is_some_and(|Reverse(t)| t.at <= now) {
