@@ -287,9 +287,24 @@ fn on_read_response<H: Hca + ?Sized>(
 
 /// Copies a response payload into the WQE's scatter list at message offset `at`.
 fn scatter(qp: &QpCtx, core: &Core, c: u32, at: u64, pkt: &Packet) -> Result<(), WcStatus> {
+    scatter_with(qp, core, c, at, pkt.payload.len(), |span, src, len| {
+        pkt.payload.copy_range_to(src, len, &span.mem, span.offset)
+    })
+}
+
+/// Walks the scatter list of WQE `c` over message bytes `[at, at + n)`, checking each piece's
+/// key, domain, `LOCAL_WRITE` right and range before `put` copies source bytes `[src, src +
+/// len)` into it. This is where a READ's or an atomic's local keys are checked.
+fn scatter_with<E>(
+    qp: &QpCtx,
+    core: &Core,
+    c: u32,
+    at: u64,
+    n: usize,
+    mut put: impl FnMut(&super::memory::Span, usize, usize) -> Result<(), E>,
+) -> Result<(), WcStatus> {
     let wqe = &qp.req.slot(c).wqe;
     let mut src = 0usize;
-    let n = pkt.payload.len();
     let mut pos = 0u64;
     for sge in &wqe.sges {
         let sl = u64::from(sge.length);
@@ -301,9 +316,7 @@ fn scatter(qp: &QpCtx, core: &Core, c: u32, at: u64, pkt: &Packet) -> Result<(),
                 .memory
                 .local(sge.lkey, qp.init.pd, sge.addr + within, take as u64, true)
                 .map_err(|_| WcStatus::LocProtErr)?;
-            pkt.payload
-                .copy_range_to(src, take, &span.mem, span.offset)
-                .map_err(|_| WcStatus::LocProtErr)?;
+            put(&span, src, take).map_err(|_| WcStatus::LocProtErr)?;
             src += take;
         }
         pos += sl;
@@ -344,19 +357,13 @@ fn on_atomic_ack<H: Hca + ?Sized>(
         core.stats.duplicates += 1;
         return;
     }
-    let sge = s.wqe.sges.first().copied().unwrap_or_default();
     ack_through(qp, core, now, psn::add(p, psn::MASK));
-    let result = {
-        core.memory
-            .local(sge.lkey, qp.init.pd, sge.addr, 8, true)
-            .map_err(|_| WcStatus::LocProtErr)
-            .and_then(|span| {
-                use portverbs_hal::DmaMemory;
-                span.mem
-                    .write(span.offset, &orig.to_ne_bytes())
-                    .map_err(|_| WcStatus::LocProtErr)
-            })
-    };
+    // The original value lands in the (exactly 8-byte) scatter list, in host byte order.
+    let bytes = orig.to_ne_bytes();
+    let result = scatter_with(qp, core, target, 0, 8, |span, src, len| {
+        use portverbs_hal::DmaMemory;
+        span.mem.write(span.offset, &bytes[src..src + len])
+    });
     let s = qp.req.slot_mut(target);
     s.done = Some(result.err().unwrap_or(WcStatus::Success));
     s.byte_len = 8;
@@ -619,6 +626,9 @@ pub(crate) fn modify<H: Hca + ?Sized>(
     }
     match next {
         QpState::Reset => {
+            // A new incarnation of the QP: the type-2 windows bound to the old one go (the
+            // mlx4 model destroys the engine's QP at RESET, so both backends agree).
+            core.memory.unbind_qp(qp.qpn);
             qp.req.reset();
             qp.resp.reset();
             qp.draining = false;

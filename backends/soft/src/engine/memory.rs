@@ -622,6 +622,29 @@ impl MemoryTable {
         Ok(())
     }
 
+    /// Invalidates every type-2 window bound to QP `qpn` (the QP is being destroyed: its
+    /// windows must not answer to a later QP that gets the same number). Returns how many.
+    pub fn unbind_qp(&mut self, qpn: u32) -> usize {
+        let bound: Vec<(usize, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match &s.object {
+                Object::Mw(MwEntry {
+                    binding: Some(b), ..
+                }) if b.qpn == Some(qpn) => Some((i, b.mr_index)),
+                _ => None,
+            })
+            .collect();
+        for &(i, mr_index) in &bound {
+            self.unbind_from_mr(mr_index);
+            if let Object::Mw(mw) = &mut self.slots[i].object {
+                mw.binding = None;
+            }
+        }
+        bound.len()
+    }
+
     /// Invalidates a type-2 window on behalf of QP `qpn` of domain `pd`: a LOCAL_INV posted
     /// on that QP, or a SEND_WITH_INV arriving on it. A type-2 window belongs to the QP it is
     /// bound to (IBA 10.6.7.2.2), so only that QP may invalidate it.

@@ -252,13 +252,15 @@ impl Engine {
         Ok(())
     }
 
-    /// Destroys a QP without generating completions.
+    /// Destroys a QP without generating completions; the type-2 windows bound to it become
+    /// invalid (they belong to the QP, IBA 10.6.7.2.2), as they do when it goes to RESET.
     ///
     /// # Errors
     /// No such QP.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), CommandError> {
         match self.qps.get_mut(qpn as usize).and_then(Option::take) {
             Some(_) => {
+                self.core.memory.unbind_qp(qpn);
                 self.core.timers.forget_qp(qpn);
                 self.core.work.retain(|&q| q != qpn);
                 self.core.acks.retain(|&q| q != qpn);

@@ -187,8 +187,10 @@ fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Resul
 /// operation exists on the transport (`LOC_QP_OP_ERR`); the message length — at most 2^31,
 /// a UD message at most the port MTU, an atomic's local buffer exactly 8 bytes
 /// (`LOC_LEN_ERR`); a READ or atomic needs `max_rd_atomic` > 0 (`LOC_QP_OP_ERR`); then every
-/// gather (or, for READ and atomics, scatter) entry's key, domain, rights and range
-/// (`LOC_PROT_ERR`). The responder's order for an atomic is in `responder.rs`.
+/// gather entry's key, domain and range (`LOC_PROT_ERR`). A READ's or atomic's scatter list
+/// is checked only when its response arrives, so the responder's errors come first (a READ
+/// or atomic with a bad rkey and a bad lkey completes with `REM_ACCESS_ERR`). The
+/// responder's order for an atomic is in `responder.rs`.
 fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     let wqe = &qp.req.slot(counter).wqe;
     let t = qp.init.qp_type;
@@ -211,20 +213,19 @@ fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     if atomic && wqe.sges.iter().map(|s| u64::from(s.length)).sum::<u64>() != 8 {
         return Err(WcStatus::LocLenErr);
     }
-    if wqe.op.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 {
-        return Err(WcStatus::LocQpOpErr);
+    if wqe.op.is_read_or_atomic() {
+        // The scatter list of a READ or an atomic is checked when the response lands in it
+        // (`completer::scatter_with`), as rxe and HCAs do: a remote error is reported first.
+        return if qp.attr.max_rd_atomic == 0 {
+            Err(WcStatus::LocQpOpErr)
+        } else {
+            Ok(())
+        };
     }
-    let scatter = wqe.op.is_read_or_atomic();
     if !wqe.is_inline() {
         for sge in wqe.sges.iter().filter(|s| s.length > 0) {
             core.memory
-                .check_local(
-                    sge.lkey,
-                    qp.init.pd,
-                    sge.addr,
-                    u64::from(sge.length),
-                    scatter,
-                )
+                .check_local(sge.lkey, qp.init.pd, sge.addr, u64::from(sge.length), false)
                 .map_err(|_| WcStatus::LocProtErr)?;
         }
     }

@@ -262,6 +262,16 @@ fn write_packet<H: Hca + ?Sized>(
                 return;
             }
             Err(Some(_)) => {
+                // A WRITE with immediate that took a receive: the receive reports the
+                // protection error (ibv_poll_cq(3)'s LOC_ACCESS_ERR).
+                complete_recv(
+                    qp,
+                    hca,
+                    WcStatus::LocAccessErr,
+                    WcOpcode::RecvRdmaWithImm,
+                    pkt,
+                    0,
+                );
                 access_error(qp, core, hca, out, p);
                 return;
             }
