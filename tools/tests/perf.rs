@@ -103,6 +103,74 @@ fn bandwidth_tests_run() {
     bw("read_bw", &["-o", "1", "-s", "64"], 64.0, 200.0);
 }
 
+/// Display columns (tabs to multiples of 8) where the words of `line` start.
+fn word_starts(line: &str) -> Vec<usize> {
+    let (mut starts, mut col, mut in_word) = (Vec::new(), 0, false);
+    for c in line.chars() {
+        match c {
+            '\t' => (col, in_word) = ((col / 8 + 1) * 8, false),
+            ' ' => (col, in_word) = (col + 1, false),
+            _ => {
+                if !in_word {
+                    starts.push(col);
+                }
+                (col, in_word) = (col + 1, true);
+            }
+        }
+    }
+    starts
+}
+
+/// `send_bw -c UC -r 1`: the receiver has one receive posted, so UC drops most messages. The
+/// row counts the messages that arrived (the note on stderr says how many of how many), its
+/// bandwidth is that count times the size over the time its message rate uses, and its values
+/// stay under their titles. Over RC every message arrives.
+#[test]
+fn send_bw_counts_what_arrived() {
+    for conn in ["UC", "RC"] {
+        let run = portverbs(&["perf", "send_bw", "-c", conn, "-r", "1", "-n", "200"]).ok();
+        let out = &run.stdout;
+        let rows = table_rows(out);
+        assert_eq!(rows.len(), 1, "{out}");
+        let r = &rows[0];
+        let (size, iters, avg, rate) = (r[0], r[1], r[3], r[4]);
+        assert_eq!(size, 65536.0, "{out}");
+        assert!((1.0..=200.0).contains(&iters), "{out}");
+        let note = run
+            .stderr
+            .lines()
+            .find(|l| l.contains("messages of 65536 bytes arrived"));
+        match note {
+            Some(note) => {
+                assert_eq!(conn, "UC", "{note}");
+                let words: Vec<&str> = note.split_whitespace().collect();
+                assert_eq!(words[1].parse::<f64>().ok(), Some(iters), "{note}\n{out}");
+                assert_eq!((words[2], words[3]), ("of", "200"), "{note}");
+            }
+            None => assert_eq!(iters, 200.0, "no note, so all arrived: {out}{}", run.stderr),
+        }
+        // MiB/s x 2^20 = messages/s x size (both printed rounded: 2 and 6 decimals).
+        let bytes = avg * 1_048_576.0;
+        let from_rate = rate * 1e6 * size;
+        assert!(
+            (bytes - from_rate).abs() <= 0.005 * 1_048_576.0 + 0.5e-6 * 1e6 * size,
+            "{bytes} vs {from_rate}: {out}"
+        );
+        let header = word_starts(table_header(out));
+        let row = out
+            .lines()
+            .skip_while(|l| !l.starts_with(" #bytes"))
+            .nth(1)
+            .expect("a row");
+        // Titles: #bytes #iterations BW peak[..] BW average[..] MsgRate[Mpps]; the values
+        // start where they do in perftest's rows of 7-character bandwidths, whatever their
+        // widths: the rate right under its title.
+        let titles = [header[0], header[1], header[2], header[4], header[6]];
+        assert_eq!(titles, [1, 12, 27, 47, 69], "{out}");
+        assert_eq!(word_starts(row), [1, 12, 29, 48, 69], "{out}");
+    }
+}
+
 #[test]
 fn latency_tests_run() {
     let out = lat("write_lat", &[], 2.0);

@@ -2,12 +2,13 @@
 //! completion every `cq_mod` requests, and time from the first post to the last completion.
 //!
 //! The sender runs on the calling thread. Send tests also need a receiver: a scoped thread on
-//! the server side keeps `rx_depth` receives posted on each QP, reposting in batches.
+//! the server side keeps `rx_depth` receives posted on each QP, reposting in batches, and
+//! counts what arrives; send rows are computed from those arrivals (see [`run`]).
 //! Nothing in the loops allocates: requests are built on the stack from a prepared plan, post
 //! lists go through a vector reserved up front, completions are polled into an array, and the
 //! completion marks for the peak go into a vector sized for the whole run.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use portverbs::prelude::*;
@@ -56,13 +57,43 @@ impl RecvState {
     }
 }
 
+/// What one size of a bandwidth test produced.
+#[derive(Debug)]
+pub(crate) struct BwRun {
+    /// The result row.
+    pub(crate) result: BwResult,
+    /// Send tests: messages the sender completed and messages that arrived, when fewer
+    /// arrived (UC and UD drop a send that finds no receive posted).
+    pub(crate) lost: Option<Loss>,
+}
+
+/// Sends that completed on the sender without arriving at the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loss {
+    /// Sends completed on the sender.
+    pub(crate) sent: u64,
+    /// Receives completed on the receiver.
+    pub(crate) arrived: u64,
+}
+
+/// After the sender is done, a lossy receiver (UC, UD, duration mode) stops once nothing has
+/// arrived for this long: messages still in flight then have had time to land.
+const DRAIN_QUIET: Duration = Duration::from_millis(50);
+
 /// Runs one size and returns its result row.
+///
+/// Send tests count what arrived, as perftest's receiving side does: the messages are the
+/// receive completions, and the time runs from the first post to the later of the last send
+/// completion and the last receive completion. Over RC that is what the sender sees (every
+/// send completes after its message arrived); over UC and UD a send completes once it has
+/// left, arrived or not, so counting send completions would report traffic that never
+/// reached the receiver (with `-r 1` nearly all of it).
 pub(crate) fn run(
     setup: &Setup,
     size: u64,
     recv: &mut RecvState,
     tracker: &mut Tracker,
-) -> Result<BwResult, CliError> {
+) -> Result<BwRun, CliError> {
     let cfg = &setup.cfg;
     let plan = OpPlan::new(
         &setup.client,
@@ -73,8 +104,11 @@ pub(crate) fn run(
         cfg.inline,
     );
     if cfg.test.verb != Verb::Send {
-        let m = send_loop(setup, &plan, tracker)?;
-        return Ok(m.result(setup, size));
+        let s = send_loop(setup, &plan, tracker)?;
+        return Ok(BwRun {
+            result: s.measured().result(setup, size),
+            lost: None,
+        });
     }
     let recv_plan = RecvPlan::new(&setup.server);
     let depth = cfg.rx_depth;
@@ -82,33 +116,59 @@ pub(crate) fn run(
         .map(|i| vec![recv_plan.wr(i); depth as usize])
         .collect();
     recv.top_up(&setup.server, &batches, depth)?;
-    // The sender's end stops the receiver (UC/UD lose messages, so it cannot count them);
-    // the receiver stops the sender only when it failed: on RC it ends after the last receive,
-    // while the sender may still wait for the last acknowledgements.
+    let goal = RecvGoal::new(setup);
+    // The receiver ends after the last expected message, or (UC, UD, duration mode) once the
+    // sender is done and nothing more arrives; either side's failure stops the other.
     let sender_done = AtomicBool::new(false);
+    let sender_failed = AtomicBool::new(false);
     let receiver_failed = AtomicBool::new(false);
-    let expected = match cfg.mode {
-        RunMode::Iters(n) if cfg.conn == QpType::Rc => Some(n * u64::from(cfg.qps)),
-        _ => None,
-    };
+    let arrivals = AtomicU64::new(0);
     let (sent, received) = std::thread::scope(|s| {
         let receiver = s.spawn(|| {
-            let r = receive_loop(&setup.server, recv, &batches, expected, &sender_done);
+            let r = receive_loop(
+                &setup.server,
+                recv,
+                &batches,
+                &goal,
+                &sender_done,
+                &sender_failed,
+                &arrivals,
+            );
             receiver_failed.store(r.is_err(), Ordering::Release);
             r
         });
-        let sent = send_loop_watching(setup, &plan, tracker, &receiver_failed);
+        let sent = send_loop_watching(setup, &plan, tracker, &receiver_failed, Some(&arrivals));
+        sender_failed.store(sent.is_err(), Ordering::Release);
         sender_done.store(true, Ordering::Release);
         let received = receiver
             .join()
             .unwrap_or_else(|_| Err(CliError::Failed("the receiver thread panicked".into())));
         (sent, received)
     });
-    let m = CliError::merge(sent, received)?;
-    Ok(m.result(setup, size))
+    let (s, a) = both(sent, received)?;
+    let lost = (a.count < s.completed).then_some(Loss {
+        sent: s.completed,
+        arrived: a.count,
+    });
+    Ok(BwRun {
+        result: s.measured_arrivals(a, pipeline(setup)).result(setup, size),
+        lost,
+    })
 }
 
-/// What the sender measured.
+/// Both sides' results, or the error that explains the failure (a real error wins over
+/// [`CliError::PeerStopped`], the sender's over the receiver's).
+fn both<T, U>(
+    sent: Result<T, CliError>,
+    received: Result<U, CliError>,
+) -> Result<(T, U), CliError> {
+    match (sent, received) {
+        (Ok(s), Ok(r)) => Ok((s, r)),
+        (Err(CliError::PeerStopped(_)), Err(e)) | (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+    }
+}
+
+/// What a row is computed from.
 #[derive(Debug)]
 struct Measured {
     messages: u64,
@@ -129,18 +189,109 @@ impl Measured {
     }
 }
 
-fn send_loop(setup: &Setup, plan: &OpPlan<'_>, t: &mut Tracker) -> Result<Measured, CliError> {
-    let never = AtomicBool::new(false);
-    send_loop_watching(setup, plan, t, &never)
+/// What the sender saw.
+#[derive(Debug)]
+struct SenderRun {
+    /// Just before the first post.
+    start: Instant,
+    /// The last poll that found completions (`start` when none did).
+    last: Instant,
+    /// Requests posted, all QPs.
+    posted: u64,
+    /// Requests completed, all QPs.
+    completed: u64,
+    /// Iterations mode with the peak on, sender-counted runs only: completion marks,
+    /// thinned to whole pipelines.
+    marks: Option<Vec<CompletionMark>>,
+    /// Duration mode: the measured window and the messages counted in it.
+    window: Option<(Duration, u64)>,
+    /// Iterations mode.
+    iterations: bool,
 }
 
-/// The sender: posts, polls, and measures (and gives up when `peer_failed` is set).
+impl SenderRun {
+    /// The figures of a test that counts the sender's completions.
+    fn measured(self) -> Measured {
+        match self.window {
+            Some((elapsed, messages)) => Measured {
+                messages,
+                elapsed,
+                marks: None,
+            },
+            None => Measured {
+                messages: if self.iterations {
+                    self.posted
+                } else {
+                    self.completed
+                },
+                elapsed: self.last - self.start,
+                marks: self.marks,
+            },
+        }
+    }
+
+    /// The figures of a send test: the messages that arrived, from the first post to the
+    /// later of the last send completion and the last arrival; peak intervals span at least
+    /// `pipeline` arrivals.
+    fn measured_arrivals(self, a: Arrivals, pipeline: u64) -> Measured {
+        if let Some((elapsed, messages)) = self.window {
+            // Counted from the receiver's running total at the window's ends.
+            return Measured {
+                messages,
+                elapsed,
+                marks: None,
+            };
+        }
+        let end = a.last.map_or(self.last, |t| t.max(self.last));
+        let marks = a.marks.map(|raw| {
+            let mut marks: Vec<CompletionMark> = raw
+                .iter()
+                .map(|&(t, messages)| CompletionMark {
+                    at: t.saturating_duration_since(self.start),
+                    messages,
+                })
+                .collect();
+            if let Some(last) = a
+                .last
+                .filter(|_| marks.last().is_none_or(|m| m.messages < a.count))
+            {
+                marks.push(CompletionMark {
+                    at: last.saturating_duration_since(self.start),
+                    messages: a.count,
+                });
+            }
+            thin_marks(&mut marks, pipeline);
+            marks
+        });
+        Measured {
+            messages: a.count,
+            elapsed: end.saturating_duration_since(self.start),
+            marks,
+        }
+    }
+}
+
+/// Requests outstanding at once over all QPs: the shortest interval the peak is measured over.
+fn pipeline(setup: &Setup) -> u64 {
+    u64::from(setup.cfg.tx_depth) * setup.client.qps.len() as u64
+}
+
+fn send_loop(setup: &Setup, plan: &OpPlan<'_>, t: &mut Tracker) -> Result<SenderRun, CliError> {
+    let never = AtomicBool::new(false);
+    send_loop_watching(setup, plan, t, &never, None)
+}
+
+/// The sender: posts, polls, and measures (and gives up when `peer_failed` is set). With
+/// `arrivals` (send tests), the duration window counts the receiver's running total of
+/// arrived messages instead of the send completions, and no completion marks are kept (the
+/// receiver keeps them).
 fn send_loop_watching(
     setup: &Setup,
     plan: &OpPlan<'_>,
     tracker: &mut Tracker,
     peer_failed: &AtomicBool,
-) -> Result<Measured, CliError> {
+    arrivals: Option<&AtomicU64>,
+) -> Result<SenderRun, CliError> {
     let cfg = &setup.cfg;
     let side = &setup.client;
     let nqp = side.qps.len();
@@ -155,12 +306,13 @@ fn send_loop_watching(
     let mut completed = vec![0u64; nqp];
     let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(cfg.post_list as usize);
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
-    let mut marks = match (cfg.peak, limit) {
-        (true, Some(n)) => Some(Vec::with_capacity(
+    let mut marks = match (cfg.peak, limit, arrivals) {
+        (true, Some(n), None) => Some(Vec::with_capacity(
             (n * nqp as u64 / cq_mod.max(1)) as usize + 2 * nqp + 2,
         )),
         _ => None,
     };
+    let counted = |done: u64| arrivals.map_or(done, |a| a.load(Ordering::Acquire));
     let mut waiter = Waiter::new("waiting for send completions", Some(peer_failed));
     let mut total_done = 0u64;
     let mut sample: Option<(Instant, u64)> = None;
@@ -233,11 +385,11 @@ fn send_loop_watching(
                 let elapsed = now - start;
                 tracker.update(elapsed.as_millis() as u64);
                 if sample.is_none() && elapsed >= margin {
-                    sample = Some((now, total_done));
+                    sample = Some((now, counted(total_done)));
                 }
                 if measured.is_none() && elapsed >= total - margin {
                     if let Some((t0, d0)) = sample {
-                        measured = Some((now - t0, total_done - d0));
+                        measured = Some((now - t0, counted(total_done).saturating_sub(d0)));
                     }
                 }
                 if elapsed >= total {
@@ -248,24 +400,16 @@ fn send_loop_watching(
         }
     }
     if let Some(m) = marks.as_mut() {
-        thin_marks(m, depth * nqp as u64);
+        thin_marks(m, pipeline(setup));
     }
-    let posted_total = posted.iter().sum::<u64>();
-    Ok(match measured {
-        Some((elapsed, messages)) => Measured {
-            messages,
-            elapsed,
-            marks: None,
-        },
-        None => Measured {
-            messages: if limit.is_some() {
-                posted_total
-            } else {
-                total_done
-            },
-            elapsed: last - start,
-            marks,
-        },
+    Ok(SenderRun {
+        start,
+        last,
+        posted: posted.iter().sum(),
+        completed: total_done,
+        marks,
+        window: measured,
+        iterations: limit.is_some(),
     })
 }
 
@@ -292,30 +436,85 @@ fn thin_marks(marks: &mut Vec<CompletionMark>, window: u64) {
     }
 }
 
-/// The receiver: keeps receives posted until every expected message arrived (RC) or the
-/// sender is done.
+/// When the receiver of a send test stops, and what it records.
+#[derive(Debug)]
+struct RecvGoal {
+    /// Iterations mode: messages the sender posts; the receiver stops once all arrived.
+    expected: Option<u64>,
+    /// Whether every message must arrive (RC, iterations mode): the receiver then waits for
+    /// `expected` even after the sender is done (a send completes after its message arrived,
+    /// but the receive completion may be polled later).
+    exact: bool,
+    /// Peak: a mark every so many arrivals, and the room they need.
+    marks: Option<(u64, usize)>,
+}
+
+impl RecvGoal {
+    fn new(setup: &Setup) -> Self {
+        let cfg = &setup.cfg;
+        let expected = match cfg.mode {
+            RunMode::Iters(n) => Some(n * setup.client.qps.len() as u64),
+            RunMode::Duration { .. } => None,
+        };
+        let every = u64::from(cfg.cq_mod.min(cfg.tx_depth)).max(1);
+        Self {
+            expected,
+            exact: expected.is_some() && cfg.conn == QpType::Rc,
+            marks: expected
+                .filter(|_| cfg.peak)
+                .map(|e| (every, usize::try_from(e / every).unwrap_or(0) + 2)),
+        }
+    }
+}
+
+/// What the receiver counted.
+#[derive(Debug)]
+struct Arrivals {
+    /// Receive completions.
+    count: u64,
+    /// The poll that found the last of them.
+    last: Option<Instant>,
+    /// Peak: `(when, arrived so far)` about every `cq_mod` arrivals.
+    marks: Option<Vec<(Instant, u64)>>,
+}
+
+/// The receiver: keeps receives posted and counts the messages that arrive, until every
+/// expected message arrived or (`goal.exact` unset) the sender is done and nothing arrived for
+/// [`DRAIN_QUIET`]. `arrivals` mirrors the running count for the sender's duration window.
 fn receive_loop(
     side: &Side,
     state: &mut RecvState,
     batches: &[Vec<RecvWr<'_>>],
-    expected: Option<u64>,
+    goal: &RecvGoal,
     sender_done: &AtomicBool,
-) -> Result<(), CliError> {
+    sender_failed: &AtomicBool,
+    arrivals: &AtomicU64,
+) -> Result<Arrivals, CliError> {
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     let depth = batches.first().map_or(0, Vec::len) as u32;
     let refill = (depth / 4).max(1);
     let mut received = 0u64;
-    let mut waiter = Waiter::new("waiting for receives", Some(sender_done));
-    while expected.is_none_or(|e| received < e) {
+    let mut last = None;
+    let (mark_every, mark_room) = goal.marks.unwrap_or((u64::MAX, 0));
+    let mut marks = goal.marks.map(|_| Vec::with_capacity(mark_room));
+    let mut next_mark = mark_every;
+    let mut quiet_since: Option<Instant> = None;
+    let mut waiter = Waiter::new("waiting for receives", Some(sender_failed));
+    while goal.expected.is_none_or(|e| received < e) {
         let n = side.recv_cq.poll(&mut wcs).ctx("polling the receive CQ")?;
         if n == 0 {
-            match waiter.idle() {
-                Err(CliError::PeerStopped(_)) => break,
-                other => other?,
+            if !goal.exact && sender_done.load(Ordering::Acquire) {
+                let now = Instant::now();
+                if now - *quiet_since.get_or_insert(now) >= DRAIN_QUIET {
+                    break;
+                }
             }
+            waiter.idle()?;
             continue;
         }
+        let now = Instant::now();
         waiter.progress();
+        quiet_since = None;
         for wc in &wcs[..n] {
             check_wc(wc)?;
             let (i, _) = split_wr_id(wc.wr_id);
@@ -324,6 +523,14 @@ fn receive_loop(
             }
         }
         received += n as u64;
+        last = Some(now);
+        arrivals.store(received, Ordering::Release);
+        if received >= next_mark {
+            if let Some(m) = marks.as_mut() {
+                m.push((now, received));
+            }
+            next_mark = received.saturating_add(mark_every);
+        }
         for (i, qp) in side.qps.iter().enumerate() {
             let missing = depth.saturating_sub(state.outstanding[i]);
             if missing >= refill {
@@ -333,12 +540,157 @@ fn receive_loop(
             }
         }
     }
-    Ok(())
+    Ok(Arrivals {
+        count: received,
+        last,
+        marks,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::perf::args::PerfArgs;
+    use crate::perf::config::PerfConfig;
+    use crate::report::BwUnits;
+    use crate::report::stats::MIB;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: PerfArgs,
+    }
+
+    fn setup(line: &[&str]) -> Setup {
+        use clap::Parser as _;
+        let argv = std::iter::once("perf").chain(line.iter().copied());
+        let cfg = PerfConfig::from_args(&Cli::try_parse_from(argv).expect("flags parse").args)
+            .expect("valid flags");
+        Setup::new(cfg).expect("both devices open and connect")
+    }
+
+    /// The soft device the in-process server runs on.
+    fn server_device(setup: &Setup) -> portverbs::soft::SoftDevice {
+        let name = setup.server.ctx.name().to_owned();
+        match portverbs::devices()
+            .into_iter()
+            .find(|d| d.info().name == name)
+        {
+            Some(portverbs::AnyDevice::Soft(d)) => d,
+            other => panic!("{name} is not a soft device: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn send_rows_count_arrivals_up_to_the_last_one() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let sender = |last| SenderRun {
+            start: t0,
+            last,
+            posted: 1000,
+            completed: 1000,
+            marks: None,
+            window: None,
+            iterations: true,
+        };
+        let arrived = |count, last: Instant, marks| Arrivals {
+            count,
+            last: Some(last),
+            marks,
+        };
+        // UC: the sends completed at 10 ms, the 10 messages that arrived did by 20 ms.
+        let m = sender(t0 + ms(10)).measured_arrivals(arrived(10, t0 + ms(20), None), 128);
+        assert_eq!((m.messages, m.elapsed), (10, ms(20)));
+        // RC: the last acknowledgement comes after the last arrival.
+        let marks = vec![(t0 + ms(3), 400), (t0 + ms(6), 800)];
+        let m = sender(t0 + ms(10)).measured_arrivals(arrived(1000, t0 + ms(9), Some(marks)), 128);
+        assert_eq!((m.messages, m.elapsed), (1000, ms(10)));
+        // The last arrival ends the peak's last interval.
+        let want = [(3, 400), (6, 800), (9, 1000)].map(|(at, messages)| CompletionMark {
+            at: ms(at),
+            messages,
+        });
+        assert_eq!(m.marks.as_deref(), Some(&want[..]));
+        // Nothing arrived: nothing counted, and no division by a zero time either.
+        let none = Arrivals {
+            count: 0,
+            last: None,
+            marks: Some(Vec::new()),
+        };
+        let m = sender(t0 + ms(10)).measured_arrivals(none, 128);
+        assert_eq!(m.messages, 0);
+        let r = bw_result(
+            65536,
+            m.messages,
+            1,
+            m.elapsed,
+            m.marks.as_deref(),
+            BwUnits::MiBps,
+        );
+        assert_eq!((r.bw_average, r.bw_peak, r.msg_rate_mpps), (0.0, 0.0, 0.0));
+    }
+
+    /// `send_bw -c UC -r 1`: with one receive posted the receiver drops most messages; the row
+    /// must count exactly those that arrived (the sends that the device dropped, by its own
+    /// counter, are not in it), and its bandwidth must be that count times the size over the
+    /// time its message rate uses. No timing is asserted.
+    #[test]
+    fn uc_send_with_one_receive_counts_only_what_arrived() {
+        const N: u64 = 300;
+        let n = N.to_string();
+        for (conn, size) in [("UC", 1024u64), ("UC", 65536), ("RC", 4096)] {
+            let s = size.to_string();
+            let setup = setup(&["send_bw", "-c", conn, "-r", "1", "-n", &n, "-s", &s]);
+            let server = server_device(&setup);
+            let before = server.engine_stats();
+            let mut recv = RecvState::new(1);
+            let mut tracker = Tracker::new("send_bw", N);
+            let run = run(&setup, size, &mut recv, &mut tracker).expect("the run completes");
+            let r = run.result;
+            assert!(r.iterations <= N, "{conn} {size}: {r:?}");
+            if conn == "RC" {
+                // RC retries until a receive is posted: everything arrives.
+                assert_eq!((r.iterations, run.lost), (N, None), "{r:?}");
+            } else {
+                // Let the server's engine take every packet (its count stays put for a while),
+                // then compare with its drop counter: a message that finds no receive is
+                // dropped whole, each of its packets counted.
+                let mut after = server.engine_stats();
+                let mut still = Instant::now();
+                while still.elapsed() < Duration::from_millis(300) {
+                    std::thread::sleep(Duration::from_millis(10));
+                    let now = server.engine_stats();
+                    if now != after {
+                        (after, still) = (now, Instant::now());
+                    }
+                }
+                let rx = after.rx_packets - before.rx_packets;
+                assert!(rx >= N && rx % N == 0, "{conn} {size}: {after:?}");
+                let packets = rx / N;
+                let dropped_packets = after.dropped - before.dropped;
+                assert_eq!(dropped_packets % packets, 0, "{conn} {size}: {after:?}");
+                let dropped = dropped_packets / packets;
+                assert_eq!(r.iterations, N - dropped, "{conn} {size}: {r:?} {after:?}");
+                match run.lost {
+                    Some(l) => assert_eq!((l.sent, l.arrived), (N, r.iterations)),
+                    None => assert_eq!(r.iterations, N),
+                }
+                // Nothing arrived after the receiver stopped counting.
+                let mut wcs = [WorkCompletion::default(); 4];
+                assert_eq!(setup.server.recv_cq.poll(&mut wcs).expect("poll"), 0);
+            }
+            // Bytes counted = messages counted x size: the average bandwidth and the message
+            // rate come from the same count and time.
+            if r.msg_rate_mpps > 0.0 {
+                let bytes_per_message = r.bw_average * MIB / (r.msg_rate_mpps * 1e6);
+                assert!(
+                    (bytes_per_message / size as f64 - 1.0).abs() < 1e-9,
+                    "{conn} {size}: {r:?}"
+                );
+            }
+        }
+    }
 
     fn mark(ms: u64, messages: u64) -> CompletionMark {
         CompletionMark {

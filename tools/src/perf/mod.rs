@@ -64,11 +64,13 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
     let mut lat_recv = [RecvState::new(nqp), RecvState::new(nqp)];
     let mut json = None;
     for size in sizes {
+        let mut note = None;
         let row = match cfg.test.kind {
             TestKind::Bw => {
-                let r = bw::run(&setup, size, &mut bw_recv, &mut tracker)?;
-                json = Some(bw_json(&banner, &r, None));
-                bw_row(&r, None)
+                let run = bw::run(&setup, size, &mut bw_recv, &mut tracker)?;
+                note = run.lost.map(|lost| loss_note(cfg, size, lost));
+                json = Some(bw_json(&banner, &run.result, None));
+                bw_row(&run.result, None)
             }
             TestKind::Lat => match lat::run(&setup, size, &mut lat_recv, &mut tracker)? {
                 LatOutcome::Samples(samples) => {
@@ -84,6 +86,9 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
             },
         };
         tracker.clear();
+        if let Some(note) = note {
+            eprintln!("{note}");
+        }
         emit(&row)?;
         tracker.next_size(per_size);
     }
@@ -98,6 +103,15 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
         _ => {}
     }
     Ok(())
+}
+
+/// The stderr note of a send test whose receiver got fewer messages than were sent.
+fn loss_note(cfg: &PerfConfig, size: u64, lost: bw::Loss) -> String {
+    format!(
+        " Note: {} of {} messages of {size} bytes arrived ({} drops a send that finds no \
+         receive posted; -r sets how many are posted); the row counts the arrived ones",
+        lost.arrived, lost.sent, cfg.conn
+    )
 }
 
 /// Writes `text` to stdout and flushes (rows appear as they are measured).

@@ -189,6 +189,10 @@ fn bw(msg_size: u64, iterations: u64, peak: f64, avg: f64, rate: f64, units: BwU
 
 #[test]
 fn bw_table_mib() {
+    // perftest's bytes, except after the 8-character values of the first row: perftest prints
+    // 12 spaces after the peak and two tabs after the average whatever their width, which puts
+    // that row's average and message rate 1 and 8 columns right of the second row's; here
+    // spaces keep every value in its column.
     let mut text = bw_header(BwUnits::MiBps, false);
     text += &bw_row(
         &bw(65536, 5000, 11586.21, 11583.98, 0.185344, BwUnits::MiBps),
@@ -202,7 +206,7 @@ fn bw_table_mib() {
     let want = format!(
         "{RULE}\n \
          #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n \
-         65536      5000             11586.21            11583.98\t\t     0.185344\n \
+         65536      5000             11586.21           11583.98             0.185344\n \
          2          5000             0.00               0.00   \t\t     0.000000\t    12.50\n\
          {RULE}\n"
     );
@@ -226,6 +230,153 @@ fn bw_table_gbits_with_extended_accuracy() {
          8388608    1000             97.17              97.16  \t\t     0.001448\n"
     );
     assert_eq!(text, want);
+}
+
+/// The display columns (tabs to multiples of 8) where each whitespace-separated word of
+/// `line` starts.
+fn word_starts(line: &str) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut col = 0;
+    let mut in_word = false;
+    for c in line.chars() {
+        match c {
+            '\t' => {
+                col = (col / 8 + 1) * 8;
+                in_word = false;
+            }
+            ' ' | '\n' => {
+                col += 1;
+                in_word = false;
+            }
+            _ => {
+                if !in_word {
+                    starts.push(col);
+                }
+                in_word = true;
+                col += 1;
+            }
+        }
+    }
+    starts
+}
+
+/// Where each column title of a header line starts (titles are separated by at least two
+/// spaces, or by one before a `#`).
+fn title_starts(header: &str) -> Vec<usize> {
+    let line = header.lines().last().expect("a header line");
+    assert!(!line.contains('\t'), "{line:?}");
+    let mut starts = Vec::new();
+    let mut spaces = 2;
+    for (col, c) in line.chars().enumerate() {
+        if c == ' ' {
+            spaces += 1;
+        } else {
+            if spaces >= 2 || (spaces == 1 && c == '#') {
+                starts.push(col);
+            }
+            spaces = 0;
+        }
+    }
+    starts
+}
+
+/// Checks that every row's values start in the same columns, and (rows without a CPU column)
+/// that each value starts under its title: at or after the title's first column and before
+/// the next title's.
+fn assert_aligned(header: &str, rows: &[String], titled: bool) {
+    let titles = title_starts(header);
+    let first = word_starts(&rows[0]);
+    for row in rows {
+        let starts = word_starts(row);
+        assert_eq!(starts, first, "columns moved:\n{}{}", rows[0], row);
+        if titled {
+            assert_eq!(starts.len(), titles.len(), "{header}{row}");
+            for (i, &at) in starts.iter().enumerate() {
+                let next = titles.get(i + 1).copied().unwrap_or(usize::MAX);
+                assert!(
+                    titles[i] <= at && at < next,
+                    "value {i} at column {at} is not under its title (columns {}..{next}):\n\
+                     {header}{row}",
+                    titles[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bw_rows_stay_aligned_for_huge_values() {
+    let mib = |size, iters, peak, avg, rate| bw(size, iters, peak, avg, rate, BwUnits::MiBps);
+    let rows = [
+        mib(2, 1000, 0.0, 0.0, 0.0),
+        mib(65536, 1000, 1234.56, 1234.5, 0.02),
+        mib(65536, 5000, 11586.21, 11583.98, 0.185344),
+        // What `send_bw -c UC -r 1` used to report.
+        mib(65536, 1000, 274375.52, 210486.61, 3.367786),
+        mib(
+            1 << 31,
+            123_456_789_012,
+            999_999_999_999_999.9,
+            99_999_999_999_999.9,
+            123_456.789,
+        ),
+    ];
+    for cpu in [None, Some(99.5)] {
+        let header = bw_header(BwUnits::MiBps, cpu.is_some());
+        let text: Vec<String> = rows.iter().map(|r| bw_row(r, cpu)).collect();
+        assert_aligned(&header, &text, cpu.is_none());
+    }
+    // Extended accuracy (Gb/s, average under 0.1): perftest prints the count unpadded.
+    let gb = |iters, peak, avg| bw(2, iters, peak, avg, 3.10546, BwUnits::Gbps);
+    let rows = [
+        gb(1000, 0.0523, 0.04969),
+        gb(5, 123_456_789.5, 0.099),
+        gb(123_456_789, 0.0, 0.0),
+    ];
+    let text: Vec<String> = rows.iter().map(|r| bw_row(r, None)).collect();
+    assert_aligned(&bw_header(BwUnits::Gbps, false), &text, true);
+}
+
+#[test]
+fn lat_rows_stay_aligned_for_huge_values() {
+    let stats = |t: f64| LatencyStats {
+        kept: 997,
+        t_min: t,
+        t_max: t * 3.0,
+        t_typical: t * 1.1,
+        t_avg: t * 1.2,
+        t_stdev: t / 10.0,
+        p99: t * 2.0,
+        p99_9: t * 2.9,
+    };
+    // The narrowest column, t_max, holds 12 characters: 45000000.00 µs still fits.
+    for cpu in [None, Some(3.0)] {
+        let text: Vec<String> = [
+            (2, 1000, 1.01),
+            (65536, 5, 123.456),
+            (1 << 23, 99_999, 1.5e7),
+        ]
+        .iter()
+        .map(|&(size, iters, t)| lat_row(size, iters, &stats(t), cpu))
+        .collect();
+        assert_aligned(&lat_header(cpu.is_some()), &text, cpu.is_none());
+    }
+    let text: Vec<String> = [
+        (2_000_000, 0.97, 1_025_641.03),
+        (12, 1.2e9, 1e-3),
+        (7, 5.5, 1.5e15),
+    ]
+    .iter()
+    .map(|&(iterations, t_avg, tps)| {
+        let r = DurationLatency {
+            iterations,
+            t_avg,
+            tps,
+        };
+        lat_duration_row(2, &r, None)
+    })
+    .collect();
+    assert_aligned(&lat_duration_header(false), &text, true);
 }
 
 #[test]
