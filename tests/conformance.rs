@@ -53,10 +53,12 @@ mod conformance {
     mod atomics;
     mod cq;
     mod device;
+    mod error_classes;
     mod errors_rc;
     mod events;
     mod mr;
     mod mw;
+    mod mw_access;
     mod mw_rules;
     mod notify;
     mod obj_util;

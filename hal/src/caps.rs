@@ -287,6 +287,13 @@ pub enum QuirkId {
     /// A responder with `max_dest_rd_atomic = 0` has no remote read/atomic rights, so a READ
     /// or atomic to it fails with `REM_ACCESS_ERR` instead of `REM_INV_REQ_ERR`.
     ZeroRdAtomicIsAccessError,
+    /// RESET → ERR is refused, as Linux's transition table does (IBTA allows it).
+    ResetToErrRefused,
+    /// A UD send larger than the port MTU completes with `LOC_LEN_ERR` (IBTA C10-93.1.1 says
+    /// the message is silently not sent).
+    UdOversizeIsLocLenErr,
+    /// No zero-based MRs or windows (`ZERO_BASED` is refused).
+    NoZeroBasedAddressing,
 }
 
 /// One quirk with a human explanation.
@@ -296,6 +303,31 @@ pub struct Quirk {
     pub id: QuirkId,
     /// What the backend does, and where IBTA or other stacks differ.
     pub summary: &'static str,
+}
+
+/// The quirks that come from layers every backend shares (verbs-core's transition table, the
+/// transport engine), written once for the backends' tables.
+impl Quirk {
+    /// [`QuirkId::ResetToErrRefused`].
+    pub const RESET_TO_ERR_REFUSED: Self = Self {
+        id: QuirkId::ResetToErrRefused,
+        summary: "RESET -> ERR is refused (InvalidTransition), as Linux's ib_modify_qp_is_ok \
+                  table does; IBTA lets any state go to ERR",
+    };
+    /// [`QuirkId::UdOversizeIsLocLenErr`].
+    pub const UD_OVERSIZE_IS_LOC_LEN_ERR: Self = Self {
+        id: QuirkId::UdOversizeIsLocLenErr,
+        summary: "a UD send larger than the port MTU completes with LOC_LEN_ERR and the QP \
+                  enters SQE, as HCAs and rdma-unit-test expect; IBTA C10-93.1.1 (and rxe) \
+                  send nothing and report success",
+    };
+    /// [`QuirkId::NoZeroBasedAddressing`].
+    pub const NO_ZERO_BASED_ADDRESSING: Self = Self {
+        id: QuirkId::NoZeroBasedAddressing,
+        summary: "no zero-based addressing: ZERO_BASED is refused on reg_mr (InvalidAccess) \
+                  and a zero-based bind fails with MW_BIND_ERR; IBTA allows zero-based type-2 \
+                  windows (mlx5 and irdma lack them too)",
+    };
 }
 
 #[cfg(test)]

@@ -173,10 +173,141 @@ fn restate_pair_rc(env: &Env, p: &Pair) {
     super::obj_util::restate_pair(env, p, &Params::default());
 }
 
+fn atomic_misaligned_with_a_bad_lkey_is_rem_inv_req(backend: Backend) {
+    // The responder's error comes first: the local key is only met by the response.
+    let env = Env::new(backend);
+    let p = Pair::new(&env, QpType::Rc);
+    p.b.buf.store_u64(0, 1).unwrap();
+    let bad = Sge {
+        lkey: p.a.mr.lkey() ^ 0x80,
+        ..p.a.sge(0, 8)
+    };
+    let wc = one_atomic(&env, &p.a, faa(1, &[bad], p.b.remote(4)));
+    assert_eq!(wc.status, WcStatus::RemInvReqErr);
+    assert_eq!(p.b.buf.load_u64(0).unwrap(), 1);
+}
+
+fn atomic_with_a_bad_lkey_executes_remotely_and_fails_locally(backend: Backend) {
+    // As on rxe and HCAs (rdma-unit-test FetchAddInvalidLKey/CompareSwapInvalidLKey): the
+    // responder executes the atomic; the original value cannot land, LOC_PROT_ERR.
+    let env = Env::new(backend);
+    let p = Pair::new(&env, QpType::Rc);
+    p.b.buf.store_u64(0, 2).unwrap();
+    p.a.buf.store_u64(0, 0xaa).unwrap();
+    let bad = Sge {
+        lkey: p.a.mr.lkey() ^ 0x80,
+        ..p.a.sge(0, 8)
+    };
+    let wc = one_atomic(&env, &p.a, faa(1, &[bad], p.b.remote(0)));
+    assert_eq!(wc.status, WcStatus::LocProtErr);
+    assert_eq!(p.b.buf.load_u64(0).unwrap(), 3, "the responder added 1");
+    assert_eq!(
+        p.a.buf.load_u64(0).unwrap(),
+        0xaa,
+        "the local word is untouched"
+    );
+    restate_pair_rc(&env, &p);
+    let wc = one_atomic(&env, &p.a, cas(2, &[bad], p.b.remote(0), 3, 4));
+    assert_eq!(wc.status, WcStatus::LocProtErr);
+    assert_eq!(p.b.buf.load_u64(0).unwrap(), 4, "the responder swapped");
+}
+
+fn atomic_result_buffer_without_local_write_is_loc_prot(backend: Backend) {
+    let env = Env::new(backend);
+    let p = Pair::new(&env, QpType::Rc);
+    let ro =
+        p.a.pd
+            .reg_mr_blocking(&p.a.buf, 0..4096, AccessFlags::empty())
+            .unwrap();
+    p.a.buf.store_u64(0, 0xbb).unwrap();
+    let wc = one_atomic(&env, &p.a, faa(1, &[ro.sge(0, 8)], p.b.remote(0)));
+    assert_eq!(wc.status, WcStatus::LocProtErr);
+    assert_eq!(p.a.buf.load_u64(0).unwrap(), 0xbb);
+}
+
+fn atomics_need_only_remote_atomic_on_the_target(backend: Backend) {
+    let env = Env::new(backend);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let p = Pair::with(&env, QpType::Rc, &Params::default(), access);
+    let sge = [p.a.sge(0, 8)];
+    assert_eq!(
+        one_atomic(&env, &p.a, faa(1, &sge, p.b.remote(0))).status,
+        WcStatus::Success
+    );
+    assert_eq!(
+        one_atomic(&env, &p.a, cas(2, &sge, p.b.remote(0), 1, 9)).status,
+        WcStatus::Success
+    );
+    assert_eq!(p.b.buf.load_u64(0).unwrap(), 9);
+}
+
+fn atomic_to_a_responder_without_rd_atomic_resources_fails(backend: Backend) {
+    let env = Env::new(backend);
+    let a = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    let b = Side::new(env.b(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    let p = Params::default();
+    to_init(&a.qp, &p);
+    to_init(&b.qp, &p);
+    to_rts(&a.qp, b.qp.qp_num(), Env::gid(env.b()), &p);
+    to_rts(
+        &b.qp,
+        a.qp.qp_num(),
+        Env::gid(env.a()),
+        &Params { rd_atomic: 0, ..p },
+    );
+    let expected = if has_quirk(env.b(), portverbs::hal::QuirkId::ZeroRdAtomicIsAccessError) {
+        WcStatus::RemAccessErr
+    } else {
+        WcStatus::RemInvReqErr
+    };
+    let wc = one_atomic(&env, &a, faa(1, &[a.sge(0, 8)], b.remote(0)));
+    assert_eq!(wc.status, expected);
+    assert_eq!(b.buf.load_u64(0).unwrap(), 0);
+}
+
+fn unsignaled_atomics_complete_silently_and_take_effect(backend: Backend) {
+    let env = Env::new(backend);
+    let p = Pair::new(&env, QpType::Rc);
+    let s1 = [p.a.sge(0, 8)];
+    let s2 = [p.a.sge(8, 8)];
+    let first = SendWr::new(
+        1,
+        SendOp::AtomicFetchAdd {
+            remote: p.b.remote(0),
+            add: 10,
+        },
+    )
+    .sges(&s1);
+    let second = SendWr::new(
+        2,
+        SendOp::AtomicFetchAdd {
+            remote: p.b.remote(0),
+            add: 1,
+        },
+    )
+    .sges(&s2)
+    .signaled();
+    p.a.qp.post_send(&[first, second]).unwrap();
+    let wc = poll_one(&env, &p.a.cq);
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
+    assert_eq!(p.b.buf.load_u64(0).unwrap(), 11);
+    assert_eq!(
+        p.a.buf.load_u64(8).unwrap(),
+        10,
+        "the second saw the first's result"
+    );
+}
+
 cases!(
     atomic_with_a_local_buffer_other_than_8_bytes_is_loc_len,
     atomic_length_is_checked_before_the_local_key,
     atomic_key_is_checked_before_the_alignment,
     compare_and_swap_with_equal_and_unequal_values,
     fetch_and_add_wraps_around,
+    atomic_misaligned_with_a_bad_lkey_is_rem_inv_req,
+    atomic_with_a_bad_lkey_executes_remotely_and_fails_locally,
+    atomic_result_buffer_without_local_write_is_loc_prot,
+    atomics_need_only_remote_atomic_on_the_target,
+    atomic_to_a_responder_without_rd_atomic_resources_fails,
+    unsignaled_atomics_complete_silently_and_take_effect,
 );

@@ -280,7 +280,14 @@ fn quirks_table_is_non_empty_and_every_entry_is_explained(backend: Backend) {
             q.summary
         );
     }
-    assert!(ids.contains(&QuirkId::DeregMrWithBoundMwRefused));
+    for shared in [
+        QuirkId::DeregMrWithBoundMwRefused,
+        QuirkId::ResetToErrRefused,
+        QuirkId::UdOversizeIsLocLenErr,
+        QuirkId::NoZeroBasedAddressing,
+    ] {
+        assert!(ids.contains(&shared), "{shared:?} missing");
+    }
 }
 
 cases!(

@@ -461,6 +461,96 @@ fn reset_to_err_is_refused_as_linux_does(backend: Backend) {
     }
 }
 
+fn every_strict_subset_of_a_required_mask_is_refused(backend: Backend) {
+    // rdma-unit-test ModifyBad*StateTransition: drop any one required attribute (every strict
+    // subset misses at least one) and the modify fails, naming it, with the state unchanged.
+    let env = Env::new(backend);
+    let p = Params::default();
+    let gid = Env::gid(env.b());
+    for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+        let s = lone(&env, t);
+        let init = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qkey: QKEY,
+            qp_access_flags: AccessFlags::LOCAL_WRITE,
+            ..QpAttr::default()
+        };
+        let steps = [
+            (init, init_mask(t), QpState::Reset),
+            (rtr_attr(5, gid, &p), rtr_mask(t), QpState::Init),
+            (rts_attr(&p), rts_mask(t), QpState::Rtr),
+        ];
+        for (attr, full, from) in steps {
+            let required = full - QpAttrMask::STATE;
+            for bit in required.iter() {
+                match s.qp.modify_blocking(&attr, full - bit) {
+                    Err(ModifyQpError::MissingAttributes { missing, .. }) => {
+                        assert_eq!(missing, bit, "{t} {from}");
+                    }
+                    other => panic!("{t} {from} without {bit:?}: {other:?}"),
+                }
+                assert_eq!(queried_state(&s.qp), from);
+            }
+            s.qp.modify_blocking(&attr, full).unwrap();
+        }
+        // RTS -> RTR does not exist.
+        let r = s.qp.modify_blocking(&rtr_attr(5, gid, &p), rtr_mask(t));
+        assert_invalid_transition(r, s.qp.qp_num(), QpState::Rts, QpState::Rtr);
+    }
+}
+
+fn qp_with_zero_send_wr_gets_what_the_device_grants(backend: Backend) {
+    // rdma-unit-test QpTest.ZeroSendWr: max_send_wr = 0 is allowed; as ibv_create_qp(3) says,
+    // the caps returned are at least those asked for, and the send queue takes exactly them.
+    let env = Env::new(backend);
+    let pd = env.a().alloc_pd_blocking().unwrap();
+    let c = cq(env.a(), 64);
+    let qp = pd
+        .create_qp_blocking(QpInit {
+            qp_type: QpType::Ud,
+            send_cq: &c,
+            recv_cq: &c,
+            srq: None,
+            caps: QpCaps {
+                max_send_wr: 0,
+                ..CAPS
+            },
+            sq_sig_all: false,
+        })
+        .expect("max_send_wr = 0 is allowed");
+    let granted = qp.caps().max_send_wr;
+    assert!(granted < 64, "a small queue: {granted}");
+    let p = Params::default();
+    to_init(&qp, &p);
+    to_rts(&qp, 0, Gid::default(), &p);
+    let ah = pd
+        .create_ah_blocking(AddressVector {
+            dgid: Env::gid(env.b()),
+            is_global: true,
+            port_num: 1,
+            ..AddressVector::default()
+        })
+        .unwrap();
+    let dest = portverbs::verbs::UdDest {
+        av: ah.av(),
+        remote_qpn: 1,
+        remote_qkey: QKEY,
+    };
+    let wrs: Vec<_> = (0..=u64::from(granted))
+        .map(|i| SendWr::new(i, SendOp::Send).ud(dest))
+        .collect();
+    let e = qp.post_send(&wrs).unwrap_err();
+    assert_eq!(
+        e.index, granted as usize,
+        "the queue takes exactly what it granted"
+    );
+    assert!(
+        matches!(e.kind, portverbs::verbs::PostErrorKind::QueueFull { .. }),
+        "{e:?}"
+    );
+}
+
 cases!(
     create_qp_starts_in_reset_with_requested_caps,
     create_qp_beyond_device_limits_is_refused,
@@ -470,4 +560,6 @@ cases!(
     unexpected_attributes_are_named,
     out_of_range_attribute_values_are_refused,
     reset_to_err_is_refused_as_linux_does,
+    every_strict_subset_of_a_required_mask_is_refused,
+    qp_with_zero_send_wr_gets_what_the_device_grants,
 );

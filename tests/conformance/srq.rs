@@ -387,6 +387,124 @@ fn srq_receive_in_the_qps_pd_but_not_the_srqs_is_loc_prot(backend: Backend) {
     assert_eq!(queried_state(&x.qp), QpState::Err);
 }
 
+fn srq_write_with_imm_targets_the_qps_pd_not_the_srqs(backend: Backend) {
+    // rdma-unit-test PdSrqTest.QpSrqPdMismatchWriteWithImm: the receive a WRITE with immediate
+    // consumes is checked in the SRQ's PD, the memory it writes in the QP's.
+    let env = Env::new(backend);
+    let x = CrossPd::new(&env);
+    let target = x
+        .qp_pd
+        .reg_mr_blocking(
+            &x.buf,
+            1024..2048,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    x.srq
+        .post_recv(&[RecvWr {
+            wr_id: 7,
+            sges: &[],
+        }])
+        .unwrap();
+    let data = pattern(6, 48);
+    x.a.buf.write(0, &data).unwrap();
+    let remote = RemoteAddr {
+        addr: target.addr(),
+        rkey: target.rkey().unwrap(),
+    };
+    let sge = [x.a.sge(0, 48)];
+    x.a.qp
+        .post_send(&[
+            SendWr::new(1, SendOp::RdmaWriteWithImm { remote, imm: 0x55 })
+                .sges(&sge)
+                .signaled(),
+        ])
+        .unwrap();
+    check_wc(
+        &poll_one(&env, &x.a.cq),
+        1,
+        WcStatus::Success,
+        WcOpcode::RdmaWrite,
+    );
+    let rwc = poll_one(&env, &x.cq);
+    check_wc(&rwc, 7, WcStatus::Success, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(rwc.imm(), Some(0x55));
+    assert_eq!(x.buf.to_vec(1024, 48).unwrap(), data);
+}
+
+fn empty_srq_gives_rnr_retry_exceeded_and_the_responder_stays_rts(backend: Backend) {
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(4));
+    let bq = b.qp();
+    let a = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    let params = Params {
+        rnr_retry: 1,
+        min_rnr_timer: 1,
+        ..Params::default()
+    };
+    connect(&env, &a.qp, &bq, &params);
+    let sge = [a.sge(0, 16)];
+    a.qp.post_send(&[SendWr::new(1, SendOp::Send).sges(&sge).signaled()])
+        .unwrap();
+    let wc = poll_one(&env, &a.cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RnrRetryExcErr));
+    assert_eq!(queried_state(&bq), QpState::Rts);
+    assert!(env.poll(&b.cq, 0).is_empty());
+    // Reconnected, with a receive on the SRQ, the same message goes through.
+    super::obj_util::restate(&a.qp, bq.qp_num(), Env::gid(env.b()), &params);
+    b.post(0, 0);
+    a.qp.post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).signaled()])
+        .unwrap();
+    check_wc(&poll_one(&env, &a.cq), 2, WcStatus::Success, WcOpcode::Send);
+    check_wc(&poll_one(&env, &b.cq), 0, WcStatus::Success, WcOpcode::Recv);
+}
+
+fn srq_receives_survive_one_of_its_qps_entering_err(backend: Backend) {
+    // rdma-unit-test SrqTest.QpFlush: a QP attached to an SRQ going to ERR flushes nothing of
+    // the SRQ; another QP of the SRQ consumes the receives.
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(4));
+    let (b1, b2) = (b.qp(), b.qp());
+    let a2 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    to_init(&b1, &Params::default());
+    connect(&env, &a2.qp, &b2, &Params::default());
+    b.post(0, 0);
+    b.post(1, 0);
+    b1.modify_blocking(
+        &QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    assert!(env.poll(&b.cq, 0).is_empty(), "no flush of SRQ receives");
+    let sge = [a2.sge(0, 16)];
+    for id in [1, 2] {
+        a2.qp
+            .post_send(&[SendWr::new(id, SendOp::Send).sges(&sge).signaled()])
+            .unwrap();
+        check_wc(
+            &poll_one(&env, &a2.cq),
+            id,
+            WcStatus::Success,
+            WcOpcode::Send,
+        );
+        let wc = poll_one(&env, &b.cq);
+        check_wc(&wc, wc.wr_id, WcStatus::Success, WcOpcode::Recv);
+        assert_eq!(wc.qp_num, b2.qp_num());
+    }
+}
+
+fn srq_limit_above_its_depth_is_refused_and_changes_nothing(backend: Backend) {
+    let env = Env::new(backend);
+    let b = SrqSide::new(env.b(), srq_init(8));
+    b.srq.arm_limit_blocking(3).unwrap();
+    let depth = b.srq.depth();
+    assert!(b.srq.arm_limit_blocking(depth + 1).is_err());
+    assert_eq!(b.srq.limit(), 3, "the armed limit stays");
+}
+
 cases!(
     rc_traffic_through_an_srq_from_two_qps,
     posting_more_than_the_srq_depth_is_queue_full,
@@ -398,4 +516,8 @@ cases!(
     qp_with_srq_to_err_reports_last_wqe_reached,
     srq_receive_is_checked_against_the_srqs_pd,
     srq_receive_in_the_qps_pd_but_not_the_srqs_is_loc_prot,
+    srq_write_with_imm_targets_the_qps_pd_not_the_srqs,
+    empty_srq_gives_rnr_retry_exceeded_and_the_responder_stays_rts,
+    srq_receives_survive_one_of_its_qps_entering_err,
+    srq_limit_above_its_depth_is_refused_and_changes_nothing,
 );

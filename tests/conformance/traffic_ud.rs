@@ -365,6 +365,134 @@ fn ud_traffic_driven_by_completion_events(backend: Backend) {
     assert_eq!(b_cq.unacked_events(), 0);
 }
 
+fn ud_send_with_no_receive_posted_is_dropped(backend: Backend) {
+    // IBA class D: no receive, no delivery, no state change; the next message with a receive
+    // posted lands normally.
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    let wc = u.send(&env, 1, SendOp::Send, 32, QKEY);
+    check_wc(&wc, 1, WcStatus::Success, WcOpcode::Send);
+    assert!(env.poll(&u.p.b.cq, 0).is_empty());
+    assert_eq!(queried_state(&u.p.b.qp), QpState::Rts);
+    u.p.b.post_recv(2, 0, 256);
+    let wc = u.send(&env, 3, SendOp::Send, 48, QKEY);
+    check_wc(&wc, 3, WcStatus::Success, WcOpcode::Send);
+    let rwc = poll_one(&env, &u.p.b.cq);
+    check_wc(&rwc, 2, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(rwc.byte_len, GRH + 48, "the second message, not the first");
+}
+
+fn ud_send_to_a_qpn_that_does_not_exist_is_dropped(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    u.p.b.post_recv(1, 0, 256);
+    let sge = [u.p.a.sge(0, 16)];
+    let dest = UdDest {
+        remote_qpn: 0x00ab_cdef,
+        ..u.dest(QKEY)
+    };
+    u.p.a
+        .qp
+        .post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).ud(dest).signaled()])
+        .unwrap();
+    check_wc(
+        &poll_one(&env, &u.p.a.cq),
+        2,
+        WcStatus::Success,
+        WcOpcode::Send,
+    );
+    assert!(
+        env.poll(&u.p.b.cq, 0).is_empty(),
+        "nothing arrives anywhere"
+    );
+}
+
+fn ud_and_rc_qps_do_not_talk(backend: Backend) {
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    // A UD send to the number of an RC QP is dropped there.
+    let rc = Side::new(env.b(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    let peer = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    let params = Params {
+        retry_cnt: 1,
+        timeout: 8,
+        ..Params::default()
+    };
+    connect(&env, &peer.qp, &rc.qp, &params);
+    rc.post_recv(1, 0, 256);
+    let sge = [u.p.a.sge(0, 16)];
+    let dest = UdDest {
+        remote_qpn: rc.qp.qp_num(),
+        ..u.dest(QKEY)
+    };
+    u.p.a
+        .qp
+        .post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).ud(dest).signaled()])
+        .unwrap();
+    check_wc(
+        &poll_one(&env, &u.p.a.cq),
+        2,
+        WcStatus::Success,
+        WcOpcode::Send,
+    );
+    assert!(env.poll(&rc.cq, 0).is_empty());
+    // An RC QP connected to the number of a UD QP gets no acknowledgement.
+    let lone = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
+    to_init(&lone.qp, &params);
+    to_rts(&lone.qp, u.p.b.qp.qp_num(), Env::gid(env.b()), &params);
+    u.p.b.post_recv(3, 0, 256);
+    let sge = [lone.sge(0, 16)];
+    lone.qp
+        .post_send(&[SendWr::new(4, SendOp::Send).sges(&sge).signaled()])
+        .unwrap();
+    let wc = poll_one(&env, &lone.cq);
+    assert_eq!((wc.wr_id, wc.status), (4, WcStatus::RetryExcErr));
+    assert!(env.poll(&u.p.b.cq, 0).is_empty(), "the UD QP took nothing");
+}
+
+fn ud_traffic_class_reaches_the_grh_area(backend: Backend) {
+    // RoCEv2 over IPv4: the address handle's traffic class is the IPv4 TOS byte.
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    let ah =
+        u.p.a
+            .pd
+            .create_ah_blocking(AddressVector {
+                dgid: Env::gid(env.b()),
+                is_global: true,
+                hop_limit: 64,
+                traffic_class: 0xb8,
+                port_num: 1,
+                ..AddressVector::default()
+            })
+            .unwrap();
+    u.p.b.post_recv(1, 0, 256);
+    let sge = [u.p.a.sge(0, 8)];
+    let dest = UdDest {
+        av: ah.av(),
+        ..u.dest(QKEY)
+    };
+    u.p.a
+        .qp
+        .post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).ud(dest).signaled()])
+        .unwrap();
+    check_wc(
+        &poll_one(&env, &u.p.a.cq),
+        2,
+        WcStatus::Success,
+        WcOpcode::Send,
+    );
+    check_wc(
+        &poll_one(&env, &u.p.b.cq),
+        1,
+        WcStatus::Success,
+        WcOpcode::Recv,
+    );
+    let grh = u.p.b.buf.to_vec(0, GRH as usize).unwrap();
+    assert_eq!(grh[20] >> 4, 4, "an IPv4 header after 20 reserved bytes");
+    assert_eq!(grh[21], 0xb8, "TOS = traffic class");
+}
+
 cases!(
     ud_send_delivers_grh_area_and_source,
     ud_wrong_qkey_is_dropped_silently,
@@ -375,4 +503,8 @@ cases!(
     ud_traffic_driven_by_completion_events,
     ud_message_larger_than_the_receive_is_dropped_and_the_receive_stays_posted,
     ud_message_larger_than_an_srq_receive_completes_it_with_loc_len,
+    ud_send_with_no_receive_posted_is_dropped,
+    ud_send_to_a_qpn_that_does_not_exist_is_dropped,
+    ud_and_rc_qps_do_not_talk,
+    ud_traffic_class_reaches_the_grh_area,
 );

@@ -23,4 +23,7 @@ pub static MLX4_QUIRKS: &[Quirk] = &[
                   (the QP context's rra_max cannot say none; Linux clears the rights too), so \
                   a READ or atomic to it completes with REM_ACCESS_ERR, not REM_INV_REQ_ERR",
     },
+    Quirk::RESET_TO_ERR_REFUSED,
+    Quirk::UD_OVERSIZE_IS_LOC_LEN_ERR,
+    Quirk::NO_ZERO_BASED_ADDRESSING,
 ];

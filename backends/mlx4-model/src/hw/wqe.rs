@@ -167,6 +167,9 @@ pub(super) fn decode_send(wqe: &[u8], qp_type: QpType, out: &mut SendWqe) -> Res
                     access |= a;
                 }
             }
+            if b.flags2.get() & bind::ZERO_BASED != 0 {
+                access |= AccessFlags::ZERO_BASED;
+            }
             let new_rkey = b.new_rkey.get();
             out.flags = flags;
             out.op = SendOp::BindMw {

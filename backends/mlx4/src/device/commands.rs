@@ -756,9 +756,11 @@ impl Device for Mlx4Device {
         let caps = &self.0.caps;
         let c = params.caps;
         let max_wr = (1u32 << caps.log_max_qp_sz.min(15)) - 64;
-        if c.max_send_wr == 0 || c.max_send_wr > max_wr {
+        // 0 send WRs is allowed (a receive-only QP): the queue still gets its spare WQEs and
+        // reports what it grants, as ibv_create_qp(3) says.
+        if c.max_send_wr > max_wr {
             return Err(invalid(format!(
-                "{} send WRs (1..={max_wr})",
+                "{} send WRs (at most {max_wr})",
                 c.max_send_wr
             )));
         }

@@ -102,11 +102,14 @@ fn bind_seg(b: &MwBind) -> [u8; 32] {
     if b.access.contains(AccessFlags::REMOTE_READ) {
         f1 |= bind::REMOTE_READ;
     }
-    let f2 = if b.mw_type == MwType::Type2 {
+    let mut f2 = if b.mw_type == MwType::Type2 {
         bind::TYPE_2
     } else {
         0
     };
+    if b.access.contains(AccessFlags::ZERO_BASED) {
+        f2 |= bind::ZERO_BASED;
+    }
     let mut seg = [0u8; 32];
     seg[..4].copy_from_slice(&f1.to_be_bytes());
     seg[4..8].copy_from_slice(&f2.to_be_bytes());

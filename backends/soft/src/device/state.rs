@@ -48,6 +48,9 @@ pub static SOFT_QUIRKS: &[Quirk] = &[
         id: QuirkId::NoSrqResize,
         summary: "an SRQ's max_wr cannot change after creation (SRQ_RESIZE is not offered)",
     },
+    Quirk::RESET_TO_ERR_REFUSED,
+    Quirk::UD_OVERSIZE_IS_LOC_LEN_ERR,
+    Quirk::NO_ZERO_BASED_ADDRESSING,
 ];
 
 /// One port.

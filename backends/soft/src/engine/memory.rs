@@ -44,6 +44,9 @@ pub enum KeyError {
     /// A type-2 window bound with length 0 (only a type-1 window may be unbound that way,
     /// IBA 10.6.7.2.1; a type-2 window is invalidated instead).
     ZeroLength,
+    /// A zero-based bind: type-1 windows cannot be zero-based (IBA), and this device has no
+    /// zero-based addressing at all (`QuirkId::NoZeroBasedAddressing`).
+    ZeroBased,
 }
 
 #[derive(Debug)]
@@ -569,6 +572,9 @@ impl MemoryTable {
         }
         if mw.mw_type == MwType::Type2 && bind.length == 0 {
             return Err(KeyError::ZeroLength);
+        }
+        if bind.access.contains(AccessFlags::ZERO_BASED) {
+            return Err(KeyError::ZeroBased);
         }
         let old = mw.binding;
         let unbind = bind.length == 0 && bind.mw_type == MwType::Type1;

@@ -390,6 +390,13 @@ impl Engine {
             return;
         }
         let opcode = pkt.hdr.bth.opcode;
+        // A packet of another transport (a UD datagram to an RC QP's number, RC traffic to a
+        // UD QP) is not this QP's: dropped, as IBTA's transport header checks require (the
+        // opcode's transport must be the destination QP's).
+        if opcode.service() != requester::service(qp.init.qp_type) {
+            self.core.stats.dropped += 1;
+            return;
+        }
         if opcode.is_ack() || opcode.is_read_response() {
             completer::on_response(qp, &mut self.core, hca, now, pkt, out);
         } else {

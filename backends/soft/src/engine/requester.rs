@@ -245,7 +245,8 @@ fn execute_local(qp: &mut QpCtx, core: &mut Core, op: SendOp) -> WcStatus {
     }
 }
 
-fn service(t: QpType) -> Service {
+/// The BTH transport of a QP type.
+pub(crate) fn service(t: QpType) -> Service {
     match t {
         QpType::Rc => Service::Rc,
         QpType::Uc => Service::Uc,
