@@ -46,17 +46,17 @@ fn level_triggered_epoll_get_ack_destroy() {
     drop(got);
 
     // The destroy barrier of ibv_destroy_cq: not while the event is unacknowledged.
-    qb.destroy().map_err(|(e, _)| e).unwrap();
+    qb.destroy().unwrap();
     assert_eq!(cq_b.unacked_events(), 1);
-    let (err, cq_b) = cq_b.destroy().unwrap_err();
+    let (err, cq_b) = cq_b.destroy().unwrap_err().into_parts();
     assert!(
         matches!(err, CqError::UnackedEvents { unacked: 1, .. }),
         "{err:?}"
     );
     cq_b.ack_events(1);
     assert_eq!(cq_b.unacked_events(), 0);
-    cq_b.destroy().map_err(|(e, _)| e).unwrap();
-    qa.destroy().map_err(|(e, _)| e).unwrap();
+    cq_b.destroy().unwrap();
+    qa.destroy().unwrap();
 }
 
 /// B's two CQs share one edge-triggered channel; each is armed and gets one receive
@@ -244,7 +244,7 @@ fn wait_notify_on_a_destroyed_cq_is_cancelled() {
     let cq = net.b.cq(Some(&chan));
     let cqn = cq.cqn();
     let mut req = cq.notify(NotifyKind::Any);
-    cq.destroy().map_err(|(e, _)| e).unwrap();
+    cq.destroy().unwrap();
     let r = chan.wait_notify(&mut req, Some(PATIENCE));
     assert!(
         matches!(r, Err(NotifyWaitError::Notify(portverbs_verbs::NotifyError::Cancelled { cqn: n })) if n == cqn),

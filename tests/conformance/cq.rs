@@ -242,7 +242,7 @@ fn destroy_cq_used_by_a_qp_is_busy(backend: Backend) {
             sq_sig_all: false,
         })
         .unwrap();
-    let cq = match cq.destroy() {
+    let cq = match cq.destroy().map_err(|r| r.into_parts()) {
         Err((CqError::Busy { cqn: n, users }, cq)) => {
             assert_eq!(n, cqn);
             assert!(users >= 1);

@@ -161,7 +161,7 @@ fn dereg_mr_with_other_handles_is_busy(backend: Backend) {
         .unwrap();
     let lkey = mr.lkey();
     let other = mr.clone();
-    let mr = match mr.dereg() {
+    let mr = match mr.dereg().map_err(|r| r.into_parts()) {
         Err((MrError::Busy { lkey: k, .. }, mr)) => {
             assert_eq!(k, lkey);
             mr
@@ -339,7 +339,7 @@ fn rereg_to_another_pd_fails_traffic_and_back_restores_it(backend: Backend) {
     let rwc = one(&env, &p.b.cq);
     assert_eq!((rwc.wr_id, rwc.status), (2, WcStatus::LocProtErr));
     // The MR holds its new PD.
-    let Err((PdError::Busy { .. }, new_pd)) = new_pd.dealloc() else {
+    let Err((PdError::Busy { .. }, new_pd)) = new_pd.dealloc().map_err(|r| r.into_parts()) else {
         panic!("a PD with a re-registered MR was freed");
     };
 

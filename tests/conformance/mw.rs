@@ -376,7 +376,7 @@ fn dereg_mr_with_a_bound_window_is_refused_and_the_window_keeps_working(backend:
     let addr = mr.addr() + 2048;
     let rkey = p.b.qp.bind_mw(&mw, &mr, addr, 512, RW, 900, true).unwrap();
     assert!(one(&env, &p.b.cq).is_ok());
-    let mr = match mr.dereg() {
+    let mr = match mr.dereg().map_err(|r| r.into_parts()) {
         Err((MrError::Busy { .. }, mr)) => mr,
         Err((e, _)) => panic!("expected Busy, got {e:?}"),
         Ok(()) => panic!("deregistered an MR with a bound window"),

@@ -343,7 +343,7 @@ fn destroy_cq_with_unacknowledged_events_fails(backend: Backend) {
     let Pair { a, b } = p;
     let Side { qp, cq, .. } = a;
     drop((qp, b));
-    let cq = match cq.destroy() {
+    let cq = match cq.destroy().map_err(|r| r.into_parts()) {
         Err((CqError::UnackedEvents { cqn: n, unacked }, cq)) => {
             assert_eq!((n, unacked), (cqn, 1));
             cq

@@ -23,7 +23,7 @@ fn qp_init<'a>(cq: &'a Cq) -> QpInit<'a, AnyDevice> {
 /// Deallocation must fail with Busy, hand the PD back, and leave it usable.
 fn expect_busy(pd: Pd) -> Pd {
     let pdn = pd.pdn();
-    match pd.dealloc() {
+    match pd.dealloc().map_err(|r| r.into_parts()) {
         Err((PdError::Busy { pdn: n, users }, pd)) => {
             assert_eq!(n, pdn);
             assert!(users >= 1);

@@ -62,18 +62,16 @@ fn dealloc_pd_with_live_qp_is_busy(backend: Backend) {
     let cq = cq(ctx, 256);
     let qp = make_qp(&pd, &cq, QpType::Rc, None, false);
     let pdn = pd.pdn();
-    let pd = match pd.dealloc() {
+    let pd = match pd.dealloc().map_err(|r| r.into_parts()) {
         Err((portverbs::verbs::PdError::Busy { pdn: n, users }, pd)) => {
             assert_eq!(n, pdn);
             assert!(users >= 1);
             pd
         }
-        other => panic!("expected Busy, got {:?}", other.map_err(|e| e.0)),
+        other => panic!("expected Busy, got {:?}", other),
     };
     drop(qp);
-    pd.dealloc()
-        .map_err(|e| e.0)
-        .expect("free once the QP is gone");
+    pd.dealloc().expect("free once the QP is gone");
 }
 
 fn modify_without_state_changes_attributes_in_place(backend: Backend) {

@@ -250,18 +250,16 @@ fn destroying_an_srq_in_use_is_busy(backend: Backend) {
     } = SrqSide::new(env.b(), srq_init(4));
     let qp = make_qp(&pd, &cq, QpType::Rc, Some(&srq), false);
     let srqn = srq.srqn();
-    let srq = match srq.destroy() {
+    let srq = match srq.destroy().map_err(|r| r.into_parts()) {
         Err((SrqError::Busy { srqn: n, users }, srq)) => {
             assert_eq!(n, srqn);
             assert!(users >= 1);
             srq
         }
-        other => panic!("expected Busy, got {:?}", other.map_err(|e| e.0)),
+        other => panic!("expected Busy, got {:?}", other),
     };
     drop(qp);
-    srq.destroy()
-        .map_err(|e| e.0)
-        .expect("free once no QP uses it");
+    srq.destroy().expect("free once no QP uses it");
     drop((mr, buf, cq, pd));
 }
 

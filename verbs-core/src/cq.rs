@@ -20,7 +20,7 @@ use portverbs_hal::{BlockingDevice, block_on};
 
 use crate::channel::{ChannelInner, CompletionChannel};
 use crate::context::{Context, ContextInner, EqShared, lock};
-use crate::error::{CqError, EventError, NotifyError, PollError};
+use crate::error::{CqError, EventError, NotifyError, PollError, Refused};
 use crate::notify::{NotifyKind, NotifyRequest, Request};
 use crate::shared::QpShared;
 use crate::wc::WorkCompletion;
@@ -476,11 +476,11 @@ impl<D: Device> Cq<D> {
     ///
     /// # Errors
     /// [`CqError::Busy`] or [`CqError::UnackedEvents`], with the CQ handed back.
-    pub fn destroy(self) -> Result<(), (CqError, Self)> {
+    pub fn destroy(self) -> Result<(), Refused<Self, CqError>> {
         let unacked = self.unacked_events();
         if unacked > 0 {
             let cqn = self.inner.cqn;
-            return Err((CqError::UnackedEvents { cqn, unacked }, self));
+            return Err(Refused::new(CqError::UnackedEvents { cqn, unacked }, self));
         }
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => {
@@ -490,7 +490,7 @@ impl<D: Device> Cq<D> {
             Err(inner) => {
                 let users = Arc::strong_count(&inner) - 1;
                 let cqn = inner.cqn;
-                Err((CqError::Busy { cqn, users }, Self { inner }))
+                Err(Refused::new(CqError::Busy { cqn, users }, Self { inner }))
             }
         }
     }

@@ -2,6 +2,8 @@
 //! involved, so that a log line says what went wrong where. Device failures are wrapped with
 //! `#[source]`.
 
+use std::fmt;
+
 use portverbs_hal::attr::QpAttrMask;
 use portverbs_hal::dma::DmaError;
 use portverbs_hal::error::{CommandError, CqeError, EqeError, WqeError};
@@ -505,4 +507,93 @@ pub enum AhError {
     /// A query of the device failed.
     #[error(transparent)]
     Device(#[from] CommandError),
+}
+
+/// A teardown that was refused (`destroy`, `dealloc`, `dereg`): why, and the handle, still
+/// valid, given back so nothing is lost. It is an [`std::error::Error`], so `?` works where
+/// the handle is not wanted back:
+///
+/// ```no_run
+/// # fn demo<D: portverbs_hal::Device>(pd: portverbs_verbs::Pd<D>) -> Result<(), Box<dyn std::error::Error>> {
+/// pd.dealloc()?; // Busy while MRs or QPs use it; the PD is then dropped with the error
+/// # Ok(()) }
+/// ```
+///
+/// and [`Refused::into_handle`] takes the handle back to retry later.
+pub struct Refused<T, E> {
+    error: E,
+    handle: T,
+}
+
+impl<T, E> Refused<T, E> {
+    pub(crate) fn new(error: E, handle: T) -> Self {
+        Self { error, handle }
+    }
+
+    /// Why it was refused.
+    pub fn error(&self) -> &E {
+        &self.error
+    }
+
+    /// The handle, to keep using or to retry with.
+    pub fn into_handle(self) -> T {
+        self.handle
+    }
+
+    /// Both parts.
+    pub fn into_parts(self) -> (E, T) {
+        (self.error, self.handle)
+    }
+}
+
+impl<T: fmt::Debug, E: fmt::Debug> fmt::Debug for Refused<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refused")
+            .field("error", &self.error)
+            .field("handle", &self.handle)
+            .finish()
+    }
+}
+
+impl<T, E: fmt::Display> fmt::Display for Refused<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<T: fmt::Debug, E: std::error::Error + 'static> std::error::Error for Refused<T, E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq)]
+    struct Handle(u32);
+
+    fn teardown(busy: bool) -> Result<(), Refused<Handle, PdError>> {
+        if busy {
+            Err(Refused::new(PdError::Busy { pdn: 7, users: 2 }, Handle(7)))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn with_question_mark(busy: bool) -> Result<(), Box<dyn std::error::Error>> {
+        teardown(busy)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_refused_teardown_is_an_error_and_gives_the_handle_back() {
+        assert!(with_question_mark(false).is_ok());
+        let e = with_question_mark(true).unwrap_err();
+        assert_eq!(e.to_string(), PdError::Busy { pdn: 7, users: 2 }.to_string());
+        let refused = teardown(true).unwrap_err();
+        assert!(matches!(refused.error(), PdError::Busy { pdn: 7, .. }));
+        assert_eq!(refused.into_handle(), Handle(7));
+    }
 }

@@ -12,7 +12,7 @@ use portverbs_hal::{BlockingDevice, CommandError, block_on};
 
 use crate::buffer::Buffer;
 use crate::context::lock;
-use crate::error::MrError;
+use crate::error::{MrError, Refused};
 use crate::pd::Pd;
 
 /// Checks the access-flag rules of IBA 10.6.3.1 for a memory region.
@@ -275,7 +275,7 @@ impl<D: Device> Mr<D> {
     ///
     /// # Errors
     /// [`MrError::Busy`] with the MR handed back.
-    pub fn dereg(self) -> Result<(), (MrError, Self)> {
+    pub fn dereg(self) -> Result<(), Refused<Self, MrError>> {
         let users = Arc::strong_count(&self.inner) - 1;
         let lkey = self.lkey();
         if users > 0 {
@@ -286,7 +286,7 @@ impl<D: Device> Mr<D> {
                     reason: format!("{users} other handles exist"),
                 },
             };
-            return Err((e, self));
+            return Err(Refused::new(e, self));
         }
         let ctx = lock(&self.inner.pd).inner.ctx.clone();
         match ctx.device().deregister_mr_blocking(self.inner.handle) {
@@ -298,7 +298,7 @@ impl<D: Device> Mr<D> {
                 drop(s);
                 Ok(())
             }
-            Err(source) => Err((MrError::Busy { lkey, source }, self)),
+            Err(source) => Err(Refused::new(MrError::Busy { lkey, source }, self)),
         }
     }
 }

@@ -8,7 +8,7 @@ use portverbs_hal::BlockingDevice;
 use portverbs_hal::device::Device;
 
 use crate::context::ContextInner;
-use crate::error::PdError;
+use crate::error::{PdError, Refused};
 
 pub(crate) struct PdInner<D: Device> {
     pub(crate) ctx: Arc<ContextInner<D>>,
@@ -58,7 +58,7 @@ impl<D: Device> Pd<D> {
     ///
     /// # Errors
     /// [`PdError::Busy`] with the PD handed back.
-    pub fn dealloc(self) -> Result<(), (PdError, Self)> {
+    pub fn dealloc(self) -> Result<(), Refused<Self, PdError>> {
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => {
                 drop(inner);
@@ -67,7 +67,7 @@ impl<D: Device> Pd<D> {
             Err(inner) => {
                 let users = Arc::strong_count(&inner) - 1;
                 let pdn = inner.pdn;
-                Err((PdError::Busy { pdn, users }, Self { inner }))
+                Err(Refused::new(PdError::Busy { pdn, users }, Self { inner }))
             }
         }
     }

@@ -20,7 +20,9 @@ use portverbs_hal::{BlockingDevice, CommandError, block_on};
 
 use crate::context::{ContextInner, lock};
 use crate::cq::Cq;
-use crate::error::{CreateQpError, DestroyQpError, ModifyQpError, PostError, PostErrorKind};
+use crate::error::{
+    CreateQpError, DestroyQpError, ModifyQpError, PostError, PostErrorKind, Refused,
+};
 use crate::mr::Mr;
 use crate::mw::Mw;
 use crate::pd::Pd;
@@ -629,7 +631,7 @@ impl<D: Device> Qp<D> {
     ///
     /// # Errors
     /// [`DestroyQpError::Busy`] with the QP handed back.
-    pub fn destroy(self) -> Result<(), (DestroyQpError, Self)> {
+    pub fn destroy(self) -> Result<(), Refused<Self, DestroyQpError>> {
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => {
                 drop(inner);
@@ -638,7 +640,10 @@ impl<D: Device> Qp<D> {
             Err(inner) => {
                 let users = Arc::strong_count(&inner) - 1;
                 let qpn = inner.qpn;
-                Err((DestroyQpError::Busy { qpn, users }, Self { inner }))
+                Err(Refused::new(
+                    DestroyQpError::Busy { qpn, users },
+                    Self { inner },
+                ))
             }
         }
     }

@@ -10,7 +10,7 @@ use portverbs_hal::queue::SharedRecvQueue;
 use portverbs_hal::{BlockingDevice, block_on};
 
 use crate::context::lock;
-use crate::error::{PostError, PostErrorKind, SrqError};
+use crate::error::{PostError, PostErrorKind, Refused, SrqError};
 use crate::pd::Pd;
 use crate::qp::RecvWr;
 use crate::shared::SrqShared;
@@ -238,7 +238,7 @@ impl<D: Device> Srq<D> {
     ///
     /// # Errors
     /// [`SrqError::Busy`] with the SRQ handed back.
-    pub fn destroy(self) -> Result<(), (SrqError, Self)> {
+    pub fn destroy(self) -> Result<(), Refused<Self, SrqError>> {
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => {
                 drop(inner);
@@ -247,7 +247,7 @@ impl<D: Device> Srq<D> {
             Err(inner) => {
                 let users = Arc::strong_count(&inner) - 1;
                 let srqn = inner.shared.srqn;
-                Err((SrqError::Busy { srqn, users }, Self { inner }))
+                Err(Refused::new(SrqError::Busy { srqn, users }, Self { inner }))
             }
         }
     }
