@@ -51,6 +51,7 @@ mod conformance {
 
     mod ah;
     mod atomics;
+    mod connect;
     mod cq;
     mod device;
     mod error_classes;

@@ -4,7 +4,7 @@
 
 use portverbs::prelude::*;
 use portverbs::soft::{DeviceConfig, Fabric};
-use portverbs::verbs::ContextOptions;
+use portverbs::verbs::{ConnectOptions, ContextOptions};
 
 pub struct Side {
     pub ctx: Context,
@@ -65,65 +65,15 @@ fn side(dev: &AnyDevice, buf_len: usize, depth: u32) -> Side {
     }
 }
 
-fn connect(qp: &Qp, remote_qpn: u32, gid: Gid, mtu: Mtu) {
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    qp.modify_blocking(
-        &init,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .expect("init");
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: mtu,
-        dest_qp_num: remote_qpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: 16,
-        min_rnr_timer: 12,
-        ah_attr: AddressVector {
-            dgid: gid,
-            is_global: true,
-            hop_limit: 1,
-            port_num: 1,
-            ..AddressVector::default()
-        },
-        ..QpAttr::default()
-    };
-    qp.modify_blocking(
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .expect("rtr");
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
+/// The connection the benches use: 4 KiB MTU and 16 outstanding READs/atomics each way (the
+/// library's defaults otherwise).
+fn options() -> ConnectOptions {
+    ConnectOptions {
+        mtu: Some(Mtu::Mtu4096),
         max_rd_atomic: 16,
-        ..QpAttr::default()
-    };
-    qp.modify_blocking(
-        &rts,
-        QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .expect("rts");
+        max_dest_rd_atomic: 16,
+        ..ConnectOptions::default()
+    }
 }
 
 /// Two devices on a new fabric (stepped or threaded), with a connected RC pair.
@@ -164,10 +114,11 @@ pub fn connected(
 ) -> Pair {
     let a = side(&devs[0], buf_len, depth);
     let b = side(&devs[1], buf_len, depth);
-    let ga = a.ctx.query_gid_blocking(1, 0).expect("gid").gid;
-    let gb = b.ctx.query_gid_blocking(1, 0).expect("gid").gid;
-    connect(&a.qp, b.qp.qp_num(), gb, Mtu::Mtu4096);
-    connect(&b.qp, a.qp.qp_num(), ga, Mtu::Mtu4096);
+    let opts = options();
+    let ea = a.qp.endpoint_blocking(&opts).expect("endpoint");
+    let eb = b.qp.endpoint_blocking(&opts).expect("endpoint");
+    a.qp.connect_rc_blocking(&eb, &opts).expect("connect");
+    b.qp.connect_rc_blocking(&ea, &opts).expect("connect");
     Pair {
         a,
         b,

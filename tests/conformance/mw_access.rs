@@ -219,7 +219,7 @@ fn type1_window_can_be_rebound_from_another_qp_of_its_pd(backend: Backend) {
     let other = side_on(env.b(), cq(env.b(), 16), FULL_ACCESS);
     let qp2 = make_qp(&p.b.pd, &other.cq, QpType::Rc, None, false);
     let a2 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a2.qp, &qp2, &mw_params());
+    connect(&a2.qp, &qp2, &mw_params());
     let second = qp2
         .bind_mw(&mw, &p.b.mr, p.b.mr.addr() + 8192, 4096, ALL, 2, true)
         .unwrap();
@@ -246,7 +246,7 @@ fn type2_window_bound_to_one_qp_cannot_be_bound_on_another(backend: Backend) {
     let other = side_on(env.b(), cq(env.b(), 16), FULL_ACCESS);
     let qp2 = make_qp(&p.b.pd, &other.cq, QpType::Rc, None, false);
     let a2 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a2.qp, &qp2, &mw_params());
+    connect(&a2.qp, &qp2, &mw_params());
     let b2 = mw.bind(&p.b.mr, p.b.mr.addr(), 64, ALL);
     qp2.post_send(&[SendWr::new(5, SendOp::BindMw { bind: b2 }).signaled()])
         .unwrap();
@@ -266,7 +266,7 @@ fn type1_window_of_another_pd_is_rem_access(backend: Backend) {
     let cq2 = cq(env.b(), 16);
     let qp2 = make_qp(&pd2, &cq2, QpType::Rc, None, false);
     let a2 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a2.qp, &qp2, &mw_params());
+    connect(&a2.qp, &qp2, &mw_params());
     let mr2 = pd2.reg_mr_blocking(&p.b.buf, 0..4096, FULL_ACCESS).unwrap();
     let mw = pd2.alloc_mw_blocking(MwType::Type1).unwrap();
     let rkey = qp2
@@ -307,7 +307,7 @@ fn destroying_a_qp_ends_its_type2_windows_but_not_type1(backend: Backend) {
     let other = side_on(env.b(), cq(env.b(), 16), FULL_ACCESS);
     let qp2 = make_qp(&p.b.pd, &other.cq, QpType::Rc, None, false);
     let a2 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a2.qp, &qp2, &mw_params());
+    connect(&a2.qp, &qp2, &mw_params());
     let mw1 = p.b.pd.alloc_mw_blocking(MwType::Type1).unwrap();
     let k1 = qp2
         .bind_mw(&mw1, &p.b.mr, p.b.mr.addr(), 4096, ALL, 1, true)
@@ -324,7 +324,7 @@ fn destroying_a_qp_ends_its_type2_windows_but_not_type1(backend: Backend) {
     // A new QP that may get the same number must not inherit the type-2 window.
     let qp3 = make_qp(&p.b.pd, &other.cq, QpType::Rc, None, false);
     let a3 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a3.qp, &qp3, &mw_params());
+    connect(&a3.qp, &qp3, &mw_params());
     let data = pattern(3, 16);
     let wc = write(&env, &a3, 3, &data, at(&p, 4096, mw2.rkey()));
     assert_eq!(

@@ -346,7 +346,7 @@ fn reset_discards_outstanding_work_and_the_qp_can_be_reused(backend: Backend) {
     assert_eq!(env.poll(&p.a.cq, 0), [], "RESET discarded every completion");
     // Both ends start over (the peer's PSNs moved on).
     p.b.qp.modify_blocking(&reset, QpAttrMask::STATE).unwrap();
-    connect(&env, &p.a.qp, &p.b.qp, &Params::default());
+    connect(&p.a.qp, &p.b.qp, &Params::default());
     let data = pattern(9, 500);
     p.a.buf.write(0, &data).unwrap();
     p.b.post_recv(30, 1024, 1024);
@@ -437,8 +437,8 @@ fn destroying_a_qp_leaves_other_completions_on_a_shared_cq(backend: Backend) {
     let a2 = make_qp(&a.pd, &a.cq, QpType::Rc, None, false);
     let b1 = Side::new(env.b(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
     let b2 = Side::new(env.b(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a.qp, &b1.qp, &pa);
-    connect(&env, &a2, &b2.qp, &pa);
+    connect(&a.qp, &b1.qp, &pa);
+    connect(&a2, &b2.qp, &pa);
     a.qp.post_send(&[write_wr(1, &b1, 0), write_wr(2, &b1, 8)])
         .unwrap();
     a2.post_send(&[write_wr(3, &b2, 0), write_wr(4, &b2, 8)])

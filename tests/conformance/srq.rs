@@ -65,8 +65,8 @@ fn rc_traffic_through_an_srq_from_two_qps(backend: Backend) {
     let (b1, b2) = (b.qp(), b.qp());
     let a1 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
     let a2 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a1.qp, &b1, &Params::default());
-    connect(&env, &a2.qp, &b2, &Params::default());
+    connect(&a1.qp, &b1, &Params::default());
+    connect(&a2.qp, &b2, &Params::default());
     for slot in 0..16 {
         b.post(slot, 0);
     }
@@ -165,7 +165,7 @@ fn srq_limit_event_fires_once_below_the_limit(backend: Backend) {
     let b = SrqSide::new(env.b(), srq_init(10));
     let bq = b.qp();
     let a = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a.qp, &bq, &Params::default());
+    connect(&a.qp, &bq, &Params::default());
     for slot in 0..10 {
         b.post(slot, 0);
     }
@@ -268,7 +268,7 @@ fn qp_with_srq_to_err_reports_last_wqe_reached(backend: Backend) {
     let b = SrqSide::new(env.b(), srq_init(4));
     let bq = b.qp();
     let a = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &a.qp, &bq, &Params::default());
+    connect(&a.qp, &bq, &Params::default());
     b.post(0, 0);
     bq.modify_blocking(
         &QpAttr {
@@ -323,7 +323,7 @@ impl CrossPd {
             .reg_mr_blocking(&buf, 0..4096, AccessFlags::LOCAL_WRITE)
             .unwrap();
         let a = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-        connect(env, &a.qp, &qp, &Params::default());
+        connect(&a.qp, &qp, &Params::default());
         Self {
             srq_pd,
             qp_pd,
@@ -440,7 +440,7 @@ fn empty_srq_gives_rnr_retry_exceeded_and_the_responder_stays_rts(backend: Backe
         min_rnr_timer: 1,
         ..Params::default()
     };
-    connect(&env, &a.qp, &bq, &params);
+    connect(&a.qp, &bq, &params);
     let sge = [a.sge(0, 16)];
     a.qp.post_send(&[SendWr::new(1, SendOp::Send).sges(&sge).signaled()])
         .unwrap();
@@ -465,7 +465,7 @@ fn srq_receives_survive_one_of_its_qps_entering_err(backend: Backend) {
     let (b1, b2) = (b.qp(), b.qp());
     let a2 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
     to_init(&b1, &Params::default());
-    connect(&env, &a2.qp, &b2, &Params::default());
+    connect(&a2.qp, &b2, &Params::default());
     b.post(0, 0);
     b.post(1, 0);
     b1.modify_blocking(

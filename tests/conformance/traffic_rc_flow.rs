@@ -56,7 +56,7 @@ fn rc_sq_sig_all_signals_every_request(backend: Backend) {
     let cq = cq(ctx, 256);
     let qp = make_qp(&pd, &cq, QpType::Rc, None, true);
     let b = Side::new(env.b(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
-    connect(&env, &qp, &b.qp, &Params::default());
+    connect(&qp, &b.qp, &Params::default());
     let wrs: Vec<SendWr<'_>> = (0..3)
         .map(|i| {
             SendWr::new(

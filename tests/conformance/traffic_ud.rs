@@ -316,7 +316,7 @@ fn ud_traffic_driven_by_completion_events(backend: Backend) {
         .unwrap();
     let a = Side::new(env.a(), QpType::Ud, CAPS, 4096, FULL_ACCESS);
     let p = Params::default();
-    connect(&env, &a.qp, &b_qp, &p);
+    connect(&a.qp, &b_qp, &p);
     let ah =
         a.pd.create_ah_blocking(AddressVector {
             dgid: Env::gid(env.b()),
@@ -418,7 +418,7 @@ fn ud_and_rc_qps_do_not_talk(backend: Backend) {
         timeout: 8,
         ..Params::default()
     };
-    connect(&env, &peer.qp, &rc.qp, &params);
+    connect(&peer.qp, &rc.qp, &params);
     rc.post_recv(1, 0, 256);
     let sge = [u.p.a.sge(0, 16)];
     let dest = UdDest {

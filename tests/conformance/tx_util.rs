@@ -115,19 +115,18 @@ pub fn make_qp(pd: &Pd, cq: &Cq, t: QpType, srq: Option<&Srq>, sq_sig_all: bool)
     .unwrap()
 }
 
-/// Brings `a` and `b` (on `env.a()` and `env.b()`) from RESET to RTS toward each other.
-pub fn connect(env: &Env, a: &Qp, b: &Qp, p: &Params) {
-    to_init(a, p);
-    to_init(b, p);
-    to_rts(a, b.qp_num(), Env::gid(env.b()), p);
-    to_rts(b, a.qp_num(), Env::gid(env.a()), p);
+/// Brings `a` and `b` from RESET to RTS toward each other.
+pub fn connect(a: &Qp, b: &Qp, p: &Params) {
+    let (ea, eb) = (endpoint(a, p), endpoint(b, p));
+    connect_qp(a, &eb, p);
+    connect_qp(b, &ea, p);
 }
 
 /// A connected pair whose sides have `len`-byte buffers (`Pair` has 64 KiB).
 pub fn pair_with_len(env: &Env, t: QpType, len: usize) -> Pair {
     let a = Side::new(env.a(), t, CAPS, len, FULL_ACCESS);
     let b = Side::new(env.b(), t, CAPS, len, FULL_ACCESS);
-    connect(env, &a.qp, &b.qp, &Params::default());
+    connect(&a.qp, &b.qp, &Params::default());
     Pair { a, b }
 }
 

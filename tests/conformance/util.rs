@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use portverbs::prelude::*;
+use portverbs::verbs::{ConnectOptions, QpEndpoint};
 
 use super::env::Env;
 
@@ -86,6 +87,42 @@ impl Default for Params {
             psn: 0x1234,
         }
     }
+}
+
+impl Params {
+    /// The same values as connection options for `Qp::connect_rc` and its siblings.
+    pub fn options(&self) -> ConnectOptions {
+        ConnectOptions {
+            psn: self.psn,
+            mtu: Some(self.mtu),
+            access: self.access,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            min_rnr_timer: self.min_rnr_timer,
+            max_rd_atomic: self.rd_atomic,
+            max_dest_rd_atomic: self.rd_atomic,
+            qkey: QKEY,
+            ..ConnectOptions::default()
+        }
+    }
+}
+
+/// Connects `qp` to `remote` with the library's ladder (`connect_rc`, `connect_uc`, or
+/// `ready_ud`, which ignores `remote`).
+pub fn connect_qp(qp: &Qp, remote: &QpEndpoint, p: &Params) {
+    let opts = p.options();
+    match qp.qp_type() {
+        QpType::Rc => qp.connect_rc_blocking(remote, &opts),
+        QpType::Uc => qp.connect_uc_blocking(remote, &opts),
+        QpType::Ud => qp.ready_ud_blocking(&opts),
+    }
+    .unwrap();
+}
+
+/// The endpoint of `qp` (as its peer must see it) with the parameters `p`.
+pub fn endpoint(qp: &Qp, p: &Params) -> QpEndpoint {
+    qp.endpoint_blocking(&p.options()).unwrap()
 }
 
 /// RESET → INIT.
@@ -234,14 +271,9 @@ impl Pair {
     pub fn with(env: &Env, t: QpType, p: &Params, mr_access: AccessFlags) -> Self {
         let a = Side::new(env.a(), t, CAPS, 1 << 16, mr_access);
         let b = Side::new(env.b(), t, CAPS, 1 << 16, mr_access);
-        let mut pa = *p;
-        if t == QpType::Uc {
-            pa.access = p.access & (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
-        }
-        to_init(&a.qp, &pa);
-        to_init(&b.qp, &pa);
-        to_rts(&a.qp, b.qp.qp_num(), Env::gid(env.b()), &pa);
-        to_rts(&b.qp, a.qp.qp_num(), Env::gid(env.a()), &pa);
+        let (ea, eb) = (endpoint(&a.qp, p), endpoint(&b.qp, p));
+        connect_qp(&a.qp, &eb, p);
+        connect_qp(&b.qp, &ea, p);
         Self { a, b }
     }
 }

@@ -9,7 +9,7 @@ use portverbs::mlx4::{CommandMode, Mlx4Config, Mlx4Device};
 use portverbs::mlx4_model::{Mlx4Model, ModelConfig};
 use portverbs::prelude::*;
 use portverbs::soft::Fabric;
-use portverbs::verbs::{ContextOptions, UdDest};
+use portverbs::verbs::{ConnectOptions, ContextOptions, UdDest};
 
 /// Command timeout of the driver in these tests.
 pub(crate) const TIMEOUT: Duration = Duration::from_millis(200);
@@ -62,30 +62,11 @@ pub(crate) fn ud_qp(pd: &Pd, cq: &Cq, max_send_wr: u32) -> Qp {
             sq_sig_all: false,
         })
         .unwrap();
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
+    qp.ready_ud_blocking(&ConnectOptions {
         qkey: 7,
-        ..QpAttr::default()
-    };
-    qp.modify_blocking(
-        &init,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
-    )
+        ..ConnectOptions::default()
+    })
     .unwrap();
-    for (qp_state, mask) in [
-        (QpState::Rtr, QpAttrMask::STATE),
-        (QpState::Rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN),
-    ] {
-        qp.modify_blocking(
-            &QpAttr {
-                qp_state,
-                ..QpAttr::default()
-            },
-            mask,
-        )
-        .unwrap();
-    }
     qp
 }
 

@@ -591,7 +591,10 @@ mod tests {
     fn a_refused_teardown_is_an_error_and_gives_the_handle_back() {
         assert!(with_question_mark(false).is_ok());
         let e = with_question_mark(true).unwrap_err();
-        assert_eq!(e.to_string(), PdError::Busy { pdn: 7, users: 2 }.to_string());
+        assert_eq!(
+            e.to_string(),
+            PdError::Busy { pdn: 7, users: 2 }.to_string()
+        );
         let refused = teardown(true).unwrap_err();
         assert!(matches!(refused.error(), PdError::Busy { pdn: 7, .. }));
         assert_eq!(refused.into_handle(), Handle(7));

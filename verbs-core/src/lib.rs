@@ -40,6 +40,7 @@
 mod ah;
 mod buffer;
 mod channel;
+mod connect;
 mod context;
 mod cq;
 pub mod error;
@@ -58,6 +59,7 @@ mod wc;
 pub use ah::AddressHandle;
 pub use buffer::Buffer;
 pub use channel::CompletionChannel;
+pub use connect::{ConnectError, ConnectOptions, QpEndpoint};
 pub use context::{Context, ContextOptions, ObjectCounts, PollingSinks, SinkFactory};
 pub use cq::{Cq, CqInit};
 pub use error::*;

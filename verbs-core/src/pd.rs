@@ -47,6 +47,13 @@ impl<D: Device> Pd<D> {
         })
     }
 
+    /// The context the PD belongs to.
+    pub fn context(&self) -> crate::Context<D> {
+        crate::Context {
+            inner: self.inner.ctx.clone(),
+        }
+    }
+
     /// The device's PD number.
     pub fn pdn(&self) -> u32 {
         self.inner.pdn
