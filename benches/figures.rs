@@ -105,8 +105,11 @@ fn write_rate(p: &common::Pair, load: Load, drive: &dyn Fn()) -> (f64, f64) {
         rkey: p.b.mr.rkey().expect("rkey"),
     };
     // Source and destination rotate through the same four slots as `memcpy_gbs` uses.
-    let sges: Vec<[Sge; 1]> = (0..4u64)
-        .map(|k| [p.a.mr.sge(k * u64::from(len), len)])
+    let sges: Vec<[Sge; 1]> = (0..4usize)
+        .map(|k| {
+            let len = len as usize;
+            [p.a.mr.sge(k * len, len).expect("inside the MR")]
+        })
         .collect();
     let payload = [0x5au8; 64];
     let mut wc = [WorkCompletion::default(); 64];

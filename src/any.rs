@@ -9,7 +9,7 @@ use portverbs_hal::device::{
     CqParams, Device, EqParams, MrKeys, MrParams, MrRereg, MwKeys, QpCreateParams, QpResources,
     SrqModify, SrqParams,
 };
-use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
@@ -96,6 +96,10 @@ impl Device for AnyDevice {
 
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
         forward!(self, d => d.alloc_dma(len))
+    }
+
+    fn map_host(&self, memory: HostMemory) -> Result<Arc<dyn DmaMemory>, MapHostError> {
+        forward!(self, d => d.map_host(memory))
     }
 
     async fn query_device(&self) -> Result<DeviceAttr, CommandError> {

@@ -71,9 +71,9 @@ fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
 /// One round: receives on B, a list of five requests from A, the device runs, both CQs drained.
 /// Returns the allocations made inside the host paths and the completions seen.
 fn round(p: &common::Pair, wc: &mut [WorkCompletion; 16], i: u64) -> (u64, usize) {
-    let a_sge = [p.a.mr.sge(0, 256)];
-    let a_atomic = [p.a.mr.sge(512, 8)];
-    let b_sge = [p.b.mr.sge(1024, 256)];
+    let a_sge = [p.a.mr.sge(0, 256).expect("inside the MR")];
+    let a_atomic = [p.a.mr.sge(512, 8).expect("inside the MR")];
+    let b_sge = [p.b.mr.sge(1024, 256).expect("inside the MR")];
     let remote = RemoteAddr {
         addr: p.b.mr.addr() + 2048,
         rkey: p.b.mr.rkey().expect("rkey"),

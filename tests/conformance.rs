@@ -50,6 +50,7 @@ mod conformance {
     pub mod util;
 
     mod ah;
+    mod app_memory;
     mod atomics;
     mod connect;
     mod cq;

@@ -29,7 +29,7 @@ fn single_small_inline_posts_go_through_blueflame_and_the_rest_through_the_doorb
         let mr = pd
             .reg_mr_blocking(&buf, 0..4096, AccessFlags::empty())
             .unwrap();
-        let sge = [mr.sge(0, 64)];
+        let sge = [mr.sge(0, 64).expect("inside the MR")];
         let small = [7u8; 5];
         // 16 (control) + 48 (datagram) + 4 × 4 (inline headers) + 200 = 280 bytes: more than
         // the 256-byte BlueFlame half.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::attr::{QpAttr, QpAttrMask, QpCaps};
 use crate::caps::{DeviceAttr, DeviceInfo, GidEntry, PortAttr};
-use crate::dma::{DmaError, DmaMemory};
+use crate::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use crate::error::CommandError;
 use crate::notify::InterruptSink;
 use crate::queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
@@ -179,6 +179,14 @@ pub trait LocalDevice: Send + Sync + 'static {
     /// # Errors
     /// Allocation or IOMMU mapping failed.
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError>;
+
+    /// Maps memory the application owns for DMA by this device (through the IOMMU where
+    /// there is one). The region owns `memory` until it is dropped or gives it back
+    /// ([`DmaMemory::into_host`]); its host address is the memory's own address.
+    ///
+    /// # Errors
+    /// The mapping failed; the memory comes back in the error.
+    fn map_host(&self, memory: HostMemory) -> Result<Arc<dyn DmaMemory>, MapHostError>;
 
     /// Queries device attributes.
     async fn query_device(&self) -> Result<DeviceAttr, CommandError>;

@@ -13,7 +13,7 @@
 //! [`DmaError::Foreign`].
 
 use std::any::Any;
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -104,6 +104,129 @@ pub trait DmaMemory: Send + Sync + Debug + 'static {
 
     /// Owned variant of [`DmaMemory::as_any`], for `Arc::downcast`.
     fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+
+    /// For a region made from application memory ([`crate::device::LocalDevice::map_host`]),
+    /// held by its last handle: unmaps it and gives the memory back. `None` for a region the
+    /// device allocated, or when other handles still exist (the memory then stays mapped until
+    /// the last one drops).
+    fn into_host(self: Arc<Self>) -> Option<HostMemory> {
+        None
+    }
+
+    /// True for a region made from application memory ([`crate::device::LocalDevice::map_host`]).
+    fn is_host(&self) -> bool {
+        false
+    }
+
+    /// True for a region made from application memory it owns (a `Vec` or `Box`), false for
+    /// memory given by raw parts or allocated by the device.
+    fn owns_host(&self) -> bool {
+        false
+    }
+}
+
+/// Memory the application owns, handed to a device to use for DMA (the verbs' registration of
+/// the application's own buffer, as `ibv_reg_mr` does): the device maps it
+/// ([`crate::device::LocalDevice::map_host`]) — through the IOMMU where there is one — and the
+/// mapped region keeps it until the region is dropped or gives it back
+/// ([`DmaMemory::into_host`]).
+///
+/// Two kinds: memory the value owns (from a `Vec<u8>` or `Box<[u8]>`, safe: nobody else can
+/// reach it while it is mapped, and [`HostMemory::into_vec`] returns it), and memory the caller
+/// vouches for ([`HostMemory::from_raw_parts`], `unsafe`). Nothing here reads or writes the
+/// bytes: the device's region does, with raw copies and atomics only (so `Debug` shows the
+/// address and length, never the contents).
+pub struct HostMemory {
+    /// Address of byte 0. Kept as an integer: the bytes are reached only by the backends'
+    /// `dma` modules, through raw pointers made from it.
+    addr: usize,
+    len: usize,
+    /// The owned buffer (its heap block does not move when the `Vec` value moves); `None` for
+    /// memory given by raw parts.
+    owned: Option<Vec<u8>>,
+}
+
+impl HostMemory {
+    /// Memory given by address and length, owned by the caller.
+    ///
+    /// # Safety
+    /// From this call until the region the device makes of it is dropped (which deregisters
+    /// every MR in it first), `addr..addr + len` must stay valid for reads and writes, must
+    /// not be freed or moved, and must not be read or written by the application except
+    /// through the region's own copy methods: the device may write any byte of it at any
+    /// moment (received data, RDMA WRITEs and atomics from a peer that has the rkey) and read
+    /// any byte (SENDs, RDMA READs by a peer). A Rust reference (`&[u8]`, `&mut [u8]`) to any
+    /// of it during that time is undefined behaviour.
+    #[allow(unsafe_code)]
+    pub unsafe fn from_raw_parts(addr: *mut u8, len: usize) -> Self {
+        Self {
+            addr: addr as usize,
+            len,
+            owned: None,
+        }
+    }
+
+    /// Address of byte 0.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for empty memory.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when the value owns the memory (made from a `Vec` or a `Box`).
+    pub fn is_owned(&self) -> bool {
+        self.owned.is_some()
+    }
+
+    /// The owned buffer back, unchanged in length, holding whatever the device wrote; `None`
+    /// for memory given by raw parts (the caller owns it already).
+    pub fn into_vec(self) -> Option<Vec<u8>> {
+        self.owned
+    }
+}
+
+impl fmt::Debug for HostMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostMemory")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("owned", &self.owned.is_some())
+            .finish()
+    }
+}
+
+impl From<Vec<u8>> for HostMemory {
+    fn from(mut v: Vec<u8>) -> Self {
+        Self {
+            addr: v.as_mut_ptr() as usize,
+            len: v.len(),
+            owned: Some(v),
+        }
+    }
+}
+
+impl From<Box<[u8]>> for HostMemory {
+    fn from(b: Box<[u8]>) -> Self {
+        Self::from(b.into_vec())
+    }
+}
+
+/// A device could not map host memory; the memory comes back with the reason.
+#[derive(Debug, Error)]
+#[error("{error}")]
+pub struct MapHostError {
+    /// Why.
+    pub error: DmaError,
+    /// The memory, unchanged.
+    pub memory: HostMemory,
 }
 
 /// Checks that `offset..offset + len` lies inside a region of `region_len` bytes.

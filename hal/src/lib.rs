@@ -31,12 +31,14 @@
 //! ## What this layer must never do
 //!
 //! * depend on another Portverbs crate (backends depend on it, never the other way round);
-//! * contain `unsafe` code (`#![forbid(unsafe_code)]`): raw pointer, MMIO and DMA access live in
+//! * contain `unsafe` code (`#![deny(unsafe_code)]`; the one exception is a declaration, not an
+//!   operation: [`dma::HostMemory::from_raw_parts`] is an `unsafe fn` because its caller vouches
+//!   for memory the device will write): raw pointer, MMIO and DMA access live in
 //!   the backends' `mmio`/`dma` modules, behind the safe traits defined here;
 //! * spawn threads, sleep, or read the clock (the only blocking helper, [`blocking::block_on`],
 //!   parks the *calling* thread until its own future is woken);
 //! * make a Rust reference (`&[u8]`, `&mut T`) into DMA-visible or MMIO memory.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod attr;
@@ -65,7 +67,7 @@ pub use device::{
     CqParams, Device, EqKind, EqParams, LocalDevice, MrKeys, MrParams, MrRereg, MwKeys,
     QpCreateParams, QpResources, QpResourcesOf, SrqModify, SrqParams,
 };
-pub use dma::{DmaError, DmaMemory};
+pub use dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 pub use error::{CommandError, CqeError, EqeError, WqeError};
 pub use event::{CqErrorSyndrome, DeviceEvent, PortEventKind, QpEventKind, SrqEventKind};
 pub use notify::{InterruptSink, NullSink};

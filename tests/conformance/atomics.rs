@@ -220,7 +220,7 @@ fn atomic_result_buffer_without_local_write_is_loc_prot(backend: Backend) {
             .reg_mr_blocking(&p.a.buf, 0..4096, AccessFlags::empty())
             .unwrap();
     p.a.buf.store_u64(0, 0xbb).unwrap();
-    let wc = one_atomic(&env, &p.a, faa(1, &[ro.sge(0, 8)], p.b.remote(0)));
+    let wc = one_atomic(&env, &p.a, faa(1, &[ro.sge_at(0, 8)], p.b.remote(0)));
     assert_eq!(wc.status, WcStatus::LocProtErr);
     assert_eq!(p.a.buf.load_u64(0).unwrap(), 0xbb);
 }

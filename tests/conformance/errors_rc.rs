@@ -115,7 +115,7 @@ fn rc_receive_into_memory_without_local_write_is_loc_prot_and_rem_op(backend: Ba
         p.b.pd
             .reg_mr_blocking(&p.b.buf, 0..4096, AccessFlags::empty())
             .unwrap();
-    let rsge = [ro.sge(0, 64)];
+    let rsge = [ro.sge_at(0, 64)];
     p.b.qp
         .post_recv(&[RecvWr {
             wr_id: 3,
@@ -184,7 +184,7 @@ fn rc_read_into_memory_without_local_write_is_loc_prot(backend: Backend) {
             .unwrap();
     p.a.buf.fill(0, 64, 0x11).unwrap();
     p.b.buf.fill(0, 64, 0x22).unwrap();
-    let sge = [ro.sge(0, 64)];
+    let sge = [ro.sge_at(0, 64)];
     let wr = SendWr::new(
         1,
         SendOp::RdmaRead {

@@ -21,7 +21,7 @@ fn reg_mr_and_dereg_mr(backend: Backend) {
     assert_eq!(mr.access(), access);
     assert_eq!(mr.pd().pdn(), pd.pdn());
     assert_eq!(mr.buffer().1, 4096..8192);
-    let sge = mr.sge(16, 100);
+    let sge = mr.sge_at(16, 100);
     assert_eq!(
         (sge.addr, sge.length, sge.lkey),
         (mr.addr() + 16, 100, mr.lkey())
@@ -198,7 +198,7 @@ fn send_from_a_deregistered_mr_fails_with_local_protection_error(backend: Backen
         p.a.pd
             .reg_mr_blocking(&p.a.buf, 0..4096, AccessFlags::LOCAL_WRITE)
             .unwrap();
-    let sge = [mr.sge(0, 64)];
+    let sge = [mr.sge_at(0, 64)];
     mr.dereg().unwrap();
     p.b.post_recv(1, 0, 4096);
     let wc = run(&env, &p.a, SendWr::new(2, SendOp::Send).sges(&sge));

@@ -208,7 +208,7 @@ fn mr_of_another_pd_in_a_wqe_completes_with_local_protection_error(backend: Back
         .unwrap();
     assert_ne!(other_pd.pdn(), p.a.qp.pd().pdn());
     p.b.post_recv(1, 0, 4096);
-    let sge = [other_mr.sge(0, 64)];
+    let sge = [other_mr.sge_at(0, 64)];
     let wc = run(&env, &p.a, SendWr::new(42, SendOp::Send).sges(&sge));
     assert_eq!(wc.wr_id, 42);
     assert_eq!(wc.status, WcStatus::LocProtErr);

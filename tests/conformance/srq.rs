@@ -41,7 +41,7 @@ impl SrqSide {
 
     /// Posts one 256-byte receive at slot `slot`; the wr_id encodes the slot.
     fn post(&self, slot: u64, seq: u64) {
-        let sge = [self.mr.sge(slot * 256, 256)];
+        let sge = [self.mr.sge_at(slot * 256, 256)];
         self.srq
             .post_recv(&[RecvWr {
                 wr_id: (slot << 32) | seq,
@@ -105,7 +105,7 @@ fn posting_more_than_the_srq_depth_is_queue_full(backend: Backend) {
     let depth = b.srq.depth();
     assert!(depth >= 8);
     let sges: Vec<[Sge; 1]> = (0..=depth)
-        .map(|i| [b.mr.sge(u64::from(i) * 16, 16)])
+        .map(|i| [b.mr.sge_at(u64::from(i) * 16, 16)])
         .collect();
     let wrs: Vec<RecvWr<'_>> = sges
         .iter()
@@ -121,7 +121,7 @@ fn posting_more_than_the_srq_depth_is_queue_full(backend: Backend) {
     assert_eq!(e.qpn, b.srq.srqn());
     assert_eq!(e.kind, PostErrorKind::QueueFull { depth });
     // Too many SGEs.
-    let two = [b.mr.sge(0, 8), b.mr.sge(8, 8)];
+    let two = [b.mr.sge_at(0, 8), b.mr.sge_at(8, 8)];
     let e = b
         .srq
         .post_recv(&[RecvWr {
@@ -228,7 +228,7 @@ fn qp_with_srq_refuses_post_recv(backend: Backend) {
     let b = SrqSide::new(env.b(), srq_init(4));
     let qp = b.qp();
     to_init(&qp, &Params::default());
-    let sge = [b.mr.sge(0, 16)];
+    let sge = [b.mr.sge_at(0, 16)];
     let e = qp
         .post_recv(&[RecvWr {
             wr_id: 1,
@@ -343,7 +343,7 @@ impl CrossPd {
         self.srq
             .post_recv(&[RecvWr {
                 wr_id: 7,
-                sges: &[mr.sge(0, 256)],
+                sges: &[mr.sge_at(0, 256)],
             }])
             .unwrap();
         self.a.buf.write(0, data).unwrap();

@@ -279,7 +279,7 @@ fn ud_message_larger_than_an_srq_receive_completes_it_with_loc_len(backend: Back
     for (id, len) in [(1u64, 100u32), (2, 1024)] {
         srq.post_recv(&[RecvWr {
             wr_id: id,
-            sges: &[b_mr.sge(id * 1024, len)],
+            sges: &[b_mr.sge_at(id * 1024, len)],
         }])
         .unwrap();
     }
@@ -328,7 +328,7 @@ fn ud_traffic_driven_by_completion_events(backend: Backend) {
         .unwrap();
     for i in 0..3u64 {
         b_cq.req_notify(false);
-        let rsge = [b_mr.sge(0, 256)];
+        let rsge = [b_mr.sge_at(0, 256)];
         b_qp.post_recv(&[RecvWr {
             wr_id: i,
             sges: &rsge,

@@ -222,7 +222,9 @@ impl Side {
 
     /// An SGE over `len` bytes at `offset` of the side's MR.
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
-        self.mr.sge(offset, len)
+        self.mr
+            .sge(offset as usize, len as usize)
+            .expect("an SGE inside the side's MR")
     }
 
     /// This side's buffer as a remote target.
@@ -275,6 +277,18 @@ impl Pair {
         connect_qp(&a.qp, &eb, p);
         connect_qp(&b.qp, &ea, p);
         Self { a, b }
+    }
+}
+
+/// `Mr::sge` with the suite's integer types, for an entry known to lie inside the MR.
+pub trait SgeAt {
+    fn sge_at(&self, offset: u64, len: u32) -> Sge;
+}
+
+impl SgeAt for Mr {
+    fn sge_at(&self, offset: u64, len: u32) -> Sge {
+        self.sge(offset as usize, len as usize)
+            .expect("an SGE inside the MR")
     }
 }
 

@@ -13,6 +13,9 @@ pub struct Buffer {
     pub(crate) mem: Arc<dyn DmaMemory>,
     /// Identity of the context that allocated it.
     pub(crate) owner: usize,
+    /// Shared by the clones of this buffer only (devices hold `mem`, never this): its count
+    /// is the number of buffer handles, so an MR knows when it alone holds its memory.
+    pub(crate) handles: Arc<()>,
 }
 
 impl fmt::Debug for Buffer {
@@ -26,7 +29,11 @@ impl fmt::Debug for Buffer {
 
 impl Buffer {
     pub(crate) fn new(mem: Arc<dyn DmaMemory>, owner: usize) -> Self {
-        Self { mem, owner }
+        Self {
+            mem,
+            owner,
+            handles: Arc::new(()),
+        }
     }
 
     /// The device memory behind the buffer (for backends and benchmarks; it offers only

@@ -115,6 +115,24 @@ pub enum MrError {
         /// Buffer length.
         buffer_len: usize,
     },
+    /// A scatter/gather entry outside the MR ([`crate::Mr::sge`]), or longer than an
+    /// `ibv_sge` can say (`u32::MAX`).
+    #[error("an SGE of {len} bytes at offset {offset} does not fit an MR of {mr_len} bytes")]
+    SgeOutOfRange {
+        /// Offset asked for.
+        offset: usize,
+        /// Length asked for.
+        len: usize,
+        /// Length of the MR.
+        mr_len: usize,
+    },
+    /// The MR is not over memory the application handed over ([`crate::Pd::reg_host`]), or
+    /// that memory is shared by other handles; nothing was deregistered.
+    #[error("MR {lkey:#x} is not over application memory it alone holds")]
+    NotHostMemory {
+        /// Its lkey.
+        lkey: u32,
+    },
     /// A re-registration onto an empty range (`ibv_rereg_mr`'s `IBV_REREG_MR_ERR_INPUT`): the
     /// MR stays as it was.
     #[error("re-registration onto an empty range at offset {offset}: the MR is unchanged")]

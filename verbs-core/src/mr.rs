@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use portverbs_hal::device::{Device, MrKeys, MrParams, MrRereg};
+use portverbs_hal::dma::{HostMemory, MapHostError};
 use portverbs_hal::types::AccessFlags;
 use portverbs_hal::wr::Sge;
 use portverbs_hal::{BlockingDevice, CommandError, block_on};
@@ -154,9 +155,142 @@ impl<D: Device> Pd<D> {
     ) -> Result<Mr<D>, MrError> {
         block_on(self.reg_mr(buffer, range, access))
     }
+
+    /// Registers memory the application owns, as `ibv_reg_mr` does: the device maps it (through
+    /// the IOMMU on VFIO) and the MR covers all of it. While it is registered the memory is
+    /// reached only through the MR's [`Buffer`] ([`Mr::buffer`], copy in and out): the device may
+    /// write it at any moment. [`Mr::into_host`] deregisters it and gives it back.
+    ///
+    /// Safe with memory the value owns (`HostMemory::from(vec)`, or [`Pd::reg_vec`]); memory
+    /// given by address and length needs `unsafe` [`HostMemory::from_raw_parts`], whose contract
+    /// says when the application may touch it.
+    ///
+    /// ```no_run
+    /// # fn demo<D: portverbs_hal::Device>(pd: portverbs_verbs::Pd<D>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use portverbs_verbs::AccessFlags;
+    /// let mr = pd.reg_vec_blocking(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
+    /// let sge = mr.sge(0, 4096)?; // post it in a receive …
+    /// # let _ = sge;
+    /// let data: Vec<u8> = mr.into_vec()?; // … and have the memory back once it is done
+    /// # let _ = data; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Pd::reg_mr`], and a mapping the device refused; the memory comes back in the
+    /// error.
+    pub async fn reg_host(
+        &self,
+        memory: HostMemory,
+        access: AccessFlags,
+    ) -> Result<Mr<D>, Refused<HostMemory, MrError>> {
+        if let Err(e) = check_mr_access(access) {
+            return Err(Refused::new(e, memory));
+        }
+        let ctx = &self.inner.ctx;
+        let mem = match ctx.device().map_host(memory) {
+            Ok(mem) => mem,
+            Err(MapHostError { error, memory }) => {
+                let e = MrError::Device(CommandError::Dma(error));
+                return Err(Refused::new(e, memory));
+            }
+        };
+        let len = mem.len();
+        let buffer = Buffer::new(mem, Arc::as_ptr(ctx) as *const () as usize);
+        match self.reg_mr(&buffer, 0..len, access).await {
+            Ok(mr) => Ok(mr),
+            Err(e) => Err(Refused::new(e, unmap(buffer))),
+        }
+    }
+
+    /// Blocking form of [`Pd::reg_host`].
+    ///
+    /// # Errors
+    /// As [`Pd::reg_host`].
+    pub fn reg_host_blocking(
+        &self,
+        memory: HostMemory,
+        access: AccessFlags,
+    ) -> Result<Mr<D>, Refused<HostMemory, MrError>> {
+        block_on(self.reg_host(memory, access))
+    }
+
+    /// [`Pd::reg_host`] of a vector the MR takes over; [`Mr::into_vec`] gives it back.
+    ///
+    /// # Errors
+    /// As [`Pd::reg_host`], with the vector back in the error.
+    pub async fn reg_vec(
+        &self,
+        memory: Vec<u8>,
+        access: AccessFlags,
+    ) -> Result<Mr<D>, Refused<Vec<u8>, MrError>> {
+        self.reg_host(HostMemory::from(memory), access)
+            .await
+            .map_err(|r| {
+                let (e, m) = r.into_parts();
+                Refused::new(e, m.into_vec().unwrap_or_default())
+            })
+    }
+
+    /// Blocking form of [`Pd::reg_vec`].
+    ///
+    /// # Errors
+    /// As [`Pd::reg_vec`].
+    pub fn reg_vec_blocking(
+        &self,
+        memory: Vec<u8>,
+        access: AccessFlags,
+    ) -> Result<Mr<D>, Refused<Vec<u8>, MrError>> {
+        block_on(self.reg_vec(memory, access))
+    }
+}
+
+/// The application memory behind a region the core alone holds, unmapped; an empty vector in
+/// the one case a device could not unmap it (its memory then stays with the region, which drops
+/// it: an owned buffer is freed, memory given by raw parts is left where it is).
+fn unmap(buffer: Buffer) -> HostMemory {
+    buffer.mem.into_host().unwrap_or_else(|| {
+        tracing::error!("the device kept application memory it could not unmap");
+        HostMemory::from(Vec::new())
+    })
 }
 
 impl<D: Device> Mr<D> {
+    /// Deregisters an MR made by [`Pd::reg_host`] and gives its memory back, holding whatever
+    /// the device wrote.
+    ///
+    /// # Errors
+    /// [`MrError::NotHostMemory`] when the MR is over a device [`Buffer`] or other handles of
+    /// its buffer exist; as [`Mr::dereg`] otherwise. The MR is handed back unchanged.
+    pub fn into_host(self) -> Result<HostMemory, Refused<Self, MrError>> {
+        let (buffer, lkey) = {
+            let s = lock(&self.inner.state);
+            (s.buffer.clone(), s.keys.lkey)
+        };
+        // The MR's own buffer handle and the clone above: the application holds no other.
+        if Arc::strong_count(&buffer.handles) != 2 || !buffer.mem.is_host() {
+            return Err(Refused::new(MrError::NotHostMemory { lkey }, self));
+        }
+        // Deregistering consumes the MR and makes the device let go of the memory; the clone
+        // outlives both and is then its last handle.
+        self.dereg()?;
+        Ok(unmap(buffer))
+    }
+
+    /// [`Mr::into_host`] for an MR made from a vector ([`Pd::reg_vec`]): the vector back.
+    ///
+    /// # Errors
+    /// As [`Mr::into_host`], and [`MrError::NotHostMemory`] for memory given by raw parts
+    /// (checked first: nothing is deregistered then).
+    pub fn into_vec(self) -> Result<Vec<u8>, Refused<Self, MrError>> {
+        let owned = lock(&self.inner.state).buffer.mem.owns_host();
+        if !owned {
+            let lkey = self.lkey();
+            return Err(Refused::new(MrError::NotHostMemory { lkey }, self));
+        }
+        let memory = self.into_host()?;
+        Ok(memory.into_vec().unwrap_or_default())
+    }
+
     /// Local key (always present, IBTA and DESIGN.md §3.9).
     pub fn lkey(&self) -> u32 {
         lock(&self.inner.state).keys.lkey
@@ -199,13 +333,26 @@ impl<D: Device> Mr<D> {
         lock(&self.inner.pd).clone()
     }
 
-    /// A gather/scatter entry for `len` bytes at `offset` into the MR.
-    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+    /// A gather/scatter entry for `len` bytes at `offset` into the MR (offsets and lengths
+    /// are `usize`, as for [`Buffer`]; the entry's own length is the `u32` of `ibv_sge`).
+    ///
+    /// # Errors
+    /// [`MrError::SgeOutOfRange`] when the range leaves the MR or `len` exceeds `u32::MAX`.
+    pub fn sge(&self, offset: usize, len: usize) -> Result<Sge, MrError> {
         let s = lock(&self.inner.state);
-        Sge {
-            addr: s.keys.addr + offset,
-            length: len,
-            lkey: s.keys.lkey,
+        let mr_len = s.range.len();
+        let length = u32::try_from(len).ok();
+        match (offset.checked_add(len), length) {
+            (Some(end), Some(length)) if end <= mr_len => Ok(Sge {
+                addr: s.keys.addr + offset as u64,
+                length,
+                lkey: s.keys.lkey,
+            }),
+            _ => Err(MrError::SgeOutOfRange {
+                offset,
+                len,
+                mr_len,
+            }),
         }
     }
 

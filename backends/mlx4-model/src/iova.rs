@@ -12,7 +12,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_soft::SoftDma;
 
 /// First bus address handed out (far from any host heap address).
@@ -85,6 +85,38 @@ impl IovaTable {
         }))
     }
 
+    /// Maps memory the application owns. Its bus address keeps the memory's offset in its
+    /// page (the driver's MTT entries describe whole pages), and the region covers exactly the
+    /// memory: the rest of its first and last pages is not reachable.
+    pub(crate) fn map_host(
+        self: &Arc<Self>,
+        memory: HostMemory,
+    ) -> Result<Arc<HostDma>, MapHostError> {
+        let in_page = memory.addr() as u64 % PAGE;
+        let size = (in_page + memory.len() as u64).div_ceil(PAGE).max(1) * PAGE;
+        let mem = SoftDma::from_host(memory, None)?;
+        let align = size.next_power_of_two().clamp(PAGE, MAX_ALIGN);
+        let bus = {
+            let mut map = self.lock();
+            let page = map.next.next_multiple_of(align);
+            map.next = page + size + PAGE;
+            let bus = page + in_page;
+            map.regions.insert(
+                bus,
+                Region {
+                    len: mem.len() as u64,
+                    mem: mem.clone(),
+                },
+            );
+            bus
+        };
+        Ok(Arc::new(HostDma(ModelDma {
+            mem,
+            bus,
+            table: self.clone(),
+        })))
+    }
+
     /// The region and offset behind `len` bytes at bus address `bus`, if they lie in one region.
     pub(crate) fn translate(&self, bus: u64, len: u64) -> Option<(Arc<SoftDma>, usize)> {
         let map = self.lock();
@@ -127,6 +159,69 @@ impl Drop for ModelDma {
 // emulated HCA reach only through raw copies and atomics.
 #[allow(unsafe_code)]
 unsafe impl portverbs_mlx4::HostMapped for ModelDma {}
+
+/// Application memory mapped into the model's IOMMU ([`IovaTable::map_host`]). Not
+/// [`portverbs_mlx4::HostMapped`]: the driver never makes rings of it (it need not be aligned).
+#[derive(Debug)]
+pub(crate) struct HostDma(ModelDma);
+
+impl DmaMemory for HostDma {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn host_addr(&self) -> u64 {
+        self.0.host_addr()
+    }
+
+    fn device_addr(&self) -> u64 {
+        self.0.device_addr()
+    }
+
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
+        self.0.read(offset, dst)
+    }
+
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
+        self.0.write(offset, src)
+    }
+
+    fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
+        self.0.fill(offset, len, byte)
+    }
+
+    fn load_u64(&self, offset: usize) -> Result<u64, DmaError> {
+        self.0.load_u64(offset)
+    }
+
+    fn store_u64(&self, offset: usize, value: u64) -> Result<(), DmaError> {
+        self.0.store_u64(offset, value)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+
+    fn is_host(&self) -> bool {
+        true
+    }
+
+    fn owns_host(&self) -> bool {
+        self.0.mem.owns_host()
+    }
+
+    fn into_host(self: Arc<Self>) -> Option<HostMemory> {
+        let Self(region) = Arc::into_inner(self)?;
+        let mem = region.mem.clone();
+        // Unmaps the bus range (and drops the table's handle on the memory).
+        drop(region);
+        mem.take_host()
+    }
+}
 
 impl DmaMemory for ModelDma {
     fn len(&self) -> usize {
@@ -199,5 +294,41 @@ mod tests {
         drop(a);
         assert!(t.translate(bus, 8).is_none(), "unmapped when dropped");
         assert_eq!(t.count(), 1);
+    }
+
+    #[test]
+    fn host_memory_keeps_its_page_offset_and_comes_back() {
+        let t = Arc::new(IovaTable::default());
+        let mut v = vec![0u8; 5000];
+        v[100] = 7;
+        let addr = v.as_ptr() as u64;
+        let mut memory = HostMemory::from(v);
+        // An odd start inside the buffer, as an application's own allocation may have.
+        let r = t.map_host(memory).unwrap();
+        assert_eq!(r.host_addr(), addr);
+        assert_eq!(
+            r.device_addr() % PAGE,
+            addr % PAGE,
+            "the page offset is kept"
+        );
+        let (mem, off) = t.translate(r.device_addr() + 100, 1).unwrap();
+        assert_eq!((mem.host_addr(), off), (addr, 100));
+        drop(mem);
+        assert!(
+            t.translate(r.device_addr() + 5000, 1).is_none(),
+            "past its end"
+        );
+        assert!(
+            t.translate(r.device_addr() - 1, 1).is_none(),
+            "before its start"
+        );
+        r.write(101, &[9]).unwrap();
+        let bus = r.device_addr();
+        memory = (r as Arc<dyn DmaMemory>)
+            .into_host()
+            .expect("the last handle");
+        assert!(t.translate(bus, 1).is_none(), "unmapped");
+        let v = memory.into_vec().unwrap();
+        assert_eq!((v.len(), v[100], v[101]), (5000, 7, 9));
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use portverbs_hal::dma::DmaError;
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::Mtu;
@@ -384,6 +384,10 @@ impl PciFunction for ModelFunction {
 
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn HostMapped>, DmaError> {
         Ok(self.inner.shared.iova.alloc(len)?)
+    }
+
+    fn map_host(&self, memory: HostMemory) -> Result<Arc<dyn DmaMemory>, MapHostError> {
+        Ok(self.inner.shared.iova.map_host(memory)?)
     }
 
     fn num_vectors(&self) -> u32 {

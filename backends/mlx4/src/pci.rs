@@ -11,7 +11,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use portverbs_hal::dma::DmaError;
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 
 use crate::dma::HostMapped;
 use portverbs_hal::mmio::Mmio;
@@ -113,6 +113,13 @@ pub trait PciFunction: Send + Sync + Debug + 'static {
     /// Out of memory, IOVA space or locked-memory allowance.
     /// The region must be [`HostMapped`]: the driver writes its rings through raw pointers.
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn HostMapped>, DmaError>;
+
+    /// Maps memory the application owns so the device can reach it (the IOMMU mapping of a
+    /// registered buffer); `device_addr()` keeps the memory's offset in its page.
+    ///
+    /// # Errors
+    /// The mapping failed; the memory comes back.
+    fn map_host(&self, memory: HostMemory) -> Result<Arc<dyn DmaMemory>, MapHostError>;
 
     /// Number of MSI-X vectors.
     fn num_vectors(&self) -> u32;

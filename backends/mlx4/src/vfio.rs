@@ -9,7 +9,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use portverbs_hal::dma::DmaError;
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_vfio::{IrqKind, VfioDevice};
@@ -88,6 +88,10 @@ impl PciFunction for VfioFunction {
                 reason: e.to_string(),
             }),
         }
+    }
+
+    fn map_host(&self, memory: HostMemory) -> Result<Arc<dyn DmaMemory>, MapHostError> {
+        Ok(self.dev.map_host(memory)?)
     }
 
     fn num_vectors(&self) -> u32 {

@@ -2,7 +2,9 @@
 //! registered buffers.
 //!
 //! This is the only module of the crate allowed to use `unsafe`. A [`SoftDma`] owns a zeroed,
-//! page-aligned heap allocation and never hands out a Rust reference into it: every access is a
+//! page-aligned heap allocation — or memory the application handed over ([`SoftDma::from_host`],
+//! a [`HostMemory`], whose contract says the same thing) — and never hands out a Rust reference
+//! into it: every access is a
 //! raw-pointer copy or an atomic operation, because the "device" (the engine, possibly on another
 //! thread) and the application access the same bytes concurrently, exactly as a real HCA and its
 //! driver do. Synchronisation between the two sides goes through the atomic accessors (owner
@@ -19,17 +21,26 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use portverbs_hal::dma::{DmaError, DmaMemory, check_range};
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, check_range};
 
 /// Alignment of every region (a page, as for real DMA memory).
 pub const DMA_ALIGN: usize = 4096;
+
+/// Where a region's bytes come from.
+#[derive(Debug)]
+enum Storage {
+    /// Allocated here with this layout (freed on drop).
+    Allocated(Layout),
+    /// The application's memory, kept until the region drops or gives it back.
+    Host(Option<HostMemory>),
+}
 
 /// A software "DMA" region. See the module documentation.
 #[derive(Debug)]
 pub struct SoftDma {
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    storage: Storage,
     /// Count of live regions of the owning device (resource accounting).
     tracker: Option<Arc<AtomicUsize>>,
 }
@@ -77,9 +88,50 @@ impl SoftDma {
         Ok(Arc::new(Self {
             ptr,
             len,
-            layout,
+            storage: Storage::Allocated(layout),
             tracker,
         }))
+    }
+
+    /// A region over memory the application owns: its bytes are the memory's own (no copy),
+    /// its address is the memory's address. [`DmaMemory::into_host`] gives it back.
+    ///
+    /// # Errors
+    /// A null address (only possible for empty memory given by raw parts); the memory comes
+    /// back.
+    pub fn from_host(
+        memory: HostMemory,
+        tracker: Option<Arc<AtomicUsize>>,
+    ) -> Result<Arc<Self>, portverbs_hal::dma::MapHostError> {
+        let Some(ptr) = NonNull::new(memory.addr() as *mut u8) else {
+            return Err(portverbs_hal::dma::MapHostError {
+                error: DmaError::AllocFailed {
+                    len: memory.len(),
+                    reason: "host memory at address 0".into(),
+                },
+                memory,
+            });
+        };
+        if let Some(t) = &tracker {
+            t.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Arc::new(Self {
+            ptr,
+            len: memory.len(),
+            storage: Storage::Host(Some(memory)),
+            tracker,
+        }))
+    }
+
+    /// For a region made by [`SoftDma::from_host`] and held by its last handle: the memory
+    /// back (the region is gone). `None` otherwise (the region, if this was the last handle,
+    /// is dropped and the memory with it).
+    pub fn take_host(self: Arc<Self>) -> Option<HostMemory> {
+        let mut region = Arc::into_inner(self)?;
+        match &mut region.storage {
+            Storage::Host(memory) => memory.take(),
+            Storage::Allocated(_) => None,
+        }
     }
 
     fn at(&self, offset: usize) -> *mut u8 {
@@ -90,7 +142,8 @@ impl SoftDma {
 
     fn check_atomic(&self, offset: usize, width: usize) -> Result<(), DmaError> {
         check_range(offset, width, self.len)?;
-        if offset % width != 0 {
+        // The address itself must be aligned: application memory need not start on a page.
+        if (self.ptr.as_ptr() as usize).wrapping_add(offset) % width != 0 {
             return Err(DmaError::Misaligned {
                 offset,
                 align: width,
@@ -150,7 +203,7 @@ impl SoftDma {
     /// Out of bounds or misaligned.
     pub fn load_u32(&self, offset: usize) -> Result<u32, DmaError> {
         self.check_atomic(offset, 4)?;
-        // SAFETY: in bounds and 4-aligned (the base is page-aligned).
+        // SAFETY: in bounds and 4-aligned (`check_atomic` checks the address).
         Ok(unsafe { AtomicU32::from_ptr(self.at(offset).cast()) }.load(Ordering::Acquire))
     }
 
@@ -206,8 +259,13 @@ impl Drop for SoftDma {
         if let Some(t) = &self.tracker {
             t.fetch_sub(1, Ordering::Relaxed);
         }
-        // SAFETY: `ptr` was returned by `alloc_zeroed` with exactly this layout and is freed once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        if let Storage::Allocated(layout) = self.storage {
+            // SAFETY: `ptr` was returned by `alloc_zeroed` with exactly this layout and is
+            // freed once.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
+        // Host memory is the application's: an owned buffer drops with `storage`, memory given
+        // by raw parts stays where it is.
     }
 }
 
@@ -263,6 +321,18 @@ impl DmaMemory for SoftDma {
 
     fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
+    }
+
+    fn into_host(self: Arc<Self>) -> Option<HostMemory> {
+        self.take_host()
+    }
+
+    fn is_host(&self) -> bool {
+        matches!(self.storage, Storage::Host(_))
+    }
+
+    fn owns_host(&self) -> bool {
+        matches!(&self.storage, Storage::Host(Some(m)) if m.is_owned())
     }
 }
 
@@ -321,5 +391,42 @@ mod tests {
         assert!(r.load_u32(62).is_err());
         r.store_u32(60, 0xdead_beef).unwrap();
         assert_eq!(r.load_u32(60).unwrap(), 0xdead_beef);
+    }
+
+    #[test]
+    fn host_memory_is_used_in_place_and_given_back() {
+        let mut v = vec![0u8; 64];
+        v[0] = 1;
+        let addr = v.as_ptr() as u64;
+        let region = SoftDma::from_host(HostMemory::from(v), None).unwrap();
+        assert_eq!((region.host_addr(), region.len()), (addr, 64));
+        assert!(region.is_host() && region.owns_host());
+        region.write(1, &[2, 3]).unwrap();
+        let other = region.clone();
+        assert!(other.take_host().is_none(), "not the last handle");
+        let v = region.take_host().unwrap().into_vec().unwrap();
+        assert_eq!(&v[..3], &[1, 2, 3]);
+    }
+
+    #[test]
+    fn atomics_check_the_address_not_the_offset() {
+        // 8-aligned offsets of a region that starts 4 bytes into an aligned block.
+        let v = vec![0u64; 8];
+        let mut bytes: Vec<u8> = v.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let base = bytes.as_mut_ptr() as usize;
+        let skew = (8 - base % 8) % 8 + 4;
+        // SAFETY: `bytes` outlives `region` and is not touched while it lives.
+        let memory = unsafe { HostMemory::from_raw_parts(bytes.as_mut_ptr().add(skew), 32) };
+        let region = SoftDma::from_host(memory, None).unwrap();
+        assert!(matches!(
+            region.load_u64(0),
+            Err(DmaError::Misaligned { .. })
+        ));
+        assert!(
+            region.load_u64(4).is_ok(),
+            "offset 4 is an aligned address here"
+        );
+        drop(region);
+        drop(bytes);
     }
 }

@@ -1,5 +1,7 @@
 //! DMA memory for a VFIO device: anonymous, page-aligned, zeroed memory that the IOMMU maps at
-//! an IOVA from the device's allocator, implementing the HAL's [`DmaMemory`].
+//! an IOVA from the device's allocator, implementing the HAL's [`DmaMemory`] — or the
+//! application's own memory ([`VfioDevice::map_host`], a [`HostMemory`]), whose pages the IOMMU
+//! maps the same way, its offset in its first page kept in the device address.
 //!
 //! `VFIO_IOMMU_MAP_DMA` pins the pages (charging them to `RLIMIT_MEMLOCK`, checked first by
 //! `memlock`) and lets the device read and write them at any time. So, as vfio-ioctls'
@@ -20,21 +22,63 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use memmap2::{MmapOptions, MmapRaw};
-use portverbs_hal::dma::{DmaError, DmaMemory, check_range};
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError, check_range};
 
 use crate::device::{DeviceInner, VfioDevice};
 use crate::error::VfioError;
 use crate::memlock::Memlock;
 
+/// The memory behind a region.
+pub trait Backing: Send + Sync + std::fmt::Debug + 'static {
+    /// Host address of the first mapped IOMMU page.
+    fn page_base(&self) -> *mut u8;
+
+    /// The application's memory, if that is what it is.
+    fn host(&self) -> Option<&HostMemory> {
+        None
+    }
+}
+
+/// Anonymous memory this crate mapped (zeroed, page aligned): queue rings and buffers a
+/// backend allocates.
+#[derive(Debug)]
+pub struct Anon(MmapRaw);
+
+impl Backing for Anon {
+    fn page_base(&self) -> *mut u8 {
+        self.0.as_mut_ptr()
+    }
+}
+
+/// The application's memory ([`HostMemory`]): the IOMMU maps the pages it lies in.
+#[derive(Debug)]
+pub struct Host {
+    memory: HostMemory,
+    page_base: usize,
+}
+
+impl Backing for Host {
+    fn page_base(&self) -> *mut u8 {
+        self.page_base as *mut u8
+    }
+
+    fn host(&self) -> Option<&HostMemory> {
+        Some(&self.memory)
+    }
+}
+
 /// One IOMMU-mapped DMA region. See the module documentation.
 #[derive(Debug)]
-pub struct VfioDma {
+pub struct VfioDma<B: Backing = Anon> {
     dev: Arc<DeviceInner>,
-    map: MmapRaw,
+    backing: B,
+    /// Offset of byte 0 in the first mapped page (0 for [`Anon`]).
+    in_page: usize,
     /// Bytes asked for (what `len()` reports).
     len: usize,
     /// Bytes mapped (whole IOMMU pages).
     mapped_len: u64,
+    /// IOVA of the first mapped page.
     iova: u64,
     /// Still mapped in the IOMMU.
     mapped: Mutex<bool>,
@@ -65,23 +109,88 @@ impl VfioDevice {
     pub fn alloc_vfio_dma(&self, len: usize) -> Result<Arc<VfioDma>, VfioError> {
         VfioDma::new(&self.inner, len).map(Arc::new)
     }
+
+    /// Maps memory the application owns for this device (the HAL's `map_host`): the IOMMU
+    /// pages it lies in, at an IOVA whose offset in its page is the memory's. The region keeps
+    /// the memory until it drops or gives it back ([`DmaMemory::into_host`]).
+    ///
+    /// # Errors
+    /// IOVA space, the locked-memory limit or `VFIO_IOMMU_MAP_DMA`; the memory comes back.
+    pub fn map_host(&self, memory: HostMemory) -> Result<Arc<VfioDma<Host>>, MapHostError> {
+        VfioDma::map_host(&self.inner, memory).map(Arc::new)
+    }
 }
 
-impl VfioDma {
+/// Reserves IOVA space for `len64` bytes (whole IOMMU pages); returns its start and size.
+fn reserve(dev: &DeviceInner, len64: u64) -> Result<(u64, u64), VfioError> {
+    let mut alloc = dev.iova();
+    let exhausted = || VfioError::IovaExhausted {
+        addr: dev.addr.clone(),
+        len: len64,
+    };
+    let size = alloc.round(len64).ok_or_else(exhausted)?;
+    let iova = alloc.alloc(size).ok_or_else(exhausted)?;
+    Ok((iova, size))
+}
+
+impl VfioDma<Host> {
+    fn map_host(dev: &Arc<DeviceInner>, memory: HostMemory) -> Result<Self, MapHostError> {
+        let page = dev.iova().page() as usize;
+        let addr = memory.addr();
+        let page_base = addr - addr % page;
+        let in_page = addr - page_base;
+        let span = (in_page + memory.len()).max(1) as u64;
+        let backing = Host { memory, page_base };
+        Self::map(dev, backing, in_page, span).map_err(|(e, backing)| MapHostError {
+            error: DmaError::AllocFailed {
+                len: backing.memory.len(),
+                reason: e.to_string(),
+            },
+            memory: backing.memory,
+        })
+    }
+}
+
+impl VfioDma<Anon> {
     fn new(dev: &Arc<DeviceInner>, len: usize) -> Result<Self, VfioError> {
-        let addr = || dev.addr.clone();
         let len64 = len as u64;
-        let (iova, mapped_len) = {
-            let mut alloc = dev.iova();
-            let size = alloc.round(len64).ok_or_else(|| VfioError::IovaExhausted {
-                addr: addr(),
+        let size = dev
+            .iova()
+            .round(len64)
+            .ok_or_else(|| VfioError::IovaExhausted {
+                addr: dev.addr.clone(),
                 len: len64,
             })?;
-            let iova = alloc.alloc(size).ok_or_else(|| VfioError::IovaExhausted {
-                addr: addr(),
-                len: len64,
-            })?;
-            (iova, size)
+        let map_len = usize::try_from(size).map_err(|_| VfioError::IovaExhausted {
+            addr: dev.addr.clone(),
+            len: len64,
+        })?;
+        let map: MmapRaw = MmapOptions::new()
+            .len(map_len)
+            .map_anon()
+            .map_err(|source| VfioError::DmaAlloc {
+                addr: dev.addr.clone(),
+                len: size,
+                source,
+            })?
+            .into();
+        Self::map(dev, Anon(map), 0, len64).map_err(|(e, _)| e)
+    }
+}
+
+impl<B: Backing> VfioDma<B> {
+    /// Maps the IOMMU pages of `backing` holding `span` bytes from its page base; on failure
+    /// the backing comes back with the error.
+    fn map(
+        dev: &Arc<DeviceInner>,
+        backing: B,
+        in_page: usize,
+        span: u64,
+    ) -> Result<Self, (VfioError, B)> {
+        let addr = || dev.addr.clone();
+        let (iova, mapped_len) = match reserve(dev, span) {
+            Ok(r) => r,
+            Err(e) => return Err((e, backing)),
         };
         let give_back = |e: VfioError| {
             // NOTE: `iova` came from this allocator a moment ago, so the free cannot fail.
@@ -91,38 +200,33 @@ impl VfioDma {
 
         let memlock = Memlock::current();
         if let Err(short) = memlock.check(mapped_len) {
-            return Err(give_back(VfioError::MemlockLimit {
+            let e = give_back(VfioError::MemlockLimit {
                 addr: addr(),
                 len: mapped_len,
                 limit: short.limit,
                 locked: short.locked,
-            }));
+            });
+            return Err((e, backing));
         }
-
-        let map_len = usize::try_from(mapped_len).map_err(|_| {
-            give_back(VfioError::IovaExhausted {
+        let Ok(map_len) = usize::try_from(mapped_len) else {
+            let e = give_back(VfioError::IovaExhausted {
                 addr: addr(),
-                len: len64,
-            })
-        })?;
-        let map: MmapRaw = MmapOptions::new()
-            .len(map_len)
-            .map_anon()
-            .map_err(|source| {
-                give_back(VfioError::DmaAlloc {
-                    addr: addr(),
-                    len: mapped_len,
-                    source,
-                })
-            })?
-            .into();
+                len: span,
+            });
+            return Err((e, backing));
+        };
 
-        // SAFETY: `map` is a fresh anonymous mapping of `map_len` bytes owned by the value we
-        // are building; from here on it is reached only through raw pointers and atomics (see
-        // the module documentation), and no reference into it exists. It is unmapped from the
-        // IOMMU (in `Drop`, or `unmap`) before `map` is dropped and munmapped, since `map` is a
-        // field of the value whose `Drop` does the IOMMU unmap.
-        let mapped = unsafe { dev.container.vfio_dma_map(iova, map_len, map.as_mut_ptr()) };
+        // SAFETY: `backing` holds `map_len` bytes from its page base for as long as the value
+        // we are building lives — a fresh anonymous mapping it owns, or the pages of the
+        // application's memory, whose `HostMemory` contract keeps them valid and reached only
+        // through raw pointers and atomics until the region drops. No reference into them
+        // exists (see the module documentation). They are unmapped from the IOMMU (in `Drop`,
+        // or `unmap`) before `backing` is dropped, since it is a field of the value whose
+        // `Drop` does the IOMMU unmap.
+        let mapped = unsafe {
+            dev.container
+                .vfio_dma_map(iova, map_len, backing.page_base())
+        };
         if let Err(source) = mapped {
             // ENOMEM from the pinning code means the locked-memory limit, whatever our check
             // thought (another thread may have locked memory meanwhile).
@@ -143,13 +247,14 @@ impl VfioDma {
                     source: source.into(),
                 },
             };
-            return Err(give_back(err));
+            return Err((give_back(err), backing));
         }
         tracing::trace!(addr = %dev.addr, iova, len = mapped_len, "mapped DMA region");
         Ok(Self {
             dev: dev.clone(),
-            map,
-            len,
+            backing,
+            in_page,
+            len: span as usize - in_page,
             mapped_len,
             iova,
             mapped: Mutex::new(true),
@@ -158,7 +263,7 @@ impl VfioDma {
 
     /// The device address of byte 0 (also [`DmaMemory::device_addr`]).
     pub fn iova(&self) -> u64 {
-        self.iova
+        self.iova + self.in_page as u64
     }
 
     /// True until [`VfioDma::unmap`] (or drop) removed the IOMMU mapping.
@@ -191,19 +296,23 @@ impl VfioDma {
     }
 
     fn at(&self, offset: usize) -> *mut u8 {
-        self.map.as_mut_ptr().wrapping_add(offset)
+        self.backing
+            .page_base()
+            .wrapping_add(self.in_page)
+            .wrapping_add(offset)
     }
 
     fn check_atomic(&self, offset: usize) -> Result<(), DmaError> {
         check_range(offset, 8, self.len)?;
-        if offset % 8 != 0 {
+        // The address itself must be aligned: application memory need not start on a page.
+        if (self.at(offset) as usize) % 8 != 0 {
             return Err(DmaError::Misaligned { offset, align: 8 });
         }
         Ok(())
     }
 }
 
-impl Drop for VfioDma {
+impl<B: Backing> Drop for VfioDma<B> {
     fn drop(&mut self) {
         if let Err(err) = self.unmap() {
             // The pages stay pinned by the kernel until the container closes, so the device
@@ -218,17 +327,17 @@ impl Drop for VfioDma {
     }
 }
 
-impl DmaMemory for VfioDma {
+impl<B: Backing> DmaMemory for VfioDma<B> {
     fn len(&self) -> usize {
         self.len
     }
 
     fn host_addr(&self) -> u64 {
-        self.map.as_mut_ptr() as u64
+        self.at(0) as u64
     }
 
     fn device_addr(&self) -> u64 {
-        self.iova
+        self.iova()
     }
 
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
@@ -258,7 +367,7 @@ impl DmaMemory for VfioDma {
 
     fn load_u64(&self, offset: usize) -> Result<u64, DmaError> {
         self.check_atomic(offset)?;
-        // SAFETY: in bounds and 8-byte aligned (the mapping is page-aligned); the bytes are only
+        // SAFETY: in bounds and 8-byte aligned (`check_atomic` checks the address); the bytes are only
         // ever accessed through raw pointers and atomics, so viewing them as an `AtomicU64` for
         // this one load is sound.
         Ok(unsafe { AtomicU64::from_ptr(self.at(offset).cast()) }.load(Ordering::Acquire))
@@ -277,5 +386,27 @@ impl DmaMemory for VfioDma {
 
     fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
+    }
+
+    fn is_host(&self) -> bool {
+        self.backing.host().is_some()
+    }
+
+    fn owns_host(&self) -> bool {
+        self.backing.host().is_some_and(HostMemory::is_owned)
+    }
+
+    fn into_host(self: Arc<Self>) -> Option<HostMemory> {
+        let any: Arc<dyn Any + Send + Sync> = self;
+        let host = any.downcast::<VfioDma<Host>>().ok()?;
+        let mut region = Arc::into_inner(host)?;
+        // The IOMMU mapping must go before the memory is handed back; if it cannot, the
+        // memory stays with the region (pinned, never reused by the device's IOVA).
+        region.unmap().ok()?;
+        // An empty owned placeholder stays behind for the region's drop.
+        Some(std::mem::replace(
+            &mut region.backing.memory,
+            HostMemory::from(Vec::new()),
+        ))
     }
 }

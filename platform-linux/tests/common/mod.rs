@@ -84,7 +84,7 @@ impl Node {
     pub fn post_recv(&self, qp: &Qp<Dev>, wr_id: u64) {
         qp.post_recv(&[RecvWr {
             wr_id,
-            sges: &[self.mr.sge(0, 64)],
+            sges: &[self.mr.sge(0, 64).expect("inside the MR")],
         }])
         .unwrap();
     }

@@ -10,7 +10,7 @@ use portverbs_hal::device::{
     CqParams, Device, EqKind, EqParams, MrKeys, MrParams, MrRereg, MwKeys, QpCreateParams,
     QpResources, SrqModify, SrqParams,
 };
-use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::{CompletionQueue, EventQueue};
@@ -343,6 +343,10 @@ impl Device for Mlx4Device {
 
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
         Ok(self.0.pci.alloc_dma(len)?)
+    }
+
+    fn map_host(&self, memory: HostMemory) -> Result<Arc<dyn DmaMemory>, MapHostError> {
+        self.0.pci.map_host(memory)
     }
 
     async fn query_device(&self) -> Result<DeviceAttr, CommandError> {

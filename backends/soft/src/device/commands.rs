@@ -11,7 +11,7 @@ use portverbs_hal::device::{
     CqParams, Device, EqKind, EqParams, MrKeys, MrParams, MrRereg, MwKeys, QpCreateParams,
     QpResources, SrqModify, SrqParams,
 };
-use portverbs_hal::dma::{DmaError, DmaMemory};
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
@@ -89,6 +89,11 @@ impl Device for SoftDevice {
 
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
         Ok(SoftDma::alloc_tracked(len, Some(self.dma.clone()))?)
+    }
+
+    fn map_host(&self, memory: HostMemory) -> Result<Arc<dyn DmaMemory>, MapHostError> {
+        // No IOMMU: the engine reaches the application's bytes where they are.
+        Ok(SoftDma::from_host(memory, Some(self.dma.clone()))?)
     }
 
     async fn query_device(&self) -> Result<DeviceAttr, CommandError> {
