@@ -7,9 +7,11 @@
 //!    exactly what to do, where the kernel would only answer `ENOENT` later.
 //! 2. Open the container `/dev/vfio/vfio` (vfio-ioctls checks the API version and the type-1 v2
 //!    IOMMU).
-//! 3. Open `/dev/vfio/<group>`, check that the group is viable, attach it to the container,
-//!    select the type-1 v2 IOMMU, get the device fd, and read region and IRQ information
-//!    (vfio-ioctls `VfioDevice::new`).
+//! 3. Make the function's anchor (`anchor`): a private directory that tells vfio-ioctls the
+//!    device name and IOMMU group the way sysfs does, but survives surprise removal. Then open
+//!    `/dev/vfio/<group>`, check that the group is viable, attach it to the container, select
+//!    the type-1 v2 IOMMU, get the device fd, and read region and IRQ information (vfio-ioctls
+//!    `VfioDevice::new`, given the anchor instead of the sysfs entry).
 //! 4. Read the device flags and the container's IOVA windows and page sizes (our own ioctls,
 //!    `sys`), and set up the IOVA allocator.
 //!
@@ -20,7 +22,12 @@
 //! dropped (a DMA region first from the IOMMU, then from the process). When the last of them is
 //! gone, vfio-ioctls closes the device fd, detaches the group from the container and closes the
 //! group, and then the container closes — the reverse of the open, which is the order the
-//! kernel needs (a group still holding an open device cannot be detached).
+//! kernel needs (a group still holding an open device cannot be detached). Last the anchor is
+//! removed.
+//!
+//! Closing never panics on surprise removal (`echo 1 > /sys/bus/pci/devices/<addr>/remove`, or a
+//! hot-unplug): the kernel waits for the device fd to be closed and then deletes the sysfs
+//! entry, but vfio-ioctls reads the anchor, not sysfs, after closing the fd (see `anchor`).
 //!
 //! One process opens a group once: a second `open` of a function in an IOMMU group that is
 //! already open fails with `EBUSY` from the kernel. Functions that share a group are not
@@ -33,6 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use vfio_bindings::bindings::vfio::{VFIO_DEVICE_FLAGS_RESET, VFIO_PCI_CONFIG_REGION_INDEX};
 use vfio_ioctls::{VfioContainer, VfioOps};
 
+use crate::anchor::{Anchor, Anchored};
 use crate::error::{IrqKind, VfioError};
 use crate::iova::{DEFAULT_FLOOR, IovaAllocator, IovaRange};
 use crate::irq::IrqRoutes;
@@ -50,8 +58,9 @@ pub struct VfioDevice {
 pub(crate) struct DeviceInner {
     pub(crate) addr: String,
     pub(crate) group: u32,
-    /// Declared before `container`: the device (and with it the group) must go first.
-    pub(crate) dev: vfio_ioctls::VfioDevice,
+    /// Declared before `container`: the device (and with it the group) must go first. Opened
+    /// through its anchor, which goes with it.
+    pub(crate) dev: Anchored<vfio_ioctls::VfioDevice>,
     pub(crate) container: Arc<VfioContainer>,
     pub(crate) info: DeviceInfo,
     pub(crate) iommu: IommuInfo,
@@ -65,6 +74,7 @@ impl fmt::Debug for DeviceInner {
         f.debug_struct("DeviceInner")
             .field("addr", &self.addr)
             .field("group", &self.group)
+            .field("anchor", &self.dev.anchor().path())
             .field("info", &self.info)
             .field("iommu", &self.iommu)
             .finish_non_exhaustive()
@@ -121,9 +131,15 @@ impl VfioDevice {
             source: e.into(),
         })?;
         let container = Arc::new(container);
+        let anchor = Anchor::create(&path, group).map_err(|source| VfioError::Anchor {
+            addr: addr.clone(),
+            dir: std::env::temp_dir().display().to_string(),
+            source,
+        })?;
         let ops: Arc<dyn VfioOps> = container.clone();
-        let dev = vfio_ioctls::VfioDevice::new(&path, ops, false)
+        let dev = vfio_ioctls::VfioDevice::new(anchor.path(), ops, false)
             .map_err(|e| attach_error(&addr, group, e))?;
+        let dev = Anchored::new(dev, anchor);
 
         let info = sys::device_info(sys::device_fd(&dev)).map_err(|source| VfioError::Query {
             addr: addr.clone(),

@@ -115,6 +115,23 @@ pub enum VfioError {
         source: io::Error,
     },
 
+    /// The private directory that tells vfio-ioctls the function's name and IOMMU group (so
+    /// that closing survives surprise removal) could not be made.
+    #[error(
+        "PCI {addr}: making the VFIO anchor directory in {dir}: {source}; set TMPDIR to a \
+         directory this user can write (the anchor is a few bytes, removed when the device \
+         closes)"
+    )]
+    Anchor {
+        /// The address.
+        addr: String,
+        /// The directory the anchor was to be made in.
+        dir: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+
     /// `/dev/vfio/vfio` could not be opened or lacks the type-1 IOMMU.
     #[error(
         "PCI {addr}: opening the VFIO container /dev/vfio/vfio: {source}; load the modules \
@@ -428,6 +445,7 @@ impl VfioError {
             | Self::NotBoundToVfio { addr, .. }
             | Self::NoIommuGroup { addr }
             | Self::Sysfs { addr, .. }
+            | Self::Anchor { addr, .. }
             | Self::Container { addr, .. }
             | Self::Group { addr, .. }
             | Self::GroupNotViable { addr, .. }
@@ -574,6 +592,11 @@ mod tests {
                 active: IrqKind::Msi,
             },
             VfioError::ResetUnsupported { addr: A.into() },
+            VfioError::Anchor {
+                addr: A.into(),
+                dir: "/tmp".into(),
+                source: io::Error::from(io::ErrorKind::PermissionDenied),
+            },
             VfioError::SetIrqs {
                 addr: A.into(),
                 kind: IrqKind::Msi,

@@ -58,23 +58,34 @@
 //! * vfio-pci offers no write-combining BAR mapping, so BlueFlame copies are plain stores.
 //! * The HAL's `MmioError` carries no OS error: a failing `pread`/`pwrite` fallback is logged
 //!   with its errno and reported as `MmioError::Removed`.
-//! * vfio-ioctls 0.10 `unwrap`s in its device `Drop` when the function's sysfs entry has gone
-//!   (surprise removal), and keeps region information by position, so a failed region query
-//!   would shift later indices (never seen for BARs and config space, which come first).
+//! * vfio-ioctls 0.10 `unwrap`s in its device `Drop` when the path it was opened with no longer
+//!   names the IOMMU group, which for the function's sysfs entry happens on surprise removal.
+//!   So it is opened with a private anchor directory instead (made at open in the temporary
+//!   directory, `portverbs-vfio-anchor-XXXXXX/<address>/iommu_group`, removed at close; see
+//!   `anchor`), and opening needs a writable temporary directory (`TMPDIR`, else `/tmp`).
+//!   Should the anchor be deleted while the device is open and not be recreatable at close, the
+//!   device fd, group and container are leaked with a warning instead of a panic.
+//! * vfio-ioctls keeps region information by position, so a failed region query would shift
+//!   later indices (never seen for BARs and config space, which come first).
 //!
 //! ## Testing
 //! Unit tests (any Linux machine, no VFIO): the IOVA allocator, the `VFIO_IOMMU_GET_INFO`
 //! parser, sparse-area selection, the locked-memory check, sysfs scanning and the open-time
-//! checks against a fake sysfs tree, and the error messages. `tests/vfio-guest/run.sh` runs this
-//! crate for real inside a QEMU guest (TCG, emulated intel-iommu) against QEMU's `edu` and
-//! `nvme` devices: config space, BAR mapping, DMA both ways through the IOMMU, DMA after unmap
-//! blocked, MSI and MSI-X to eventfds, the locked-memory limit, reset and teardown. Boot and
-//! test take about 8 s on a 2-core machine; the whole script about 11 s warm.
+//! checks against a fake sysfs tree, the anchor vfio-ioctls is opened with (made from a fake
+//! sysfs entry that is then deleted; its repair, and the leak when it cannot be repaired), and
+//! the error messages. `tests/vfio-guest/run.sh` runs this crate for real inside a QEMU guest
+//! (TCG, emulated intel-iommu) against QEMU's `edu` and `nvme` devices: config space, BAR
+//! mapping, DMA both ways through the IOMMU, DMA after unmap blocked, MSI and MSI-X to
+//! eventfds, the locked-memory limit, reset and teardown, and last a surprise removal of edu
+//! while it is open. Boot and test take about 8 s on a 2-core machine; the whole script about
+//! 11 s warm.
 //!
 //! On targets other than Linux this crate is empty.
 #![cfg_attr(target_os = "linux", deny(unsafe_code))]
 #![warn(missing_docs)]
 
+#[cfg(target_os = "linux")]
+mod anchor;
 #[cfg(target_os = "linux")]
 mod bar;
 #[cfg(target_os = "linux")]

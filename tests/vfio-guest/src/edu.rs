@@ -1,6 +1,7 @@
 //! QEMU's `edu` teaching device (1234:11e8) through portverbs-vfio: config space, BAR0,
 //! ident/liveness/factorial, MSI to a platform-linux eventfd, DMA both ways through the IOMMU,
-//! and a DMA after unmap that must not land.
+//! and a DMA after unmap that must not land; last, after every other check of the run, a
+//! surprise removal while the device is open.
 //!
 //! Register map (QEMU `docs/specs/edu.rst`): 0x00 ident, 0x04 liveness (returns the inverse),
 //! 0x08 factorial, 0x20 status (bit 0 busy), 0x24 interrupt status, 0x60 raise, 0x64 ack,
@@ -8,15 +9,18 @@
 //! bit 1 device→RAM, bit 2 interrupt 0x100 when done). The DMA engine's own buffer is
 //! 0x40000..0x41000 and it decodes 28-bit bus addresses.
 
+use std::fs;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_linux::{EventFd, EventFdSink};
 use portverbs_vfio::config::regs;
-use portverbs_vfio::{IrqKind, VfioBar, VfioDevice, VfioDma, VfioError};
+use portverbs_vfio::{IrqKind, SYSFS_PCI_DEVICES, VfioBar, VfioDevice, VfioDma, VfioError};
 
 use crate::memlock;
 use crate::report::{Outcome, Report};
@@ -401,4 +405,137 @@ pub(crate) fn expect_kind_busy(
         Err(VfioError::IrqKindBusy { .. }) => Ok(()),
         other => Err(format!("route_msi while MSI-X is on gave {other:?}")),
     }
+}
+
+/// How portverbs-vfio names the anchor directories it makes in the temporary directory (one per
+/// open device, removed when it closes).
+const ANCHOR_PREFIX: &str = "portverbs-vfio-anchor-";
+
+/// The run's last check, since it removes edu from the guest: surprise removal while open.
+pub(crate) fn surprise_removal(r: &mut Report, addr: &str) {
+    r.step("edu_surprise_removal", || remove_while_open(addr));
+}
+
+/// Anchor directories in the temporary directory.
+fn anchors() -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(std::env::temp_dir())? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.starts_with(ANCHOR_PREFIX) {
+            found.push(name);
+        }
+    }
+    Ok(found)
+}
+
+/// Opens edu with a BAR, Bus Master, MSI and a DMA region live, asks the kernel to remove the
+/// function from another thread (`echo 1 > .../remove` blocks until vfio-pci's device fd is
+/// closed, then deletes the sysfs entry), and drops everything. vfio-ioctls reads the function's
+/// IOMMU group again right after closing the fd, racing with that deletion; it reads
+/// portverbs-vfio's anchor instead, so the drop must not panic, the removal must complete, the
+/// sysfs entry must be gone and no anchor may be left behind.
+///
+/// The race is made one-sided: the removing thread runs at nice -20 and the dropping thread at
+/// nice 19 (on Linux `setpriority(PRIO_PROCESS, 0, ..)` applies to the calling thread), so on
+/// the guest's single CPU the woken removal finishes before the drop goes on. Opened with the
+/// sysfs path, vfio-ioctls 0.10 panicked here.
+fn remove_while_open(addr: &str) -> Outcome<()> {
+    use rustix::process::setpriority_process;
+
+    let sysfs = Path::new(SYSFS_PCI_DEVICES).join(addr);
+    let left_before = anchors()?;
+    let dev = VfioDevice::open(addr)?;
+    let bar = dev.map_bar(0)?;
+    dev.enable_bus_master()?;
+    let efd = Arc::new(EventFd::new()?);
+    let sink: Arc<dyn InterruptSink> = Arc::new(EventFdSink::new(efd));
+    dev.route_msi(0, &sink)?;
+    let dma = dev.alloc_vfio_dma(4096)?;
+    let ident = bar.read32_le(IDENT)?;
+    if anchors()?.len() != left_before.len() + 1 {
+        return Err(format!(
+            "expected one new {ANCHOR_PREFIX}* directory in {} while open, have {:?}",
+            std::env::temp_dir().display(),
+            anchors()?
+        )
+        .into());
+    }
+
+    let mut kmsg = Kmsg::open();
+    let remove = sysfs.join("remove");
+    let remover = {
+        let remove = remove.clone();
+        std::thread::spawn(move || {
+            let raised = setpriority_process(None, -20);
+            let t = Instant::now();
+            (fs::write(&remove, "1"), t.elapsed(), raised)
+        })
+    };
+    // vfio-pci asks userspace for the device back (no request eventfd here, so it only logs)
+    // and waits; without the message, give the thread time to get that far.
+    let asked = kmsg.seen(&[addr, "blocked until released"], Duration::from_secs(2));
+    if asked.is_none() {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    if remover.is_finished() {
+        return Err(format!(
+            "writing {} returned while the device was open",
+            remove.display()
+        )
+        .into());
+    }
+
+    let lowered = setpriority_process(None, 19);
+    let t_drop = Instant::now();
+    let dropped = catch_unwind(AssertUnwindSafe(move || {
+        drop(dma);
+        drop(bar);
+        drop(sink);
+        drop(dev);
+    }));
+    let drop_took = t_drop.elapsed();
+    // Back to normal for what follows (root may raise it again; nothing follows in the run).
+    let _ = setpriority_process(None, 0);
+    if let Err(payload) = dropped {
+        let what = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        return Err(format!("dropping the device during its removal panicked: {what}").into());
+    }
+    let ((), waited) = wait::until("the removal to finish after the drop", || {
+        Ok(remover.is_finished().then_some(()))
+    })?;
+    let (written, remove_took, raised) = remover
+        .join()
+        .map_err(|_| "the thread writing remove panicked")?;
+    written.map_err(|e| format!("writing {}: {e}", remove.display()))?;
+    // Without the priorities the check still runs, but the race may go either way.
+    let race = match (raised, lowered) {
+        (Ok(()), Ok(())) => "remover at nice -20, dropper at 19".to_string(),
+        (r, l) => format!("priorities not set (remover {r:?}, dropper {l:?})"),
+    };
+    if sysfs.exists() {
+        return Err(format!("{} still exists after the removal", sysfs.display()).into());
+    }
+    let left_after = anchors()?;
+    if left_after != left_before {
+        return Err(
+            format!("anchors before {left_before:?}, after the drop {left_after:?}").into(),
+        );
+    }
+    // The record's first line (its dictionary lines follow).
+    let asked = asked.map_or_else(
+        || "kernel request message not seen".to_string(),
+        |m| format!("kernel: {}", m.lines().next().unwrap_or_default()),
+    );
+    Ok((
+        format!(
+            "ident {ident:#010x}; remove blocked while open ({asked}); {race}: drop took \
+             {drop_took:?} without a panic, removal done {waited:?} later ({remove_took:?} in \
+             all), {addr} gone from sysfs, anchor removed"
+        ),
+        (),
+    ))
 }

@@ -3,6 +3,7 @@
 //! ```text
 //! vfio-guest run [--serial SN]   in the guest: find edu and nvme with portverbs_vfio::scan,
 //!                                drive them, print one VFIO-CHECK line per check and a summary
+//!                                (the last check removes edu from the guest's PCI bus)
 //! vfio-guest verify LOG          on the host: read the guest's console log, print a table,
 //!                                exit 1 on any failed or missing check or a missing summary
 //! ```
@@ -86,6 +87,8 @@ mod guest {
             Some((e, n)) => {
                 edu::run(&mut r, &e.address);
                 nvme::run(&mut r, &n.address, serial);
+                // Last: it removes edu from the guest.
+                edu::surprise_removal(&mut r, &e.address);
             }
             None => {
                 let rest: Vec<&str> = crate::report::EXPECTED[1..].to_vec();

@@ -44,6 +44,7 @@ pub(crate) const EXPECTED: &[&str] = &[
     "nvme_identify_data",
     "nvme_reset",
     "nvme_teardown_reopen",
+    "edu_surprise_removal",
 ];
 
 /// What a check returns: a detail line, or why it failed.
