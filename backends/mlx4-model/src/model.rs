@@ -31,7 +31,9 @@ pub struct ModelConfig {
     pub ports: u8,
     /// Port MTU (QUERY_PORT's max IB MTU, the engine's port MTU).
     pub mtu: Mtu,
-    /// MSI-X vectors.
+    /// MSI-X vectors. The mlx4 driver gives each event queue a vector of its own (vector 0
+    /// is its command EQ's), so this bounds the asynchronous EQs, completion-vector EQs and
+    /// completion channels alive at once, over all contexts of the device.
     pub num_vectors: u32,
 }
 
@@ -41,7 +43,7 @@ impl Default for ModelConfig {
             name: None,
             ports: 1,
             mtu: Mtu::Mtu4096,
-            num_vectors: 8,
+            num_vectors: 32,
         }
     }
 }

@@ -57,7 +57,10 @@ fn pci_identity_and_bars() {
     assert_ne!(m.device_addr(), m.host_addr());
     assert!(
         d.func
-            .route_interrupt(8, Arc::new(Counter::default()))
+            .route_interrupt(
+                portverbs_mlx4_model::ModelConfig::default().num_vectors,
+                Arc::new(Counter::default())
+            )
             .is_err()
     );
 }

@@ -411,8 +411,7 @@ mod tests {
     #[test]
     fn atomics_check_the_address_not_the_offset() {
         // 8-aligned offsets of a region that starts 4 bytes into an aligned block.
-        let v = vec![0u64; 8];
-        let mut bytes: Vec<u8> = v.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let mut bytes = vec![0u8; 64];
         let base = bytes.as_mut_ptr() as usize;
         let skew = (8 - base % 8) % 8 + 4;
         // SAFETY: `bytes` outlives `region` and is not touched while it lives.

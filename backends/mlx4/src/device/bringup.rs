@@ -160,6 +160,8 @@ impl Mlx4Device {
             mpt: Numbers::new(caps.reserved_mpts.max(2), 1 << profile.log_mpts),
             mpt_tag: vec![0; 1 << profile.log_mpts],
             bf_next: 0,
+            // Vector 0 is the command EQ's; every other EQ gets one of its own.
+            vectors: Numbers::new(1, pci.num_vectors()),
         };
         let inner = Arc::new(Inner {
             pci: pci.clone(),

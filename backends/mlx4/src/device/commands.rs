@@ -12,7 +12,7 @@ use portverbs_hal::device::{
 };
 use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
-use portverbs_hal::notify::InterruptSink;
+use portverbs_hal::notify::{InterruptSink, NullSink};
 use portverbs_hal::queue::{CompletionQueue, EventQueue};
 use portverbs_hal::types::{AccessFlags, LinkLayer, Mtu, MwType, PortState, QpState, QpType};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -203,6 +203,7 @@ impl Mlx4Device {
             eqn,
             EqRec {
                 mtt,
+                vector,
                 _ring: ring.clone(),
             },
         );
@@ -442,14 +443,28 @@ impl Device for Mlx4Device {
         sink: Arc<dyn InterruptSink>,
     ) -> Result<Box<dyn EventQueue>, CommandError> {
         self.0.check_alive()?;
-        let vectors = self.0.pci.num_vectors().max(1);
-        let vector = match params.kind {
-            EqKind::Async => 0,
-            EqKind::Completion { vector } => 1 + vector % vectors.saturating_sub(1).max(1),
+        // An MSI-X vector of its own, whatever the kind (a completion-vector number is a
+        // hint of CPU affinity in libibverbs; here it only names the EQ).
+        let vector = {
+            let mut nums = self.0.nums();
+            let in_use = nums.vectors.in_use();
+            nums.vectors
+                .alloc()
+                .ok_or(CommandError::ResourceExhausted {
+                    resource: "MSI-X vectors (one per event queue; destroy a completion \
+                               channel or context)",
+                })
+                .inspect_err(|_| {
+                    tracing::warn!(in_use, "every MSI-X vector has an event queue already")
+                })?
         };
-        let eq = self
-            .create_eq_internal(params.entries, vector, sink)
-            .await?;
+        let eq = match self.create_eq_internal(params.entries, vector, sink).await {
+            Ok(eq) => eq,
+            Err(e) => {
+                self.0.nums().vectors.free(vector);
+                return Err(e);
+            }
+        };
         if params.kind == EqKind::Async {
             let eqn = eq.eqn();
             if let Err(e) = self
@@ -486,8 +501,15 @@ impl Device for Mlx4Device {
                 .in_mod(eqn),
         )
         .await?;
+        let vector = self.0.objects().eqs.get(&eqn).map(|r| r.vector);
         self.0.objects().release_eq(eqn, &self.0.mtts, &self.0.dbs);
         self.0.nums().eq.free(eqn);
+        if let Some(v) = vector.filter(|&v| v != 0) {
+            // Forget the sink (the model would raise it again); a VFIO route stays bound
+            // until the vector is handed to the next EQ.
+            let _ = self.0.pci.route_interrupt(v, Arc::new(NullSink));
+            self.0.nums().vectors.free(v);
+        }
         Ok(())
     }
 

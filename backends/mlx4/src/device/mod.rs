@@ -49,6 +49,9 @@ pub(crate) struct Nums {
     pub(crate) mpt_tag: Vec<u8>,
     /// Next BlueFlame register to hand out.
     pub(crate) bf_next: usize,
+    /// MSI-X vectors of the EQs: one each, so that each EQ's interrupt reaches its own sink
+    /// (a VFIO vector signals exactly one eventfd).
+    pub(crate) vectors: Numbers,
 }
 
 /// Everything of an opened device.

@@ -20,6 +20,8 @@ use crate::queues::Geometry;
 #[derive(Debug)]
 pub(crate) struct EqRec {
     pub(crate) mtt: MttRange,
+    /// Its MSI-X vector.
+    pub(crate) vector: u32,
     pub(crate) _ring: Ring,
 }
 
