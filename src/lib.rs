@@ -1,51 +1,103 @@
 //! # Portverbs
 //!
 //! A userspace RDMA stack in Rust that applications link directly, on Linux and on Windows.
-//! This facade is where an application starts: list devices, open one, and use the verbs of
-//! [`portverbs_verbs`] through the type aliases below, whatever the backend.
+//! This facade is where an application starts: list devices ([`devices`], [`device`]), open
+//! one ([`open`]), and use the verbs of [`portverbs_verbs`](verbs) through the type aliases
+//! below, whatever the backend. The verbs follow libibverbs: a name there is the name here
+//! without the `ibv_` prefix, as a method of the object it acts on.
+//!
+//! ## A first program
+//! An RC queue pair on each embedded software device, connected, one RDMA WRITE:
 //!
 //! ```
 //! use portverbs::prelude::*;
 //!
-//! let dev = portverbs::devices().into_iter().next().expect("the embedded fabric has devices");
-//! let ctx = portverbs::open(dev).unwrap();
-//! let pd = ctx.alloc_pd_blocking().unwrap();
-//! let buf = ctx.alloc_buffer(4096).unwrap();
-//! let mr = pd.reg_mr_blocking(&buf, 0..4096, AccessFlags::LOCAL_WRITE).unwrap();
-//! assert!(mr.rkey().is_none(), "no remote access was asked for");
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let open = |name| portverbs::open(portverbs::device(name).expect("embedded device"));
+//! let (ctx_a, ctx_b) = (open("soft0")?, open("soft1")?);
+//! let opts = ConnectOptions::default(); // rc_pingpong's defaults
+//! let side = |ctx: &Context| -> Result<_, Box<dyn std::error::Error>> {
+//!     let pd = ctx.alloc_pd_blocking()?;
+//!     let cq = ctx.create_cq_blocking(CqInit { entries: 16, ..CqInit::default() })?;
+//!     let qp = pd.create_qp_blocking(QpInit::new(QpType::Rc, &cq))?;
+//!     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+//!     let mr = pd.reg_vec_blocking(vec![0u8; 4096], access)?; // memory the application owns
+//!     Ok((pd, cq, qp, mr))
+//! };
+//! let (_pd_a, cq_a, qp_a, mr_a) = side(&ctx_a)?;
+//! let (_pd_b, _cq_b, qp_b, mr_b) = side(&ctx_b)?;
+//! // Exchange endpoints out of band (here: in memory), then RESET→INIT→RTR→RTS in one call.
+//! let (ep_a, ep_b) = (qp_a.endpoint_blocking(&opts)?, qp_b.endpoint_blocking(&opts)?);
+//! qp_a.connect_rc_blocking(&ep_b, &opts)?;
+//! qp_b.connect_rc_blocking(&ep_a, &opts)?;
+//!
+//! let remote = RemoteAddr { addr: mr_b.addr(), rkey: mr_b.rkey().expect("remote write") };
+//! let sges = [mr_a.sge(0, 64)?];
+//! let write = SendWr::new(1, SendOp::RdmaWrite { remote }).sges(&sges);
+//! qp_a.post_send(&[write.flags(SendFlags::SIGNALED)])?;
+//! let mut wc = [WorkCompletion::default(); 1];
+//! while cq_a.poll(&mut wc)? == 0 {}
+//! assert_eq!(wc[0].status, WcStatus::Success);
+//! # Ok(()) }
 //! ```
 //!
-//! Backends:
-//! * **soft** — the software RDMA device ([`portverbs_soft`]). [`devices`] lists the devices of
-//!   an embedded in-process fabric (two devices, `soft0` at 10.0.0.1 and `soft1` at 10.0.0.2,
-//!   driven by an engine thread); build your own [`portverbs_soft::Fabric`] for other topologies
-//!   or for deterministic stepped tests.
-//! * **mlx4** — the mlx4 driver ([`portverbs_mlx4`]). On the embedded fabric it drives two
-//!   emulated ConnectX-3s ([`portverbs_mlx4_model`]), `mlx4_0` at 10.0.0.3 and `mlx4_1` at
-//!   10.0.0.4; on Linux, functions bound to vfio-pci are listed too.
+//! The `examples/` directory of the repository has complete programs: `rc_write` (busy
+//! polling), `send_recv_events` (sleeping on a completion channel), `tokio_echo` (async),
+//! `ud_send` (address handles and the GRH), `srq_server` (a shared receive queue).
 //!
-//! Completion delivery through the OS (eventfd/epoll on Linux) is in `portverbs-linux`, which
-//! this crate re-exports as [`linux`] on Linux.
+//! ## Events: read, block or await
+//! [`open`] opens a device with the OS's own interrupt mechanism ([`platform_sinks`]), so
+//! each kind of event can be read without blocking, waited for, or awaited:
+//!
+//! | What | Read | Block | Await |
+//! |---|---|---|---|
+//! | CQ events of a completion channel (`ibv_get_cq_event`) | [`get_cq_event`](verbs::CompletionChannel::get_cq_event) | [`wait_cq_event`](verbs::CompletionChannel::wait_cq_event) | [`next_cq_event`](verbs::CompletionChannel::next_cq_event) |
+//! | A CQ notify request (NetworkDirect `Notify`) | [`NotifyRequest::try_result`](verbs::NotifyRequest::try_result) | [`Cq::wait_notify`](verbs::Cq::wait_notify) | [`Cq::notified`](verbs::Cq::notified) |
+//! | Asynchronous events (`ibv_get_async_event`) | [`get_async_event`](verbs::Context::get_async_event) | [`wait_async_event`](verbs::Context::wait_async_event) | [`next_async_event`](verbs::Context::next_async_event) |
+//!
+//! On Linux each has a pollable fd too ([`CompletionChannel::as_fd`](verbs::CompletionChannel::as_fd),
+//! [`Context::async_fd`](verbs::Context::async_fd)) for an application's own epoll loop; see
+//! [`linux`]. Awaiting works on any executor; with hardware behind VFIO it needs feature
+//! `tokio` (the fds then sit in tokio's reactor).
+//!
+//! ## Backends
+//! * **soft** — the software RDMA device ([`soft`]). [`devices`] lists the devices of an
+//!   embedded in-process fabric (two devices, `soft0` at 10.0.0.1 and `soft1` at 10.0.0.2,
+//!   driven by an engine thread); build your own [`soft::Fabric`] for other topologies or for
+//!   deterministic stepped tests.
+//! * **mlx4** — the mlx4 driver ([`mlx4`]). On the embedded fabric it drives two emulated
+//!   ConnectX-3s ([`mlx4_model`]), `mlx4_0` at 10.0.0.3 and `mlx4_1` at 10.0.0.4; on Linux,
+//!   functions bound to vfio-pci are listed too ([`hardware_env`] tells how the scan is
+//!   steered).
+//!
+//! ## Features
+//! * `tokio` — Linux: the event queues' eventfds are registered with tokio's reactor the first
+//!   time a task awaits them, so hardware interrupts wake tasks too.
 
 mod any;
 mod any_queue;
-
-use std::net::{IpAddr, Ipv4Addr};
-use std::sync::OnceLock;
+mod devices;
+mod env;
+mod open;
 
 pub use any::AnyDevice;
 pub use any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
+pub use devices::{
+    EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, device, devices, embedded_fabric, embedded_mlx4_models,
+    emulated_mlx4,
+};
+pub use env::{EnvError, HardwareEnv, hardware_env};
+pub use open::{context_options, open, platform_sinks};
 pub use portverbs_hal as hal;
 pub use portverbs_mlx4 as mlx4;
 pub use portverbs_mlx4_model as mlx4_model;
 pub use portverbs_soft as soft;
 pub use portverbs_verbs as verbs;
 
+/// The Linux platform layer: eventfds behind the event queues, for applications that run
+/// their own poll or epoll loop.
 #[cfg(target_os = "linux")]
 pub use portverbs_linux as linux;
-
-use portverbs_soft::{DeviceConfig, Fabric};
-use portverbs_verbs::{ContextOptions, OpenError};
 
 /// An opened device.
 pub type Context = portverbs_verbs::Context<AnyDevice>;
@@ -73,151 +125,9 @@ pub mod prelude {
     };
     pub use portverbs_hal::{BlockingDevice, Device};
     pub use portverbs_verbs::{
-        AccessFlags, AddressVector, Buffer, CqInit, Gid, Mtu, MwType, NotifyKind, QpAttr,
-        QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr,
-        Sge, SrqInit, WcOpcode, WcStatus, WorkCompletion,
+        AccessFlags, AddressVector, Buffer, ConnectOptions, CqInit, Gid, Mtu, MwType, NotifyKind,
+        QpAttr, QpAttrMask, QpCaps, QpEndpoint, QpInit, QpState, QpType, RecvWr, RemoteAddr,
+        SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, WaitError, WcOpcode, WcStatus,
+        WorkCompletion,
     };
-}
-
-/// The addresses of the embedded fabric's devices.
-pub const EMBEDDED_ADDRS: [IpAddr; 2] = [
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-];
-
-/// The addresses of the embedded fabric's emulated mlx4 HCAs.
-pub const EMBEDDED_MLX4_ADDRS: [IpAddr; 2] = [
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)),
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 4)),
-];
-
-struct Embedded {
-    fabric: Fabric,
-    devices: Vec<AnyDevice>,
-    models: Vec<portverbs_mlx4_model::Mlx4Model>,
-}
-
-/// Puts an emulated ConnectX-3 on `fabric` and brings it up with the mlx4 driver, with `ip`
-/// as its port's GID.
-///
-/// # Errors
-/// The model could not be attached or the driver could not open it (the message says which).
-pub fn emulated_mlx4(
-    fabric: &Fabric,
-    name: &str,
-    ip: IpAddr,
-) -> Result<(portverbs_mlx4_model::Mlx4Model, portverbs_mlx4::Mlx4Device), String> {
-    let (model, function) = portverbs_mlx4_model::Mlx4Model::attach(
-        fabric,
-        portverbs_mlx4_model::ModelConfig {
-            name: Some(format!("{name}_model")),
-            ..Default::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let config =
-        portverbs_mlx4::Mlx4Config::new(name, vec![vec![portverbs_hal::types::Gid::from_ip(ip)]]);
-    let dev = portverbs_mlx4::Mlx4Device::open(function, config).map_err(|e| e.to_string())?;
-    Ok((model, dev))
-}
-
-fn embedded() -> &'static Embedded {
-    static EMBEDDED: OnceLock<Embedded> = OnceLock::new();
-    EMBEDDED.get_or_init(|| {
-        let fabric = Fabric::threaded();
-        let mut devices: Vec<AnyDevice> = EMBEDDED_ADDRS
-            .iter()
-            .filter_map(|ip| fabric.add_device(DeviceConfig::with_ip(*ip)).ok())
-            .map(AnyDevice::Soft)
-            .collect();
-        let mut models = Vec::new();
-        for (i, ip) in EMBEDDED_MLX4_ADDRS.iter().enumerate() {
-            match emulated_mlx4(&fabric, &format!("mlx4_{i}"), *ip) {
-                Ok((model, dev)) => {
-                    models.push(model);
-                    devices.push(AnyDevice::Mlx4(dev));
-                }
-                Err(e) => eprintln!("portverbs: the emulated mlx4_{i} did not come up: {e}"),
-            }
-        }
-        Embedded {
-            fabric,
-            devices,
-            models,
-        }
-    })
-}
-
-/// The emulated mlx4 HCAs of the embedded fabric (for fault injection and counters).
-pub fn embedded_mlx4_models() -> &'static [portverbs_mlx4_model::Mlx4Model] {
-    &embedded().models
-}
-
-/// The embedded in-process fabric (free-running; created on first use).
-pub fn embedded_fabric() -> &'static Fabric {
-    &embedded().fabric
-}
-
-/// Every device available to this process (`ibv_get_device_list`): the devices of the
-/// embedded fabric, then (Linux) every mlx4-class function bound to vfio-pci.
-pub fn devices() -> Vec<AnyDevice> {
-    let mut v: Vec<AnyDevice> = embedded().devices.clone();
-    v.extend(hardware().iter().cloned());
-    v
-}
-
-/// VFIO-bound mlx4 functions, opened once per process. `PORTVERBS_NO_VFIO=1` skips the scan;
-/// `PORTVERBS_MLX4_IP=<address>` gives port 1 its RoCE GID (a userspace driver has no netdev
-/// to take it from).
-fn hardware() -> &'static [AnyDevice] {
-    static HW: OnceLock<Vec<AnyDevice>> = OnceLock::new();
-    HW.get_or_init(|| {
-        #[cfg(target_os = "linux")]
-        {
-            if std::env::var_os("PORTVERBS_NO_VFIO").is_some() {
-                return Vec::new();
-            }
-            let gids: Vec<Vec<portverbs_hal::types::Gid>> = std::env::var("PORTVERBS_MLX4_IP")
-                .ok()
-                .and_then(|s| s.parse::<IpAddr>().ok())
-                .map(|ip| vec![vec![portverbs_hal::types::Gid::from_ip(ip)]])
-                .unwrap_or_default();
-            portverbs_mlx4::vfio::scan()
-                .into_iter()
-                .enumerate()
-                .filter_map(|(i, addr)| {
-                    let config =
-                        portverbs_mlx4::Mlx4Config::new(format!("mlx4_vfio{i}"), gids.clone());
-                    match portverbs_mlx4::Mlx4Device::open_vfio(&addr, config) {
-                        Ok(d) => Some(AnyDevice::Mlx4(d)),
-                        Err(e) => {
-                            eprintln!("portverbs: skipping {addr}: {e}");
-                            None
-                        }
-                    }
-                })
-                .collect()
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            Vec::new()
-        }
-    })
-}
-
-/// The device with this name.
-pub fn device(name: &str) -> Option<AnyDevice> {
-    devices()
-        .into_iter()
-        .find(|d| portverbs_hal::Device::info(d).name == name)
-}
-
-/// Opens a device with polling sinks (completions are found by polling, events by
-/// [`portverbs_verbs::Context::process_events`]). On Linux, `portverbs::linux` opens it with
-/// eventfd-backed event queues instead.
-///
-/// # Errors
-/// A device command failed.
-pub fn open(dev: impl Into<AnyDevice>) -> Result<Context, OpenError> {
-    Context::open_blocking(dev.into(), ContextOptions::default())
 }

@@ -70,7 +70,7 @@ pub use device::{
 pub use dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 pub use error::{CommandError, CqeError, EqeError, WqeError};
 pub use event::{CqErrorSyndrome, DeviceEvent, PortEventKind, QpEventKind, SrqEventKind};
-pub use notify::{InterruptSink, NullSink};
+pub use notify::{InterruptSink, NullSink, WakerSet};
 pub use queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
 pub use types::{AccessFlags, Gid, LinkLayer, Mtu, MwType, PortState, QpState, QpType, Transport};
 pub use wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};

@@ -5,26 +5,197 @@
 //! the EQ's MSI-X vector to the sink's eventfd in the kernel. Platform crates provide the sinks
 //! (an eventfd on Linux, an event or completion port on Windows); [`NullSink`] is for callers that
 //! poll.
+//!
+//! The same sink is the host's side of the interrupt: whoever waits for an event queue (a
+//! blocking `wait`, an `async` task) waits on its sink. The protocol, used by the portable core,
+//! is *clear, look, then wait*: [`InterruptSink::clear`] forgets the raises seen so far, the
+//! caller processes the event queue (which re-arms it) and looks for what it wants, and only
+//! when it found nothing it waits ([`InterruptSink::wait`] or [`InterruptSink::poll_raised`]).
+//! A raise after the clear is kept, so the wait returns at once and no interrupt is lost between
+//! the look and the wait.
 
 use std::fmt::Debug;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
-/// Receives the interrupts of one event queue. Must be cheap and must not block: it may be called
-/// from a device-emulation thread with internal locks held.
+/// Receives the interrupts of one event queue, and lets the host wait for them.
+///
+/// [`raise`](Self::raise) must be cheap and must not block: it may be called from a
+/// device-emulation thread with internal locks held. The waiting methods have defaults that
+/// refuse with [`io::ErrorKind::Unsupported`], for sinks that only poll.
 pub trait InterruptSink: Send + Sync + Debug {
     /// The device wrote at least one EQE while the EQ was armed.
     fn raise(&self);
 
-    /// The Linux eventfd behind this sink, if any, so that a VFIO backend can route an MSI-X
-    /// vector to it directly (`VFIO_DEVICE_SET_IRQS`).
-    fn eventfd(&self) -> Option<i32> {
+    /// The pollable file descriptor behind this sink, if any: readable after a raise until
+    /// [`clear`](Self::clear). A VFIO backend routes an MSI-X vector to it
+    /// (`VFIO_DEVICE_SET_IRQS`); an application may watch it with poll, epoll or a reactor.
+    #[cfg(unix)]
+    fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
+    }
+
+    /// The raw number of [`as_fd`](Self::as_fd), for the kernel interfaces that take one.
+    fn eventfd(&self) -> Option<i32> {
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            self.as_fd().map(|fd| fd.as_raw_fd())
+        }
+        #[cfg(not(unix))]
+        None
+    }
+
+    /// Forgets the raises seen so far. Called *before* the event queue is processed, so that a
+    /// raise during or after processing is kept for the next wait.
+    ///
+    /// # Errors
+    /// The platform object behind the sink failed.
+    fn clear(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Blocks the calling thread until the sink was raised since the last
+    /// [`clear`](Self::clear) (`Ok(true)`) or `deadline` passed (`Ok(false)`; `None` waits for
+    /// ever). May return `Ok(true)` spuriously.
+    ///
+    /// # Errors
+    /// The sink cannot block ([`io::ErrorKind::Unsupported`]), or the platform's wait failed.
+    fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
+        let _ = deadline;
+        Err(cannot_wait())
+    }
+
+    /// The `async` form of [`wait`](Self::wait): ready when the sink was raised since the last
+    /// [`clear`](Self::clear); otherwise `cx`'s waker is woken at the next raise. Any number
+    /// of tasks may poll one sink; each is woken.
+    ///
+    /// # Errors
+    /// The sink cannot be awaited ([`io::ErrorKind::Unsupported`]), or the platform's reactor
+    /// failed.
+    fn poll_raised(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let _ = cx;
+        Poll::Ready(Err(cannot_wait()))
     }
 }
 
-/// A sink that ignores interrupts; the application polls the event queue instead.
+fn cannot_wait() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this event queue's interrupt sink cannot be waited on (the context was opened for \
+         polling; open it with the platform's sinks to block or await)",
+    )
+}
+
+/// A sink that ignores interrupts; the application polls the event queue instead. Waiting on
+/// it is refused ([`io::ErrorKind::Unsupported`]).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NullSink;
 
 impl InterruptSink for NullSink {
     fn raise(&self) {}
+}
+
+/// The wakers of the tasks awaiting one sink. [`register`](Self::register) adds one (once per
+/// task), [`wake_all`](Self::wake_all) wakes and forgets them all. As a [`Wake`] it is itself
+/// a waker that wakes them all, for reactors that keep a single waker per registration.
+#[derive(Debug, Default)]
+pub struct WakerSet {
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl WakerSet {
+    /// An empty set.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Waker>> {
+        self.wakers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds `waker` unless an equivalent one is already waiting.
+    pub fn register(&self, waker: &Waker) {
+        let mut wakers = self.lock();
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+    }
+
+    /// Wakes every registered waker and empties the set.
+    pub fn wake_all(&self) {
+        let wakers = std::mem::take(&mut *self.lock());
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// How many wakers are waiting.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// True when no waker is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Wake for WakerSet {
+    fn wake(self: Arc<Self>) {
+        self.wake_all();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wake_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn waker_set_wakes_each_task_once() {
+        let set = WakerSet::new();
+        let a = Arc::new(Count::default());
+        let b = Arc::new(Count::default());
+        let wa = Waker::from(a.clone());
+        set.register(&wa);
+        set.register(&wa);
+        set.register(&Waker::from(b.clone()));
+        assert_eq!(set.len(), 2, "a task registers once");
+        Waker::from(set.clone()).wake_by_ref();
+        assert_eq!(a.0.load(Ordering::SeqCst), 1);
+        assert_eq!(b.0.load(Ordering::SeqCst), 1);
+        assert!(set.is_empty(), "woken wakers are forgotten");
+        set.wake_all();
+        assert_eq!(a.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn null_sink_refuses_to_wait() {
+        let s = NullSink;
+        assert_eq!(s.wait(None).unwrap_err().kind(), io::ErrorKind::Unsupported);
+        let waker = Waker::from(Arc::new(Count::default()));
+        let mut cx = Context::from_waker(&waker);
+        match s.poll_raised(&mut cx) {
+            Poll::Ready(Err(e)) => assert_eq!(e.kind(), io::ErrorKind::Unsupported),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(s.eventfd(), None);
+        assert!(s.clear().is_ok());
+    }
 }

@@ -1,14 +1,18 @@
-//! The eventfd: a kernel counter that is readable while non-zero. Every event queue of an
-//! opened device interrupts one (through [`EventFdSink`]); a VFIO backend makes the kernel's
-//! MSI-X handler signal the same fd directly.
+//! The eventfd: a kernel counter that is readable while non-zero. Every event queue of a
+//! context opened here interrupts one (through [`EventFdSink`]); a VFIO backend makes the
+//! kernel's MSI-X handler signal the same fd directly.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
 
-use portverbs_hal::notify::InterruptSink;
+use portverbs_hal::notify::{InterruptSink, WakerSet};
 use rustix::event::{EventfdFlags, eventfd};
 use rustix::io::Errno;
+
+use crate::wait;
 
 /// A nonblocking, close-on-exec eventfd in counter mode (not `EFD_SEMAPHORE`): each
 /// [`signal`](Self::signal) adds one, one [`drain`](Self::drain) returns the sum and resets it.
@@ -66,6 +70,14 @@ impl EventFd {
             }
         }
     }
+
+    /// True when the counter is non-zero (a poll(2) that does not wait).
+    ///
+    /// # Errors
+    /// poll(2) failed.
+    pub fn is_signalled(&self) -> io::Result<bool> {
+        wait::readable(self, Some(Instant::now()))
+    }
 }
 
 impl AsFd for EventFd {
@@ -80,17 +92,36 @@ impl AsRawFd for EventFd {
     }
 }
 
-/// The interrupt sink of one event queue: an interrupt is a [`EventFd::signal`]. Cheap and
-/// never blocking, as the HAL requires (a device-emulation thread may call it with locks held).
-#[derive(Debug, Clone)]
+/// The interrupt sink of one event queue, backed by an [`EventFd`]:
+///
+/// * an interrupt ([`raise`](InterruptSink::raise)) signals the fd, or the kernel does (VFIO
+///   MSI-X routed to [`as_fd`](InterruptSink::as_fd));
+/// * [`clear`](InterruptSink::clear) drains it;
+/// * a blocking [`wait`](InterruptSink::wait) is poll(2) on the caller's thread;
+/// * an `async` wait ([`poll_raised`](InterruptSink::poll_raised)) registers the fd with
+///   tokio's reactor when polled inside a tokio runtime (feature `tokio`), so even interrupts
+///   the kernel signals wake the task; elsewhere the task is woken by `raise` only, which
+///   covers every device whose interrupts are raised in process (software, emulated), not
+///   hardware behind VFIO.
+///
+/// `raise` is cheap and never blocks, as the HAL requires.
+#[derive(Debug)]
 pub struct EventFdSink {
     fd: Arc<EventFd>,
+    wakers: Arc<WakerSet>,
+    #[cfg(feature = "tokio")]
+    reactor: crate::reactor::Reactor,
 }
 
 impl EventFdSink {
     /// A sink that signals `fd`.
     pub fn new(fd: Arc<EventFd>) -> Self {
-        Self { fd }
+        Self {
+            fd,
+            wakers: WakerSet::new(),
+            #[cfg(feature = "tokio")]
+            reactor: crate::reactor::Reactor::default(),
+        }
     }
 
     /// The eventfd behind the sink.
@@ -103,36 +134,95 @@ impl InterruptSink for EventFdSink {
     fn raise(&self) {
         // Only an invalid fd could fail here, and the sink owns its fd: nothing to report.
         let _ = self.fd.signal();
+        self.wakers.wake_all();
     }
 
-    fn eventfd(&self) -> Option<i32> {
-        Some(self.fd.as_raw_fd())
+    fn as_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
+    }
+
+    fn clear(&self) -> io::Result<()> {
+        self.fd.drain().map(drop)
+    }
+
+    fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
+        wait::readable(&*self.fd, deadline)
+    }
+
+    fn poll_raised(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Register before looking: a raise in between wakes this task.
+        self.wakers.register(cx.waker());
+        #[cfg(feature = "tokio")]
+        if let Some(ready) = self.reactor.poll_readable(&self.fd, &self.wakers) {
+            return ready;
+        }
+        match self.fd.is_signalled() {
+            Ok(true) => Poll::Ready(Ok(())),
+            Ok(false) => Poll::Pending,
+            Err(e) => Poll::Ready(Err(e)),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::{Wake, Waker};
+    use std::time::Duration;
 
     #[test]
     fn counts_and_resets() {
         let fd = EventFd::new().unwrap();
         assert_eq!(fd.drain().unwrap(), 0, "a fresh eventfd is empty");
+        assert!(!fd.is_signalled().unwrap());
         for _ in 0..3 {
             fd.signal().unwrap();
         }
+        assert!(fd.is_signalled().unwrap());
         assert_eq!(fd.drain().unwrap(), 3, "counter mode returns the sum");
         assert_eq!(fd.drain().unwrap(), 0, "a drain resets the counter");
     }
 
     #[test]
-    fn sink_raises_its_eventfd() {
+    fn sink_raises_its_eventfd_and_clear_drains_it() {
         let fd = Arc::new(EventFd::new().unwrap());
         let sink = EventFdSink::new(fd.clone());
         assert_eq!(sink.eventfd(), Some(fd.as_raw_fd()));
+        let soon = || Some(Instant::now() + Duration::from_millis(1));
+        assert!(!sink.wait(soon()).unwrap());
         sink.raise();
         sink.raise();
-        assert_eq!(fd.drain().unwrap(), 2);
+        assert!(
+            sink.wait(soon()).unwrap(),
+            "a raise before the wait is kept"
+        );
+        sink.clear().unwrap();
+        assert!(!sink.wait(soon()).unwrap(), "cleared");
+        fd.signal().unwrap();
+        assert!(
+            sink.wait(None).unwrap(),
+            "a signal from elsewhere (MSI-X) counts"
+        );
+    }
+
+    struct Flag(std::sync::atomic::AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_raise_wakes_a_polling_task_without_a_reactor() {
+        let sink = EventFdSink::new(Arc::new(EventFd::new().unwrap()));
+        let flag = Arc::new(Flag(false.into()));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(sink.poll_raised(&mut cx).is_pending());
+        sink.raise();
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(matches!(sink.poll_raised(&mut cx), Poll::Ready(Ok(()))));
     }
 
     #[test]

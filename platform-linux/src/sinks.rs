@@ -11,27 +11,23 @@ use portverbs_verbs::SinkFactory;
 use crate::eventfd::{EventFd, EventFdSink};
 
 /// Gives every event queue of a context its own [`EventFd`] (a [`SinkFactory`] for
-/// [`portverbs_verbs::ContextOptions::sinks`]).
+/// [`portverbs_verbs::ContextOptions::sinks`]): the asynchronous EQ
+/// ([`portverbs_verbs::Context::async_fd`]), each completion channel's
+/// ([`portverbs_verbs::CompletionChannel::as_fd`]) and each completion vector's
+/// ([`portverbs_verbs::Context::vector_sink`]).
 ///
-/// The asynchronous EQ's eventfd is created up front by [`LinuxSinks::new`], so that opening a
-/// context can not fail for want of a file descriptor; [`LinuxSinks::async_fd`] hands it to the
-/// application ([`crate::AsyncEvents`] does this for you). Completion-vector EQs (those of CQs
-/// created without a channel) get an eventfd when the core creates them; see
-/// [`LinuxSinks::vector_fd`]. Completion channels bring their own eventfd
-/// ([`crate::CompChannel`]) and never ask the factory.
+/// The asynchronous EQ's eventfd is created by [`LinuxSinks::new`], so that opening a context
+/// can not fail for want of a file descriptor afterwards.
 pub struct LinuxSinks {
-    async_fd: Arc<EventFd>,
-    vectors: Mutex<Vec<(u32, Arc<EventFd>)>>,
+    async_fd: Mutex<Option<Arc<EventFd>>>,
     errors: Mutex<Vec<io::Error>>,
 }
 
 impl fmt::Debug for LinuxSinks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let vectors: Vec<u32> = lock(&self.vectors).iter().map(|(v, _)| *v).collect();
         f.debug_struct("LinuxSinks")
-            .field("async_fd", &self.async_fd)
-            .field("vectors", &vectors)
-            .finish()
+            .field("errors", &lock(&self.errors).len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -46,26 +42,9 @@ impl LinuxSinks {
     /// The eventfd could not be created.
     pub fn new() -> io::Result<Arc<Self>> {
         Ok(Arc::new(Self {
-            async_fd: Arc::new(EventFd::new()?),
-            vectors: Mutex::new(Vec::new()),
+            async_fd: Mutex::new(Some(Arc::new(EventFd::new()?))),
             errors: Mutex::new(Vec::new()),
         }))
-    }
-
-    /// The eventfd the asynchronous event queue interrupts: readable when an asynchronous
-    /// event (port change, QP/CQ/SRQ error, device failure) may be waiting.
-    pub fn async_fd(&self) -> &Arc<EventFd> {
-        &self.async_fd
-    }
-
-    /// The eventfd of completion vector `vector`, once the core created that vector's EQ (at
-    /// the first CQ created on it without a channel). When it is readable, drain it and call
-    /// [`portverbs_verbs::Context::process_events`] to complete those CQs' notify requests.
-    pub fn vector_fd(&self, vector: u32) -> Option<Arc<EventFd>> {
-        lock(&self.vectors)
-            .iter()
-            .find(|(v, _)| *v == vector)
-            .map(|(_, fd)| fd.clone())
     }
 
     /// Eventfds that could not be created for completion vectors (their EQs fell back to a
@@ -74,50 +53,56 @@ impl LinuxSinks {
     pub fn take_errors(&self) -> Vec<io::Error> {
         std::mem::take(&mut *lock(&self.errors))
     }
+
+    fn fresh(&self) -> io::Result<Arc<dyn InterruptSink>> {
+        Ok(Arc::new(EventFdSink::new(Arc::new(EventFd::new()?))))
+    }
 }
 
 impl SinkFactory for LinuxSinks {
     fn sink(&self, kind: EqKind) -> Arc<dyn InterruptSink> {
-        match kind {
-            EqKind::Async => Arc::new(EventFdSink::new(self.async_fd.clone())),
-            EqKind::Completion { vector } => match EventFd::new() {
-                Ok(fd) => {
-                    let fd = Arc::new(fd);
-                    let mut vectors = lock(&self.vectors);
-                    vectors.retain(|(v, _)| *v != vector);
-                    vectors.push((vector, fd.clone()));
-                    Arc::new(EventFdSink::new(fd))
-                }
-                Err(e) => {
-                    // The trait can not fail; the error is kept for the application.
-                    lock(&self.errors).push(e);
-                    Arc::new(NullSink)
-                }
+        let made = match kind {
+            // The one made up front; a second asynchronous EQ (a second context opened with
+            // the same factory) gets a fresh one.
+            EqKind::Async => match lock(&self.async_fd).take() {
+                Some(fd) => Ok(Arc::new(EventFdSink::new(fd)) as Arc<dyn InterruptSink>),
+                None => self.fresh(),
             },
-        }
+            EqKind::Completion { .. } => self.fresh(),
+        };
+        made.unwrap_or_else(|e| {
+            // The trait can not fail; the error is kept for the application.
+            lock(&self.errors).push(e);
+            Arc::new(NullSink)
+        })
+    }
+
+    fn channel_sink(&self) -> io::Result<Arc<dyn InterruptSink>> {
+        self.fresh()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
 
     #[test]
     fn each_event_queue_gets_its_own_eventfd() {
         let sinks = LinuxSinks::new().unwrap();
         let a = sinks.sink(EqKind::Async);
-        assert_eq!(a.eventfd(), Some(sinks.async_fd().as_raw_fd()));
         let v0 = sinks.sink(EqKind::Completion { vector: 0 });
         let v1 = sinks.sink(EqKind::Completion { vector: 1 });
-        let fd0 = sinks.vector_fd(0).unwrap();
-        assert_eq!(v0.eventfd(), Some(fd0.as_raw_fd()));
-        assert_eq!(v1.eventfd(), Some(sinks.vector_fd(1).unwrap().as_raw_fd()));
-        assert_ne!(v0.eventfd(), v1.eventfd());
-        assert_ne!(v0.eventfd(), a.eventfd());
+        let ch = sinks.channel_sink().unwrap();
+        let fds: Vec<_> = [&a, &v0, &v1, &ch]
+            .iter()
+            .map(|s| s.eventfd().expect("an eventfd behind every sink"))
+            .collect();
+        for (i, fd) in fds.iter().enumerate() {
+            assert!(!fds[..i].contains(fd), "eventfd {fd} handed out twice");
+        }
         v0.raise();
-        assert_eq!(fd0.drain().unwrap(), 1);
-        assert_eq!(sinks.async_fd().drain().unwrap(), 0);
+        assert!(v0.wait(Some(std::time::Instant::now())).unwrap());
+        assert!(!a.wait(Some(std::time::Instant::now())).unwrap());
         assert!(sinks.take_errors().is_empty());
     }
 }

@@ -1,36 +1,38 @@
-//! The crate's only `unsafe` code: registering its own fds with tokio's reactor. Since tokio
-//! 1.54 `AsyncFd::register*` is `unsafe`, because tokio cannot check that the fd it is handed
-//! stays open and unchanged while registered; here that is a property of the registered types.
+//! The crate's only `unsafe` code: registering its own eventfds with tokio's reactor. Since
+//! tokio 1.54 `AsyncFd::register*` is `unsafe`, because tokio cannot check that the fd it is
+//! handed stays open and unchanged while registered; here that is a property of [`Registered`].
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
-use portverbs_hal::device::Device;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use crate::channel::CompChannel;
-use crate::events::AsyncEvents;
+use crate::eventfd::EventFd;
 
-/// Types whose [`AsRawFd::as_raw_fd`] is an fd they own (an `Arc<EventFd>` in a private
-/// field, holding an `OwnedFd`), never replace, and keep open for as long as they live.
-/// Crate-private: no other type can implement it.
-pub(crate) trait StableFd: AsRawFd {}
+/// An eventfd as registered with tokio: the `Arc` keeps the `OwnedFd` inside it open for as
+/// long as the registration lives, and nothing can replace it (the field is private and
+/// `EventFd` has no method that changes its fd).
+#[derive(Debug)]
+pub(crate) struct Registered(Arc<EventFd>);
 
-impl<D: Device> StableFd for CompChannel<D> {}
-impl<D: Device> StableFd for AsyncEvents<D> {}
+impl AsRawFd for Registered {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
 
-/// Registers `inner`'s fd with the current tokio runtime for readability.
+/// Registers `fd` with the current tokio runtime for readability.
 ///
 /// # Panics
-/// Outside a tokio runtime.
-pub(crate) fn register_readable<T: StableFd>(inner: T) -> io::Result<AsyncFd<T>> {
-    // SAFETY: `AsyncFd` takes ownership of `inner`, and by `StableFd` (crate-private,
-    // implemented only above) `inner.as_raw_fd()` is an fd that `inner` owns through a private
-    // `Arc<EventFd>` which no method replaces; the fd therefore stays open, refers to the same
-    // eventfd, and is returned by every `as_raw_fd` call until `inner` is dropped, which
-    // happens only after the `AsyncFd` deregistered it (or after `into_inner`).
-    let fd = unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }?;
+/// Outside a tokio runtime (callers check first).
+pub(crate) fn register_readable(fd: Arc<EventFd>) -> io::Result<AsyncFd<Registered>> {
+    // SAFETY: `AsyncFd` takes ownership of the `Registered`, whose `as_raw_fd` is the fd of an
+    // `OwnedFd` kept alive by the `Arc` it holds; no code can close or replace that fd while
+    // the `Arc` lives, so it stays open and refers to the same eventfd until the `AsyncFd`
+    // (and with it the registration) is dropped.
+    let fd = unsafe { AsyncFd::register_with_interest(Registered(fd), Interest::READABLE) }?;
     Ok(fd)
 }

@@ -1,34 +1,20 @@
-//! Blocking waits on one fd with poll(2), for the `wait*` methods (callers that use epoll or
-//! tokio never come here).
+//! Blocking waits on one fd with poll(2), for [`crate::EventFdSink`]'s `wait` (callers that use
+//! epoll or tokio never come here).
 
 use std::io;
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::io::Errno;
 
-/// When a blocking wait gives up.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Deadline(Option<Instant>);
-
-impl Deadline {
-    /// `None` waits for ever.
-    pub(crate) fn after(timeout: Option<Duration>) -> Self {
-        Self(timeout.and_then(|t| Instant::now().checked_add(t)))
-    }
-
-    fn remaining(self) -> Option<Duration> {
-        self.0.map(|d| d.saturating_duration_since(Instant::now()))
-    }
-}
-
-/// Waits until `fd` is readable or the deadline passes; returns whether it is readable.
-/// A signal interrupting the wait is not an error (the wait goes on).
-pub(crate) fn readable(fd: impl AsFd, deadline: Deadline) -> io::Result<bool> {
+/// Waits until `fd` is readable or `deadline` passes (`None`: for ever); returns whether it
+/// is readable. A signal interrupting the wait is not an error (the wait goes on).
+pub(crate) fn readable(fd: impl AsFd, deadline: Option<Instant>) -> io::Result<bool> {
     loop {
-        let timeout = deadline.remaining().map(|d| {
-            Timespec::try_from(d).unwrap_or(Timespec {
+        let timeout = deadline.map(|d| {
+            let left = d.saturating_duration_since(Instant::now());
+            Timespec::try_from(left).unwrap_or(Timespec {
                 tv_sec: i64::MAX,
                 tv_nsec: 0,
             })
@@ -49,24 +35,24 @@ pub(crate) fn readable(fd: impl AsFd, deadline: Deadline) -> io::Result<bool> {
     }
 }
 
-/// The error of a wait that ran out of time.
-pub(crate) fn timed_out() -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, "no event before the timeout")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::EventFd;
+    use std::time::Duration;
 
     #[test]
     fn poll_sees_a_signal_and_times_out_without_one() {
         let fd = EventFd::new().unwrap();
-        let soon = || Deadline::after(Some(Duration::from_millis(1)));
+        let soon = || Some(Instant::now() + Duration::from_millis(1));
         assert!(!readable(&fd, soon()).unwrap());
         fd.signal().unwrap();
-        assert!(readable(&fd, Deadline::after(None)).unwrap());
+        assert!(readable(&fd, None).unwrap());
         fd.drain().unwrap();
         assert!(!readable(&fd, soon()).unwrap());
+        assert!(
+            !readable(&fd, Some(Instant::now())).unwrap(),
+            "a past deadline does not wait"
+        );
     }
 }

@@ -7,14 +7,13 @@ mod common;
 use std::time::Duration;
 
 use common::{Net, send, thread_count};
-use portverbs_linux::CompChannel;
 use portverbs_verbs::{AsyncEventKind, NotifyKind, SendFlags};
 
 #[test]
 fn no_thread_is_created() {
     let before = thread_count();
     let net = Net::stepped(9);
-    let chan = CompChannel::new(&net.b.ctx).unwrap();
+    let chan = net.b.ctx.create_comp_channel().unwrap();
     let (_cq_a, cq_b, qa, qb) = net.link(Some(&chan));
     assert_eq!(thread_count(), before, "opening and creating");
 
@@ -23,13 +22,17 @@ fn no_thread_is_created() {
     net.b.post_recv(&qb, 1);
     send(&qa, 10, SendFlags::empty());
     net.settle();
-    chan.wait_notify(&mut req, Some(Duration::from_secs(5)))
+    cq_b.wait_notify(&mut req, Some(Duration::from_secs(5)))
         .unwrap();
-    let got = chan.wait(Some(Duration::from_secs(5))).unwrap();
+    let got = chan.wait_cq_event(Some(Duration::from_secs(5))).unwrap();
     assert_eq!(got.cqn(), cq_b.cqn());
     got.ack_events(1);
     net.devs[0].set_port_active(1, false);
-    let ev = net.a.events.wait(Some(Duration::from_secs(5))).unwrap();
+    let ev = net
+        .a
+        .ctx
+        .wait_async_event(Some(Duration::from_secs(5)))
+        .unwrap();
     assert_eq!(ev.kind, AsyncEventKind::PortErr);
     assert_eq!(thread_count(), before, "delivering events and waiting");
 }

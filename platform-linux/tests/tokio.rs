@@ -1,4 +1,5 @@
-//! The channel and event fds in tokio's reactor, and the CQ notify future (feature `tokio`).
+//! Channels, notify requests and asynchronous events awaited in tokio (feature `tokio`): the
+//! eventfds are in tokio's reactor, so these also hold for interrupts nobody raises in process.
 #![cfg(feature = "tokio")]
 
 mod common;
@@ -9,10 +10,11 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::{Net, PATIENCE, poll_n, send};
-use portverbs_linux::{CompChannel, NotifyWaitError, TokioAsyncEvents, TokioCompChannel};
 use portverbs_verbs::{
-    AsyncEventKind, EventElement, NotifyError, NotifyKind, SendFlags, WorkCompletion,
+    AsyncEventKind, EventElement, NotifyError, NotifyKind, SendFlags, WaitError, WorkCompletion,
 };
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tokio::time::timeout;
 
 /// Polls `fut` once: `Some(output)` when it is ready.
@@ -27,18 +29,27 @@ async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
 #[tokio::test]
 async fn async_fd_readiness_and_get_cq_event() {
     let net = Net::threaded();
-    let chan = TokioCompChannel::new(CompChannel::new(&net.b.ctx).unwrap()).unwrap();
-    let (_cq_a, cq_b, qa, qb) = net.link(Some(chan.get_ref()));
+    let chan = net.b.ctx.create_comp_channel().unwrap();
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(&chan));
 
-    // The raw AsyncFd: readable, then try_io until an event comes out.
+    // The application's own AsyncFd on the channel's fd: readable, then read until an event
+    // comes out.
+    let raw = chan
+        .as_fd()
+        .expect("an eventfd")
+        .try_clone_to_owned()
+        .unwrap();
+    // SAFETY: the AsyncFd owns `raw`, a duplicate nobody else can close or replace.
+    let afd = unsafe { AsyncFd::register_with_interest(raw, Interest::READABLE) }.unwrap();
     cq_b.req_notify(false);
     net.b.post_recv(&qb, 1);
     send(&qa, 10, SendFlags::empty());
     let got = timeout(PATIENCE, async {
         loop {
-            let mut guard = chan.async_fd().readable().await.unwrap();
-            if let Ok(r) = guard.try_io(|fd| fd.get_ref().get_cq_event()) {
-                break r.unwrap();
+            let mut guard = afd.readable().await.unwrap();
+            match chan.get_cq_event().unwrap() {
+                Some(cq) => break cq,
+                None => guard.clear_ready(),
             }
         }
     })
@@ -52,7 +63,7 @@ async fn async_fd_readiness_and_get_cq_event() {
     cq_b.req_notify(false);
     net.b.post_recv(&qb, 2);
     send(&qa, 11, SendFlags::empty());
-    let got = timeout(PATIENCE, chan.get_cq_event())
+    let got = timeout(PATIENCE, chan.next_cq_event())
         .await
         .expect("a second event")
         .unwrap();
@@ -65,11 +76,11 @@ async fn async_fd_readiness_and_get_cq_event() {
 #[tokio::test]
 async fn notify_future_resolves_on_a_completion_from_the_engine() {
     let net = Net::threaded();
-    let chan = TokioCompChannel::new(CompChannel::new(&net.b.ctx).unwrap()).unwrap();
-    let (_cq_a, cq_b, qa, qb) = net.link(Some(chan.get_ref()));
+    let chan = net.b.ctx.create_comp_channel().unwrap();
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(&chan));
 
     net.b.post_recv(&qb, 1);
-    let notified = tokio::spawn(chan.notify(&cq_b, NotifyKind::Any));
+    let notified = tokio::spawn(cq_b.notified(NotifyKind::Any));
     send(&qa, 10, SendFlags::empty());
     timeout(PATIENCE, notified)
         .await
@@ -88,17 +99,17 @@ async fn notify_future_resolves_on_a_completion_from_the_engine() {
 #[tokio::test]
 async fn notify_future_on_a_destroyed_cq_is_cancelled() {
     let net = Net::threaded();
-    let chan = TokioCompChannel::new(CompChannel::new(&net.b.ctx).unwrap()).unwrap();
-    let cq = net.b.cq(Some(chan.get_ref()));
+    let chan = net.b.ctx.create_comp_channel().unwrap();
+    let cq = net.b.cq(Some(&chan));
     let cqn = cq.cqn();
-    let waiting = tokio::spawn(chan.notify(&cq, NotifyKind::Any));
-    let before = tokio::spawn(chan.notify(&cq, NotifyKind::Solicited));
+    let waiting = tokio::spawn(cq.notified(NotifyKind::Any));
+    let before = tokio::spawn(cq.notified(NotifyKind::Solicited));
     tokio::task::yield_now().await;
     cq.destroy().expect("the futures hold no CQ");
     for fut in [waiting, before] {
         let r = timeout(PATIENCE, fut).await.expect("resolved").unwrap();
         assert!(
-            matches!(r, Err(NotifyWaitError::Notify(NotifyError::Cancelled { cqn: n })) if n == cqn),
+            matches!(r, Err(WaitError::Notify(NotifyError::Cancelled { cqn: n })) if n == cqn),
             "{r:?}"
         );
     }
@@ -107,12 +118,12 @@ async fn notify_future_on_a_destroyed_cq_is_cancelled() {
 #[tokio::test]
 async fn solicited_notify_ignores_unsolicited_receives() {
     let net = Net::threaded();
-    let chan = TokioCompChannel::new(CompChannel::new(&net.b.ctx).unwrap()).unwrap();
-    let (_cq_a, cq_b, qa, qb) = net.link(Some(chan.get_ref()));
+    let chan = net.b.ctx.create_comp_channel().unwrap();
+    let (_cq_a, cq_b, qa, qb) = net.link(Some(&chan));
     net.b.post_recv(&qb, 1);
     net.b.post_recv(&qb, 2);
 
-    let mut notified = pin!(chan.notify(&cq_b, NotifyKind::Solicited));
+    let mut notified = pin!(cq_b.notified(NotifyKind::Solicited));
     send(&qa, 10, SendFlags::empty());
     // Wait for the unsolicited receive to land, then let the future process whatever the
     // channel's event queue holds: it must still be pending.
@@ -126,7 +137,7 @@ async fn solicited_notify_ignores_unsolicited_receives() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     assert_eq!(wc[0].wr_id, 1);
-    chan.get_ref().process().unwrap();
+    chan.process().unwrap();
     assert!(
         poll_once(&mut notified).await.is_none(),
         "an unsolicited receive does not satisfy a solicited request"
@@ -148,19 +159,49 @@ async fn async_events_through_tokio() {
         b: _b,
         fabric: _fabric,
     } = Net::threaded();
-    let events = TokioAsyncEvents::new(a.events).unwrap();
     devs[0].set_port_active(1, false);
-    let ev = timeout(PATIENCE, events.get_event())
+    let ev = timeout(PATIENCE, a.ctx.next_async_event())
         .await
         .expect("the port event arrived")
         .unwrap();
     assert_eq!(ev.kind, AsyncEventKind::PortErr);
     assert_eq!(ev.element, EventElement::Port(1));
     devs[0].set_port_active(1, true);
-    let ev = timeout(PATIENCE, events.get_event())
+    let ev = timeout(PATIENCE, a.ctx.next_async_event())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(ev.kind, AsyncEventKind::PortActive);
     assert_eq!(ev.element, EventElement::Port(1));
+}
+
+/// The kernel signals an eventfd routed to an MSI-X vector without any code of ours running:
+/// tasks awaiting the sink must be woken by tokio's reactor, every one of them.
+#[tokio::test]
+async fn a_signal_nobody_raised_in_process_wakes_every_awaiting_task() {
+    use portverbs_hal::notify::InterruptSink;
+    use portverbs_linux::{EventFd, EventFdSink};
+    use std::sync::Arc;
+
+    let fd = Arc::new(EventFd::new().unwrap());
+    let sink = Arc::new(EventFdSink::new(fd.clone()));
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let sink = sink.clone();
+            tokio::spawn(async move { poll_fn(|cx| sink.poll_raised(cx)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(
+        waiters.iter().all(|w| !w.is_finished()),
+        "nothing signalled yet"
+    );
+    fd.signal().unwrap(); // what the kernel's interrupt handler does
+    for w in waiters {
+        timeout(PATIENCE, w)
+            .await
+            .expect("woken by the reactor")
+            .unwrap()
+            .unwrap();
+    }
 }

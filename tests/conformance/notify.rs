@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 
-use portverbs::hal::NullSink;
 use portverbs::prelude::*;
 use portverbs::verbs::{AsyncEventKind, CqError, EventElement, NotifyError};
 
@@ -23,7 +22,7 @@ fn deliver(env: &Env, cq: &Cq) {
 
 /// A pair whose side-a CQ reports to a new completion channel.
 fn channel_pair(env: &Env) -> (CompletionChannel, Pair) {
-    let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
+    let ch = env.a().create_comp_channel().unwrap();
     let a_cq = channel_cq(env.a(), &ch, 64);
     let p = pair_on(env, a_cq, cq(env.b(), 64));
     (ch, p)
@@ -271,7 +270,7 @@ fn unread_channel_event_is_not_counted_as_unacknowledged(backend: Backend) {
     ch.process().unwrap();
     assert_eq!(ch.queued(), 1, "the event waits in the channel");
     assert_eq!(p.a.cq.unacked_events(), 0, "nothing was read yet");
-    let ev = ch.get_event().unwrap().expect("the queued event");
+    let ev = ch.get_cq_event().unwrap().expect("the queued event");
     assert_eq!(ev.cqn(), p.a.cq.cqn());
     assert_eq!(p.a.cq.unacked_events(), 1);
     ev.ack_events(1);
@@ -284,10 +283,10 @@ fn req_notify_delivers_one_channel_event_until_acknowledged(backend: Backend) {
     p.a.cq.req_notify(false);
     post_writes(&p, 0, 2);
     env.settle();
-    let ev = ch.get_event().unwrap().expect("a completion event");
+    let ev = ch.get_cq_event().unwrap().expect("a completion event");
     assert_eq!(ev.cqn(), p.a.cq.cqn());
     drop(ev);
-    assert!(ch.get_event().unwrap().is_none(), "one event per arming");
+    assert!(ch.get_cq_event().unwrap().is_none(), "one event per arming");
     assert_eq!(p.a.cq.unacked_events(), 1);
     assert_eq!(
         p.a.cq.unacked_events(),
@@ -302,7 +301,7 @@ fn req_notify_delivers_one_channel_event_until_acknowledged(backend: Backend) {
 fn rc_traffic_driven_by_completion_events(backend: Backend) {
     // pyverbs test_cq_events: arm, wait for the event, acknowledge, poll, re-arm.
     let env = Env::new(backend);
-    let ch = env.b().create_comp_channel(Arc::new(NullSink)).unwrap();
+    let ch = env.b().create_comp_channel().unwrap();
     let b_cq = channel_cq(env.b(), &ch, 16);
     let p = pair_on(&env, cq(env.a(), 16), b_cq);
     p.b.cq.req_notify(false);
@@ -310,7 +309,7 @@ fn rc_traffic_driven_by_completion_events(backend: Backend) {
         let data = pattern(i as u8, 100);
         p.a.buf.write(0, &data).unwrap();
         send_to_b(&env, &p, i, SendFlags::empty());
-        let ev = ch.get_event().unwrap().expect("one event per message");
+        let ev = ch.get_cq_event().unwrap().expect("one event per message");
         assert_eq!(ev.cqn(), p.b.cq.cqn());
         ev.ack_events(1);
         let wc = one(&env, &p.b.cq);
@@ -323,7 +322,7 @@ fn rc_traffic_driven_by_completion_events(backend: Backend) {
         p.b.cq.req_notify(false);
         env.settle();
         assert!(
-            ch.get_event().unwrap().is_none(),
+            ch.get_cq_event().unwrap().is_none(),
             "iteration {i}: no extra event"
         );
     }
@@ -332,14 +331,14 @@ fn rc_traffic_driven_by_completion_events(backend: Backend) {
 
 fn destroy_cq_with_unacknowledged_events_fails(backend: Backend) {
     let env = Env::new(backend);
-    let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
+    let ch = env.a().create_comp_channel().unwrap();
     let a_cq = channel_cq(env.a(), &ch, 16);
     let cqn = a_cq.cqn();
     let p = pair_on(&env, a_cq, cq(env.b(), 16));
     p.a.cq.req_notify(false);
     post_writes(&p, 0, 1);
     env.settle();
-    assert!(ch.get_event().unwrap().is_some());
+    assert!(ch.get_cq_event().unwrap().is_some());
     let Pair { a, b } = p;
     let Side { qp, cq, .. } = a;
     drop((qp, b));
@@ -360,7 +359,7 @@ fn no_channel_event_without_req_notify(backend: Backend) {
     let (ch, p) = channel_pair(&env);
     post_writes(&p, 0, 3);
     env.settle();
-    assert!(ch.get_event().unwrap().is_none(), "no spurious event");
+    assert!(ch.get_cq_event().unwrap().is_none(), "no spurious event");
     assert_eq!(ch.queued(), 0);
     assert_eq!(p.a.cq.unacked_events(), 0);
     assert_eq!(env.poll(&p.a.cq, 3).len(), 3);
@@ -368,7 +367,7 @@ fn no_channel_event_without_req_notify(backend: Backend) {
 
 fn req_notify_solicited_only_ignores_unsolicited_completions(backend: Backend) {
     let env = Env::new(backend);
-    let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
+    let ch = env.a().create_comp_channel().unwrap();
     let b_cq = cq(env.b(), 16);
     // Receives land on a's CQ: b sends to a.
     let a_cq = channel_cq(env.a(), &ch, 16);
@@ -376,16 +375,16 @@ fn req_notify_solicited_only_ignores_unsolicited_completions(backend: Backend) {
     let swapped = Pair { a: p.b, b: p.a };
     swapped.b.cq.req_notify(true);
     send_to_b(&env, &swapped, 1, SendFlags::empty());
-    assert!(ch.get_event().unwrap().is_none(), "unsolicited receive");
+    assert!(ch.get_cq_event().unwrap().is_none(), "unsolicited receive");
     send_to_b(&env, &swapped, 2, SendFlags::SOLICITED);
-    let ev = ch.get_event().unwrap().expect("solicited receive");
+    let ev = ch.get_cq_event().unwrap().expect("solicited receive");
     assert_eq!(ev.cqn(), swapped.b.cq.cqn());
     ev.ack_events(1);
 }
 
 fn one_channel_multiplexes_events_of_several_cqs(backend: Backend) {
     let env = Env::new(backend);
-    let ch = env.a().create_comp_channel(Arc::new(NullSink)).unwrap();
+    let ch = env.a().create_comp_channel().unwrap();
     let mk = || channel_cq(env.a(), &ch, 16);
     let p1 = pair_on(&env, mk(), cq(env.b(), 16));
     let p2 = pair_on(&env, mk(), cq(env.b(), 16));
@@ -393,12 +392,12 @@ fn one_channel_multiplexes_events_of_several_cqs(backend: Backend) {
     p2.a.cq.req_notify(false);
     post_writes(&p2, 0, 1);
     env.settle();
-    let ev = ch.get_event().unwrap().expect("event of the second CQ");
+    let ev = ch.get_cq_event().unwrap().expect("event of the second CQ");
     assert_eq!(ev.cqn(), p2.a.cq.cqn());
-    assert!(ch.get_event().unwrap().is_none());
+    assert!(ch.get_cq_event().unwrap().is_none());
     post_writes(&p1, 0, 1);
     env.settle();
-    let ev1 = ch.get_event().unwrap().expect("event of the first CQ");
+    let ev1 = ch.get_cq_event().unwrap().expect("event of the first CQ");
     assert_eq!(ev1.cqn(), p1.a.cq.cqn());
     ev.ack_events(1);
     ev1.ack_events(1);

@@ -92,10 +92,6 @@ impl<'a> Waiter<'a> {
     ///
     /// # Errors
     /// As [`Waiter::idle`].
-    #[cfg_attr(
-        not(target_os = "linux"),
-        allow(dead_code, reason = "only Linux blocks")
-    )]
     pub(crate) fn check_now(&mut self) -> Result<(), CliError> {
         self.check()
     }

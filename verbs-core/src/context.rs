@@ -3,22 +3,27 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use portverbs_hal::caps::{DeviceAttr, GidEntry, PortAttr};
 use portverbs_hal::device::{Device, EqKind, EqParams};
 use portverbs_hal::event::DeviceEvent;
-use portverbs_hal::notify::{InterruptSink, NullSink};
+use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
 use portverbs_hal::{BlockingDevice, block_on};
 
 use crate::buffer::Buffer;
 use crate::cq::CqInner;
+use crate::error::WaitError;
 use crate::error::{BufferError, EventError, OpenError, PdError, QueryError};
 use crate::events::{AsyncEvent, AsyncEventKind};
 use crate::pd::Pd;
+use crate::sink::{PollingSinks, SinkFactory};
 use crate::srq::SrqInner;
+use crate::wait::{block_until, poll_until};
 
 /// Locks a mutex, recovering the data if another thread panicked while holding it (every
 /// structure here stays consistent between statements that could panic).
@@ -26,28 +31,13 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Provides the interrupt sink of each event queue the core creates. Platform crates implement
-/// it (an eventfd per EQ on Linux); [`PollingSinks`] gives sinks that do nothing, for
-/// applications that poll.
-pub trait SinkFactory: Send + Sync + fmt::Debug {
-    /// The sink for a new event queue of this kind.
-    fn sink(&self, kind: EqKind) -> Arc<dyn InterruptSink>;
-}
-
-/// Sinks that ignore interrupts.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PollingSinks;
-
-impl SinkFactory for PollingSinks {
-    fn sink(&self, _kind: EqKind) -> Arc<dyn InterruptSink> {
-        Arc::new(NullSink)
-    }
-}
-
 /// How to open a device.
 #[derive(Debug, Clone)]
 pub struct ContextOptions {
-    /// Interrupt sinks for the async EQ and the completion-vector EQs.
+    /// Interrupt sinks for every event queue: the asynchronous one, the completion vectors'
+    /// and the completion channels'. [`PollingSinks`] (the default) only polls; blocking and
+    /// awaiting need [`crate::LatchSinks`] or the platform's sinks (the `portverbs` facade's
+    /// `open` picks them).
     pub sinks: Arc<dyn SinkFactory>,
     /// Entries of each event queue.
     pub eq_entries: u32,
@@ -109,6 +99,8 @@ pub(crate) struct EqShared<D: Device> {
     pub(crate) dev: Arc<DevHolder<D>>,
     pub(crate) eqn: u32,
     pub(crate) eq: Mutex<Box<dyn EventQueue>>,
+    /// Where the EQ's interrupts go, and what its waiters wait on.
+    pub(crate) sink: Arc<dyn InterruptSink>,
 }
 
 impl<D: Device> fmt::Debug for EqShared<D> {
@@ -146,12 +138,13 @@ impl<D: Device> EqShared<D> {
     ) -> Result<Arc<Self>, portverbs_hal::CommandError> {
         let eq = dev
             .dev
-            .create_eq_blocking(EqParams { entries, kind }, sink)?;
+            .create_eq_blocking(EqParams { entries, kind }, sink.clone())?;
         Ok(Arc::new(Self {
             ctx,
             dev: dev.clone(),
             eqn: eq.eqn(),
             eq: Mutex::new(eq),
+            sink,
         }))
     }
 
@@ -212,6 +205,9 @@ pub(crate) struct ContextInner<D: Device> {
     pub(crate) port_attrs: Vec<PortAttr>,
     pub(crate) opts: ContextOptions,
     pub(crate) async_eq: Mutex<Option<Arc<EqShared<D>>>>,
+    /// The asynchronous event queue's sink (kept outside `async_eq`, which is emptied first
+    /// at drop).
+    pub(crate) async_sink: Arc<dyn InterruptSink>,
     pub(crate) vectors: Mutex<Vec<Option<Arc<EqShared<D>>>>>,
     pub(crate) registry: Registry<D>,
     pub(crate) async_events: Mutex<VecDeque<AsyncEvent>>,
@@ -340,6 +336,7 @@ impl<D: Device> Context<D> {
         for p in 1..=attr.phys_port_cnt {
             port_attrs.push(dev.query_port(p).await.map_err(wrap)?);
         }
+        let sink = opts.sinks.sink(EqKind::Async);
         let inner = Arc::new(ContextInner {
             dev: Arc::new(DevHolder { dev }),
             name: name.clone(),
@@ -347,6 +344,7 @@ impl<D: Device> Context<D> {
             port_attrs,
             opts,
             async_eq: Mutex::new(None),
+            async_sink: sink.clone(),
             vectors: Mutex::new(Vec::new()),
             registry: Registry {
                 cqs: Mutex::new(HashMap::new()),
@@ -356,7 +354,6 @@ impl<D: Device> Context<D> {
             fatal: AtomicBool::new(false),
             counts: Counts::default(),
         });
-        let sink = inner.opts.sinks.sink(EqKind::Async);
         let eq = EqShared::create(&inner, EqKind::Async, sink).map_err(wrap)?;
         *lock(&inner.async_eq) = Some(eq);
         Ok(Self { inner })
@@ -556,17 +553,81 @@ impl<D: Device> Context<D> {
         Ok(n)
     }
 
-    /// The next asynchronous event, if any (after processing the async event queue). Unlike
-    /// libibverbs there is nothing to acknowledge: events name objects by number.
+    /// The next asynchronous event, if any (`ibv_get_async_event` on a nonblocking fd): clears
+    /// the asynchronous event queue's sink, processes the queue, and takes the oldest event.
+    /// Unlike libibverbs there is nothing to acknowledge: events name objects by number.
+    /// Processing it also completes the notify requests of CQs in error and of a failed device
+    /// ([`crate::NotifyKind::Errors`]), so an application waiting for those reads these
+    /// events too (or calls [`Context::process_events`]).
     ///
     /// # Errors
-    /// A malformed event was skipped.
-    pub fn get_async_event(&self) -> Result<Option<AsyncEvent>, EventError> {
+    /// A malformed event was skipped (call again), or the sink failed.
+    pub fn get_async_event(&self) -> Result<Option<AsyncEvent>, WaitError> {
+        let sink = self.async_sink();
+        sink.clear().map_err(WaitError::Sink)?;
+        self.look_async_event()
+    }
+
+    /// Blocks until an asynchronous event arrives (`ibv_get_async_event` on a blocking fd).
+    /// `None` waits for ever.
+    ///
+    /// # Errors
+    /// [`WaitError::TimedOut`]; [`WaitError::Sink`] when the context's sinks cannot block;
+    /// otherwise as [`Context::get_async_event`].
+    pub fn wait_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent, WaitError> {
+        block_until(&*self.async_sink(), timeout, || self.look_async_event())
+    }
+
+    /// Waits for the next asynchronous event without blocking the thread.
+    ///
+    /// # Errors
+    /// [`WaitError::Sink`] when the context's sinks cannot be awaited; otherwise as
+    /// [`Context::get_async_event`].
+    pub async fn next_async_event(&self) -> Result<AsyncEvent, WaitError> {
+        let sink = self.async_sink();
+        poll_fn(|cx| poll_until(&*sink, cx, |_| self.look_async_event())).await
+    }
+
+    /// The pollable fd of the asynchronous event queue (`ibv_context::async_fd`), when the
+    /// context's sinks have one: readable when an event may be waiting. Read it with
+    /// [`Context::get_async_event`] until `None`; the fd is signalled again whenever an event
+    /// is left behind, so edge-triggered pollers miss nothing.
+    #[cfg(unix)]
+    pub fn async_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.async_sink.as_fd()
+    }
+
+    /// The sink of completion vector `vector`'s event queue, once a CQ created without a
+    /// channel made it. With the Linux platform's sinks its fd
+    /// ([`InterruptSink::as_fd`]) polls readable when one of those CQs may have completed a
+    /// notify request; [`Context::process_events`] then delivers it.
+    pub fn vector_sink(&self, vector: u32) -> Option<Arc<dyn InterruptSink>> {
+        lock(&self.inner.vectors)
+            .get(vector as usize)
+            .and_then(Option::as_ref)
+            .map(|eq| eq.sink.clone())
+    }
+
+    fn async_sink(&self) -> Arc<dyn InterruptSink> {
+        self.inner.async_sink.clone()
+    }
+
+    /// Processes the asynchronous event queue and takes one event; raises the sink again when
+    /// more are queued or the queue held a malformed event.
+    fn look_async_event(&self) -> Result<Option<AsyncEvent>, WaitError> {
         let async_eq = lock(&self.inner.async_eq).clone();
         if let Some(eq) = async_eq {
-            eq.process(usize::MAX)?;
+            if let Err(e) = eq.process(usize::MAX) {
+                self.inner.async_sink.raise();
+                return Err(e.into());
+            }
         }
-        Ok(lock(&self.inner.async_events).pop_front())
+        let mut q = lock(&self.inner.async_events);
+        let ev = q.pop_front();
+        if !q.is_empty() {
+            self.inner.async_sink.raise();
+        }
+        Ok(ev)
     }
 
     /// True after the device reported a fatal error.

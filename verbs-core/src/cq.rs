@@ -186,10 +186,10 @@ struct NotifyState {
 pub(crate) struct CqInner<D: Device> {
     pub(crate) ctx: Arc<ContextInner<D>>,
     pub(crate) cqn: u32,
-    eq: Arc<EqShared<D>>,
+    pub(crate) eq: Arc<EqShared<D>>,
     pub(crate) poll: parking_lot::Mutex<PollState<D::Cq, D::Srq>>,
     notify: Mutex<NotifyState>,
-    channel: Option<Weak<ChannelInner<D>>>,
+    pub(crate) channel: Option<Weak<ChannelInner<D>>>,
     reported: AtomicU64,
     acked: AtomicU64,
     depth: AtomicU32,

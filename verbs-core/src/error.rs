@@ -23,6 +23,10 @@ pub enum OpenError {
         #[source]
         source: CommandError,
     },
+    /// The platform could not provide the interrupt sinks of the event queues (out of file
+    /// descriptors, …).
+    #[error("creating the event queues' interrupt sinks: {0}")]
+    Sinks(#[source] std::io::Error),
 }
 
 /// Queries of the device, ports, GIDs, P_Keys.
@@ -224,9 +228,35 @@ pub enum CqError {
         /// Events reported and not acknowledged.
         unacked: u64,
     },
+    /// The platform could not provide the completion channel's interrupt sink (out of file
+    /// descriptors, …).
+    #[error("creating the completion channel's interrupt sink: {0}")]
+    Sink(#[source] std::io::Error),
     /// The device refused.
     #[error(transparent)]
     Device(#[from] CommandError),
+}
+
+/// Reading or waiting for what an event queue delivers: CQ events of a completion channel,
+/// the completion of a notify request, asynchronous events.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// A malformed event was skipped; reading or waiting again is allowed.
+    #[error(transparent)]
+    BadEvent(#[from] EventError),
+    /// The notify request completed with an error: the CQ was destroyed, is in error, or the
+    /// device failed.
+    #[error(transparent)]
+    Notify(#[from] NotifyError),
+    /// The timeout passed first (blocking waits only).
+    #[error("nothing arrived before the timeout")]
+    TimedOut,
+    /// The interrupt sink could not be cleared or waited on: the platform call failed, or the
+    /// context's sinks only poll ([`std::io::ErrorKind::Unsupported`]; open it with
+    /// [`crate::LatchSinks`] or the platform's sinks).
+    #[error("waiting on the event queue's interrupt sink: {0}")]
+    Sink(#[source] std::io::Error),
 }
 
 /// Polling a completion queue.

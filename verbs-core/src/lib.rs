@@ -30,10 +30,21 @@
 //! Every slow operation (create, modify, register …) is an `async fn` with a `*_blocking` twin
 //! that is a thin wrapper over it; nothing here chooses a blocking model for the application.
 //!
+//! ## Events: read, block or await
+//! Every event queue interrupts a sink chosen by the context's [`SinkFactory`]. The core
+//! drives the queues itself, on the application's calls, with one discipline (clear the sink,
+//! process and look, then wait): [`CompletionChannel::get_cq_event`] /
+//! [`CompletionChannel::wait_cq_event`] / [`CompletionChannel::next_cq_event`],
+//! [`Cq::wait_notify`] / [`Cq::notified`], [`Context::get_async_event`] /
+//! [`Context::wait_async_event`] / [`Context::next_async_event`]. How a thread blocks or a
+//! task is woken is the sink's business: an eventfd in poll(2) or a reactor with the Linux
+//! platform's sinks, a condition variable and wakers with [`LatchSinks`]; [`PollingSinks`]
+//! refuses to wait.
+//!
 //! ## What this layer must never do
-//! Spawn a thread, sleep, read a clock, name a backend or a platform crate, or use `unsafe`.
-//! Completion and event delivery is driven by the application's calls or by a platform layer
-//! (`portverbs-linux`, …) that reacts to the interrupt sinks ([`SinkFactory`]).
+//! Spawn a thread, sleep or read a clock (the blocking waits an application asks for read it
+//! once, for the deadline, and block inside the sink), name a backend or a platform crate, or
+//! use `unsafe`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -48,19 +59,22 @@ pub mod events;
 mod mr;
 mod mw;
 pub mod notify;
+mod notify_wait;
 mod pd;
 mod qp;
 pub mod qp_state;
 mod send_rules;
 mod shared;
+mod sink;
 mod srq;
+mod wait;
 mod wc;
 
 pub use ah::AddressHandle;
 pub use buffer::Buffer;
 pub use channel::CompletionChannel;
 pub use connect::{ConnectError, ConnectOptions, QpEndpoint};
-pub use context::{Context, ContextOptions, ObjectCounts, PollingSinks, SinkFactory};
+pub use context::{Context, ContextOptions, ObjectCounts};
 pub use cq::{Cq, CqInit};
 pub use error::*;
 pub use events::{AsyncEvent, AsyncEventKind, EventElement};
@@ -69,6 +83,7 @@ pub use mw::{Mw, inc_rkey};
 pub use notify::{NotifyKind, NotifyRequest};
 pub use pd::Pd;
 pub use qp::{Qp, QpInit, RecvWr};
+pub use sink::{LatchSink, LatchSinks, PollingSinks, SinkFactory};
 pub use srq::{Srq, SrqInit};
 pub use wc::WorkCompletion;
 

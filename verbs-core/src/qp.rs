@@ -57,6 +57,29 @@ pub struct QpInit<'a, D: Device> {
     pub sq_sig_all: bool,
 }
 
+impl<'a, D: Device> QpInit<'a, D> {
+    /// A QP of `qp_type` whose sends and receives complete on `cq`, with its own receive
+    /// queue and room for 16 send and 16 receive requests of one SGE each and no inline
+    /// data. Change what differs with struct update syntax:
+    /// `QpInit { caps: QpCaps { max_inline_data: 64, ..init.caps }, ..init }`.
+    pub fn new(qp_type: QpType, cq: &'a Cq<D>) -> Self {
+        Self {
+            qp_type,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            caps: QpCaps {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        }
+    }
+}
+
 struct SqState<S> {
     hw: S,
     head: u32,

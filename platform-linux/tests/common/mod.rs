@@ -2,15 +2,13 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use portverbs_linux::{AsyncEvents, CompChannel};
 use portverbs_soft::{DeviceConfig, Fabric, SoftDevice};
 use portverbs_verbs::{
-    AccessFlags, AddressVector, Buffer, Context, Cq, CqInit, Gid, Mr, Mtu, Pd, Qp, QpAttr,
-    QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion,
+    AccessFlags, Buffer, CompletionChannel, ConnectOptions, Context, Cq, CqInit, Mr, Pd, Qp,
+    QpCaps, QpInit, QpType, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion,
 };
 use rustix::event::{Timespec, epoll};
 
@@ -22,7 +20,6 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 /// One opened device with a PD and 64 KiB registered.
 pub struct Node {
     pub ctx: Context<Dev>,
-    pub events: AsyncEvents<Dev>,
     pub pd: Pd<Dev>,
     pub buf: Buffer,
     pub mr: Mr<Dev>,
@@ -30,31 +27,21 @@ pub struct Node {
 
 impl Node {
     fn open(dev: &Dev) -> Self {
-        let (ctx, events) = portverbs_linux::open_blocking(dev.clone()).unwrap();
+        let ctx = portverbs_linux::open_blocking(dev.clone()).unwrap();
         let pd = ctx.alloc_pd_blocking().unwrap();
         let buf = ctx.alloc_buffer(1 << 16).unwrap();
         let mr = pd
             .reg_mr_blocking(&buf, 0..1 << 16, AccessFlags::LOCAL_WRITE)
             .unwrap();
-        Self {
-            ctx,
-            events,
-            pd,
-            buf,
-            mr,
-        }
-    }
-
-    pub fn gid(&self) -> Gid {
-        self.ctx.query_gid_blocking(1, 0).unwrap().gid
+        Self { ctx, pd, buf, mr }
     }
 
     /// A CQ of 64 entries, on `chan` if given.
-    pub fn cq(&self, chan: Option<&CompChannel<Dev>>) -> Cq<Dev> {
+    pub fn cq(&self, chan: Option<&CompletionChannel<Dev>>) -> Cq<Dev> {
         self.ctx
             .create_cq_blocking(CqInit {
                 entries: 64,
-                channel: chan.map(CompChannel::channel),
+                channel: chan,
                 ..CqInit::default()
             })
             .unwrap()
@@ -131,7 +118,10 @@ impl Net {
 
     /// A connected RC pair: a CQ and a QP on each side, b's CQ on `chan_b` (if any).
     /// Returns `(cq_a, cq_b, qa, qb)`.
-    pub fn link(&self, chan_b: Option<&CompChannel<Dev>>) -> (Cq<Dev>, Cq<Dev>, Qp<Dev>, Qp<Dev>) {
+    pub fn link(
+        &self,
+        chan_b: Option<&CompletionChannel<Dev>>,
+    ) -> (Cq<Dev>, Cq<Dev>, Qp<Dev>, Qp<Dev>) {
         let cq_a = self.a.cq(None);
         let cq_b = self.b.cq(chan_b);
         let (qa, qb) = (self.a.qp(&cq_a), self.b.qp(&cq_b));
@@ -141,63 +131,14 @@ impl Net {
 
     /// Brings `qa` (on a) and `qb` (on b) to RTS toward each other.
     pub fn connect(&self, qa: &Qp<Dev>, qb: &Qp<Dev>) {
-        to_rts(qa, qb.qp_num(), self.b.gid());
-        to_rts(qb, qa.qp_num(), self.a.gid());
+        let opts = ConnectOptions::default();
+        let (ea, eb) = (
+            qa.endpoint_blocking(&opts).unwrap(),
+            qb.endpoint_blocking(&opts).unwrap(),
+        );
+        qa.connect_rc_blocking(&eb, &opts).unwrap();
+        qb.connect_rc_blocking(&ea, &opts).unwrap();
     }
-}
-
-/// RESET → INIT → RTR → RTS with the masks libibverbs applications use for RC.
-fn to_rts(qp: &Qp<Dev>, remote_qpn: u32, remote_gid: Gid) {
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        pkey_index: 0,
-        qp_access_flags: AccessFlags::LOCAL_WRITE,
-        ..QpAttr::default()
-    };
-    let mask =
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
-    qp.modify_blocking(&init, mask).unwrap();
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: remote_qpn,
-        rq_psn: 0x1234,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ah_attr: AddressVector {
-            dgid: remote_gid,
-            is_global: true,
-            hop_limit: 1,
-            port_num: 1,
-            ..AddressVector::default()
-        },
-        ..QpAttr::default()
-    };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
-    qp.modify_blocking(&rtr, mask).unwrap();
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: 0x1234,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
-    qp.modify_blocking(&rts, mask).unwrap();
 }
 
 /// Posts a small inline SEND (unsignaled) with extra `flags`.
@@ -259,8 +200,4 @@ pub fn epoll_ready(ep: &OwnedFd, timeout: Duration) -> usize {
         assert!(flags.contains(epoll::EventFlags::IN));
     }
     n
-}
-
-pub fn is_would_block<T: std::fmt::Debug>(r: io::Result<T>) -> bool {
-    matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }

@@ -1,0 +1,144 @@
+//! The environment variables the VFIO scan of [`crate::devices`] follows.
+
+use std::ffi::OsStr;
+use std::net::IpAddr;
+
+use thiserror::Error;
+
+/// What the environment asks of the VFIO scan ([`hardware_env`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HardwareEnv {
+    /// Scan for mlx4 functions bound to vfio-pci: true unless `PORTVERBS_NO_VFIO` is set to
+    /// a true value (`1`, `true`, `yes`, `on`, any case).
+    pub vfio_scan: bool,
+    /// `PORTVERBS_MLX4_IP`: the address whose GID port 1 of those functions gets (a userspace
+    /// driver has no netdev to take it from).
+    pub mlx4_ip: Option<IpAddr>,
+}
+
+/// A malformed `PORTVERBS_*` environment variable.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum EnvError {
+    /// `PORTVERBS_NO_VFIO` is neither a true value nor a false one (`0`, `false`, `no`, `off`,
+    /// empty).
+    #[error(
+        "PORTVERBS_NO_VFIO={value:?} is not a yes/no value: set it to 1, true or yes to skip \
+         the VFIO scan, or to 0, false or no (or unset it) to scan"
+    )]
+    NoVfio {
+        /// The value found.
+        value: String,
+    },
+    /// `PORTVERBS_MLX4_IP` is not an IPv4 or IPv6 address.
+    #[error(
+        "PORTVERBS_MLX4_IP={value:?} is not an IP address: set it to the IPv4 or IPv6 address \
+         of the VFIO mlx4 port (e.g. 192.0.2.1), or unset it"
+    )]
+    Mlx4Ip {
+        /// The value found.
+        value: String,
+    },
+}
+
+/// Reads `PORTVERBS_NO_VFIO` and `PORTVERBS_MLX4_IP`, the variables the VFIO scan of
+/// [`crate::devices`] follows.
+///
+/// # Errors
+/// A variable is set to something it cannot mean. [`crate::devices`] then lists no VFIO function (it
+/// cannot fail); an application calls this to tell its user why.
+pub fn hardware_env() -> Result<HardwareEnv, EnvError> {
+    parse_hardware_env(
+        std::env::var_os("PORTVERBS_NO_VFIO").as_deref(),
+        std::env::var_os("PORTVERBS_MLX4_IP").as_deref(),
+    )
+}
+
+/// [`hardware_env`] over the two values (`None` = unset). An empty value counts as unset.
+fn parse_hardware_env(
+    no_vfio: Option<&OsStr>,
+    mlx4_ip: Option<&OsStr>,
+) -> Result<HardwareEnv, EnvError> {
+    let text = |v: &OsStr| v.to_string_lossy().into_owned();
+    let skip = match no_vfio.map(text) {
+        None => false,
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => true,
+            "" | "0" | "false" | "no" | "off" => false,
+            _ => return Err(EnvError::NoVfio { value: v }),
+        },
+    };
+    let mlx4_ip = match mlx4_ip.map(text) {
+        None => None,
+        Some(v) if v.trim().is_empty() => None,
+        Some(v) => Some(
+            v.trim()
+                .parse::<IpAddr>()
+                .map_err(|_| EnvError::Mlx4Ip { value: v })?,
+        ),
+    };
+    Ok(HardwareEnv {
+        vfio_scan: !skip,
+        mlx4_ip,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn env(no_vfio: Option<&str>, ip: Option<&str>) -> Result<HardwareEnv, EnvError> {
+        parse_hardware_env(no_vfio.map(OsStr::new), ip.map(OsStr::new))
+    }
+
+    #[test]
+    fn no_vfio_takes_only_a_true_value_as_yes() {
+        for v in ["1", "true", "YES", "on", " yes "] {
+            assert!(
+                !env(Some(v), None).unwrap().vfio_scan,
+                "{v:?} skips the scan"
+            );
+        }
+        for v in [
+            None,
+            Some("0"),
+            Some("false"),
+            Some("No"),
+            Some("off"),
+            Some(""),
+        ] {
+            assert!(env(v, None).unwrap().vfio_scan, "{v:?} keeps the scan");
+        }
+        let err = env(Some("maybe"), None).unwrap_err();
+        assert_eq!(
+            err,
+            EnvError::NoVfio {
+                value: "maybe".into()
+            }
+        );
+        assert!(err.to_string().starts_with("PORTVERBS_NO_VFIO=\"maybe\""));
+    }
+
+    #[test]
+    fn mlx4_ip_must_be_an_address() {
+        assert_eq!(env(None, None).unwrap().mlx4_ip, None);
+        assert_eq!(env(None, Some("")).unwrap().mlx4_ip, None);
+        assert_eq!(
+            env(None, Some("192.0.2.1")).unwrap().mlx4_ip,
+            Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)))
+        );
+        assert!(env(None, Some("fe80::1")).unwrap().mlx4_ip.is_some());
+        for bad in ["192.0.2", "not-an-ip", "10.0.0.1/24", "300.1.1.1"] {
+            let err = env(None, Some(bad)).unwrap_err();
+            assert_eq!(err, EnvError::Mlx4Ip { value: bad.into() });
+            let text = err.to_string();
+            assert!(
+                text.starts_with("PORTVERBS_MLX4_IP=") && text.contains("is not an IP address"),
+                "{text}"
+            );
+        }
+        // A bad address is reported even when the scan is off.
+        assert!(env(Some("1"), Some("x")).is_err());
+    }
+}
