@@ -11,8 +11,8 @@ use portverbs::hal::{Device as _, LinkLayer};
 
 use crate::error::{CliError, Context as _};
 use crate::report::{
-    DevinfoDevice, DevinfoGid, DevinfoLimits, DevinfoPort, DevinfoPortExtra, GidType,
-    format_device, format_list,
+    DevinfoDevice, DevinfoExtCaps, DevinfoGid, DevinfoLimits, DevinfoPort, DevinfoPortExtra,
+    GidType, format_device, format_list,
 };
 
 /// `portverbs devices`: the options of `ibv_devinfo`.
@@ -91,6 +91,7 @@ fn describe(
         Some(p) => vec![p],
         None => (1..=attr.phys_port_cnt).collect(),
     };
+    let driver = ctx.device().info().driver;
     let mut model = DevinfoDevice {
         hca_id: name.clone(),
         transport: ctx.device().info().transport as i32,
@@ -127,13 +128,16 @@ fn describe(
         } else {
             Vec::new()
         };
-        model.ports.push(port(port_num, &pa, gids));
+        model.ports.push(port(port_num, &pa, gids, driver));
     }
     Ok(model)
 }
 
 /// The `-v` device limits. Fields the HAL does not model (EE contexts, RDDs, raw QPs,
-/// multicast, FMRs, the timestamp mask) are devices without the feature, so they print 0.
+/// multicast, FMRs, the timestamp mask, and the `ibv_query_device_ex` capabilities: ODP, TSO,
+/// RSS, packet pacing, tag matching, CQ moderation, device memory) are a device without the
+/// feature: they print as `ibv_devinfo` prints such a device (`0`, `NO SUPPORT`, `not
+/// supported`). `device_cap_flags_ex` is every capability bit the HAL reports.
 fn limits(a: &DeviceAttr) -> DevinfoLimits {
     DevinfoLimits {
         max_mr_size: a.max_mr_size,
@@ -161,12 +165,28 @@ fn limits(a: &DeviceAttr) -> DevinfoLimits {
         local_ca_ack_delay: a.local_ca_ack_delay,
         hca_core_clock: a.hca_core_clock,
         num_comp_vectors: a.num_comp_vectors,
+        ext: DevinfoExtCaps {
+            device_cap_flags_ex: a.device_cap_flags.bits(),
+            ..DevinfoExtCaps::default()
+        },
         ..DevinfoLimits::default()
     }
 }
 
-/// One port in the report model.
-fn port(port_num: u8, p: &PortAttr, gids: Vec<DevinfoGid>) -> DevinfoPort {
+/// The `max_vl_num` code of a port (the HAL has no VL capability): what the kernel driver of
+/// that kind of device reports on its RoCE port. mlx4_ib's Ethernet ports say 2 (two VLs);
+/// a software RoCE device (rxe) says 1.
+fn max_vl_num(driver: &str) -> u8 {
+    match driver {
+        "mlx4" => 2,
+        _ => 1,
+    }
+}
+
+/// One port in the report model. The `-v` fields the HAL does not have (`port_cap_flags2`,
+/// the P_Key and Q_Key violation counters, `sm_sl`, `subnet_timeout`, `init_type_reply`) are 0,
+/// as on a RoCE port.
+fn port(port_num: u8, p: &PortAttr, gids: Vec<DevinfoGid>, driver: &str) -> DevinfoPort {
     DevinfoPort {
         port_num: u32::from(port_num),
         state: p.state as u32,
@@ -182,8 +202,7 @@ fn port(port_num: u8, p: &PortAttr, gids: Vec<DevinfoGid>) -> DevinfoPort {
         extra: DevinfoPortExtra {
             max_msg_sz: p.max_msg_sz,
             port_cap_flags: p.port_cap_flags,
-            // The HAL has no VL capability: one data VL, as a soft RoCE port reports.
-            max_vl_num: 1,
+            max_vl_num: max_vl_num(driver),
             pkey_tbl_len: p.pkey_tbl_len,
             gid_tbl_len: p.gid_tbl_len,
             active_width: p.active_width,

@@ -52,13 +52,21 @@ fn print(text: &str) -> Result<(), CliError> {
         .io_ctx("writing to stdout")
 }
 
+/// Refuses a malformed `PORTVERBS_*` variable (the library would list no VFIO devices and
+/// could not say why).
+fn check_environment() -> Result<(), CliError> {
+    portverbs::hardware_env()
+        .map(|_| ())
+        .map_err(CliError::usage)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match &cli.command {
+    let result = check_environment().and_then(|()| match &cli.command {
         Command::Devices(args) => devices::run(args).and_then(|t| print(&t)),
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) => pingpong::run(args).and_then(|t| print(&t)),
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

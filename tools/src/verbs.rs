@@ -7,6 +7,7 @@ use std::hash::BuildHasher;
 use portverbs::AnyDevice;
 use portverbs::hal::{Device as _, LinkLayer};
 use portverbs::prelude::*;
+use portverbs::verbs::QueryError;
 
 use crate::error::{CliError, Context as _};
 
@@ -93,12 +94,12 @@ pub(crate) fn port_info(
     };
     let (gid, gid_index) = match index {
         Some(i) => {
-            let small = u8::try_from(i).map_err(|_| {
-                CliError::usage(format_args!("GID index {i} is out of range (0..=255)"))
+            let entry = ctx.query_gid_blocking(port, i).map_err(|e| {
+                gid_index_error(name, port, i, pa.gid_tbl_len, &GidProblem::Query(&e))
             })?;
-            let entry = ctx
-                .query_gid_blocking(port, i)
-                .map_err(|e| CliError::usage(format_args!("{name}: {e}")))?;
+            let small = u8::try_from(i).map_err(|_| {
+                gid_index_error(name, port, i, pa.gid_tbl_len, &GidProblem::AboveU8)
+            })?;
             (entry.gid, Some(small))
         }
         None => (Gid::ZERO, None),
@@ -112,6 +113,43 @@ pub(crate) fn port_info(
         active_mtu: pa.active_mtu,
         max_mtu: pa.max_mtu,
     })
+}
+
+/// Why a GID index cannot be used.
+#[derive(Debug)]
+enum GidProblem<'a> {
+    /// The library refused the query.
+    Query(&'a QueryError),
+    /// The tools put the index in an 8-bit `sgid_index`.
+    AboveU8,
+}
+
+/// The one wording of an unusable GID index (`perf -x`, `pingpong -g`, either side):
+/// `invalid GID index <i> for <dev> port <p>: <why>`, the reason in the same words whatever
+/// the device or the tool.
+fn gid_index_error(
+    dev: &str,
+    port: u8,
+    index: u32,
+    table_len: u32,
+    problem: &GidProblem<'_>,
+) -> CliError {
+    let beyond = |len: u32| {
+        format!(
+            "the GID table has {len} entries (0..={})",
+            len.saturating_sub(1)
+        )
+    };
+    let reason = match problem {
+        _ if index >= table_len => beyond(table_len),
+        GidProblem::Query(QueryError::IndexOutOfRange { len, .. }) => beyond(*len),
+        GidProblem::Query(QueryError::EmptyGid { .. }) => "the entry is empty".to_owned(),
+        GidProblem::Query(other) => other.to_string(),
+        GidProblem::AboveU8 => "GID indexes above 255 cannot be used".to_owned(),
+    };
+    CliError::usage(format_args!(
+        "invalid GID index {index} for {dev} port {port}: {reason}"
+    ))
 }
 
 /// A random 24-bit packet sequence number.
@@ -246,4 +284,37 @@ pub(crate) fn to_rts(qp: &Qp, link: &Link, psn: u32) -> Result<(), CliError> {
     };
     qp.modify_blocking(&attr, mask)
         .ctx("modifying the QP to RTS")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gid_index_errors_have_one_wording() {
+        let text = |index, problem: &GidProblem<'_>| {
+            gid_index_error("soft0", 1, index, 16, problem).to_string()
+        };
+        let beyond = QueryError::IndexOutOfRange {
+            table: "GID",
+            index: 99,
+            len: 16,
+        };
+        let want = "invalid GID index 99 for soft0 port 1: the GID table has 16 entries (0..=15)";
+        assert_eq!(text(99, &GidProblem::Query(&beyond)), want);
+        // Above 255 on a table that short: still the table's bound.
+        assert_eq!(
+            text(300, &GidProblem::AboveU8),
+            "invalid GID index 300 for soft0 port 1: the GID table has 16 entries (0..=15)"
+        );
+        let empty = QueryError::EmptyGid { port: 1, index: 3 };
+        assert_eq!(
+            text(3, &GidProblem::Query(&empty)),
+            "invalid GID index 3 for soft0 port 1: the entry is empty"
+        );
+        assert!(matches!(
+            gid_index_error("d", 1, 300, 1024, &GidProblem::AboveU8),
+            CliError::Usage(m) if m.ends_with(": GID indexes above 255 cannot be used")
+        ));
+    }
 }

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{json_document, portverbs, table_header, table_rows};
+use std::path::Path;
+
+use common::{ScratchDir, json_file, portverbs, portverbs_with, table_header, table_rows};
 
 const BW_HEADER: &str =
     " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]";
@@ -13,9 +15,14 @@ const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_t
 
 /// Runs a BW test and checks its one row: size, iterations, positive bandwidths and rate.
 fn bw(test: &str, extra: &[&str], size: f64, iters: f64) -> String {
+    bw_in(None, test, extra, size, iters)
+}
+
+/// [`bw`] in the working directory `cwd`.
+fn bw_in(cwd: Option<&Path>, test: &str, extra: &[&str], size: f64, iters: f64) -> String {
     let mut args = vec!["perf", test, "-n", "200"];
     args.extend_from_slice(extra);
-    let out = portverbs(&args).ok().stdout;
+    let out = portverbs_with(&args, cwd, &[]).ok().stdout;
     let units = if extra.contains(&"--report_gbits") {
         "Gb/sec"
     } else {
@@ -184,9 +191,20 @@ fn latency_tests_run() {
 }
 
 #[test]
-fn bw_json_has_perftest_keys() {
-    let out = bw("write_bw", &["--out_json", "-s", "4096"], 4096.0, 200.0);
-    let doc = json_document(&out);
+fn bw_json_goes_to_perftest_out_json_in_the_working_directory() {
+    let dir = ScratchDir::new("bw-json");
+    let out = bw_in(
+        Some(&dir.0),
+        "write_bw",
+        &["--out_json", "-s", "4096"],
+        4096.0,
+        200.0,
+    );
+    assert!(
+        !out.contains("\n{\n"),
+        "the document goes to the file only:\n{out}"
+    );
+    let doc = json_file(&dir.0.join("perftest_out.json"));
     assert_eq!(doc["test_info"]["test"], "RDMA_Write_BW_Test");
     assert_eq!(doc["test_info"]["Device"], "soft0");
     let r = &doc["results"];
@@ -195,17 +213,17 @@ fn bw_json_has_perftest_keys() {
     for key in ["BW_peak", "BW_average", "MsgRate"] {
         assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {doc}");
     }
+    assert!(doc.get("all_results").is_none(), "one size: {doc}");
 }
 
 #[test]
 fn lat_json_has_perftest_keys_and_can_go_to_a_file() {
-    let path = std::env::temp_dir().join(format!("portverbs-lat-{}.json", std::process::id()));
+    let dir = ScratchDir::new("lat-json");
+    let path = dir.0.join("lat.json");
     let file_arg = format!("--out_json_file={}", path.display());
     let out = lat("send_lat", &[&file_arg], 2.0);
     assert!(!out.contains("\n{\n"), "the document goes to the file only");
-    let text = std::fs::read_to_string(&path).expect("the JSON file was written");
-    let _ = std::fs::remove_file(&path);
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let doc = json_file(&path);
     let r = &doc["results"];
     for key in [
         "t_min",
@@ -220,6 +238,48 @@ fn lat_json_has_perftest_keys_and_can_go_to_a_file() {
     }
     assert_eq!(r["MsgSize"], 2);
     assert_eq!(r["n_iterations"], 200);
+}
+
+/// With `-a` the report holds every size: `results` is the last one (what perftest's file holds
+/// after `-a`), `all_results` all of them in order.
+#[test]
+fn all_sizes_json_holds_every_size() {
+    let dir = ScratchDir::new("all-json");
+    let run = portverbs_with(
+        &["perf", "read_lat", "-a", "-n", "5", "--out_json"],
+        Some(&dir.0),
+        &[],
+    )
+    .ok();
+    let doc = json_file(&dir.0.join("perftest_out.json"));
+    let all = doc["all_results"].as_array().expect("all_results");
+    let sizes: Vec<u64> = all.iter().map(|r| r["MsgSize"].as_u64().unwrap()).collect();
+    let want: Vec<u64> = (1..=23).map(|p| 1u64 << p).collect();
+    assert_eq!(sizes, want, "{doc}");
+    assert_eq!(doc["results"], all[22], "{doc}");
+    assert!(all.iter().all(|r| r["t_typical"].as_f64().is_some()));
+    // The rows printed and the sizes saved agree.
+    assert_eq!(table_rows(&run.stdout).len(), 23);
+}
+
+/// A report file that cannot be created fails the command before any test runs.
+#[test]
+fn unwritable_json_file_fails_early() {
+    let dir = ScratchDir::new("bad-json");
+    let missing = dir.0.join("no-such-dir").join("out.json");
+    let arg = format!("--out_json_file={}", missing.display());
+    let run = portverbs(&["perf", "write_bw", "-n", "5", &arg]).failed();
+    assert!(
+        run.stderr
+            .contains(&format!("failed to open {}", missing.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "nothing ran:\n{}", run.stdout);
+    // A directory is not a file either.
+    let arg = format!("--out_json_file={}", dir.0.display());
+    let run = portverbs(&["perf", "write_bw", "-n", "5", &arg]).failed();
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
 }
 
 #[test]
@@ -257,6 +317,86 @@ fn duration_mode_reports_a_window() {
     );
 }
 
+/// perftest's duration-mode warning comes first on stdout, then the banner; with -N, or on a
+/// latency test, there is none.
+#[test]
+fn duration_mode_warns_that_the_peak_is_not_measured() {
+    let out = portverbs(&["perf", "send_bw", "-D", "1", "-s", "1024"])
+        .ok()
+        .stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], " WARNING: BW peak won't be measured in this run.",
+        "{out}"
+    );
+    assert_eq!(lines[1], "-".repeat(87), "{out}");
+    assert_eq!(table_rows(&out)[0][2], 0.0, "no peak: {out}");
+    for args in [
+        &["perf", "write_bw", "-D", "1", "-N", "-s", "64"][..],
+        &["perf", "write_lat", "-D", "1"],
+        &["perf", "write_bw", "-n", "5"],
+    ] {
+        let out = portverbs(args).ok().stdout;
+        assert!(!out.contains("WARNING"), "{args:?}:\n{out}");
+    }
+}
+
+/// `-s` takes perftest's forms: K and M suffixes, hex and octal.
+#[test]
+fn sizes_take_perftest_forms() {
+    for (text, size) in [
+        ("64K", 65536.0),
+        ("1M", 1_048_576.0),
+        ("0x1000", 4096.0),
+        ("0100", 64.0),
+    ] {
+        bw("write_bw", &["-s", text], size, 200.0);
+    }
+    for text in ["64k", "abc", "1G", "0", "4096M"] {
+        let run = portverbs(&["perf", "write_bw", "-s", text]).failed();
+        assert_eq!(run.code, Some(2), "{}", run.stderr);
+        assert!(run.stderr.contains("(-s"), "{}", run.stderr);
+    }
+}
+
+/// Flags perftest refuses for a test are refused here, with its words and a usage exit code.
+#[test]
+fn flags_of_other_tests_are_refused() {
+    for (args, words) in [
+        (
+            &["perf", "write_bw", "-A", "CMP_AND_SWAP"][..],
+            "You are not running the atomic_lat/bw test!",
+        ),
+        (
+            &["perf", "write_bw", "-o", "4"],
+            "Setting Outstanding reads only available on READ verb",
+        ),
+        (
+            &["perf", "read_lat", "-I", "0"],
+            "Inline feature not available on READ/Atomic verbs",
+        ),
+        (
+            &["perf", "read_bw", "-r", "16"],
+            "On RDMA verbs rx depth can be only 1",
+        ),
+        (
+            &["perf", "send_lat", "-N"],
+            "NoPeak only valid for BW tests",
+        ),
+        (
+            &["perf", "write_bw", "-H"],
+            "Available only on Latency tests",
+        ),
+    ] {
+        let run = portverbs(args).failed();
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(words), "{args:?}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{args:?} ran:\n{}", run.stdout);
+    }
+    // perftest refuses a flag given twice; so does the parser here.
+    portverbs(&["perf", "write_bw", "-s", "8", "-s", "16"]).failed();
+}
+
 #[test]
 fn gbits_and_no_peak() {
     let out = bw("write_bw", &["--report_gbits", "-N"], 65536.0, 200.0);
@@ -288,6 +428,16 @@ fn invalid_combinations_fail() {
         &["perf", "write_bw", "-x", "9"],
         &["perf", "write_bw", "-s", "abc"],
         &["perf", "write_bw", "-l", "64", "-t", "8"],
+        &["perf", "write_bw", "-A", "CMP_AND_SWAP"],
+        &["perf", "atomic_bw", "-A", "SWAP"],
+        &["perf", "send_bw", "-o", "2"],
+        &["perf", "read_bw", "-c", "UD"],
+        &["perf", "write_lat", "-N"],
+        &["perf", "write_bw", "-n", "100", "-l", "8"],
+        &["perf", "write_bw", "-l", "8", "-Q", "3", "-n", "96"],
+        &["perf", "write_bw", "-t", "20000"],
+        &["perf", "write_bw", "-i", "0"],
+        &["perf", "write_bw", "-s", "64k"],
     ];
     for args in cases {
         let run = portverbs(args).failed();

@@ -104,6 +104,58 @@ fn bad_options_fail() {
     }
 }
 
+/// `perf -x` and `pingpong -g` word an unusable GID index the same way.
+#[test]
+fn gid_index_errors_read_the_same_in_perf_and_pingpong() {
+    for (index, why) in [
+        ("99", "the GID table has"),
+        ("3", "the entry is empty"),
+        ("300", "the GID table has"),
+    ] {
+        let perf = portverbs(&["perf", "write_bw", "-x", index])
+            .failed()
+            .stderr;
+        let pp = portverbs(&["pingpong", "-g", index]).failed().stderr;
+        assert_eq!(perf, pp, "-x {index} vs -g {index}");
+        let want = format!("portverbs: invalid GID index {index} for soft0 port 1: {why}");
+        assert!(perf.starts_with(&want), "{perf}");
+    }
+}
+
+/// A server that accepts the TCP connection but never answers: the client gives up after
+/// `--timeout` seconds, saying so (not `os error 11`).
+#[test]
+fn silent_server_fails_with_no_reply_within_the_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().unwrap().port().to_string();
+    let silent = std::thread::spawn(move || {
+        use std::io::Read as _;
+        let (mut s, _) = listener.accept().expect("the client connects");
+        let mut sink = [0u8; 256];
+        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    // An emulated ConnectX-3: a SERVERNAME is refused for the soft devices.
+    let run = portverbs(&[
+        "pingpong",
+        "-d",
+        "mlx4_0",
+        "--timeout",
+        "1",
+        "-p",
+        &port,
+        "127.0.0.1",
+    ])
+    .failed();
+    silent.join().unwrap();
+    assert_eq!(
+        run.stderr, "portverbs: no reply from 127.0.0.1 within 1 s\n",
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.code, Some(1));
+    portverbs(&["pingpong", "--timeout", "0"]).failed();
+}
+
 #[test]
 fn help_explains_the_subcommand() {
     let out = portverbs(&["pingpong", "--help"]).ok().stdout;

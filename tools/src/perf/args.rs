@@ -42,9 +42,11 @@ pub(crate) struct PerfArgs {
     )]
     pub(crate) ib_port: u8,
 
-    /// Message size in bytes (default 65536 for BW, 2 for latency, 8 for atomics).
+    /// Message size in bytes, as perftest reads it: decimal, 0x hex or 0-prefixed octal, with
+    /// an optional K (x1024) or M (x1048576) suffix: 4096, 64K, 1M, 0x1000 (default 65536 for BW,
+    /// 2 for latency, 8 for atomics; 1 ..= 2147483647).
     #[arg(short = 's', long = "size", value_name = "BYTES")]
-    pub(crate) size: Option<u64>,
+    pub(crate) size: Option<String>,
 
     /// Run every size from 2 to 2^23 bytes (up to the MTU on UD).
     #[arg(short = 'a', long = "all")]
@@ -80,7 +82,7 @@ pub(crate) struct PerfArgs {
     #[arg(short = 't', long = "tx-depth", value_name = "N")]
     pub(crate) tx_depth: Option<u32>,
 
-    /// Receive queue depth of send tests.
+    /// Receive queue depth of send tests (read and atomic tests accept only 1).
     #[arg(short = 'r', long = "rx-depth", value_name = "N")]
     pub(crate) rx_depth: Option<u32>,
 
@@ -92,8 +94,8 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]
     pub(crate) post_list: u32,
 
-    /// Largest message sent inline (default 0 for BW, 220 for write_lat, 236 for send_lat
-    /// over RC/UC, 188 over UD).
+    /// Largest message sent inline, 0 ..= 1024 (default 0 for BW, 220 for write_lat, 236 for
+    /// send_lat over RC/UC, 188 over UD; not for read and atomic tests).
     #[arg(short = 'I', long = "inline_size", value_name = "BYTES")]
     pub(crate) inline_size: Option<u32>,
 
@@ -118,20 +120,15 @@ pub(crate) struct PerfArgs {
     )]
     pub(crate) qp_timeout: u8,
 
-    /// Atomic operation: CMP_AND_SWAP or FETCH_AND_ADD.
-    #[arg(
-        short = 'A',
-        long = "atomic_type",
-        value_name = "TYPE",
-        default_value = "FETCH_AND_ADD"
-    )]
-    pub(crate) atomic_type: String,
+    /// Atomic operation of atomic tests: CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD).
+    #[arg(short = 'A', long = "atomic_type", value_name = "TYPE")]
+    pub(crate) atomic_type: Option<String>,
 
-    /// Outstanding reads/atomics (default: the device maximum).
+    /// Outstanding reads/atomics of read and atomic tests (default: the device maximum).
     #[arg(short = 'o', long = "outs", value_name = "N")]
     pub(crate) outs: Option<u32>,
 
-    /// Do not compute the peak bandwidth.
+    /// Do not compute the peak bandwidth (BW tests).
     #[arg(short = 'N', long = "noPeak")]
     pub(crate) no_peak: bool,
 
@@ -143,15 +140,17 @@ pub(crate) struct PerfArgs {
     #[arg(long = "report_gbits")]
     pub(crate) report_gbits: bool,
 
-    /// Also print the result as perftest's JSON document (after the table).
+    /// Save the report in perftest's JSON document, perftest_out.json in the working directory
+    /// (every size's results with -a).
     #[arg(long = "out_json")]
     pub(crate) out_json: bool,
 
-    /// Write the JSON document to this file instead of stdout (implies --out_json).
+    /// Name of the JSON report file (default perftest_out.json; implies --out_json). It is
+    /// created before the test starts, so a path that cannot be written fails at once.
     #[arg(long = "out_json_file", value_name = "FILE")]
     pub(crate) out_json_file: Option<PathBuf>,
 
-    /// Latency histogram: not implemented (rejected).
+    /// Latency histogram: not implemented (refused; perftest has it on latency tests only).
     #[arg(short = 'H', long = "report-histogram")]
     pub(crate) histogram: bool,
 }

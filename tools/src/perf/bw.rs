@@ -102,7 +102,7 @@ pub(crate) fn run(
         cfg.atomic,
         size,
         cfg.inline,
-    );
+    )?;
     if cfg.test.verb != Verb::Send {
         let s = send_loop(setup, &plan, tracker)?;
         return Ok(BwRun {
@@ -110,7 +110,7 @@ pub(crate) fn run(
             lost: None,
         });
     }
-    let recv_plan = RecvPlan::new(&setup.server);
+    let recv_plan = RecvPlan::new(&setup.server)?;
     let depth = cfg.rx_depth;
     let batches: Vec<Vec<RecvWr<'_>>> = (0..setup.server.qps.len())
         .map(|i| vec![recv_plan.wr(i); depth as usize])

@@ -16,8 +16,29 @@ use crate::report::{AtomicOp, BwUnits, TestKind, Verb};
 /// Largest size of `-a` (perftest's 2^23).
 pub(crate) const ALL_MAX_SIZE: u64 = 1 << 23;
 
+/// Largest `-s` perftest accepts (`UINT_MAX / 2`).
+pub(crate) const MAX_MSG_SIZE: u64 = u32::MAX as u64 / 2;
+
+/// Where `--out_json` writes when no `--out_json_file` is given (perftest's default, in the
+/// working directory).
+pub(crate) const DEFAULT_JSON_FILE: &str = "perftest_out.json";
+
+/// perftest's warning for a BW run whose peak it does not measure (duration mode), on stdout
+/// before the banner.
+pub(crate) const PEAK_WARNING: &str = " WARNING: BW peak won't be measured in this run.";
+
 /// Fewest iterations perftest accepts.
 const MIN_ITERS: u64 = 5;
+
+/// Most iterations perftest accepts (2^32).
+const MAX_ITERS: u64 = 1 << 32;
+
+/// perftest's ranges of the queue flags: `-t`, `-r`, `-Q`, `-q`, `-I`.
+const MAX_TX_DEPTH: u32 = 15_000;
+const MAX_RX_DEPTH: u32 = 16_384;
+const MAX_CQ_MOD: u32 = 1024;
+const MAX_QPS: u32 = 16_384;
+const MAX_INLINE: u32 = 1024;
 
 /// Which test: the verb and bandwidth or latency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,12 +154,14 @@ pub(crate) struct PerfConfig {
     pub(crate) atomic: AtomicOp,
     /// `-o`.
     pub(crate) outs: Option<u32>,
-    /// Peak bandwidth wanted (not `-N`).
+    /// Peak bandwidth wanted: a BW test in iterations mode without `-N`.
     pub(crate) peak: bool,
+    /// A BW test in duration mode without `-N`: perftest warns that the peak is not measured.
+    pub(crate) peak_warning: bool,
     /// Bandwidth unit.
     pub(crate) units: BwUnits,
-    /// `--out_json`: `None` = no JSON, `Some(None)` = stdout, `Some(Some(f))` = file.
-    pub(crate) json: Option<Option<PathBuf>>,
+    /// `--out_json` / `--out_json_file`: the file the JSON report goes to.
+    pub(crate) json: Option<PathBuf>,
     /// `-d`.
     pub(crate) device: Option<String>,
     /// `-i`.
@@ -146,41 +169,31 @@ pub(crate) struct PerfConfig {
 }
 
 impl PerfConfig {
-    /// Checks the flags and applies perftest's defaults.
+    /// Checks the flags and applies perftest's defaults. The refusals are perftest's (its
+    /// argument parser and `force_dependecies`), worded as perftest words them where it has a
+    /// message, plus a few of our own for values the tool cannot run.
     pub(crate) fn from_args(a: &PerfArgs) -> Result<Self, CliError> {
         let test = Test::parse(&a.test)?;
         let bw = test.kind == TestKind::Bw;
+        check_flags_apply(a, test)?;
         let conn = parse_connection(&a.connection)?;
         check_transport(test.verb, conn)?;
-        if a.histogram {
-            return Err(CliError::usage(
-                "-H/--report-histogram (latency histogram) is not implemented",
-            ));
-        }
-        let atomic = match a.atomic_type.as_str() {
-            "CMP_AND_SWAP" => AtomicOp::CmpAndSwap,
-            "FETCH_AND_ADD" => AtomicOp::FetchAndAdd,
-            other => {
+        let atomic = match a.atomic_type.as_deref() {
+            None | Some("FETCH_AND_ADD") => AtomicOp::FetchAndAdd,
+            Some("CMP_AND_SWAP") => AtomicOp::CmpAndSwap,
+            Some(other) => {
                 return Err(CliError::usage(format_args!(
-                    "invalid atomic type '{other}': use CMP_AND_SWAP or FETCH_AND_ADD"
+                    "invalid atomic type '{other}' (-A): Invalid Atomic type! please choose from \
+                     {{CMP_AND_SWAP,FETCH_AND_ADD}}"
                 )));
             }
         };
+        if a.ib_port == 0 {
+            return Err(CliError::usage("IB Port can't be less than 1 (-i)"));
+        }
         let sizes = sizes(a, test)?;
         let mode = run_mode(a, test)?;
-        if a.qps == 0 {
-            return Err(CliError::usage("the number of QPs (-q) must be at least 1"));
-        }
-        if !bw && a.qps > 1 {
-            return Err(CliError::usage(
-                "multiple QPs (-q) are only available in BW tests",
-            ));
-        }
-        if !bw && a.post_list > 1 {
-            return Err(CliError::usage(
-                "a post list (-l) is only available in BW tests",
-            ));
-        }
+        in_range("num of Qps", "-q", a.qps, 1, MAX_QPS)?;
         if a.post_list == 0 {
             return Err(CliError::usage("the post list (-l) must be at least 1"));
         }
@@ -190,8 +203,7 @@ impl PerfConfig {
         };
         let clamp_to_iters = |v: u32| iters.map_or(v, |n| v.min(u32::try_from(n).unwrap_or(v)));
         let tx_depth = match a.tx_depth {
-            Some(0) => return Err(CliError::usage("the TX depth (-t) must be at least 1")),
-            Some(t) => t,
+            Some(t) => in_range("Tx depth", "-t", t, 1, MAX_TX_DEPTH)?,
             None if bw => 128,
             None => 1,
         };
@@ -200,6 +212,23 @@ impl PerfConfig {
         } else {
             tx_depth
         };
+        if let Some(q) = a.cq_mod {
+            in_range("CQ moderation", "-Q", q, 1, MAX_CQ_MOD)?;
+        }
+        if a.post_list > 1 {
+            if let Some(n) = iters.filter(|n| n % u64::from(a.post_list) != 0) {
+                return Err(CliError::usage(format_args!(
+                    "Number of iterations must be a multiple of post list size (-n {n}, -l {})",
+                    a.post_list
+                )));
+            }
+            if let Some(q) = a.cq_mod.filter(|q| a.post_list % q != 0) {
+                return Err(CliError::usage(format_args!(
+                    "Post list size must be a multiple of CQ moderation (-l {}, -Q {q})",
+                    a.post_list
+                )));
+            }
+        }
         if bw && a.post_list > tx_depth {
             return Err(CliError::usage(format_args!(
                 "the post list ({}) cannot exceed the TX depth ({tx_depth})",
@@ -207,23 +236,16 @@ impl PerfConfig {
             )));
         }
         let cq_mod = match a.cq_mod {
-            Some(0) => return Err(CliError::usage("the CQ moderation (-Q) must be at least 1")),
             Some(q) => q,
             None if a.post_list > 1 => a.post_list,
             None => 100,
         };
         let rx_depth = match a.rx_depth {
-            Some(0) => return Err(CliError::usage("the RX depth (-r) must be at least 1")),
-            Some(r) => r,
+            Some(r) => in_range("Rx depth", "-r", r, 1, MAX_RX_DEPTH)?,
             None => 512,
         };
         let inline = match (a.inline_size, test.verb) {
-            (Some(i), Verb::Read | Verb::Atomic) if i > 0 => {
-                return Err(CliError::usage(
-                    "inline data (-I) is not supported with RDMA read or atomics",
-                ));
-            }
-            (Some(i), _) => i,
+            (Some(i), _) => in_range("Max inline", "-I", i, 0, MAX_INLINE)?,
             (None, Verb::Write) if !bw => 220,
             (None, Verb::Send) if !bw && conn == QpType::Ud => 188,
             (None, Verb::Send) if !bw => 236,
@@ -232,7 +254,7 @@ impl PerfConfig {
         if let Some(m) = a.mtu {
             if !matches!(m, 256 | 512 | 1024 | 2048 | 4096) {
                 return Err(CliError::usage(format_args!(
-                    "invalid MTU {m}: use 256, 512, 1024, 2048 or 4096"
+                    "Invalid MTU - {m} (-m): please choose mtu from {{256,512,1024,2048,4096}}"
                 )));
             }
         }
@@ -240,16 +262,18 @@ impl PerfConfig {
             return Err(CliError::usage("the QP timeout (-u) must be 0..=31"));
         }
         if a.sl > 15 {
-            return Err(CliError::usage("the service level (-S) must be 0..=15"));
+            return Err(CliError::usage("Only 15 Service levels (-S)"));
         }
         if a.outs == Some(0) {
             return Err(CliError::usage("outstanding reads (-o) must be at least 1"));
         }
         let json = match (&a.out_json_file, a.out_json) {
-            (Some(f), _) => Some(Some(f.clone())),
-            (None, true) => Some(None),
+            (Some(f), _) => Some(f.clone()),
+            (None, true) => Some(PathBuf::from(DEFAULT_JSON_FILE)),
             (None, false) => None,
         };
+        // perftest's duration mode never measures the peak (and says so when -N is not given).
+        let duration = matches!(mode, RunMode::Duration { .. });
         Ok(Self {
             test,
             conn,
@@ -267,7 +291,8 @@ impl PerfConfig {
             timeout: a.qp_timeout,
             atomic,
             outs: a.outs,
-            peak: !a.no_peak,
+            peak: bw && !a.no_peak && !duration,
+            peak_warning: bw && !a.no_peak && duration,
             units: if a.report_gbits {
                 BwUnits::Gbps
             } else {
@@ -280,6 +305,68 @@ impl PerfConfig {
     }
 }
 
+/// The flags perftest accepts only for some tests: refused for the others, with perftest's
+/// words.
+fn check_flags_apply(a: &PerfArgs, test: Test) -> Result<(), CliError> {
+    let bw = test.kind == TestKind::Bw;
+    let reads = matches!(test.verb, Verb::Read | Verb::Atomic);
+    let refuse = |flag: &str, why: &str| Err(CliError::usage(format_args!("{flag}: {why}")));
+    if a.atomic_type.is_some() && test.verb != Verb::Atomic {
+        return refuse(
+            "-A/--atomic_type",
+            "You are not running the atomic_lat/bw test! To change the atomic action type, \
+             you must run one of the atomic tests",
+        );
+    }
+    if a.outs.is_some() && !reads {
+        return refuse(
+            "-o/--outs",
+            "Setting Outstanding reads only available on READ verb (and atomics): it has no \
+             meaning for send and write tests",
+        );
+    }
+    if a.inline_size.is_some() && reads {
+        return refuse(
+            "-I/--inline_size",
+            "Inline feature not available on READ/Atomic verbs",
+        );
+    }
+    if a.rx_depth.is_some_and(|r| r > 1) && reads {
+        return refuse("-r/--rx-depth", "On RDMA verbs rx depth can be only 1");
+    }
+    if a.qps > 1 && !bw {
+        return refuse("-q/--qp", "Multiple QPs only available on bw tests");
+    }
+    if a.post_list > 1 && !bw {
+        return refuse("-l/--post_list", "Post list is supported in BW tests only");
+    }
+    if a.no_peak && !bw {
+        return refuse("-N/--noPeak", "NoPeak only valid for BW tests");
+    }
+    if a.histogram {
+        return if bw {
+            refuse("-H/--report-histogram", "Available only on Latency tests")
+        } else {
+            refuse(
+                "-H/--report-histogram",
+                "the latency histogram is not implemented",
+            )
+        };
+    }
+    Ok(())
+}
+
+/// perftest's range check of a numeric flag (`<name> should be between <min> and <max>`).
+fn in_range(name: &str, flag: &str, value: u32, min: u32, max: u32) -> Result<u32, CliError> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(CliError::usage(format_args!(
+            "{name} should be between {min} and {max} ({flag} {value})"
+        )))
+    }
+}
+
 fn parse_connection(text: &str) -> Result<QpType, CliError> {
     match text.to_ascii_uppercase().as_str() {
         "RC" => Ok(QpType::Rc),
@@ -289,35 +376,75 @@ fn parse_connection(text: &str) -> Result<QpType, CliError> {
             "connection type {text} is not supported: use RC, UC or UD"
         ))),
         _ => Err(CliError::usage(format_args!(
-            "invalid connection type '{text}': use RC, UC or UD"
+            "Invalid Connection type '{text}' (-c): please choose from {{RC,UC,UD}}"
         ))),
     }
 }
 
-/// perftest's transport rules: read and atomics need RC; RDMA write needs RC or UC.
+/// perftest's transport rules: UD only for send; UC not for read and atomics.
 fn check_transport(verb: Verb, conn: QpType) -> Result<(), CliError> {
-    let ok = match verb {
-        Verb::Read | Verb::Atomic => conn == QpType::Rc,
-        Verb::Write => conn != QpType::Ud,
-        Verb::Send => true,
+    match (verb, conn) {
+        (Verb::Read | Verb::Atomic, QpType::Uc) => Err(CliError::usage(
+            "-c UC: UC connection not possible in READ/ATOMIC verbs",
+        )),
+        (Verb::Read | Verb::Atomic | Verb::Write, QpType::Ud) => Err(CliError::usage(
+            "-c UD: UD connection only possible in SEND verb",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Parses a message size the way perftest's `-s` does (`strtol` with base 0 and a `K` or `M`
+/// suffix): decimal, `0x` hex or `0`-prefixed octal digits, times 1024 with `K` and 1048576
+/// with `M`, 1 ..= [`MAX_MSG_SIZE`]. Anything else is refused (perftest's `strtol` would
+/// silently read `64k` as 64 and `abc` as 0).
+pub(crate) fn parse_size(text: &str) -> Result<u64, CliError> {
+    let garbage = || {
+        CliError::usage(format_args!(
+            "invalid message size '{text}' (-s): use a number of bytes (decimal, 0x hex or \
+             0-prefixed octal), optionally followed by K (KiB) or M (MiB), e.g. 4096, 64K, 1M, \
+             0x1000"
+        ))
     };
-    if ok {
-        Ok(())
+    let (digits, factor) = if let Some(d) = text.strip_suffix('K') {
+        (d, 1 << 10)
+    } else if let Some(d) = text.strip_suffix('M') {
+        (d, 1 << 20)
     } else {
-        Err(CliError::usage(format_args!(
-            "{} is not supported over {conn} (read and atomics need RC; RDMA write needs RC \
-             or UC)",
-            verb.name()
-        )))
+        (text, 1)
+    };
+    let (digits, radix) = if let Some(hex) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        (hex, 16)
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        (&digits[1..], 8)
+    } else {
+        (digits, 10)
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(garbage());
+    }
+    let out_of_range = || {
+        CliError::usage(format_args!(
+            "Message Size should be between 1 and {MAX_MSG_SIZE} (-s {text})"
+        ))
+    };
+    let value = u64::from_str_radix(digits, radix).map_err(|_| out_of_range())?;
+    match value.checked_mul(factor) {
+        Some(size @ 1..=MAX_MSG_SIZE) => Ok(size),
+        _ => Err(out_of_range()),
     }
 }
 
 fn sizes(a: &PerfArgs, test: Test) -> Result<Sizes, CliError> {
+    let size = a.size.as_deref().map(parse_size).transpose()?;
     if test.verb == Verb::Atomic {
-        if a.all || a.size.is_some_and(|s| s != 8) {
+        if a.all || size.is_some_and(|s| s != 8) {
             return Err(CliError::usage(
-                "the message size of atomic tests is fixed at 8 bytes (-s and -a are not \
-                 allowed)",
+                "Message size cannot be changed for Atomic tests (it is 8 bytes: -s and -a \
+                 are not allowed)",
             ));
         }
         return Ok(Sizes::One {
@@ -325,13 +452,11 @@ fn sizes(a: &PerfArgs, test: Test) -> Result<Sizes, CliError> {
             explicit: false,
         });
     }
-    match (a.all, a.size) {
-        (true, Some(_)) => Err(CliError::usage("-a/--all and -s/--size cannot be combined")),
+    match (a.all, size) {
+        (true, Some(_)) => Err(CliError::usage(
+            "-a/--all and -s/--size cannot be combined (perftest ignores -s with -a)",
+        )),
         (true, None) => Ok(Sizes::All),
-        (false, Some(0)) => Err(CliError::usage("the message size (-s) must be at least 1")),
-        (false, Some(s)) if s > 1 << 31 => Err(CliError::usage(format_args!(
-            "message size {s} is too large (at most 2^31 bytes)"
-        ))),
         (false, Some(s)) => Ok(Sizes::One {
             size: s,
             explicit: true,
@@ -346,19 +471,20 @@ fn sizes(a: &PerfArgs, test: Test) -> Result<Sizes, CliError> {
 fn run_mode(a: &PerfArgs, test: Test) -> Result<RunMode, CliError> {
     match (a.duration, a.iters) {
         (Some(_), Some(_)) => Err(CliError::usage(
-            "-D/--duration and -n/--iters cannot be combined",
+            "-D/--duration and -n/--iters cannot be combined (perftest ignores -n in duration \
+             mode)",
         )),
         (Some(_), None) if a.all => Err(CliError::usage(
-            "duration mode (-D) cannot run all sizes (-a)",
+            "Duration mode currently doesn't support running on all sizes (-D with -a)",
         )),
-        (Some(0), None) => Err(CliError::usage("the duration (-D) must be at least 1 s")),
+        (Some(0), None) => Err(CliError::usage("Duration period must be positive (-D 0)")),
         (Some(d), None) => {
             // perftest's 2 s margin, shortened for runs too short to keep it.
             let margin = a.margin.unwrap_or(if d > 4 { 2 } else { (d - 1) / 2 });
             if 2 * margin >= d {
                 return Err(CliError::usage(format_args!(
-                    "the duration ({d} s) must exceed twice the margin ({margin} s): increase \
-                     -D or decrease -f"
+                    "please check that DURATION > 2*MARGIN (-D {d}, -f {margin}): increase -D \
+                     or decrease -f"
                 )));
             }
             Ok(RunMode::Duration {
@@ -366,9 +492,9 @@ fn run_mode(a: &PerfArgs, test: Test) -> Result<RunMode, CliError> {
                 margin: Duration::from_secs(margin),
             })
         }
-        (None, Some(n)) if n < MIN_ITERS => Err(CliError::usage(format_args!(
-            "at least {MIN_ITERS} iterations are needed (-n {n})"
-        ))),
+        (None, Some(n)) if !(MIN_ITERS..=MAX_ITERS).contains(&n) => Err(CliError::usage(
+            format_args!("Iteration num should be between {MIN_ITERS} and {MAX_ITERS} (-n {n})"),
+        )),
         (None, Some(n)) => Ok(RunMode::Iters(n)),
         (None, None) => Ok(RunMode::Iters(
             if test.verb == Verb::Write && test.kind == TestKind::Bw {

@@ -32,8 +32,8 @@ pub(crate) fn run(
 ) -> Result<LatOutcome, CliError> {
     let cfg = &setup.cfg;
     let (client, server) = (&setup.client, &setup.server);
-    let mut cplan = OpPlan::new(client, server, cfg.test.verb, cfg.atomic, size, cfg.inline);
-    let mut splan = OpPlan::new(server, client, cfg.test.verb, cfg.atomic, size, cfg.inline);
+    let mut cplan = OpPlan::new(client, server, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let mut splan = OpPlan::new(server, client, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
     let mut rec = Recorder::new(cfg.mode);
     let half = matches!(cfg.test.verb, Verb::Send | Verb::Write);
     if !half {
@@ -45,7 +45,7 @@ pub(crate) fn run(
         size: size as usize,
         mode: cfg.mode,
     };
-    let (crecv, srecv) = (RecvPlan::new(client), RecvPlan::new(server));
+    let (crecv, srecv) = (RecvPlan::new(client)?, RecvPlan::new(server)?);
     let [cstate, sstate] = recv;
     if cfg.test.verb == Verb::Send {
         let depth = cfg.rx_depth as usize;

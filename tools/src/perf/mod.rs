@@ -1,12 +1,14 @@
 //! `portverbs perf`: perftest's bandwidth and latency tests, both ends in this process.
 //!
-//! Flow: check the flags ([`config`]), open both devices and connect the QPs ([`setup`]),
-//! print the banner and the address lines, then run every size ([`bw`] or [`lat`]) and print
-//! its row as soon as it is measured, then the closing rule and the JSON document.
+//! Flow: check the flags ([`config`]) and open the `--out_json` file ([`json_file`]), open both
+//! devices and connect the QPs ([`setup`]), print the banner and the address lines, then run
+//! every size ([`bw`] or [`lat`]) and print its row as soon as it is measured (rewriting the
+//! JSON report with every result so far), then the closing rule.
 
 mod args;
 mod bw;
 mod config;
+mod json_file;
 mod lat;
 mod ops;
 mod output;
@@ -19,21 +21,27 @@ use std::io::Write;
 pub(crate) use args::PerfArgs;
 
 use bw::RecvState;
-use config::{PerfConfig, RunMode};
+use config::{PEAK_WARNING, PerfConfig, RunMode};
+use json_file::JsonFile;
 use recorder::LatOutcome;
 use setup::Setup;
 use tracker::Tracker;
 
 use crate::error::{CliError, IoContext as _};
 use crate::report::{
-    AddressSide, TestKind, bw_header, bw_json, bw_row, format_address, format_banner,
-    lat_duration_header, lat_duration_json, lat_duration_row, lat_header, lat_json, lat_row,
-    latency_stats, result_rule,
+    AddressSide, TestKind, bw_header, bw_results, bw_row, format_address, format_banner,
+    json_document, lat_duration_header, lat_duration_results, lat_duration_row, lat_header,
+    lat_results, lat_row, latency_stats, result_rule,
 };
 
 /// Runs `portverbs perf`, printing to stdout as results arrive.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
     let cfg = PerfConfig::from_args(args)?;
+    // Before anything runs: a report file that cannot be written fails the command now.
+    let mut json_file = cfg.json.as_deref().map(JsonFile::open).transpose()?;
+    if cfg.peak_warning {
+        emit(&format!("{PEAK_WARNING}\n"))?;
+    }
     let setup = Setup::new(cfg)?;
     let cfg = &setup.cfg;
     let banner = output::banner(&setup);
@@ -53,34 +61,43 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
     };
     emit(&text)?;
 
-    let per_size = match cfg.mode {
-        RunMode::Iters(n) if cfg.test.kind == TestKind::Bw => n * u64::from(cfg.qps),
-        RunMode::Iters(n) => n,
-        RunMode::Duration { total, .. } => total.as_millis() as u64,
-    };
     let sizes = setup.res.sizes.clone();
-    let mut tracker = Tracker::new(cfg.test.name(), per_size * sizes.len() as u64);
+    let (per_size, mut tracker) = match cfg.mode {
+        RunMode::Iters(n) => {
+            let per_size = match cfg.test.kind {
+                TestKind::Bw => n * u64::from(cfg.qps),
+                TestKind::Lat => n,
+            };
+            let total = per_size * sizes.len() as u64;
+            (per_size, Tracker::new(cfg.test.name(), total))
+        }
+        // Duration mode runs one size; the progress line counts its seconds.
+        RunMode::Duration { total, .. } => {
+            let ms = total.as_millis() as u64;
+            (ms, Tracker::timed(cfg.test.name(), ms))
+        }
+    };
     let mut bw_recv = RecvState::new(nqp);
     let mut lat_recv = [RecvState::new(nqp), RecvState::new(nqp)];
-    let mut json = None;
+    let mut results = Vec::with_capacity(sizes.len());
     for size in sizes {
         let mut note = None;
         let row = match cfg.test.kind {
             TestKind::Bw => {
                 let run = bw::run(&setup, size, &mut bw_recv, &mut tracker)?;
                 note = run.lost.map(|lost| loss_note(cfg, size, lost));
-                json = Some(bw_json(&banner, &run.result, None));
+                results.push(bw_results(&run.result, None));
                 bw_row(&run.result, None)
             }
             TestKind::Lat => match lat::run(&setup, size, &mut lat_recv, &mut tracker)? {
                 LatOutcome::Samples(samples) => {
                     let stats = latency_stats(&samples);
                     let iters = samples.len() as u64;
-                    json = Some(lat_json(&banner, size, iters, &stats, None));
+                    results.push(lat_results(size, iters, &stats, None));
                     lat_row(size, iters, &stats, None)
                 }
                 LatOutcome::Duration(d) => {
-                    json = Some(lat_duration_json(&banner, size, &d, None));
+                    results.push(lat_duration_results(size, &d, None));
                     lat_duration_row(size, &d, None)
                 }
             },
@@ -90,19 +107,13 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
             eprintln!("{note}");
         }
         emit(&row)?;
+        if let Some(file) = json_file.as_mut() {
+            file.write(&json_document(&banner, &results))?;
+        }
         tracker.next_size(per_size);
     }
     tracker.clear();
-    emit(&result_rule())?;
-    match (&cfg.json, json) {
-        (Some(Some(path)), Some(doc)) => std::fs::write(path, doc).io_ctx(format_args!(
-            "writing the JSON report to {}",
-            path.display()
-        ))?,
-        (Some(None), Some(doc)) => emit(&doc)?,
-        _ => {}
-    }
-    Ok(())
+    emit(&result_rule())
 }
 
 /// The stderr note of a send test whose receiver got fewer messages than were sent.

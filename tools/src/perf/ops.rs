@@ -8,6 +8,7 @@ use portverbs::hal::{Payload, UdDest};
 use portverbs::prelude::*;
 
 use super::setup::Side;
+use crate::error::CliError;
 use crate::report::{AtomicOp, Verb};
 use crate::verbs::QKEY;
 
@@ -39,6 +40,9 @@ pub(crate) struct OpPlan<'a> {
 impl<'a> OpPlan<'a> {
     /// Requests of `size` bytes from `from` to `to` for `verb`, inline when `size` is at most
     /// `inline_max` (sends and writes only).
+    ///
+    /// # Errors
+    /// A request's range does not fit the registered buffer.
     pub(crate) fn new(
         from: &'a Side,
         to: &Side,
@@ -46,14 +50,14 @@ impl<'a> OpPlan<'a> {
         atomic: AtomicOp,
         size: u64,
         inline_max: u32,
-    ) -> Self {
+    ) -> Result<Self, CliError> {
         let n = from.qps.len();
         let mut sges = Vec::with_capacity(n);
         let mut ops = Vec::with_capacity(n);
         for i in 0..n {
             let (sge, op) = match verb {
                 Verb::Read => (
-                    from.sge(from.recv_off(i), size),
+                    from.sge(from.recv_off(i), size)?,
                     SendOp::RdmaRead {
                         remote: to.remote(to.send_off(i)),
                     },
@@ -68,28 +72,28 @@ impl<'a> OpPlan<'a> {
                             swap: 0,
                         },
                     };
-                    (from.sge(from.recv_off(i), 8), op)
+                    (from.sge(from.recv_off(i), 8)?, op)
                 }
                 Verb::Write => (
-                    from.sge(from.send_off(i), size),
+                    from.sge(from.send_off(i), size)?,
                     SendOp::RdmaWrite {
                         remote: to.remote(to.recv_off(i)),
                     },
                 ),
-                Verb::Send => (from.sge(from.send_off(i), size), SendOp::Send),
+                Verb::Send => (from.sge(from.send_off(i), size)?, SendOp::Send),
             };
             sges.push([sge]);
             ops.push(op);
         }
         let can_inline = matches!(verb, Verb::Write | Verb::Send);
         let inline = (can_inline && size <= u64::from(inline_max)).then(|| vec![0; size as usize]);
-        Self {
+        Ok(Self {
             sges,
             ops,
             remote_qpns: to.qps.iter().map(Qp::qp_num).collect(),
             av: from.ah.as_ref().map(AddressHandle::av),
             inline,
-        }
+        })
     }
 
     /// Whether requests carry their data inline.
@@ -136,11 +140,14 @@ pub(crate) struct RecvPlan {
 
 impl RecvPlan {
     /// Receives into each QP's receive region of `side`.
-    pub(crate) fn new(side: &Side) -> Self {
+    ///
+    /// # Errors
+    /// A region does not fit the registered buffer.
+    pub(crate) fn new(side: &Side) -> Result<Self, CliError> {
         let sges = (0..side.qps.len())
-            .map(|i| [side.sge(side.recv_off(i), side.slot as u64)])
-            .collect();
-        Self { sges }
+            .map(|i| Ok([side.sge(side.recv_off(i), side.slot as u64)?]))
+            .collect::<Result<_, CliError>>()?;
+        Ok(Self { sges })
     }
 
     /// The receive request of QP `qp`.
@@ -155,7 +162,7 @@ impl RecvPlan {
 
 /// Fails on an unsuccessful completion.
 #[inline]
-pub(crate) fn check_wc(wc: &WorkCompletion) -> Result<(), crate::error::CliError> {
+pub(crate) fn check_wc(wc: &WorkCompletion) -> Result<(), CliError> {
     if wc.is_ok() {
         Ok(())
     } else {
@@ -164,8 +171,8 @@ pub(crate) fn check_wc(wc: &WorkCompletion) -> Result<(), crate::error::CliError
 }
 
 #[cold]
-fn wc_error(wc: &WorkCompletion) -> crate::error::CliError {
-    crate::error::CliError::Failed(format!(
+fn wc_error(wc: &WorkCompletion) -> CliError {
+    CliError::Failed(format!(
         "completion with error on QP {:#x}: {} (status {}, vendor error {:#x}, wr_id {:#x})",
         wc.qp_num, wc.status, wc.status as u8, wc.vendor_err, wc.wr_id
     ))

@@ -64,8 +64,16 @@ impl Side {
     }
 
     /// An SGE over `len` bytes at `offset`.
-    pub(crate) fn sge(&self, offset: usize, len: u64) -> Sge {
-        self.mr.sge(offset as u64, len as u32)
+    ///
+    /// # Errors
+    /// The range leaves the registered buffer (the regions are laid out inside it, so only a
+    /// size that does not fit in memory gets here).
+    pub(crate) fn sge(&self, offset: usize, len: u64) -> Result<Sge, CliError> {
+        let len = usize::try_from(len)
+            .map_err(|_| CliError::usage("the message size does not fit in memory"))?;
+        self.mr
+            .sge(offset, len)
+            .ctx("building a scatter/gather entry")
     }
 
     /// The addressing the peer needs to reach QP `i`.

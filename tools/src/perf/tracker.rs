@@ -10,12 +10,20 @@ pub(crate) struct Tracker {
 }
 
 impl Tracker {
-    /// A tracker for `total` units of work (iterations over all sizes, or milliseconds of a
-    /// duration run) labelled `label`. The line appears only on a terminal and only after the
-    /// first second.
+    /// A tracker for `total` iterations over all sizes, labelled `label`. The line appears
+    /// only on a terminal and only after the first second.
     pub(crate) fn new(label: &str, total: u64) -> Self {
         Self {
             progress: Progress::new(label, Some(total)),
+            base: 0,
+        }
+    }
+
+    /// A tracker for a duration run of `total_ms` milliseconds: the units are milliseconds
+    /// elapsed and the line shows seconds (`write_bw: 40% (2/5 s)`).
+    pub(crate) fn timed(label: &str, total_ms: u64) -> Self {
+        Self {
+            progress: Progress::timed(label, total_ms),
             base: 0,
         }
     }

@@ -9,9 +9,6 @@ use std::time::{Duration, Instant};
 use crate::error::{CliError, IoContext as _};
 use crate::report::pingpong::{Dest, WIRE_MSG_LEN, format_dest, parse_dest};
 
-/// How long the exchange may take before the run is abandoned.
-const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The client's last message, telling the server its QP is ready.
 const DONE: &[u8] = b"done\0";
 
@@ -35,49 +32,59 @@ pub(crate) fn listen(port: u16) -> Result<(TcpListener, u16), CliError> {
     Ok((listener, actual))
 }
 
-/// Server side: accepts one client (giving up when `abort` is set or after the timeout),
-/// reads its message, then lets `connect` bring the QP up and answers with `mine`; returns
-/// after the client's `done`.
+/// Server side: accepts one client (giving up when `abort` is set or after `timeout`), reads
+/// its message, then lets `connect` bring the QP up and answers with `mine`; returns after the
+/// client's `done`. Each wait on the client is bounded by `timeout`.
 pub(crate) fn serve(
     listener: &TcpListener,
     abort: &AtomicBool,
+    timeout: Duration,
     connect: impl FnOnce(&Dest) -> Result<Dest, CliError>,
 ) -> Result<Dest, CliError> {
     listener
         .set_nonblocking(true)
         .io_ctx("configuring the listening socket")?;
-    let deadline = Instant::now() + EXCHANGE_TIMEOUT;
-    let mut stream = loop {
+    let deadline = Instant::now() + timeout;
+    let (mut stream, peer) = loop {
         match listener.accept() {
-            Ok((s, _)) => break s,
+            Ok(accepted) => break accepted,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 if abort.load(Ordering::Acquire) {
                     return Err(CliError::PeerStopped("waiting for the client to connect"));
                 }
                 if Instant::now() >= deadline {
-                    return Err(CliError::Failed(
-                        "no client connected within 10 s".to_owned(),
-                    ));
+                    return Err(CliError::Failed(format!(
+                        "no client connected within {}",
+                        secs(timeout)
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
             Err(e) => return Err(e).io_ctx("accepting the client"),
         }
     };
-    configure(&stream)?;
-    let remote = read_dest(&mut stream)?;
+    let peer = peer.ip().to_string();
+    configure(&stream, timeout)?;
+    let remote = read_dest(&mut stream, &peer, timeout)?;
     let mine = connect(&remote)?;
     write_dest(&mut stream, &mine)?;
     let mut done = [0u8; 5];
     stream
         .read_exact(&mut done)
-        .io_ctx("waiting for the client's \"done\"")?;
+        .map_err(|e| no_reply(e, &peer, timeout, "waiting for the client's \"done\""))?;
     Ok(remote)
 }
 
 /// Client side: connects to `host:port`, sends `mine` and returns the server's message (after
-/// telling the server `done`).
-pub(crate) fn client(host: &str, port: u16, mine: &Dest) -> Result<Dest, CliError> {
+/// telling the server `done`). Connecting and each wait on the server are bounded by
+/// `timeout`; a server that does not answer in time fails with `no reply from <host> within
+/// <N> s`.
+pub(crate) fn client(
+    host: &str,
+    port: u16,
+    mine: &Dest,
+    timeout: Duration,
+) -> Result<Dest, CliError> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .io_ctx(format_args!("resolving {host}"))?
@@ -85,7 +92,7 @@ pub(crate) fn client(host: &str, port: u16, mine: &Dest) -> Result<Dest, CliErro
     let mut last = None;
     let mut stream = None;
     for addr in addrs {
-        match TcpStream::connect_timeout(&addr, EXCHANGE_TIMEOUT) {
+        match TcpStream::connect_timeout(&addr, timeout) {
             Ok(s) => {
                 stream = Some(s);
                 break;
@@ -95,22 +102,53 @@ pub(crate) fn client(host: &str, port: u16, mine: &Dest) -> Result<Dest, CliErro
     }
     let Some(mut stream) = stream else {
         let e = last.unwrap_or_else(|| ErrorKind::NotFound.into());
+        if timed_out(&e) {
+            return Err(no_reply(e, host, timeout, ""));
+        }
         return Err(e).io_ctx(format_args!("couldn't connect to {host}:{port}"));
     };
-    configure(&stream)?;
+    configure(&stream, timeout)?;
     write_dest(&mut stream, mine)?;
-    let remote = read_dest(&mut stream)?;
+    let remote = read_dest(&mut stream, host, timeout)?;
     stream
         .write_all(DONE)
         .io_ctx("sending \"done\" to the server")?;
     Ok(remote)
 }
 
-fn configure(stream: &TcpStream) -> Result<(), CliError> {
+/// `N s` for a timeout of whole seconds, `N ms` otherwise.
+fn secs(timeout: Duration) -> String {
+    if timeout.subsec_nanos() == 0 {
+        format!("{} s", timeout.as_secs())
+    } else {
+        format!("{} ms", timeout.as_millis())
+    }
+}
+
+/// Whether an I/O error is a socket timeout (`EAGAIN`/`EWOULDBLOCK` from `SO_RCVTIMEO` on
+/// Unix, `WSAETIMEDOUT` on Windows, `ETIMEDOUT` from a connect).
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// A timeout while waiting on `peer` becomes `no reply from <peer> within <N> s`; any other
+/// error keeps the I/O error, with `context`.
+fn no_reply(e: std::io::Error, peer: &str, timeout: Duration, context: &str) -> CliError {
+    if timed_out(&e) {
+        CliError::Failed(format!("no reply from {peer} within {}", secs(timeout)))
+    } else {
+        CliError::Io {
+            context: context.to_owned(),
+            source: e,
+        }
+    }
+}
+
+fn configure(stream: &TcpStream, timeout: Duration) -> Result<(), CliError> {
     stream
         .set_nonblocking(false)
-        .and_then(|()| stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)))
-        .and_then(|()| stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)))
+        .and_then(|()| stream.set_read_timeout(Some(timeout)))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .and_then(|()| stream.set_nodelay(true))
         .io_ctx("configuring the exchange socket")
 }
@@ -121,11 +159,12 @@ fn write_dest(stream: &mut TcpStream, dest: &Dest) -> Result<(), CliError> {
     stream.write_all(&msg).io_ctx("sending the local address")
 }
 
-fn read_dest(stream: &mut TcpStream) -> Result<Dest, CliError> {
+/// Reads `peer`'s address message, waiting at most `timeout`.
+fn read_dest(stream: &mut TcpStream, peer: &str, timeout: Duration) -> Result<Dest, CliError> {
     let mut msg = [0u8; WIRE_MSG_LEN];
     stream
         .read_exact(&mut msg)
-        .io_ctx("reading the remote address")?;
+        .map_err(|e| no_reply(e, peer, timeout, "reading the remote address"))?;
     let text = String::from_utf8_lossy(&msg);
     parse_dest(&text).map_err(|e| {
         CliError::Failed(format!(
@@ -133,4 +172,59 @@ fn read_dest(stream: &mut TcpStream) -> Result<Dest, CliError> {
             text.trim_end_matches('\0')
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest() -> Dest {
+        Dest {
+            lid: 0,
+            qpn: 0x11,
+            psn: 0x22,
+            gid: [0; 16],
+        }
+    }
+
+    /// A server that accepts the connection but never answers: the client gives up after the
+    /// timeout with `no reply from <host> within <N> s`, not with `EAGAIN`.
+    #[test]
+    fn silent_server_means_no_reply_within_the_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let silent = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            // Swallow the client's message; answer nothing until the client hangs up.
+            let mut sink = [0u8; 256];
+            while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+        });
+        let err = client("127.0.0.1", port, &dest(), Duration::from_millis(300)).unwrap_err();
+        assert_eq!(err.to_string(), "no reply from 127.0.0.1 within 300 ms");
+        silent.join().unwrap();
+        let err = no_reply(
+            ErrorKind::WouldBlock.into(),
+            "server",
+            Duration::from_secs(2),
+            "x",
+        );
+        assert_eq!(err.to_string(), "no reply from server within 2 s");
+        // Other errors keep their cause.
+        let err = no_reply(
+            ErrorKind::ConnectionReset.into(),
+            "h",
+            Duration::from_secs(1),
+            "reading",
+        );
+        assert!(err.to_string().starts_with("reading: "), "{err}");
+    }
+
+    /// The in-process server stops waiting for a client after the timeout.
+    #[test]
+    fn no_client_within_the_timeout() {
+        let (listener, _) = listen(0).unwrap();
+        let never = AtomicBool::new(false);
+        let err = serve(&listener, &never, Duration::from_millis(50), |_| Ok(dest())).unwrap_err();
+        assert_eq!(err.to_string(), "no client connected within 50 ms");
+    }
 }

@@ -9,6 +9,7 @@ mod exchange;
 mod session;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::Args;
 use portverbs::prelude::Mtu;
@@ -71,6 +72,11 @@ pub(crate) struct PingpongArgs {
     /// Validate the contents of every received message.
     #[arg(short = 'c', long = "chk")]
     validate: bool,
+    /// Seconds to wait for the other side of the TCP address exchange (connecting, each
+    /// message) before giving up with "no reply from <host> within N s" (not in
+    /// ibv_rc_pingpong, which waits as long as the TCP stack does).
+    #[arg(long = "timeout", value_name = "SECS", default_value_t = 10)]
+    timeout: u64,
     /// Connect to this server instead of starting one in-process.
     #[arg(value_name = "SERVERNAME")]
     server: Option<String>,
@@ -98,6 +104,11 @@ impl PingpongArgs {
         if self.sl > 15 {
             return Err(CliError::usage("the service level (-l) must be 0..=15"));
         }
+        if self.timeout == 0 {
+            return Err(CliError::usage(
+                "the timeout (--timeout) must be at least 1 s",
+            ));
+        }
         Ok(PpConfig {
             size: self.size as usize,
             mtu,
@@ -114,6 +125,7 @@ impl PingpongArgs {
 /// Runs `portverbs pingpong` and returns the client's report.
 pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
     let cfg = args.config()?;
+    let timeout = Duration::from_secs(args.timeout);
     let (cdev, sdev) = verbs::pick_devices(args.device.as_deref())?;
     if args.server.is_some() && cdev.as_soft().is_some() {
         return Err(CliError::usage(
@@ -126,7 +138,7 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
     let mut out = format_address(PingpongSide::Local, &mine);
     let elapsed = match &args.server {
         Some(host) => {
-            let remote = exchange::client(host, args.port, &mine)?;
+            let remote = exchange::client(host, args.port, &mine, timeout)?;
             out += &format_address(PingpongSide::Remote, &remote);
             client.connect(&remote)?;
             client.run(true, &AtomicBool::new(false))?
@@ -140,7 +152,7 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
             let server_failed = AtomicBool::new(false);
             let (c, s) = std::thread::scope(|sc| {
                 let peer = sc.spawn(|| {
-                    let r = exchange::serve(&listener, &client_failed, |remote| {
+                    let r = exchange::serve(&listener, &client_failed, timeout, |remote| {
                         server.connect(remote)?;
                         Ok(server.dest())
                     })
@@ -148,7 +160,7 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
                     server_failed.store(r.is_err(), Ordering::Release);
                     r
                 });
-                let c = exchange::client("127.0.0.1", port, &mine).and_then(|remote| {
+                let c = exchange::client("127.0.0.1", port, &mine, timeout).and_then(|remote| {
                     out += &format_address(PingpongSide::Remote, &remote);
                     client.connect(&remote)?;
                     client.run(true, &server_failed)

@@ -163,7 +163,10 @@ impl PpSide {
     }
 
     fn post_receives(&self, n: usize) -> Result<(), CliError> {
-        let sge = [self.mr.sge(self.cfg.size as u64, self.cfg.size as u32)];
+        let sge = [self
+            .mr
+            .sge(self.cfg.size, self.cfg.size)
+            .ctx("building the receive entry")?];
         let wr = RecvWr {
             wr_id: RECV_WRID,
             sges: &sge,
@@ -181,7 +184,7 @@ impl PpSide {
                 .fill(0, size, count as u8)
                 .ctx("filling the send buffer")?;
         }
-        let sge = [self.mr.sge(0, size as u32)];
+        let sge = [self.mr.sge(0, size).ctx("building the send entry")?];
         self.qp
             .post_send(&[SendWr::new(SEND_WRID, SendOp::Send).sges(&sge).signaled()])
             .ctx("posting a send")

@@ -24,13 +24,14 @@ pub(crate) mod progress;
 pub(crate) mod stats;
 
 pub(crate) use devinfo::{
-    DevinfoDevice, DevinfoGid, DevinfoLimits, DevinfoPort, DevinfoPortExtra, GidType,
-    format_device, format_list,
+    DevinfoDevice, DevinfoExtCaps, DevinfoGid, DevinfoLimits, DevinfoPort, DevinfoPortExtra,
+    GidType, format_device, format_list,
 };
 pub(crate) use perftest::{
     AddressSide, AtomicOp, Feature, GidLine, PerftestBanner, PerftestDest, RdmaBuffer, TestKind,
-    Verb, bw_header, bw_json, bw_row, format_address, format_banner, lat_duration_header,
-    lat_duration_json, lat_duration_row, lat_header, lat_json, lat_row, result_rule,
+    Verb, bw_header, bw_results, bw_row, format_address, format_banner, json_document,
+    lat_duration_header, lat_duration_results, lat_duration_row, lat_header, lat_results, lat_row,
+    result_rule,
 };
 pub(crate) use pingpong::PingpongSide;
 pub(crate) use progress::Progress;

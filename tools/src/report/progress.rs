@@ -3,7 +3,9 @@
 //! Short runs print nothing: the indicator stays silent until the run has lasted more than
 //! [`START_DELAY`], then redraws at most every [`REDRAW_INTERVAL`] as
 //! `\r<label>: 42% (2100/5000)`, or `\r<label>: 2100 (3s)` (work done and whole seconds
-//! elapsed) when the total is unknown. [`Progress::finish`] (or dropping the indicator)
+//! elapsed) when the total is unknown. A run measured in time instead of work (perftest's
+//! duration mode, [`Progress::timed`]) counts milliseconds and shows seconds:
+//! `\r<label>: 42% (2.1/5 s)`. [`Progress::finish`] (or dropping the indicator)
 //! erases the line, so the report that follows starts on a clean line.
 //!
 //! Time and output are injectable: [`Progress::with_sink`] takes any [`std::io::Write`] and a
@@ -26,6 +28,8 @@ pub(crate) const REDRAW_INTERVAL: Duration = Duration::from_millis(500);
 pub(crate) struct Progress<W: Write = io::Stderr> {
     label: String,
     total: Option<u64>,
+    /// The work is milliseconds, shown as seconds.
+    millis: bool,
     sink: W,
     enabled: bool,
     start: Instant,
@@ -40,6 +44,12 @@ impl Progress<io::Stderr> {
         let mut p = Self::with_sink(label, total_work, io::stderr(), Instant::now());
         p.enabled = io::stderr().is_terminal();
         p
+    }
+
+    /// An indicator on stderr for a run of `total_ms` milliseconds: the work reported is the
+    /// milliseconds elapsed, shown as seconds. Enabled only when stderr is a terminal.
+    pub(crate) fn timed(label: &str, total_ms: u64) -> Self {
+        Self::new(label, Some(total_ms)).in_millis()
     }
 
     /// An indicator on stderr, started now, enabled even when stderr is not a terminal.
@@ -58,6 +68,7 @@ impl<W: Write> Progress<W> {
         Self {
             label: label.to_owned(),
             total: total_work,
+            millis: false,
             sink,
             enabled: true,
             start,
@@ -76,6 +87,12 @@ impl<W: Write> Progress<W> {
             self.finish();
         }
         self.enabled = enabled;
+    }
+
+    /// Shows the work as milliseconds, printed in seconds (see [`Progress::timed`]).
+    pub(crate) fn in_millis(mut self) -> Self {
+        self.millis = true;
+        self
     }
 
     /// Whether the indicator writes anything.
@@ -138,10 +155,28 @@ impl<W: Write> Progress<W> {
                 } else {
                     u128::from(done.min(total)) * 100 / u128::from(total)
                 };
-                format!("{}: {percent}% ({done}/{total})", self.label)
+                if self.millis {
+                    format!(
+                        "{}: {percent}% ({}/{} s)",
+                        self.label,
+                        seconds(done.min(total)),
+                        seconds(total)
+                    )
+                } else {
+                    format!("{}: {percent}% ({done}/{total})", self.label)
+                }
             }
             None => format!("{}: {done} ({}s)", self.label, elapsed.as_secs()),
         }
+    }
+}
+
+/// Milliseconds as seconds: whole seconds without decimals, others with one (`5`, `2.1`).
+fn seconds(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        (ms / 1000).to_string()
+    } else {
+        format!("{}.{}", ms / 1000, ms % 1000 / 100)
     }
 }
 
@@ -221,6 +256,23 @@ mod tests {
         let mut p = Progress::with_sink("lat", None, Vec::new(), t0);
         p.update_at(123, at(t0, 3400));
         assert_eq!(text(&p), "\rlat: 123 (3s)");
+    }
+
+    #[test]
+    fn timed_runs_show_seconds() {
+        let t0 = Instant::now();
+        let mut p = Progress::with_sink("write_bw", Some(5000), Vec::new(), t0).in_millis();
+        p.update_at(2150, at(t0, 2150));
+        p.update_at(5000, at(t0, 5000));
+        assert_eq!(
+            text(&p),
+            // The second line is one character shorter: a space erases the leftover.
+            "\rwrite_bw: 43% (2.1/5 s)\rwrite_bw: 100% (5/5 s) "
+        );
+        assert_eq!(seconds(0), "0");
+        assert_eq!(seconds(12_999), "12.9");
+        // On stderr (a terminal or not) the constructor sets the unit.
+        assert!(Progress::timed("t", 1000).millis);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
@@ -50,15 +51,23 @@ impl Run {
 
 /// Runs `portverbs <args>`.
 pub(crate) fn portverbs(args: &[&str]) -> Run {
+    portverbs_with(args, None, &[])
+}
+
+/// Runs `portverbs <args>` in the working directory `cwd` (the test's own when `None`) with
+/// the environment variables `env` set.
+pub(crate) fn portverbs_with(args: &[&str], cwd: Option<&Path>, env: &[(&str, &str)]) -> Run {
     let _serial: MutexGuard<'_, ()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portverbs"));
+    cmd.args(args).envs(env.iter().copied());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
     let Output {
         status,
         stdout,
         stderr,
-    } = Command::new(env!("CARGO_BIN_EXE_portverbs"))
-        .args(args)
-        .output()
-        .expect("the portverbs binary runs");
+    } = cmd.output().expect("the portverbs binary runs");
     Run {
         code: status.code(),
         stdout: String::from_utf8(stdout).expect("UTF-8 stdout"),
@@ -99,10 +108,28 @@ pub(crate) fn table_header(stdout: &str) -> &str {
         .unwrap_or_else(|| panic!("no table header in:\n{stdout}"))
 }
 
-/// The `--out_json` document printed after the table.
-pub(crate) fn json_document(stdout: &str) -> serde_json::Value {
-    let start = stdout
-        .find("\n{\n")
-        .unwrap_or_else(|| panic!("no JSON document in:\n{stdout}"));
-    serde_json::from_str(&stdout[start + 1..]).expect("the JSON document parses")
+/// A fresh, empty directory for one test (removed when dropped).
+pub(crate) struct ScratchDir(pub(crate) PathBuf);
+
+impl ScratchDir {
+    /// Creates `<tmp>/portverbs-cli-<pid>-<name>`.
+    pub(crate) fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("portverbs-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        Self(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The JSON document in the file at `path`.
+pub(crate) fn json_file(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no JSON report at {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("the JSON document parses")
 }

@@ -10,11 +10,14 @@
 //! `4096 (5)`, `4X (2)`, `25.0 Gbps (32)`, `LINK_UP (5)`, `ATOMIC_HCA (1)`); the input structs
 //! carry the numeric verbs codes and the names are looked up here.
 //!
-//! Verbose mode (`-v`) prints the `max_*` limits, `device_cap_flags` with one decoded flag name
-//! per line, `atomic_cap`, the completion timestamp mask, `hca_core_clock`, `num_comp_vectors`
-//! and the per-port details with the GID table. `ibv_devinfo -v` also prints ODP, TSO, RSS,
-//! packet-pacing, tag-matching, CQ-moderation, device-memory and `device_cap_flags_ex` sections;
-//! those are not produced here.
+//! Verbose mode (`-v`) prints what `ibv_devinfo -v` prints, in its order: the `max_*` limits,
+//! `device_cap_flags` with one decoded flag name per line, `atomic_cap`, the ODP capabilities,
+//! the completion timestamp mask, `hca_core_clock`, the raw-packet capabilities,
+//! `device_cap_flags_ex`, the TSO, RSS, packet-pacing, tag-matching, CQ-moderation and
+//! device-memory sections, `num_comp_vectors`, and the per-port details with the GID table.
+//! Capabilities the caller leaves at zero print as `ibv_devinfo` prints them for a device that
+//! lacks them. (`max_comp_cntr`, printed by the newest `ibv_devinfo` for devices with
+//! completion counters, is not produced.)
 
 use std::fmt::Write as _;
 
@@ -22,12 +25,16 @@ mod model;
 mod names;
 
 pub(crate) use model::{
-    DevinfoDevice, DevinfoGid, DevinfoLimits, DevinfoPort, DevinfoPortExtra, GidType,
+    DevinfoDevice, DevinfoExtCaps, DevinfoGid, DevinfoLimits, DevinfoPort, DevinfoPortExtra,
+    GidType,
 };
 pub(crate) use names::{link_layer_name, mtu_name, port_state_name, transport_name};
 
 use crate::report::gid::{gid_hex_groups, gid_inet6};
-use names::{DEVICE_CAP_NAMES, atomic_cap_name, phys_state_name, speed_name, vl_name, width_name};
+use names::{
+    DEVICE_CAP_EX_NAMES, DEVICE_CAP_NAMES, ODP_GENERAL_NAMES, ODP_TRANSPORT_NAMES,
+    RAW_PACKET_CAP_NAMES, atomic_cap_name, phys_state_name, speed_name, vl_name, width_name,
+};
 
 /// Formats a GUID as four groups of four hex digits, most significant first.
 pub(crate) fn format_guid(guid: u64) -> String {
@@ -179,6 +186,8 @@ fn format_limits(o: &mut String, l: &DevinfoLimits) {
     }
     dev(o, "max_pkeys", l.max_pkeys);
     dev(o, "local_ca_ack_delay", l.local_ca_ack_delay);
+    let x = &l.ext;
+    format_odp_caps(o, x);
     if l.completion_timestamp_mask != 0 {
         // ibv_devinfo spells this key with a space and pads it past the usual column.
         let _ = writeln!(
@@ -194,7 +203,149 @@ fn format_limits(o: &mut String, l: &DevinfoLimits) {
     } else {
         o.push_str("\tcore clock not supported\n");
     }
+    if x.raw_packet_caps != 0 {
+        o.push_str("\traw packet caps:\n");
+        for (bit, name) in RAW_PACKET_CAP_NAMES {
+            if x.raw_packet_caps & bit != 0 {
+                let _ = writeln!(o, "\t\t\t\t\t{name}");
+            }
+        }
+    }
+    dev(
+        o,
+        "device_cap_flags_ex",
+        format_args!("0x{:X}", x.device_cap_flags_ex),
+    );
+    flag_lines(
+        o,
+        x.device_cap_flags_ex & 0xffff_ffff_0000_0000,
+        &DEVICE_CAP_EX_NAMES,
+    );
+    format_ext_sections(o, x);
     dev(o, "num_comp_vectors", l.num_comp_vectors);
+}
+
+/// One `\t\t\t\t\t<NAME>` line per known bit of `bits`, then `Unknown flags: 0x…` for the rest.
+fn flag_lines(o: &mut String, bits: u64, names: &[(u64, &str)]) {
+    let mut known = 0;
+    for &(bit, name) in names {
+        known |= bit;
+        if bits & bit != 0 {
+            let _ = writeln!(o, "\t\t\t\t\t{name}");
+        }
+    }
+    if bits & !known != 0 {
+        let _ = writeln!(o, "\t\t\t\t\tUnknown flags: 0x{:X}", bits & !known);
+    }
+}
+
+/// `general_odp_caps` and the per-transport ODP operations (`NO SUPPORT` when none).
+fn format_odp_caps(o: &mut String, x: &DevinfoExtCaps) {
+    o.push_str("\tgeneral_odp_caps:\n");
+    flag_lines(o, x.odp_general_caps, &ODP_GENERAL_NAMES);
+    for (name, caps) in [
+        ("rc", x.rc_odp_caps),
+        ("uc", x.uc_odp_caps),
+        ("ud", x.ud_odp_caps),
+        ("xrc", x.xrc_odp_caps),
+    ] {
+        let _ = writeln!(o, "\t{name}_odp_caps:");
+        if caps == 0 {
+            o.push_str("\t\t\t\t\tNO SUPPORT\n");
+        } else {
+            flag_lines(o, u64::from(caps), &ODP_TRANSPORT_NAMES);
+        }
+    }
+}
+
+/// The `SUPPORT_<QP type>` lines of a `supported_qp:` list (bit n = `ibv_qp_type` n), with
+/// the QP types the section can name.
+fn supported_qps(o: &mut String, qpts: u32, types: &[(u32, &str)]) {
+    o.push_str("\t\tsupported_qp:\n");
+    let mut known = 0;
+    for &(qpt, name) in types {
+        known |= 1 << qpt;
+        if qpts & (1 << qpt) != 0 {
+            let _ = writeln!(o, "\t\t\t\t\tSUPPORT_{name}");
+        }
+    }
+    if qpts & !known != 0 {
+        let _ = writeln!(o, "\t\t\t\t\tUnknown flags: 0x{:X}", qpts & !known);
+    }
+}
+
+/// `ibv_qp_type` values the capability sections name.
+const QPT_RC: u32 = 2;
+const QPT_UD: u32 = 4;
+const QPT_RAW_PACKET: u32 = 8;
+
+/// TSO, RSS, `max_wq_type_rq`, packet pacing, tag matching, CQ moderation, device memory.
+fn format_ext_sections(o: &mut String, x: &DevinfoExtCaps) {
+    let raw_ud = [(QPT_RAW_PACKET, "RAW_PACKET"), (QPT_UD, "UD")];
+    o.push_str("\ttso_caps:\n");
+    let _ = writeln!(o, "\t\tmax_tso:\t\t\t{}", x.max_tso);
+    if x.max_tso != 0 {
+        supported_qps(o, x.tso_supported_qpts, &raw_ud);
+    }
+    o.push_str("\trss_caps:\n");
+    let _ = writeln!(
+        o,
+        "\t\tmax_rwq_indirection_tables:\t\t\t{}",
+        x.max_rwq_indirection_tables
+    );
+    let _ = writeln!(
+        o,
+        "\t\tmax_rwq_indirection_table_size:\t\t\t{}",
+        x.max_rwq_indirection_table_size
+    );
+    let _ = writeln!(o, "\t\trx_hash_function:\t\t\t\t0x{:x}", x.rx_hash_function);
+    let _ = writeln!(
+        o,
+        "\t\trx_hash_fields_mask:\t\t\t\t0x{:X}",
+        x.rx_hash_fields_mask
+    );
+    if x.rss_supported_qpts != 0 {
+        supported_qps(o, x.rss_supported_qpts, &raw_ud);
+    }
+    dev(o, "max_wq_type_rq", x.max_wq_type_rq);
+    o.push_str("\tpacket_pacing_caps:\n");
+    let _ = writeln!(o, "\t\tqp_rate_limit_min:\t{}kbps", x.qp_rate_limit_min);
+    let _ = writeln!(o, "\t\tqp_rate_limit_max:\t{}kbps", x.qp_rate_limit_max);
+    if x.qp_rate_limit_max != 0 {
+        supported_qps(
+            o,
+            x.packet_pacing_supported_qpts,
+            &[
+                (QPT_RAW_PACKET, "RAW_PACKET"),
+                (QPT_UD, "UD"),
+                (QPT_RC, "RC"),
+            ],
+        );
+    }
+    if x.tm_max_num_tags != 0 {
+        let _ = writeln!(o, "\tmax_rndv_hdr_size:\t\t{}", x.tm_max_rndv_hdr_size);
+        let _ = writeln!(o, "\tmax_num_tags:\t\t\t{}", x.tm_max_num_tags);
+        let _ = writeln!(o, "\tmax_ops:\t\t\t{}", x.tm_max_ops);
+        let _ = writeln!(o, "\tmax_sge:\t\t\t{}", x.tm_max_sge);
+        o.push_str("\tflags:\n");
+        if x.tm_flags & 1 != 0 {
+            o.push_str("\t\t\t\t\tIBV_TM_CAP_RC\n");
+        }
+    } else {
+        o.push_str("\ttag matching not supported\n");
+    }
+    if x.max_cq_count != 0 && x.max_cq_period != 0 {
+        o.push_str("\n\tcq moderation caps:\n");
+        let _ = writeln!(o, "\t\tmax_cq_count:\t{}", x.max_cq_count);
+        let _ = writeln!(o, "\t\tmax_cq_period:\t{} us\n", x.max_cq_period);
+    }
+    if x.max_dm_size != 0 {
+        let _ = writeln!(
+            o,
+            "\tmaximum available device memory:\t{}Bytes\n",
+            x.max_dm_size
+        );
+    }
 }
 
 fn format_port(o: &mut String, p: &DevinfoPort, verbose: bool, ib_transport: bool) {

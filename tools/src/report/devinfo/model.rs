@@ -109,6 +109,69 @@ pub(crate) struct DevinfoLimits {
     pub(crate) hca_core_clock: u64,
     /// Number of completion vectors.
     pub(crate) num_comp_vectors: u32,
+    /// The `ibv_query_device_ex` capabilities (ODP, TSO, RSS, …); the default is a device
+    /// without any of them.
+    pub(crate) ext: DevinfoExtCaps,
+}
+
+/// The `struct ibv_device_attr_ex` capabilities `ibv_devinfo -v` prints besides the limits. A
+/// field left at 0 prints as `ibv_devinfo` prints a device without the feature (`NO SUPPORT`,
+/// `tag matching not supported`, `max_tso: 0`, …), or not at all where it prints nothing.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DevinfoExtCaps {
+    /// `odp_caps.general_caps` (`IBV_ODP_SUPPORT*`).
+    pub(crate) odp_general_caps: u64,
+    /// `odp_caps.per_transport_caps.rc_odp_caps` (`IBV_ODP_SUPPORT_*` operations).
+    pub(crate) rc_odp_caps: u32,
+    /// Same for UC.
+    pub(crate) uc_odp_caps: u32,
+    /// Same for UD.
+    pub(crate) ud_odp_caps: u32,
+    /// Same for XRC (`xrc_odp_caps`).
+    pub(crate) xrc_odp_caps: u32,
+    /// `raw_packet_caps` (`IBV_RAW_PACKET_CAP_*`); the section is printed only when non-zero.
+    pub(crate) raw_packet_caps: u32,
+    /// `device_cap_flags_ex`: every device capability bit, the low 32 bits being
+    /// `device_cap_flags`; the high bits are decoded.
+    pub(crate) device_cap_flags_ex: u64,
+    /// `tso_caps.max_tso`.
+    pub(crate) max_tso: u32,
+    /// `tso_caps.supported_qpts` (bit n = QP type n).
+    pub(crate) tso_supported_qpts: u32,
+    /// `rss_caps.max_rwq_indirection_tables`.
+    pub(crate) max_rwq_indirection_tables: u32,
+    /// `rss_caps.max_rwq_indirection_table_size`.
+    pub(crate) max_rwq_indirection_table_size: u32,
+    /// `rss_caps.rx_hash_function`.
+    pub(crate) rx_hash_function: u8,
+    /// `rss_caps.rx_hash_fields_mask`.
+    pub(crate) rx_hash_fields_mask: u64,
+    /// `rss_caps.supported_qpts`.
+    pub(crate) rss_supported_qpts: u32,
+    /// `max_wq_type_rq`.
+    pub(crate) max_wq_type_rq: u32,
+    /// `packet_pacing_caps.qp_rate_limit_min` in kbps.
+    pub(crate) qp_rate_limit_min: u32,
+    /// `packet_pacing_caps.qp_rate_limit_max` in kbps.
+    pub(crate) qp_rate_limit_max: u32,
+    /// `packet_pacing_caps.supported_qpts`.
+    pub(crate) packet_pacing_supported_qpts: u32,
+    /// `tm_caps.max_rndv_hdr_size`.
+    pub(crate) tm_max_rndv_hdr_size: u32,
+    /// `tm_caps.max_num_tags`; 0 prints "tag matching not supported".
+    pub(crate) tm_max_num_tags: u32,
+    /// `tm_caps.max_ops`.
+    pub(crate) tm_max_ops: u32,
+    /// `tm_caps.max_sge`.
+    pub(crate) tm_max_sge: u32,
+    /// `tm_caps.flags` (`IBV_TM_CAP_RC`).
+    pub(crate) tm_flags: u32,
+    /// `cq_mod_caps.max_cq_count`; the section is printed only when both are non-zero.
+    pub(crate) max_cq_count: u16,
+    /// `cq_mod_caps.max_cq_period` in microseconds.
+    pub(crate) max_cq_period: u16,
+    /// `max_dm_size` in bytes; printed only when non-zero.
+    pub(crate) max_dm_size: u64,
 }
 
 /// One port (fields as in `struct ibv_port_attr`).

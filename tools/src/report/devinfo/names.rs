@@ -31,6 +31,38 @@ pub(super) const DEVICE_CAP_NAMES: [(u32, &str); 24] = [
     (1 << 29, "MANAGED_FLOW_STEERING"),
 ];
 
+/// `IBV_ODP_SUPPORT*` general ODP bits and their `ibv_devinfo -v` names.
+pub(super) const ODP_GENERAL_NAMES: [(u64, &str); 2] =
+    [(1, "ODP_SUPPORT"), (1 << 1, "ODP_SUPPORT_IMPLICIT")];
+
+/// `IBV_ODP_SUPPORT_*` per-transport operation bits and their names.
+pub(super) const ODP_TRANSPORT_NAMES: [(u64, &str); 8] = [
+    (1, "SUPPORT_SEND"),
+    (1 << 1, "SUPPORT_RECV"),
+    (1 << 2, "SUPPORT_WRITE"),
+    (1 << 3, "SUPPORT_READ"),
+    (1 << 4, "SUPPORT_ATOMIC"),
+    (1 << 5, "SUPPORT_SRQ"),
+    (1 << 6, "SUPPORT_FLUSH"),
+    (1 << 7, "SUPPORT_ATOMIC_WRITE"),
+];
+
+/// The `device_cap_flags_ex` bits above the 32 of `device_cap_flags` that `ibv_devinfo -v`
+/// names.
+pub(super) const DEVICE_CAP_EX_NAMES: [(u64, &str); 3] = [
+    (1 << 34, "RAW_SCATTER_FCS"),
+    (1 << 36, "PCI_WRITE_END_PADDING"),
+    (1 << 41, "CC_DMA_BOUNCE"),
+];
+
+/// `IBV_RAW_PACKET_CAP_*` bits and their names (unknown bits are not listed).
+pub(super) const RAW_PACKET_CAP_NAMES: [(u32, &str); 4] = [
+    (1, "C-VLAN stripping offload"),
+    (1 << 1, "Scatter FCS offload"),
+    (1 << 2, "IP csum offload"),
+    (1 << 3, "Delay drop"),
+];
+
 /// Name of an `IBV_TRANSPORT_*` code.
 pub(crate) fn transport_name(code: i32) -> &'static str {
     match code {

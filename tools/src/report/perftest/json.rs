@@ -1,7 +1,10 @@
 //! perftest's `--out_json` document.
 //!
 //! perftest writes one object with two members: `test_info` (the banner as key/value pairs)
-//! and `results` (the last result row). Keys and their order follow perftest; numbers are
+//! and `results` (the result row). It rewrites the file for every size, so after `-a` only the
+//! last size is left; this document keeps `results` as that last size and, when more than one
+//! size ran, adds `all_results`: an array with every size's `results` object, in the order they
+//! ran. Keys and their order follow perftest; numbers are
 //! rounded to the decimals perftest prints (`%.2f` for bandwidths and times, `%.6f` for the
 //! message rate and for extended-accuracy Gb/s bandwidths), then written by serde_json, which
 //! drops trailing zeros (`12.50` becomes `12.5`, the same JSON number).
@@ -32,10 +35,16 @@ impl Serialize for Ordered {
 
 /// The whole document.
 #[derive(Debug, serde::Serialize)]
-struct Document {
+struct Document<'a> {
     test_info: Ordered,
-    results: Ordered,
+    results: &'a Ordered,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    all_results: Option<Vec<&'a Ordered>>,
 }
+
+/// The `results` member of one size (one result row).
+#[derive(Debug)]
+pub(crate) struct JsonResults(Ordered);
 
 fn on_off(value: bool) -> &'static str {
     if value { "ON" } else { "OFF" }
@@ -103,22 +112,33 @@ fn test_info(b: &PerftestBanner) -> Ordered {
     o
 }
 
-fn render(banner: &PerftestBanner, mut results: Ordered, cpu_util: Option<f64>) -> String {
-    if let Some(cpu) = cpu_util {
-        results.put("CPU_util", rounded(cpu, 2));
-    }
+/// The `--out_json` document of a run: `test_info` from the banner, `results` the last of
+/// `sizes` (perftest's member) and, when there are several, `all_results` with all of them.
+/// An empty `sizes` gives `{}`.
+pub(crate) fn json_document(banner: &PerftestBanner, sizes: &[JsonResults]) -> String {
+    let Some(last) = sizes.last() else {
+        return "{}\n".to_owned();
+    };
     let doc = Document {
         test_info: test_info(banner),
-        results,
+        results: &last.0,
+        all_results: (sizes.len() > 1).then(|| sizes.iter().map(|r| &r.0).collect()),
     };
     let mut text = serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".to_owned());
     text.push('\n');
     text
 }
 
-/// The `--out_json` document of a BW test: `results` holds `MsgSize`, `n_iterations`,
-/// `BW_peak`, `BW_average`, `MsgRate` (and `CPU_util` when measured).
-pub(crate) fn bw_json(banner: &PerftestBanner, result: &BwResult, cpu_util: Option<f64>) -> String {
+fn finish(mut results: Ordered, cpu_util: Option<f64>) -> JsonResults {
+    if let Some(cpu) = cpu_util {
+        results.put("CPU_util", rounded(cpu, 2));
+    }
+    JsonResults(results)
+}
+
+/// The `results` of a BW test: `MsgSize`, `n_iterations`, `BW_peak`, `BW_average`, `MsgRate`
+/// (and `CPU_util` when measured).
+pub(crate) fn bw_results(result: &BwResult, cpu_util: Option<f64>) -> JsonResults {
     let bw_decimals = if bw_extended_accuracy(result) { 6 } else { 2 };
     let mut r = Ordered::default();
     r.put("MsgSize", result.msg_size);
@@ -126,18 +146,17 @@ pub(crate) fn bw_json(banner: &PerftestBanner, result: &BwResult, cpu_util: Opti
     r.put("BW_peak", rounded(result.bw_peak, bw_decimals));
     r.put("BW_average", rounded(result.bw_average, bw_decimals));
     r.put("MsgRate", rounded(result.msg_rate_mpps, 6));
-    render(banner, r, cpu_util)
+    finish(r, cpu_util)
 }
 
-/// The `--out_json` document of a latency test: `results` holds `MsgSize`, `n_iterations`,
-/// `t_min`, `t_max`, `t_typical`, `t_avg`, `t_stdev`, `percentile_99`, `percentile_99.9`.
-pub(crate) fn lat_json(
-    banner: &PerftestBanner,
+/// The `results` of a latency test: `MsgSize`, `n_iterations`, `t_min`, `t_max`, `t_typical`,
+/// `t_avg`, `t_stdev`, `percentile_99`, `percentile_99.9`.
+pub(crate) fn lat_results(
     msg_size: u64,
     iterations: u64,
     stats: &LatencyStats,
     cpu_util: Option<f64>,
-) -> String {
+) -> JsonResults {
     let mut r = Ordered::default();
     r.put("MsgSize", msg_size);
     r.put("n_iterations", iterations);
@@ -148,21 +167,20 @@ pub(crate) fn lat_json(
     r.put("t_stdev", rounded(stats.t_stdev, 2));
     r.put("percentile_99", rounded(stats.p99, 2));
     r.put("percentile_99.9", rounded(stats.p99_9, 2));
-    render(banner, r, cpu_util)
+    finish(r, cpu_util)
 }
 
-/// The `--out_json` document of a duration-mode latency test: `results` holds `MsgSize`,
-/// `n_iterations`, `t_avg` and `tps_average`.
-pub(crate) fn lat_duration_json(
-    banner: &PerftestBanner,
+/// The `results` of a duration-mode latency test: `MsgSize`, `n_iterations`, `t_avg` and
+/// `tps_average`.
+pub(crate) fn lat_duration_results(
     msg_size: u64,
     result: &DurationLatency,
     cpu_util: Option<f64>,
-) -> String {
+) -> JsonResults {
     let mut r = Ordered::default();
     r.put("MsgSize", msg_size);
     r.put("n_iterations", result.iterations);
     r.put("t_avg", rounded(result.t_avg, 2));
     r.put("tps_average", rounded(result.tps, 2));
-    render(banner, r, cpu_util)
+    finish(r, cpu_util)
 }

@@ -4,7 +4,8 @@
 //! the local and remote address lines ([`format_address`]), the result table header
 //! ([`bw_header`], [`lat_header`], [`lat_duration_header`]), one row per message size
 //! ([`bw_row`], [`lat_row`], [`lat_duration_row`]) and a closing rule ([`result_rule`]).
-//! With `--out_json` the last row is also written as a JSON document ([`bw_json`], …).
+//! With `--out_json` the rows are also written as a JSON document ([`json_document`] of
+//! [`bw_results`], …).
 //!
 //! The banner follows perftest's `key : value` layout, two columns joined by two tabs on the
 //! first lines. Lines that newer perftest releases added to the right column (`Lock-free`,
@@ -20,7 +21,7 @@ mod table;
 use std::fmt::Write as _;
 
 pub(crate) use address::{AddressSide, GidLine, PerftestDest, RdmaBuffer, format_address};
-pub(crate) use json::{bw_json, lat_duration_json, lat_json};
+pub(crate) use json::{bw_results, json_document, lat_duration_results, lat_results};
 pub(crate) use table::{
     RESULT_RULE, bw_header, bw_row, lat_duration_header, lat_duration_row, lat_header, lat_row,
     result_rule,

@@ -3,6 +3,7 @@
 //! The expected rows and address lines are what perftest's own `printf` formats print for the
 //! same numbers (checked by running those format strings through a C compiler), tabs included.
 
+use super::json::JsonResults;
 use super::*;
 use crate::report::stats::{BwResult, BwUnits, DurationLatency, LatencyStats};
 
@@ -472,15 +473,40 @@ fn bw_json_document() {
   }
 }
 "#;
-    assert_eq!(bw_json(&b, &r, None), want);
+    assert_eq!(json_document(&b, &[bw_results(&r, None)]), want);
 
     // Extended accuracy in Gb/s keeps six decimals; CPU utilisation is appended.
     let g = bw(2, 1000, 0.05234567, 0.04969123, 3.1054649, BwUnits::Gbps);
-    let v: serde_json::Value = serde_json::from_str(&bw_json(&b, &g, Some(41.234))).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&json_document(&b, &[bw_results(&g, Some(41.234))])).unwrap();
     assert_eq!(v["results"]["BW_peak"], 0.052346);
     assert_eq!(v["results"]["BW_average"], 0.049691);
     assert_eq!(v["results"]["MsgRate"], 3.105465);
     assert_eq!(v["results"]["CPU_util"], 41.23);
+}
+
+/// Several sizes (`-a`): `results` is the last size, as perftest's file ends up holding, and
+/// `all_results` has every size in order; one size has no `all_results` (perftest's document).
+#[test]
+fn json_document_of_every_size() {
+    let b = PerftestBanner::new(Verb::Write, TestKind::Bw, "mlx5_0");
+    let rows: Vec<JsonResults> = [2u64, 4, 8]
+        .iter()
+        .map(|&size| bw_results(&bw(size, 1000, 1.0, 1.0, 1.0, BwUnits::MiBps), None))
+        .collect();
+    let text = json_document(&b, &rows);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let all = v["all_results"].as_array().unwrap();
+    let sizes: Vec<u64> = all.iter().map(|r| r["MsgSize"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [2, 4, 8]);
+    assert_eq!(v["results"], all[2]);
+    assert_eq!(v["test_info"]["test"], "RDMA_Write_BW_Test");
+    let at = |key: &str| text.find(&format!("\n  \"{key}\": ")).unwrap();
+    assert!(at("test_info") < at("results") && at("results") < at("all_results"));
+    assert_eq!(v.as_object().unwrap().len(), 3);
+    let one: serde_json::Value = serde_json::from_str(&json_document(&b, &rows[..1])).unwrap();
+    assert!(one.get("all_results").is_none());
+    assert_eq!(json_document(&b, &[]), "{}\n");
 }
 
 #[test]
@@ -498,7 +524,7 @@ fn latency_json_documents() {
         p99: 2.0,
         p99_9: 7.777,
     };
-    let text = lat_json(&b, 2, 1000, &st, None);
+    let text = json_document(&b, &[lat_results(2, 1000, &st, None)]);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let info = &v["test_info"];
     assert_eq!(info["test"], "Send_Latency_Test");
@@ -535,8 +561,11 @@ fn latency_json_documents() {
         t_avg: 0.974,
         tps: 1025641.026,
     };
-    let v: serde_json::Value =
-        serde_json::from_str(&lat_duration_json(&b, 64, &d, Some(1.0))).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json_document(
+        &b,
+        &[lat_duration_results(64, &d, Some(1.0))],
+    ))
+    .unwrap();
     assert_eq!(v["results"]["MsgSize"], 64);
     assert_eq!(v["results"]["n_iterations"], 5);
     assert_eq!(v["results"]["t_avg"], 0.97);
