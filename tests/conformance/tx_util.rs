@@ -57,7 +57,8 @@ pub fn queried_state(qp: &Qp) -> QpState {
     qp.query_blocking().expect("query QP").qp_state
 }
 
-/// The RTR attributes `util::to_rts` uses, toward `remote_qpn` at `remote_gid`.
+/// The RTR attributes the library's ladder sets under `util::to_rts`, toward `remote_qpn` at
+/// `remote_gid`: for the cases that take one transition at a time.
 pub fn rtr_attr(remote_qpn: u32, remote_gid: Gid, p: &Params) -> QpAttr {
     QpAttr {
         qp_state: QpState::Rtr,
@@ -77,7 +78,7 @@ pub fn rtr_attr(remote_qpn: u32, remote_gid: Gid, p: &Params) -> QpAttr {
     }
 }
 
-/// The RTS attributes `util::to_rts` uses.
+/// The RTS attributes the library's ladder sets under `util::to_rts`.
 pub fn rts_attr(p: &Params) -> QpAttr {
     QpAttr {
         qp_state: QpState::Rts,

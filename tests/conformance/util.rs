@@ -1,5 +1,6 @@
-//! Helpers shared by the conformance cases: QP bring-up with the masks rdma-core's pyverbs uses,
-//! and a connected RC/UC pair with registered buffers on both sides.
+//! Helpers shared by the conformance cases: QP bring-up with the library's connect calls (and
+//! the masks rdma-core's pyverbs uses, for the cases that step through the transitions by
+//! hand), and a connected RC/UC pair with registered buffers on both sides.
 
 #![allow(dead_code)]
 
@@ -8,7 +9,8 @@ use portverbs::verbs::{ConnectOptions, QpEndpoint};
 
 use super::env::Env;
 
-/// Attribute masks of rdma-core's `QP.to_init/to_rtr/to_rts` (facts §3.2).
+/// Attribute masks of rdma-core's `QP.to_init/to_rtr/to_rts` (facts §3.2), for the cases that
+/// modify by hand.
 pub fn init_mask(t: QpType) -> QpAttrMask {
     match t {
         QpType::Ud => {
@@ -125,54 +127,22 @@ pub fn endpoint(qp: &Qp, p: &Params) -> QpEndpoint {
     qp.endpoint_blocking(&p.options()).unwrap()
 }
 
-/// RESET → INIT.
+/// RESET → INIT with the library's `Qp::init` (the options of `p`), so that receives can be
+/// posted before the peer is connected.
 pub fn to_init(qp: &Qp, p: &Params) {
-    let attr = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        pkey_index: 0,
-        qkey: QKEY,
-        qp_access_flags: p.access,
-        ..QpAttr::default()
-    };
-    let mut mask = init_mask(qp.qp_type());
-    if qp.qp_type() == QpType::Uc {
-        // UC has no remote read or atomics.
-        mask |= QpAttrMask::ACCESS_FLAGS;
-    }
-    qp.modify_blocking(&attr, mask).unwrap();
+    qp.init_blocking(&p.options()).unwrap();
 }
 
-/// INIT → RTR → RTS toward `remote_qpn` at `remote_gid`.
+/// INIT → RTR → RTS toward `remote_qpn` at `remote_gid` with the library's ladder (the peer
+/// is taken to send from `p.psn` too).
 pub fn to_rts(qp: &Qp, remote_qpn: u32, remote_gid: Gid, p: &Params) {
-    let t = qp.qp_type();
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: p.mtu,
-        dest_qp_num: remote_qpn,
-        rq_psn: p.psn,
-        max_dest_rd_atomic: p.rd_atomic,
-        min_rnr_timer: p.min_rnr_timer,
-        ah_attr: AddressVector {
-            dgid: remote_gid,
-            is_global: true,
-            hop_limit: 1,
-            port_num: 1,
-            ..AddressVector::default()
-        },
-        ..QpAttr::default()
+    let remote = QpEndpoint {
+        lid: 0,
+        qpn: remote_qpn,
+        psn: p.psn,
+        gid: remote_gid,
     };
-    qp.modify_blocking(&rtr, rtr_mask(t)).unwrap();
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: p.psn,
-        timeout: p.timeout,
-        retry_cnt: p.retry_cnt,
-        rnr_retry: p.rnr_retry,
-        max_rd_atomic: p.rd_atomic,
-        ..QpAttr::default()
-    };
-    qp.modify_blocking(&rts, rts_mask(t)).unwrap();
+    connect_qp(qp, &remote, p);
 }
 
 /// One side of a connected pair.

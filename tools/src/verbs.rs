@@ -1,5 +1,7 @@
 //! Verbs helpers shared by `perf` and `pingpong`: choosing the two devices, reading a port's
-//! addressing, and bringing a QP from RESET to RTS with the IBTA attribute masks.
+//! addressing, and bringing a QP from RESET to RTS with the library's connect calls
+//! (`Qp::init_blocking`, then `connect_rc_blocking`, `connect_uc_blocking` or
+//! `ready_ud_blocking`).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -7,11 +9,11 @@ use std::hash::BuildHasher;
 use portverbs::AnyDevice;
 use portverbs::hal::{Device as _, LinkLayer};
 use portverbs::prelude::*;
-use portverbs::verbs::QueryError;
+use portverbs::verbs::{ConnectError, QueryError};
 
 use crate::error::{CliError, Context as _};
 
-/// The Q_Key of the UD QPs the tools create.
+/// The Q_Key of the UD QPs the tools create (`ibv_ud_pingpong`'s, and the library's default).
 pub(crate) const QKEY: u32 = 0x1111_1111;
 
 /// The device a client runs on (`-d`, or the first one) and a different device for the
@@ -157,138 +159,101 @@ pub(crate) fn random_psn() -> u32 {
     (RandomState::new().hash_one(std::time::Instant::now()) & 0x00ff_ffff) as u32
 }
 
-/// The remote end of a connection, as exchanged out of band.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Remote {
-    /// LID (used when no GID is).
-    pub(crate) lid: u16,
-    /// QP number.
-    pub(crate) qpn: u32,
-    /// First PSN the remote sends with.
-    pub(crate) psn: u32,
-    /// GID (used when the local port uses a GID index).
-    pub(crate) gid: Gid,
-}
-
-/// Connection parameters of a QP (the attributes of the INIT, RTR and RTS transitions).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Link {
-    /// Local port addressing.
-    pub(crate) port: PortInfo,
-    /// Path MTU (RC/UC).
-    pub(crate) mtu: Mtu,
-    /// Remote access granted by the QP (RC/UC).
-    pub(crate) access: AccessFlags,
-    /// Service level.
-    pub(crate) sl: u8,
-    /// Local ACK timeout code.
-    pub(crate) timeout: u8,
-    /// Transport retries.
-    pub(crate) retry_cnt: u8,
-    /// RNR retries (7 = infinite).
-    pub(crate) rnr_retry: u8,
-    /// RNR NAK timer code.
-    pub(crate) min_rnr_timer: u8,
-    /// Outstanding reads/atomics as initiator.
-    pub(crate) max_rd_atomic: u8,
-    /// Outstanding reads/atomics as responder.
-    pub(crate) max_dest_rd_atomic: u8,
-}
-
-/// The address vector toward `remote`: a GRH with hop limit 1 when the local port uses a GID.
-pub(crate) fn address_vector(link: &Link, remote: &Remote) -> AddressVector {
-    let mut av = AddressVector {
-        dlid: remote.lid,
-        sl: link.sl,
-        port_num: link.port.port,
-        ..AddressVector::default()
-    };
-    if let Some(index) = link.port.gid_index {
-        av.is_global = true;
-        av.hop_limit = 1;
-        av.dgid = remote.gid;
-        av.sgid_index = index;
+/// What the peer needs to reach `qp` on `port`, sending from `psn` (the GID is zero when the
+/// port uses none).
+pub(crate) fn endpoint(port: &PortInfo, qp: &Qp, psn: u32) -> QpEndpoint {
+    QpEndpoint {
+        lid: port.lid,
+        qpn: qp.qp_num(),
+        psn,
+        gid: port.gid,
     }
-    av
 }
 
-/// RESET → INIT.
-pub(crate) fn to_init(qp: &Qp, link: &Link) -> Result<(), CliError> {
-    let t = qp.qp_type();
-    let attr = QpAttr {
-        qp_state: QpState::Init,
-        port_num: link.port.port,
-        pkey_index: 0,
+/// The connection options on `port` (its number and GID index), with the Q_Key of the tools;
+/// the caller sets the transport values.
+pub(crate) fn options(port: &PortInfo) -> ConnectOptions {
+    ConnectOptions {
+        port: port.port,
+        gid_index: port.gid_index,
         qkey: QKEY,
-        qp_access_flags: link.access,
-        ..QpAttr::default()
-    };
-    let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-    let mask = match t {
-        QpType::Ud => base | QpAttrMask::QKEY,
-        QpType::Rc | QpType::Uc => base | QpAttrMask::ACCESS_FLAGS,
-    };
-    qp.modify_blocking(&attr, mask)
-        .ctx("modifying the QP to INIT")
+        ..ConnectOptions::default()
+    }
 }
 
-/// INIT → RTR toward `remote` (UD QPs need no remote).
-pub(crate) fn to_rtr(qp: &Qp, link: &Link, remote: &Remote) -> Result<(), CliError> {
-    let t = qp.qp_type();
-    let attr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: link.mtu,
-        dest_qp_num: remote.qpn,
-        rq_psn: remote.psn,
-        max_dest_rd_atomic: link.max_dest_rd_atomic,
-        min_rnr_timer: link.min_rnr_timer,
-        ah_attr: address_vector(link, remote),
-        ..QpAttr::default()
-    };
-    let connected = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN;
-    let mask = match t {
-        QpType::Ud => QpAttrMask::STATE,
-        QpType::Uc => connected,
-        QpType::Rc => connected | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
-    };
-    qp.modify_blocking(&attr, mask)
-        .ctx("modifying the QP to RTR")
+/// RESET → INIT (`opts`' port, access or Q_Key), so that receives can be posted before the
+/// peer's address is known.
+pub(crate) fn init(qp: &Qp, opts: &ConnectOptions) -> Result<(), CliError> {
+    qp.init_blocking(opts).ctx("modifying the QP to INIT")
 }
 
-/// RTR → RTS, sending from `psn`.
-pub(crate) fn to_rts(qp: &Qp, link: &Link, psn: u32) -> Result<(), CliError> {
-    let t = qp.qp_type();
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: psn,
-        timeout: link.timeout,
-        retry_cnt: link.retry_cnt,
-        rnr_retry: link.rnr_retry,
-        max_rd_atomic: link.max_rd_atomic,
-        ..QpAttr::default()
+/// INIT → RTR toward `remote` (UD QPs need no remote) → RTS, sending from `opts.psn`. A
+/// failure names the step that failed, as the QP's state tells it.
+pub(crate) fn connect(qp: &Qp, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), CliError> {
+    let r = match qp.qp_type() {
+        QpType::Rc => qp.connect_rc_blocking(remote, opts),
+        QpType::Uc => qp.connect_uc_blocking(remote, opts),
+        QpType::Ud => qp.ready_ud_blocking(opts),
     };
-    let mask = match t {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::MAX_QP_RD_ATOMIC
+    r.map_err(|e| {
+        let context = match (&e, qp.state()) {
+            (ConnectError::Query(_), _) => "reading the local port's addressing",
+            (_, QpState::Reset) => "modifying the QP to INIT",
+            (_, QpState::Init) => "modifying the QP to RTR",
+            (_, QpState::Rtr) => "modifying the QP to RTS",
+            _ => "connecting the QP",
+        };
+        CliError::Verbs {
+            context: context.to_owned(),
+            source: Box::new(e),
         }
-        QpType::Uc | QpType::Ud => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    };
-    qp.modify_blocking(&attr, mask)
-        .ctx("modifying the QP to RTS")
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused connect names the transition that failed, as the hand-written ladder did.
+    #[test]
+    fn connect_failures_name_the_transition() {
+        let ctx = open(portverbs::devices().into_iter().next().expect("a device")).unwrap();
+        let port = port_info(&ctx, 1, None).unwrap();
+        let pd = ctx.alloc_pd_blocking().unwrap();
+        let cq = ctx
+            .create_cq_blocking(CqInit {
+                entries: 4,
+                ..CqInit::default()
+            })
+            .unwrap();
+        let base = options(&port);
+        let cases = [
+            (
+                ConnectOptions {
+                    max_dest_rd_atomic: u8::MAX,
+                    ..base
+                },
+                "modifying the QP to RTR",
+            ),
+            (
+                ConnectOptions {
+                    retry_cnt: 8,
+                    ..base
+                },
+                "modifying the QP to RTS",
+            ),
+        ];
+        for (opts, want) in cases {
+            let qp = pd.create_qp_blocking(QpInit::new(QpType::Rc, &cq)).unwrap();
+            init(&qp, &opts).unwrap();
+            let peer = endpoint(&port, &qp, 0);
+            let err = connect(&qp, &peer, &opts).unwrap_err();
+            assert!(
+                matches!(&err, CliError::Verbs { context, .. } if context == want),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn gid_index_errors_have_one_wording() {

@@ -202,6 +202,33 @@ impl<D: Device> Qp<D> {
         block_on(self.endpoint(opts))
     }
 
+    /// The address vector this QP reaches `remote` with under `opts`: a GRH from the options'
+    /// GID index (index 0 on a RoCE port when none is given), the remote LID otherwise. What
+    /// a UD sender's address handle needs ([`crate::Pd::create_ah`]).
+    ///
+    /// # Errors
+    /// The port or the GID entry does not exist.
+    pub async fn address_vector(
+        &self,
+        remote: &QpEndpoint,
+        opts: &ConnectOptions,
+    ) -> Result<AddressVector, QueryError> {
+        let local = self.local(opts).await?;
+        Ok(opts.address_vector(remote, local.gid_index))
+    }
+
+    /// Blocking form of [`Qp::address_vector`].
+    ///
+    /// # Errors
+    /// As [`Qp::address_vector`].
+    pub fn address_vector_blocking(
+        &self,
+        remote: &QpEndpoint,
+        opts: &ConnectOptions,
+    ) -> Result<AddressVector, QueryError> {
+        block_on(self.address_vector(remote, opts))
+    }
+
     fn expect(&self, call: &'static str, wants: QpType) -> Result<(), ConnectError> {
         if self.qp_type() == wants {
             Ok(())
@@ -216,7 +243,8 @@ impl<D: Device> Qp<D> {
     }
 
     /// Connects an RC QP to `remote`: RESET → INIT → RTR → RTS with the masks IBTA requires and
-    /// the options' values (`ibv_rc_pingpong`'s sequence). The QP must be in RESET.
+    /// the options' values (`ibv_rc_pingpong`'s sequence). The QP must be in RESET, or in INIT
+    /// after [`Qp::init`] with the same options.
     ///
     /// ```no_run
     /// # async fn demo<D: portverbs_hal::Device>(qp: portverbs_verbs::Qp<D>, peer: portverbs_verbs::QpEndpoint) -> Result<(), Box<dyn std::error::Error>> {
@@ -295,14 +323,14 @@ impl<D: Device> Qp<D> {
         block_on(self.ready_ud(opts))
     }
 
-    /// The RESET → INIT → RTR → RTS ladder of any transport.
-    async fn connect(
-        &self,
-        remote: &QpEndpoint,
-        opts: &ConnectOptions,
-    ) -> Result<(), ConnectError> {
+    /// RESET → INIT with the options' port, P_Key index, access (RC, UC) or Q_Key (UD): for
+    /// posting receives before the peer's endpoint is known, as `ibv_rc_pingpong` does. The
+    /// connect calls then go on from INIT.
+    ///
+    /// # Errors
+    /// The transition was refused (the QP not in RESET …).
+    pub async fn init(&self, opts: &ConnectOptions) -> Result<(), ConnectError> {
         let t = self.qp_type();
-        let local = self.local(opts).await?;
         let access = match t {
             QpType::Rc => opts.access,
             QpType::Uc => opts.access & AccessFlags::REMOTE_WRITE,
@@ -318,6 +346,28 @@ impl<D: Device> Qp<D> {
         };
         self.modify(&init, required(t, QpState::Reset, QpState::Init))
             .await?;
+        Ok(())
+    }
+
+    /// Blocking form of [`Qp::init`].
+    ///
+    /// # Errors
+    /// As [`Qp::init`].
+    pub fn init_blocking(&self, opts: &ConnectOptions) -> Result<(), ConnectError> {
+        block_on(self.init(opts))
+    }
+
+    /// The RESET (or INIT) → RTR → RTS ladder of any transport.
+    async fn connect(
+        &self,
+        remote: &QpEndpoint,
+        opts: &ConnectOptions,
+    ) -> Result<(), ConnectError> {
+        let t = self.qp_type();
+        let local = self.local(opts).await?;
+        if self.state() != QpState::Init {
+            self.init(opts).await?;
+        }
         let rtr = QpAttr {
             qp_state: QpState::Rtr,
             path_mtu: local.mtu,

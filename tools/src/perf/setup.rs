@@ -12,7 +12,7 @@ use portverbs::prelude::*;
 use super::config::{ALL_MAX_SIZE, PerfConfig, Sizes};
 use crate::error::{CliError, Context as _};
 use crate::report::{TestKind, Verb};
-use crate::verbs::{self, Link, PortInfo, Remote};
+use crate::verbs::{self, PortInfo};
 
 /// Bytes of the GRH area at the start of every UD receive.
 pub(crate) const GRH_BYTES: u64 = 40;
@@ -77,13 +77,8 @@ impl Side {
     }
 
     /// The addressing the peer needs to reach QP `i`.
-    pub(crate) fn remote_of(&self, i: usize) -> Remote {
-        Remote {
-            lid: self.port.lid,
-            qpn: self.qps[i].qp_num(),
-            psn: self.psns[i],
-            gid: self.port.gid,
-        }
+    pub(crate) fn remote_of(&self, i: usize) -> QpEndpoint {
+        verbs::endpoint(&self.port, &self.qps[i], self.psns[i])
     }
 }
 
@@ -125,9 +120,10 @@ impl Setup {
         let grh = if cfg.conn == QpType::Ud { GRH_BYTES } else { 0 };
         let slot = usize::try_from((max + grh).max(64).next_multiple_of(64))
             .map_err(|_| CliError::usage("the message size does not fit in memory"))?;
-        let link = Link {
-            port: cport,
-            mtu: res.mtu,
+        // perftest's values: its access rights, -u's ACK timeout, 7 retries, 7 RNR retries, RNR
+        // timer 12, the resolved MTU and outstanding reads, hop limit 1.
+        let copts = ConnectOptions {
+            mtu: Some(res.mtu),
             access: match cfg.conn {
                 QpType::Rc => {
                     AccessFlags::LOCAL_WRITE
@@ -139,32 +135,37 @@ impl Setup {
                 QpType::Ud => AccessFlags::empty(),
             },
             sl: cfg.sl,
+            hop_limit: 1,
             timeout: cfg.timeout,
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 12,
             max_rd_atomic: res.outs,
             max_dest_rd_atomic: res.outs,
+            ..verbs::options(&cport)
         };
         let mut client = side(&cfg, cctx, cport, slot)?;
         let mut server = side(&cfg, sctx, sport, slot)?;
-        let slink = Link {
-            port: sport,
-            ..link
+        let sopts = ConnectOptions {
+            port: sport.port,
+            gid_index: sport.gid_index,
+            ..copts
         };
         for (c, s) in client.qps.iter().zip(&server.qps) {
-            verbs::to_init(c, &link)?;
-            verbs::to_init(s, &slink)?;
+            verbs::init(c, &copts)?;
+            verbs::init(s, &sopts)?;
         }
         for i in 0..client.qps.len() {
-            verbs::to_rtr(&client.qps[i], &link, &server.remote_of(i))?;
-            verbs::to_rtr(&server.qps[i], &slink, &client.remote_of(i))?;
-            verbs::to_rts(&client.qps[i], &link, client.psns[i])?;
-            verbs::to_rts(&server.qps[i], &slink, server.psns[i])?;
+            let psn = |opts: &ConnectOptions, side: &Side| ConnectOptions {
+                psn: side.psns[i],
+                ..*opts
+            };
+            verbs::connect(&client.qps[i], &server.remote_of(i), &psn(&copts, &client))?;
+            verbs::connect(&server.qps[i], &client.remote_of(i), &psn(&sopts, &server))?;
         }
         if cfg.conn == QpType::Ud {
-            client.ah = Some(ah(&client, &link, &server.remote_of(0))?);
-            server.ah = Some(ah(&server, &slink, &client.remote_of(0))?);
+            client.ah = Some(ah(&client, &copts, &server.remote_of(0))?);
+            server.ah = Some(ah(&server, &sopts, &client.remote_of(0))?);
         }
         Ok(Self {
             cfg,
@@ -175,9 +176,9 @@ impl Setup {
     }
 }
 
-fn ah(side: &Side, link: &Link, remote: &Remote) -> Result<AddressHandle, CliError> {
+fn ah(side: &Side, opts: &ConnectOptions, remote: &QpEndpoint) -> Result<AddressHandle, CliError> {
     side.pd
-        .create_ah_blocking(verbs::address_vector(link, remote))
+        .create_ah_blocking(opts.address_vector(remote, side.port.gid_index))
         .ctx("creating the address handle")
 }
 

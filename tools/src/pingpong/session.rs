@@ -13,7 +13,7 @@ use portverbs::prelude::*;
 use crate::error::{CliError, Context as _};
 use crate::events::EventChannel;
 use crate::report::pingpong::Dest;
-use crate::verbs::{self, Link, PortInfo, Remote};
+use crate::verbs::{self, PortInfo};
 use crate::wait::Waiter;
 
 const RECV_WRID: u64 = 1;
@@ -44,8 +44,10 @@ pub(crate) struct PpConfig {
 #[derive(Debug)]
 pub(crate) struct PpSide {
     cfg: PpConfig,
-    link: Link,
-    psn: u32,
+    /// Port, GID index, MTU, SL and first PSN of the QP.
+    opts: ConnectOptions,
+    /// What the peer needs to reach the QP.
+    me: QpEndpoint,
     cq: Cq,
     qp: Qp,
     buf: Buffer,
@@ -109,23 +111,20 @@ impl PpSide {
                 sq_sig_all: false,
             })
             .ctx("creating the QP")?;
-        let link = Link {
-            port,
-            mtu: cfg.mtu,
+        // rc_pingpong's values (the library's defaults): no remote access, ACK timeout 14,
+        // 7 retries, 7 RNR retries, RNR timer 12, one READ/atomic each way, hop limit 1.
+        let opts = ConnectOptions {
+            psn: verbs::random_psn(),
+            mtu: Some(cfg.mtu),
             access: AccessFlags::empty(),
             sl: cfg.sl,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 12,
-            max_rd_atomic: 1,
-            max_dest_rd_atomic: 1,
+            ..verbs::options(&port)
         };
-        verbs::to_init(&qp, &link)?;
+        verbs::init(&qp, &opts)?;
         let side = Self {
             cfg,
-            link,
-            psn: verbs::random_psn(),
+            me: verbs::endpoint(&port, &qp, opts.psn),
+            opts,
             cq,
             qp,
             buf,
@@ -139,27 +138,22 @@ impl PpSide {
     /// The address the peer needs.
     pub(crate) fn dest(&self) -> Dest {
         Dest {
-            lid: self.link.port.lid,
-            qpn: self.qp.qp_num(),
-            psn: self.psn,
-            gid: if self.link.port.gid_index.is_some() {
-                self.link.port.gid.0
-            } else {
-                [0; 16]
-            },
+            lid: self.me.lid,
+            qpn: self.me.qpn,
+            psn: self.me.psn,
+            gid: self.me.gid.0,
         }
     }
 
     /// Moves the QP to RTR toward `remote`, then to RTS.
     pub(crate) fn connect(&self, remote: &Dest) -> Result<(), CliError> {
-        let r = Remote {
+        let remote = QpEndpoint {
             lid: remote.lid,
             qpn: remote.qpn,
             psn: remote.psn,
             gid: Gid(remote.gid),
         };
-        verbs::to_rtr(&self.qp, &self.link, &r)?;
-        verbs::to_rts(&self.qp, &self.link, self.psn)
+        verbs::connect(&self.qp, &remote, &self.opts)
     }
 
     fn post_receives(&self, n: usize) -> Result<(), CliError> {
