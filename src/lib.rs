@@ -2,7 +2,7 @@
 //!
 //! A userspace RDMA stack in Rust that applications link directly, on Linux and on Windows.
 //! This facade is where an application starts: list devices ([`devices`], [`device`]), open
-//! one ([`open`]), and use the verbs of [`portverbs_verbs`](verbs) through the type aliases
+//! one ([`open`]), and use the verbs of [`verbs`] (`portverbs-verbs`) through the type aliases
 //! below, whatever the backend. The verbs follow libibverbs: a name there is the name here
 //! without the `ibv_` prefix, as a method of the object it acts on.
 //!
@@ -127,7 +127,7 @@ pub mod prelude {
     pub use portverbs_verbs::{
         AccessFlags, AddressVector, Buffer, ConnectOptions, CqInit, Gid, Mtu, MwType, NotifyKind,
         QpAttr, QpAttrMask, QpCaps, QpEndpoint, QpInit, QpState, QpType, RecvWr, RemoteAddr,
-        SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, WaitError, WcOpcode, WcStatus,
+        SendFlags, SendOp, SendWr, Sge, SrqInit, UdDest, WaitError, WcFlags, WcOpcode, WcStatus,
         WorkCompletion,
     };
 }

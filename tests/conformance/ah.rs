@@ -92,7 +92,23 @@ fn ah_with_an_empty_dgid_fails(backend: Backend) {
     assert!(matches!(r, Err(AhError::EmptyDgid)), "{r:?}");
 }
 
+/// `ibv_destroy_ah`: refused while another handle exists (the handle comes back), and the
+/// PD can be deallocated once the last AH on it is gone.
+fn destroy_ah_is_refused_while_cloned_and_frees_the_pd(backend: Backend) {
+    let env = Env::new(backend);
+    let pd = env.a().alloc_pd_blocking().unwrap();
+    let ah = pd.create_ah_blocking(av_to(&env)).unwrap();
+    let other = ah.clone();
+    let (err, ah) = ah.destroy().unwrap_err().into_parts();
+    assert!(matches!(err, AhError::Busy { users: 1 }), "{err:?}");
+    drop(other);
+    ah.destroy().unwrap();
+    assert_eq!(env.a().object_counts().ahs, 0);
+    pd.dealloc().expect("no AH holds the PD any more");
+}
+
 cases!(
+    destroy_ah_is_refused_while_cloned_and_frees_the_pd,
     create_and_destroy_ah_with_grh,
     ah_without_grh_on_a_roce_port_fails,
     ah_on_a_port_that_does_not_exist_fails,

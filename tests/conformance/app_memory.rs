@@ -157,7 +157,7 @@ fn sge_outside_the_mr_is_a_typed_error(backend: Backend) {
     assert!(mr.sge(1000, 0).is_ok(), "an empty entry at the end");
     for (offset, len) in [(0, 1001), (1000, 1), (usize::MAX, 2), (0, 1 << 33)] {
         match mr.sge(offset, len) {
-            Err(MrError::SgeOutOfRange {
+            Err(MrError::OutsideMr {
                 offset: o,
                 len: l,
                 mr_len: 1000,
@@ -167,7 +167,47 @@ fn sge_outside_the_mr_is_a_typed_error(backend: Backend) {
     }
 }
 
+/// `Mr::write`/`Mr::read` copy in and out of the registered range (offsets from the MR's
+/// start, which is inside a larger buffer here) and refuse what leaves it, copying nothing.
+fn mr_read_and_write_stay_inside_the_mr(backend: Backend) {
+    let env = Env::new(backend);
+    let pd = env.a().alloc_pd_blocking().unwrap();
+    let buf = env.a().alloc_buffer(4096).unwrap();
+    buf.write(0, &[0xee; 4096]).unwrap();
+    let mr = pd
+        .reg_mr_blocking(&buf, 1000..2000, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    mr.write(10, b"inside").unwrap();
+    let mut got = [0u8; 6];
+    mr.read(10, &mut got).unwrap();
+    assert_eq!(&got, b"inside");
+    assert_eq!(
+        buf.to_vec(1010, 6).unwrap(),
+        b"inside",
+        "MR offsets start at the MR"
+    );
+    for (offset, len) in [(995, 6), (1000, 1), (usize::MAX, 2)] {
+        let data = vec![0x11; len];
+        match mr.write(offset, &data) {
+            Err(MrError::OutsideMr { mr_len: 1000, .. }) => {}
+            other => panic!("write({offset}, {len}): {other:?}"),
+        }
+        let mut dst = vec![0x22; len];
+        assert!(matches!(
+            mr.read(offset, &mut dst),
+            Err(MrError::OutsideMr { mr_len: 1000, .. })
+        ));
+        assert!(dst.iter().all(|&b| b == 0x22), "nothing copied out");
+    }
+    assert_eq!(
+        buf.to_vec(1995, 10).unwrap(),
+        [0xee; 10],
+        "nothing copied in"
+    );
+}
+
 cases!(
+    mr_read_and_write_stay_inside_the_mr,
     rdma_into_a_vector_lands_in_it_and_comes_back,
     memory_given_by_raw_parts_is_registered_and_released,
     device_buffers_and_shared_memory_are_not_given_back,

@@ -1,7 +1,6 @@
 //! Completion queues (pyverbs `test_cq`, rdma-unit-test `cq_test`): sizes, completion vectors,
 //! channels, resize with unpolled completions, overflow, destroy while in use, polling.
 
-
 use portverbs::hal::CqeError;
 use portverbs::prelude::*;
 use portverbs::verbs::{AsyncEventKind, CqError, EventElement, PollError};
@@ -112,8 +111,14 @@ fn create_cq_with_a_completion_channel(backend: Backend) {
             .all(|c| c.depth() >= 32 && c.unacked_events() == 0)
     );
     assert_eq!(ch.queued(), 0);
+    // ibv_destroy_comp_channel: EBUSY while CQs report to it; the handle comes back.
+    let (err, ch) = ch.destroy().unwrap_err().into_parts();
+    assert!(
+        matches!(err, CqError::ChannelInUse { users: 2, .. }),
+        "{err:?}"
+    );
     drop(cqs);
-    drop(ch);
+    ch.destroy().expect("no CQ reports to it any more");
     assert_eq!(env.a().object_counts().channels, 0);
 }
 

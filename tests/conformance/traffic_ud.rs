@@ -1,7 +1,6 @@
 //! UD traffic through address handles: the 40-byte GRH area (RoCEv2 over IPv4), Q_Key
 //! checks, size limits, zero-length and immediate sends.
 
-
 use portverbs::prelude::*;
 use portverbs::verbs::{UdDest, WcFlags};
 

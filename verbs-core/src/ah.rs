@@ -10,8 +10,9 @@ use portverbs_hal::attr::AddressVector;
 use portverbs_hal::block_on;
 use portverbs_hal::device::Device;
 use portverbs_hal::types::LinkLayer;
+use portverbs_hal::wr::UdDest;
 
-use crate::error::{AhError, QueryError};
+use crate::error::{AhError, QueryError, Refused};
 use crate::pd::Pd;
 
 pub(crate) struct AhInner<D: Device> {
@@ -100,6 +101,35 @@ impl<D: Device> AddressHandle<D> {
     /// The PD it was created in.
     pub fn pd(&self) -> &Pd<D> {
         &self.inner.pd
+    }
+
+    /// Destroys the handle now (`ibv_destroy_ah`), releasing its PD. Refused while other
+    /// handles of it exist; the handle is given back. Posted sends carry their own copy of
+    /// the address, so none is affected.
+    ///
+    /// # Errors
+    /// [`AhError::Busy`], with the handle handed back.
+    pub fn destroy(self) -> Result<(), Refused<Self, AhError>> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => {
+                drop(inner);
+                Ok(())
+            }
+            Err(inner) => {
+                let users = Arc::strong_count(&inner) - 1;
+                Err(Refused::new(AhError::Busy { users }, Self { inner }))
+            }
+        }
+    }
+
+    /// The destination of a UD send through this handle to QP `remote_qpn` with Q_Key
+    /// `remote_qkey` (for [`crate::SendWr::ud`]).
+    pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest<'_> {
+        UdDest {
+            av: &self.inner.av,
+            remote_qpn,
+            remote_qkey,
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use portverbs_hal::notify::InterruptSink;
 
 use crate::context::{Context, ContextInner, EqShared, lock};
 use crate::cq::{Cq, CqInner};
-use crate::error::{CqError, EventError, WaitError};
+use crate::error::{CqError, EventError, Refused, WaitError};
 use crate::wait::{block_until, poll_until};
 
 pub(crate) struct ChannelInner<D: Device> {
@@ -197,6 +197,23 @@ impl<D: Device> CompletionChannel<D> {
             sink.raise();
         }
         Ok(got)
+    }
+
+    /// Destroys the channel now (`ibv_destroy_comp_channel`). Refused while CQs report to it
+    /// or other handles of it exist; the handle is given back. (Dropping the last handle
+    /// also releases it, once its CQs are gone.)
+    ///
+    /// # Errors
+    /// [`CqError::ChannelInUse`], with the channel handed back.
+    pub fn destroy(self) -> Result<(), Refused<Self, CqError>> {
+        // The channel holds one reference to its EQ; every CQ on it holds another.
+        let users = (Arc::strong_count(&self.inner) - 1) + (Arc::strong_count(&self.inner.eq) - 1);
+        if users > 0 {
+            let eqn = self.inner.eq.eqn;
+            return Err(Refused::new(CqError::ChannelInUse { eqn, users }, self));
+        }
+        drop(self);
+        Ok(())
     }
 
     /// Events waiting to be read (for CQs that still exist).

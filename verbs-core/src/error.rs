@@ -119,10 +119,10 @@ pub enum MrError {
         /// Buffer length.
         buffer_len: usize,
     },
-    /// A scatter/gather entry outside the MR ([`crate::Mr::sge`]), or longer than an
-    /// `ibv_sge` can say (`u32::MAX`).
-    #[error("an SGE of {len} bytes at offset {offset} does not fit an MR of {mr_len} bytes")]
-    SgeOutOfRange {
+    /// A range outside the MR ([`crate::Mr::sge`], [`crate::Mr::read`],
+    /// [`crate::Mr::write`]), or an SGE longer than an `ibv_sge` can say (`u32::MAX`).
+    #[error("{len} bytes at offset {offset} do not fit an MR of {mr_len} bytes")]
+    OutsideMr {
         /// Offset asked for.
         offset: usize,
         /// Length asked for.
@@ -130,6 +130,10 @@ pub enum MrError {
         /// Length of the MR.
         mr_len: usize,
     },
+    /// Copying into or out of the registered memory failed ([`crate::Mr::read`],
+    /// [`crate::Mr::write`]).
+    #[error("copying registered memory: {0}")]
+    Memory(#[from] DmaError),
     /// The MR is not over memory the application handed over ([`crate::Pd::reg_host`]), or
     /// that memory is shared by other handles; nothing was deregistered.
     #[error("MR {lkey:#x} is not over application memory it alone holds")]
@@ -218,6 +222,14 @@ pub enum CqError {
         /// CQ number.
         cqn: u32,
         /// References besides the one being released.
+        users: usize,
+    },
+    /// CQs or other handles still use the completion channel.
+    #[error("the completion channel (EQ {eqn:#x}) is still used by {users} CQs or handles")]
+    ChannelInUse {
+        /// The channel's event queue.
+        eqn: u32,
+        /// CQs reporting to it and other handles of it.
         users: usize,
     },
     /// Completion events were read from the channel and not acknowledged.
@@ -552,6 +564,12 @@ pub enum AhError {
     /// The destination GID is all zeros.
     #[error("the destination GID is empty")]
     EmptyDgid,
+    /// Other handles of the address handle still exist.
+    #[error("the address handle is still used by {users} other handles")]
+    Busy {
+        /// Other handles.
+        users: usize,
+    },
     /// A query of the device failed.
     #[error(transparent)]
     Device(#[from] CommandError),

@@ -337,7 +337,7 @@ impl<D: Device> Mr<D> {
     /// are `usize`, as for [`Buffer`]; the entry's own length is the `u32` of `ibv_sge`).
     ///
     /// # Errors
-    /// [`MrError::SgeOutOfRange`] when the range leaves the MR or `len` exceeds `u32::MAX`.
+    /// [`MrError::OutsideMr`] when the range leaves the MR or `len` exceeds `u32::MAX`.
     pub fn sge(&self, offset: usize, len: usize) -> Result<Sge, MrError> {
         let s = lock(&self.inner.state);
         let mr_len = s.range.len();
@@ -348,7 +348,42 @@ impl<D: Device> Mr<D> {
                 length,
                 lkey: s.keys.lkey,
             }),
-            _ => Err(MrError::SgeOutOfRange {
+            _ => Err(MrError::OutsideMr {
+                offset,
+                len,
+                mr_len,
+            }),
+        }
+    }
+
+    /// Copies `src` into the MR at `offset` (from the start of the MR). The device may read
+    /// or write the same bytes meanwhile: copy only what no posted request uses, as with any
+    /// registered memory.
+    ///
+    /// # Errors
+    /// [`MrError::OutsideMr`] when the range leaves the MR; nothing is copied.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MrError> {
+        let (buffer, start) = self.span(offset, src.len())?;
+        Ok(buffer.write(start, src)?)
+    }
+
+    /// Copies `dst.len()` bytes of the MR at `offset` into `dst` (what the device wrote, once
+    /// the request's completion was polled).
+    ///
+    /// # Errors
+    /// [`MrError::OutsideMr`] when the range leaves the MR; `dst` is left as it was.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MrError> {
+        let (buffer, start) = self.span(offset, dst.len())?;
+        Ok(buffer.read(start, dst)?)
+    }
+
+    /// The buffer and the buffer offset of `len` bytes at `offset` into the MR.
+    fn span(&self, offset: usize, len: usize) -> Result<(Buffer, usize), MrError> {
+        let s = lock(&self.inner.state);
+        let mr_len = s.range.len();
+        match offset.checked_add(len) {
+            Some(end) if end <= mr_len => Ok((s.buffer.clone(), s.range.start + offset)),
+            _ => Err(MrError::OutsideMr {
                 offset,
                 len,
                 mr_len,

@@ -4,9 +4,9 @@
 //! Every other part of the driver reaches DMA memory through the HAL's [`DmaMemory`] copies:
 //! a trait-object call, a bounds check and a `memcpy` per access. The hot paths (a WQE, its
 //! ownership dword and its stamp per post; an owner byte and a CQE per poll; the set_ci record)
-//! made a dozen such calls per operation. [`Ring`] keeps the region's host base address and
+//! made a dozen such calls per operation. `Ring` keeps the region's host base address and
 //! length instead and does the same bounds-checked raw copies and atomic loads inline. It makes
-//! a Rust reference into the region in one place only: [`Slot::write_wc_from`] lends a finished
+//! a Rust reference into the region in one place only: `Slot::write_wc_from` lends a finished
 //! send WQE, which nobody writes while the BlueFlame copy runs, to the BAR's `write_wc`.
 //!
 //! Raw access needs a promise the safe [`DmaMemory`] trait cannot carry, so the PCI seam hands

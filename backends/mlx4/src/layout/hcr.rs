@@ -48,15 +48,15 @@ layout!(Hcr, 0x1c, { in_param: 0x00, in_modifier: 0x08, out_param: 0x0c, token: 
 
 /// Offsets of the HCR dwords from [`HCR_BASE`].
 pub mod dword {
-    /// in_param[63:32].
+    /// in_param\[63:32\].
     pub const IN_PARAM_HI: usize = 0x00;
-    /// in_param[31:0].
+    /// in_param\[31:0\].
     pub const IN_PARAM_LO: usize = 0x04;
     /// in_modifier.
     pub const IN_MODIFIER: usize = 0x08;
-    /// out_param[63:32].
+    /// out_param\[63:32\].
     pub const OUT_PARAM_HI: usize = 0x0c;
-    /// out_param[31:0].
+    /// out_param\[31:0\].
     pub const OUT_PARAM_LO: usize = 0x10;
     /// token << 16.
     pub const TOKEN: usize = 0x14;

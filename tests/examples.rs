@@ -1,0 +1,146 @@
+//! Runs every program in `examples/` (built by `cargo test` next to this test) on both
+//! backends of the embedded fabric and checks what it prints: the examples are documentation
+//! that must keep working.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Generous: the programs finish in well under a second, but CI machines are shared.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// `target/<profile>/examples/<name>`: this test runs from `target/<profile>/deps`.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    profile
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// Runs example `name` with `args`; returns its standard output, after checking that it
+/// exited with success within [`PATIENCE`].
+fn run(name: &str, args: &[&str]) -> String {
+    let path = example(name);
+    assert!(
+        path.exists(),
+        "{} is missing: cargo test builds the examples",
+        path.display()
+    );
+    let mut child = Command::new(&path)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", path.display()));
+    let start = Instant::now();
+    while child.try_wait().expect("waiting for the example").is_none() {
+        if start.elapsed() > PATIENCE {
+            let _ = child.kill();
+            panic!("{name} {args:?} ran past {PATIENCE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("the example's output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The device pairs every example runs on: two software devices, two emulated ConnectX-3s.
+const PAIRS: [[&str; 2]; 2] = [["soft0", "soft1"], ["mlx4_0", "mlx4_1"]];
+
+#[test]
+fn rc_write() {
+    for pair in PAIRS {
+        assert_eq!(
+            run("rc_write", &pair),
+            "b holds: written by RDMA\n",
+            "{pair:?}"
+        );
+    }
+}
+
+#[test]
+fn send_recv_events() {
+    for pair in PAIRS {
+        let want: String = (0..3)
+            .map(|i| format!("received \"message {i}\" with immediate {}\n", 100 + i))
+            .collect();
+        assert_eq!(run("send_recv_events", &pair), want, "{pair:?}");
+    }
+}
+
+#[test]
+fn ud_send() {
+    for pair in PAIRS {
+        let out = run("ud_send", &pair);
+        assert!(
+            out.starts_with("b got \"a datagram\" from QP 0x")
+                && out.ends_with(" (50 bytes with the GRH)\n"),
+            "{pair:?}: {out}"
+        );
+    }
+}
+
+#[test]
+fn srq_server() {
+    for pair in PAIRS {
+        let out = run("srq_server", &pair);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 4, "{pair:?}: {out}");
+        for (i, line) in lines[..3].iter().enumerate() {
+            assert!(
+                line.ends_with(&format!(", buffer {i}: hello from client {i}")),
+                "{pair:?}: {line}"
+            );
+        }
+        assert!(
+            lines[3].starts_with("SrqLimitReached on Srq("),
+            "{pair:?}: {}",
+            lines[3]
+        );
+    }
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn tokio_echo() {
+    for pair in PAIRS {
+        assert_eq!(
+            run("tokio_echo", &pair),
+            "echo: ping 0\necho: ping 1\necho: ping 2\n",
+            "{pair:?}"
+        );
+    }
+}
+
+/// Every file in `examples/` has a test here (a new example without one fails this).
+#[test]
+fn every_example_is_run() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("examples/")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|f| f.strip_suffix(".rs").map(str::to_owned))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "rc_write",
+            "send_recv_events",
+            "srq_server",
+            "tokio_echo",
+            "ud_send"
+        ]
+    );
+}
