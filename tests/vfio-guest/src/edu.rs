@@ -55,6 +55,7 @@ const AFTER_OPEN: &[&str] = &[
     "edu_msi_eventfd",
     "edu_dma_to_device",
     "edu_dma_from_device",
+    "edu_dma_into_app_memory",
     "edu_dma_after_unmap_blocked",
     "edu_reset",
 ];
@@ -106,8 +107,12 @@ pub(crate) fn run(r: &mut Report, addr: &str) {
         match src {
             Some(src) => {
                 r.step("edu_dma_from_device", || dma_from_device(&edu, &src));
+                r.step("edu_dma_into_app_memory", || dma_into_app_memory(&edu));
             }
-            None => r.skip(&["edu_dma_from_device"], "edu_dma_to_device failed"),
+            None => r.skip(
+                &["edu_dma_from_device", "edu_dma_into_app_memory"],
+                "edu_dma_to_device failed",
+            ),
         }
         r.step("edu_dma_after_unmap_blocked", || dma_after_unmap(&edu));
     } else {
@@ -115,6 +120,7 @@ pub(crate) fn run(r: &mut Report, addr: &str) {
             &[
                 "edu_dma_to_device",
                 "edu_dma_from_device",
+                "edu_dma_into_app_memory",
                 "edu_dma_after_unmap_blocked",
             ],
             "edu_msi_eventfd failed (the DMA checks wait for its interrupt)",
@@ -325,6 +331,40 @@ fn dma_from_device(edu: &Edu, src: &VfioDma) -> Outcome<()> {
         format!(
             "{LEN} bytes from edu into IOVA {:#x} in {took:?}, equal to what was sent",
             dst.iova()
+        ),
+        (),
+    ))
+}
+
+/// The application's own memory mapped through the IOMMU (`map_host`, what `Pd::reg_vec` does
+/// on VFIO): a vector whose start is wherever the allocator put it, the DMA aimed `AT` bytes
+/// in. The vector comes back (unmapped first) holding what edu's buffer holds (the pattern
+/// `edu_dma_to_device` put there) and nothing written around it.
+fn dma_into_app_memory(edu: &Edu) -> Outcome<()> {
+    const AT: usize = 100;
+    let vector = vec![0u8; AT + LEN + 100];
+    let host_addr = vector.as_ptr() as usize;
+    let mapped = edu
+        .dev
+        .map_host(vector.into())
+        .map_err(|e| format!("map_host: {}", e.error))?;
+    let iova = mapped.iova();
+    let took = run_dma(edu, EDU_BUF, iova + AT as u64, true)?;
+    let vector = mapped
+        .into_host()
+        .and_then(|m| m.into_vec())
+        .ok_or("the vector did not come back")?;
+    if vector[AT..AT + LEN] != pattern()[..] {
+        return Err("the DMA did not land in the application's vector".into());
+    }
+    if vector[..AT].iter().chain(&vector[AT + LEN..]).any(|&b| b != 0) {
+        return Err("bytes around the transfer changed".into());
+    }
+    Ok((
+        format!(
+            "{LEN} bytes from edu into a Vec at host {host_addr:#x} (page offset {:#x}) through \
+             IOVA {iova:#x}+{AT} in {took:?}; the Vec came back with them",
+            host_addr % 4096
         ),
         (),
     ))

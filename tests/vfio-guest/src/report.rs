@@ -31,6 +31,7 @@ pub(crate) const EXPECTED: &[&str] = &[
     "edu_msi_eventfd",
     "edu_dma_to_device",
     "edu_dma_from_device",
+    "edu_dma_into_app_memory",
     "edu_dma_after_unmap_blocked",
     "edu_reset",
     "edu_memlock_limit",
