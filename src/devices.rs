@@ -30,7 +30,21 @@ struct Embedded {
 }
 
 /// Puts an emulated ConnectX-3 on `fabric` and brings it up with the mlx4 driver, with `ip`
-/// as its port's GID.
+/// as its port's GID. For topologies of your own, next to software devices:
+///
+/// ```
+/// use portverbs::prelude::*;
+/// use portverbs::soft::{DeviceConfig, Fabric};
+///
+/// let fabric = Fabric::threaded();
+/// let soft = fabric.add_device(DeviceConfig::with_ip("10.1.0.1".parse().unwrap())).unwrap();
+/// let (_model, hca) = portverbs::emulated_mlx4(&fabric, "mlx4_t", "10.1.0.2".parse().unwrap())
+///     .expect("the emulated HCA comes up");
+/// let (a, b) = (portverbs::open(soft).unwrap(), portverbs::open(hca).unwrap());
+/// assert_eq!((a.device().info().driver, b.device().info().driver), ("soft", "mlx4"));
+/// ```
+///
+/// The model must outlive the device: it is the hardware.
 ///
 /// # Errors
 /// The model could not be attached or the driver could not open it (the message says which).
@@ -92,13 +106,20 @@ pub fn embedded_fabric() -> &'static Fabric {
 
 /// Every device available to this process (`ibv_get_device_list`): the devices of the
 /// embedded fabric, then (Linux) every mlx4-class function bound to vfio-pci.
+///
+/// ```
+/// use portverbs::prelude::*;
+///
+/// let names: Vec<String> = portverbs::devices().iter().map(|d| d.info().name.clone()).collect();
+/// assert_eq!(names[..4], ["soft0", "soft1", "mlx4_0", "mlx4_1"]);
+/// ```
 pub fn devices() -> Vec<AnyDevice> {
     let mut v: Vec<AnyDevice> = embedded().devices.clone();
     v.extend(hardware().iter().cloned());
     v
 }
 
-/// The device with this name.
+/// The device with this name (`ibv_devices` prints the names), as [`devices`] lists it.
 pub fn device(name: &str) -> Option<AnyDevice> {
     devices()
         .into_iter()

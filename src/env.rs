@@ -45,8 +45,14 @@ pub enum EnvError {
 /// [`crate::devices`] follows.
 ///
 /// # Errors
-/// A variable is set to something it cannot mean. [`crate::devices`] then lists no VFIO function (it
-/// cannot fail); an application calls this to tell its user why.
+/// A variable is set to something it cannot mean. [`crate::devices`] then lists no VFIO
+/// function (it cannot fail); an application calls this to tell its user why:
+///
+/// ```
+/// if let Err(e) = portverbs::hardware_env() {
+///     eprintln!("no VFIO devices: {e}");
+/// }
+/// ```
 pub fn hardware_env() -> Result<HardwareEnv, EnvError> {
     parse_hardware_env(
         std::env::var_os("PORTVERBS_NO_VFIO").as_deref(),

@@ -74,6 +74,8 @@
 //! * `tokio` — Linux: the event queues' eventfds are registered with tokio's reactor the first
 //!   time a task awaits them, so hardware interrupts wake tasks too.
 
+#![warn(missing_docs)]
+
 mod any;
 mod any_queue;
 mod devices;

@@ -25,6 +25,9 @@
 //!   the ordering helpers live here so that every backend uses the same names.
 //! * **Ring ownership is a type** ([`ring`]): producer and consumer cursors for host-to-device
 //!   and device-to-host rings, with the wrap-parity ownership rule in one place.
+//! * **Interrupts** ([`notify`]): each event queue interrupts an [`InterruptSink`] that a
+//!   platform crate provides (an eventfd on Linux); the same sink is what the host blocks or
+//!   awaits on, with one clear-look-wait discipline so that no interrupt is lost.
 //! * **Capabilities and quirks** ([`caps`]): device and port attributes in the shape of
 //!   `ibv_query_device`/`ibv_query_port`, plus one queryable table of deviations from IBTA.
 //!
