@@ -357,7 +357,11 @@ fn dma_into_app_memory(edu: &Edu) -> Outcome<()> {
     if vector[AT..AT + LEN] != pattern()[..] {
         return Err("the DMA did not land in the application's vector".into());
     }
-    if vector[..AT].iter().chain(&vector[AT + LEN..]).any(|&b| b != 0) {
+    if vector[..AT]
+        .iter()
+        .chain(&vector[AT + LEN..])
+        .any(|&b| b != 0)
+    {
         return Err("bytes around the transfer changed".into());
     }
     Ok((
