@@ -62,6 +62,7 @@ mod conformance {
     mod mw;
     mod mw_access;
     mod mw_rules;
+    mod mw_util;
     mod notify;
     mod obj_util;
     mod pd;

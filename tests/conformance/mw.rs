@@ -7,55 +7,9 @@ use portverbs::prelude::*;
 use portverbs::verbs::{MrError, MwError};
 
 use super::env::{Backend, Env};
+use super::mw_util::*;
 use super::obj_util::*;
 use super::util::*;
-
-/// A pair whose QPs may bind windows; windows live on side b, a writes through them.
-fn mw_pair(env: &Env) -> Pair {
-    Pair::with(env, QpType::Rc, &mw_params(), FULL_ACCESS)
-}
-
-const RW: AccessFlags = AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_READ);
-
-/// Binds a type-1 window of b over `len` bytes at `offset` of b's MR; returns the new rkey.
-fn bind_type1(env: &Env, p: &Pair, mw: &Mw, offset: u64, len: u64, access: AccessFlags) -> u32 {
-    let addr = p.b.mr.addr() + offset;
-    let rkey =
-        p.b.qp
-            .bind_mw(mw, &p.b.mr, addr, len, access, 900, true)
-            .unwrap();
-    let wc = one(env, &p.b.cq);
-    assert_eq!((wc.wr_id, wc.status), (900, WcStatus::Success));
-    assert_eq!(wc.opcode, WcOpcode::BindMw);
-    assert_eq!(
-        mw.rkey(),
-        rkey,
-        "the window answers to the key bind_mw returned"
-    );
-    rkey
-}
-
-/// Binds a window of b with a BIND_MW work request (how type 2 binds); returns its completion.
-fn bind_by_wr(
-    env: &Env,
-    p: &Pair,
-    mw: &Mw,
-    mr: &Mr,
-    offset: u64,
-    len: u64,
-    access: AccessFlags,
-) -> WorkCompletion {
-    let bind = mw.bind(mr, mr.addr() + offset, len, access);
-    assert_eq!(bind.new_rkey, mw.rkey());
-    run(env, &p.b, SendWr::new(901, SendOp::BindMw { bind }))
-}
-
-fn remote(p: &Pair, offset: u64, rkey: u32) -> RemoteAddr {
-    RemoteAddr {
-        addr: p.b.mr.addr() + offset,
-        rkey,
-    }
-}
 
 fn alloc_mw_of_type_1_and_type_2(backend: Backend) {
     let env = Env::new(backend);
@@ -167,7 +121,7 @@ fn type2_bind_by_work_request_then_remote_write_works(backend: Backend) {
     let env = Env::new(backend);
     let p = mw_pair(&env);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    let wc = bind_by_wr(&env, &p, &mw, &p.b.mr, 0, 8192, RW);
+    let wc = bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 8192, RW);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
         (901, WcStatus::Success, WcOpcode::BindMw)
@@ -182,7 +136,7 @@ fn type2_local_invalidate_makes_remote_write_fail(backend: Backend) {
     let env = Env::new(backend);
     let p = mw_pair(&env);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind_by_wr(&env, &p, &mw, &p.b.mr, 0, 4096, RW).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, RW).is_ok());
     let rkey = mw.rkey();
     let wc = run(&env, &p.b, SendWr::new(5, SendOp::LocalInv { rkey }));
     assert_eq!(
@@ -198,7 +152,7 @@ fn type2_send_with_invalidate_makes_remote_write_fail(backend: Backend) {
     let env = Env::new(backend);
     let p = mw_pair(&env);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind_by_wr(&env, &p, &mw, &p.b.mr, 0, 4096, RW).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, RW).is_ok());
     let rkey = mw.rkey();
     p.b.post_recv(3, 8192, 4096);
     p.a.buf.write(0, &pattern(1, 32)).unwrap();
@@ -228,7 +182,7 @@ fn dealloc_of_a_bound_window_makes_remote_write_fail(backend: Backend) {
         let rkey = match t {
             MwType::Type1 => bind_type1(&env, &p, &mw, 0, 4096, RW),
             MwType::Type2 => {
-                assert!(bind_by_wr(&env, &p, &mw, &p.b.mr, 0, 4096, RW).is_ok());
+                assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, RW).is_ok());
                 mw.rkey()
             }
         };
@@ -245,7 +199,7 @@ fn window_without_remote_write_rejects_remote_write(backend: Backend) {
     let env = Env::new(backend);
     let p = mw_pair(&env);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    let wc = bind_by_wr(&env, &p, &mw, &p.b.mr, 0, 4096, AccessFlags::REMOTE_READ);
+    let wc = bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, AccessFlags::REMOTE_READ);
     assert_eq!(wc.status, WcStatus::Success);
     let wc = write(&env, &p.a, 1, &[7; 16], remote(&p, 0, mw.rkey()));
     assert_eq!(wc.status, WcStatus::RemAccessErr);
@@ -266,7 +220,7 @@ fn bind_on_an_mr_without_mw_bind_fails_with_mw_bind_err(backend: Backend) {
     assert_eq!((wc.wr_id, wc.status), (77, WcStatus::MwBindErr));
     restate_pair(&env, &p, &mw_params());
     let mw2 = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    let wc = bind_by_wr(&env, &p, &mw2, &mr, 0, 4096, RW);
+    let wc = bind_wr(&env, &p.b, &mw2, &mr, 0, 4096, RW);
     assert_eq!((wc.wr_id, wc.status), (901, WcStatus::MwBindErr));
 }
 
@@ -275,7 +229,7 @@ fn bind_of_a_window_of_another_pd_fails_with_mw_bind_err(backend: Backend) {
     let p = mw_pair(&env);
     let other_pd = env.b().alloc_pd_blocking().unwrap();
     let mw = other_pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    let wc = bind_by_wr(&env, &p, &mw, &p.b.mr, 0, 4096, RW);
+    let wc = bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, RW);
     assert_eq!(
         wc.status,
         WcStatus::MwBindErr,
@@ -287,9 +241,9 @@ fn type2_rebind_without_invalidation_fails_with_mw_bind_err(backend: Backend) {
     let env = Env::new(backend);
     let p = mw_pair(&env);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind_by_wr(&env, &p, &mw, &p.b.mr, 0, 4096, RW).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, RW).is_ok());
     let bound = mw.rkey();
-    let wc = bind_by_wr(&env, &p, &mw, &p.b.mr, 4096, 4096, RW);
+    let wc = bind_wr(&env, &p.b, &mw, &p.b.mr, 4096, 4096, RW);
     assert_eq!(
         wc.status,
         WcStatus::MwBindErr,
@@ -302,33 +256,16 @@ fn type2_rebind_without_invalidation_fails_with_mw_bind_err(backend: Backend) {
     let wc = write(&env, &p.a, 1, &data, remote(&p, 0, bound));
     assert_eq!(wc.status, WcStatus::RemAccessErr, "RESET ended the binding");
     restate_pair(&env, &p, &mw_params());
-    assert!(bind_by_wr(&env, &p, &mw, &p.b.mr, 0, 4096, RW).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, RW).is_ok());
     let wc = write(&env, &p.a, 2, &data, remote(&p, 0, mw.rkey()));
     assert_eq!(wc.status, WcStatus::Success);
     assert_eq!(p.b.buf.to_vec(0, 32).unwrap(), data);
 }
 
 fn windows_through_another_qp_of_the_same_pd_type1_works_type2_fails(backend: Backend) {
-    // A second QP in b's PD, connected to a fresh side on device a.
     let env = Env::new(backend);
     let p = mw_pair(&env);
-    let params = mw_params();
-    let qp2 =
-        p.b.pd
-            .create_qp_blocking(QpInit {
-                qp_type: QpType::Rc,
-                send_cq: &p.b.cq,
-                recv_cq: &p.b.cq,
-                srq: None,
-                caps: CAPS,
-                sq_sig_all: false,
-            })
-            .unwrap();
-    let a2 = side_on(env.a(), cq(env.a(), 16), FULL_ACCESS);
-    to_init(&qp2, &params);
-    to_init(&a2.qp, &params);
-    to_rts(&qp2, a2.qp.qp_num(), Env::gid(env.a()), &params);
-    to_rts(&a2.qp, qp2.qp_num(), Env::gid(env.b()), &params);
+    let (_qp2, a2) = second_qp(&env, &p); // the QP stays connected while a2 writes
 
     let mw1 = p.b.pd.alloc_mw_blocking(MwType::Type1).unwrap();
     let k1 = bind_type1(&env, &p, &mw1, 0, 4096, RW);
@@ -342,7 +279,7 @@ fn windows_through_another_qp_of_the_same_pd_type1_works_type2_fails(backend: Ba
     assert_eq!(p.b.buf.to_vec(0, 64).unwrap(), data);
 
     let mw2 = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind_by_wr(&env, &p, &mw2, &p.b.mr, 4096, 4096, RW).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw2, &p.b.mr, 4096, 4096, RW).is_ok());
     let wc = write(&env, &a2, 2, &data, remote(&p, 4096, mw2.rkey()));
     assert_eq!(
         wc.status,

@@ -6,36 +6,10 @@ use portverbs::prelude::*;
 use portverbs::verbs::{MrError, inc_rkey};
 
 use super::env::{Backend, Env};
+use super::mw_util::*;
 use super::obj_util::*;
 use super::tx_util::*;
 use super::util::*;
-
-/// A pair whose QPs may bind windows; windows live on side b.
-fn mw_pair(env: &Env) -> Pair {
-    Pair::with(env, QpType::Rc, &mw_params(), FULL_ACCESS)
-}
-
-/// Binds `mw` over `len` bytes at `offset` of `mr` with `access` by a BIND_MW request on
-/// `side`; returns the completion.
-fn bind(
-    env: &Env,
-    side: &Side,
-    mw: &Mw,
-    mr: &Mr,
-    offset: u64,
-    len: u64,
-    access: AccessFlags,
-) -> WorkCompletion {
-    let b = mw.bind(mr, mr.addr() + offset, len, access);
-    run(env, side, SendWr::new(900, SendOp::BindMw { bind: b }))
-}
-
-fn at(p: &Pair, offset: u64, rkey: u32) -> RemoteAddr {
-    RemoteAddr {
-        addr: p.b.mr.addr() + offset,
-        rkey,
-    }
-}
 
 /// Runs `op` signaled from a with an 8-byte local buffer; returns its completion.
 fn remote_op(env: &Env, p: &Pair, id: u64, op: SendOp) -> WorkCompletion {
@@ -53,15 +27,15 @@ fn atomics_work_through_windows_of_both_types(backend: Backend) {
     p.b.buf.store_u64(64, 100).unwrap();
     for t in [MwType::Type1, MwType::Type2] {
         let mw = p.b.pd.alloc_mw_blocking(t).unwrap();
-        assert!(bind(&env, &p.b, &mw, &p.b.mr, 0, 4096, ALL).is_ok());
+        assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, ALL).is_ok());
         let faa = SendOp::AtomicFetchAdd {
-            remote: at(&p, 64, mw.rkey()),
+            remote: remote(&p, 64, mw.rkey()),
             add: 1,
         };
         let wc = remote_op(&env, &p, 1, faa);
         assert_eq!(wc.status, WcStatus::Success, "{t:?}");
         let cas = SendOp::AtomicCmpSwp {
-            remote: at(&p, 64, mw.rkey()),
+            remote: remote(&p, 64, mw.rkey()),
             compare: p.b.buf.load_u64(64).unwrap(),
             swap: 7,
         };
@@ -79,21 +53,21 @@ fn windows_enforce_each_remote_right(backend: Backend) {
     let p = mw_pair(&env);
     for t in [MwType::Type1, MwType::Type2] {
         let mw = p.b.pd.alloc_mw_blocking(t).unwrap();
-        assert!(bind(&env, &p.b, &mw, &p.b.mr, 0, 4096, AccessFlags::REMOTE_WRITE).is_ok());
+        assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, AccessFlags::REMOTE_WRITE).is_ok());
         let rkey = mw.rkey();
         let wc = remote_op(
             &env,
             &p,
             1,
             SendOp::RdmaRead {
-                remote: at(&p, 0, rkey),
+                remote: remote(&p, 0, rkey),
             },
         );
         assert_eq!(wc.status, WcStatus::RemAccessErr, "{t:?} READ");
         restate_pair(&env, &p, &mw_params());
         let mw = p.b.pd.alloc_mw_blocking(t).unwrap();
         assert!(
-            bind(
+            bind_wr(
                 &env,
                 &p.b,
                 &mw,
@@ -105,7 +79,7 @@ fn windows_enforce_each_remote_right(backend: Backend) {
             .is_ok()
         );
         let faa = SendOp::AtomicFetchAdd {
-            remote: at(&p, 0, mw.rkey()),
+            remote: remote(&p, 0, mw.rkey()),
             add: 1,
         };
         assert_eq!(
@@ -127,7 +101,7 @@ fn windows_refuse_access_before_their_start_and_binds_before_the_mr(backend: Bac
             .unwrap();
     for t in [MwType::Type1, MwType::Type2] {
         let mw = p.b.pd.alloc_mw_blocking(t).unwrap();
-        assert!(bind(&env, &p.b, &mw, &mr, 1024, 1024, ALL).is_ok());
+        assert!(bind_wr(&env, &p.b, &mw, &mr, 1024, 1024, ALL).is_ok());
         let one_before = RemoteAddr {
             addr: mr.addr() + 1023,
             rkey: mw.rkey(),
@@ -151,9 +125,9 @@ fn zero_length_access_through_a_window_succeeds_anywhere(backend: Backend) {
     let env = Env::new(backend);
     let p = mw_pair(&env);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind(&env, &p.b, &mw, &p.b.mr, 4096, 1024, ALL).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 4096, 1024, ALL).is_ok());
     for (i, offset) in [4096u64, 0, 60_000].into_iter().enumerate() {
-        let remote = at(&p, offset, mw.rkey());
+        let remote = remote(&p, offset, mw.rkey());
         for op in [SendOp::RdmaRead { remote }, SendOp::RdmaWrite { remote }] {
             let wc = run(&env, &p.a, SendWr::new(i as u64, op));
             assert_eq!(wc.status, WcStatus::Success, "{op:?} at {offset}");
@@ -170,7 +144,7 @@ fn remote_atomic_window_needs_local_write_on_its_mr(backend: Backend) {
             .reg_mr_blocking(&p.b.buf, 0..4096, AccessFlags::MW_BIND)
             .unwrap();
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    let wc = bind(
+    let wc = bind_wr(
         &env,
         &p.b,
         &mw,
@@ -181,7 +155,7 @@ fn remote_atomic_window_needs_local_write_on_its_mr(backend: Backend) {
     );
     assert_eq!(wc.status, WcStatus::MwBindErr);
     restate_pair(&env, &p, &mw_params());
-    let wc = bind(
+    let wc = bind_wr(
         &env,
         &p.b,
         &mw,
@@ -191,7 +165,7 @@ fn remote_atomic_window_needs_local_write_on_its_mr(backend: Backend) {
         AccessFlags::REMOTE_ATOMIC,
     );
     assert_eq!(wc.status, WcStatus::Success, "with LOCAL_WRITE on the MR");
-    let wc = bind(
+    let wc = bind_wr(
         &env,
         &p.b,
         &p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap(),
@@ -226,14 +200,14 @@ fn type1_window_can_be_rebound_from_another_qp_of_its_pd(backend: Backend) {
     assert!(one(&env, &other.cq).is_ok());
     assert_ne!(first, second);
     let data = pattern(1, 16);
-    let wc = write(&env, &p.a, 3, &data, at(&p, 8192, second));
+    let wc = write(&env, &p.a, 3, &data, remote(&p, 8192, second));
     assert_eq!(
         wc.status,
         WcStatus::Success,
         "type 1 windows belong to the PD"
     );
     assert_eq!(p.b.buf.to_vec(8192, 16).unwrap(), data);
-    let wc = write(&env, &p.a, 4, &data, at(&p, 0, first));
+    let wc = write(&env, &p.a, 4, &data, remote(&p, 0, first));
     assert_eq!(wc.status, WcStatus::RemAccessErr, "the first key is dead");
 }
 
@@ -241,7 +215,7 @@ fn type2_window_bound_to_one_qp_cannot_be_bound_on_another(backend: Backend) {
     let env = Env::new(backend);
     let p = mw_pair(&env);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind(&env, &p.b, &mw, &p.b.mr, 0, 4096, ALL).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, ALL).is_ok());
     let bound = mw.rkey();
     let other = side_on(env.b(), cq(env.b(), 16), FULL_ACCESS);
     let qp2 = make_qp(&p.b.pd, &other.cq, QpType::Rc, None, false);
@@ -253,7 +227,7 @@ fn type2_window_bound_to_one_qp_cannot_be_bound_on_another(backend: Backend) {
     let wc = one(&env, &other.cq);
     assert_eq!((wc.wr_id, wc.status), (5, WcStatus::MwBindErr));
     let data = pattern(2, 32);
-    let wc = write(&env, &p.a, 6, &data, at(&p, 0, bound));
+    let wc = write(&env, &p.a, 6, &data, remote(&p, 0, bound));
     assert_eq!(wc.status, WcStatus::Success, "the first binding is intact");
     assert_eq!(p.b.buf.to_vec(0, 32).unwrap(), data);
 }
@@ -274,7 +248,7 @@ fn type1_window_of_another_pd_is_rem_access(backend: Backend) {
         .unwrap();
     assert!(one(&env, &cq2).is_ok());
     p.b.buf.store_u64(0, 9).unwrap();
-    let remote = at(&p, 0, rkey);
+    let remote = remote(&p, 0, rkey);
     let ops = [
         SendOp::RdmaWrite { remote },
         SendOp::RdmaRead { remote },
@@ -295,7 +269,7 @@ fn bind_of_an_mr_of_another_pd_fails_with_mw_bind_err(backend: Backend) {
     let mr2 = pd2.reg_mr_blocking(&p.b.buf, 0..4096, FULL_ACCESS).unwrap();
     for t in [MwType::Type1, MwType::Type2] {
         let mw = p.b.pd.alloc_mw_blocking(t).unwrap();
-        let wc = bind(&env, &p.b, &mw, &mr2, 0, 4096, ALL);
+        let wc = bind_wr(&env, &p.b, &mw, &mr2, 0, 4096, ALL);
         assert_eq!(wc.status, WcStatus::MwBindErr, "{t:?}");
         restate_pair(&env, &p, &mw_params());
     }
@@ -326,13 +300,13 @@ fn destroying_a_qp_ends_its_type2_windows_but_not_type1(backend: Backend) {
     let a3 = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
     connect(&a3.qp, &qp3, &mw_params());
     let data = pattern(3, 16);
-    let wc = write(&env, &a3, 3, &data, at(&p, 4096, mw2.rkey()));
+    let wc = write(&env, &a3, 3, &data, remote(&p, 4096, mw2.rkey()));
     assert_eq!(
         wc.status,
         WcStatus::RemAccessErr,
         "the type-2 window died with its QP"
     );
-    let wc = write(&env, &p.a, 4, &data, at(&p, 0, k1));
+    let wc = write(&env, &p.a, 4, &data, remote(&p, 0, k1));
     assert_eq!(
         wc.status,
         WcStatus::Success,
@@ -349,13 +323,13 @@ fn dereg_mr_with_a_bound_type2_window_is_refused(backend: Backend) {
             .reg_mr_blocking(&p.b.buf, 0..8192, FULL_ACCESS)
             .unwrap();
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind(&env, &p.b, &mw, &mr, 0, 4096, ALL).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &mr, 0, 4096, ALL).is_ok());
     let mr = match mr.dereg().map_err(|r| r.into_parts()) {
         Err((MrError::Busy { .. }, mr)) => mr,
         other => panic!("expected Busy, got {:?}", other),
     };
     let data = pattern(5, 32);
-    let wc = write(&env, &p.a, 1, &data, at(&p, 0, mw.rkey()));
+    let wc = write(&env, &p.a, 1, &data, remote(&p, 0, mw.rkey()));
     assert_eq!(wc.status, WcStatus::Success, "the window keeps working");
     let wc = run(
         &env,
@@ -389,7 +363,7 @@ fn unsignaled_window_operations_complete_only_on_error(backend: Backend) {
         .unwrap();
     let wcs = poll_exact(&env, &p.b.cq, 1);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (3, WcStatus::Success));
-    let wc = write(&env, &p.a, 4, &[1; 8], at(&p, 0, rkey));
+    let wc = write(&env, &p.a, 4, &[1; 8], remote(&p, 0, rkey));
     assert_eq!(wc.status, WcStatus::RemAccessErr, "bound, then invalidated");
     restate_pair(&env, &p, &mw_params());
     // An unsignaled invalidate of a key that is no bound window completes with its error.
@@ -433,7 +407,7 @@ fn type1_bind_posted_to_a_qp_in_err_is_flushed(backend: Backend) {
     let wc = one(&env, &p.b.cq);
     assert_eq!((wc.wr_id, wc.status), (7, WcStatus::WrFlushErr));
     restate_pair(&env, &p, &mw_params());
-    let wc = write(&env, &p.a, 1, &[1; 8], at(&p, 0, rkey));
+    let wc = write(&env, &p.a, 1, &[1; 8], remote(&p, 0, rkey));
     assert_eq!(
         wc.status,
         WcStatus::RemAccessErr,
@@ -468,7 +442,7 @@ fn send_with_invalidate_without_data_invalidates_and_reports_the_key(backend: Ba
     let env = Env::new(backend);
     let p = mw_pair(&env);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind(&env, &p.b, &mw, &p.b.mr, 0, 4096, ALL).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, ALL).is_ok());
     let rkey = mw.rkey();
     p.b.qp
         .post_recv(&[RecvWr {
@@ -481,7 +455,7 @@ fn send_with_invalidate_without_data_invalidates_and_reports_the_key(backend: Ba
     let rwc = one(&env, &p.b.cq);
     check_wc(&rwc, 3, WcStatus::Success, WcOpcode::Recv);
     assert_eq!((rwc.byte_len, rwc.invalidated_rkey()), (0, Some(rkey)));
-    let wc = write(&env, &p.a, 5, &[1; 8], at(&p, 0, rkey));
+    let wc = write(&env, &p.a, 5, &[1; 8], remote(&p, 0, rkey));
     assert_eq!(wc.status, WcStatus::RemAccessErr);
     restate_pair(&env, &p, &mw_params());
     let wc = write(&env, &p.a, 6, &[2; 8], p.b.remote(0));
@@ -501,14 +475,14 @@ fn send_with_invalidate_without_a_receive_is_rnr_and_keeps_the_window(backend: B
     };
     let p = Pair::with(&env, QpType::Rc, &params, FULL_ACCESS);
     let mw = p.b.pd.alloc_mw_blocking(MwType::Type2).unwrap();
-    assert!(bind(&env, &p.b, &mw, &p.b.mr, 0, 4096, ALL).is_ok());
+    assert!(bind_wr(&env, &p.b, &mw, &p.b.mr, 0, 4096, ALL).is_ok());
     let rkey = mw.rkey();
     let wc = run(&env, &p.a, SendWr::new(4, SendOp::SendWithInv { rkey }));
     assert_eq!(wc.status, WcStatus::RnrRetryExcErr);
     assert_eq!(queried_state(&p.b.qp), QpState::Rts);
     restate(&p.a.qp, p.b.qp.qp_num(), Env::gid(env.b()), &params);
     let data = pattern(6, 8);
-    let wc = write(&env, &p.a, 5, &data, at(&p, 0, rkey));
+    let wc = write(&env, &p.a, 5, &data, remote(&p, 0, rkey));
     assert_eq!(
         wc.status,
         WcStatus::Success,
@@ -527,7 +501,7 @@ fn zero_based_binds_fail_with_mw_bind_err(backend: Backend) {
     let p = mw_pair(&env);
     for t in [MwType::Type1, MwType::Type2] {
         let mw = p.b.pd.alloc_mw_blocking(t).unwrap();
-        let wc = bind(
+        let wc = bind_wr(
             &env,
             &p.b,
             &mw,

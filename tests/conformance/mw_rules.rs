@@ -7,51 +7,14 @@ use portverbs::prelude::*;
 use portverbs::verbs::{MwBind, PostError, PostErrorKind, inc_rkey};
 
 use super::env::{Backend, Env};
+use super::mw_util::*;
 use super::obj_util::*;
 use super::tx_util::*;
 use super::util::*;
 
-const RW: AccessFlags = AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_READ);
-
-/// A pair whose QPs may bind windows; windows live on side b.
-fn mw_pair(env: &Env) -> Pair {
-    Pair::with(env, QpType::Rc, &mw_params(), FULL_ACCESS)
-}
-
-/// Binds a type-2 window of b over `len` bytes at `offset` of b's MR with a BIND_MW request
-/// posted on `qp`'s side `side`; returns the completion.
+/// [`bind_wr`] with remote read and write.
 fn bind2(env: &Env, side: &Side, mw: &Mw, mr: &Mr, offset: u64, len: u64) -> WorkCompletion {
-    let bind = mw.bind(mr, mr.addr() + offset, len, RW);
-    run(env, side, SendWr::new(901, SendOp::BindMw { bind }))
-}
-
-fn remote(p: &Pair, offset: u64, rkey: u32) -> RemoteAddr {
-    RemoteAddr {
-        addr: p.b.mr.addr() + offset,
-        rkey,
-    }
-}
-
-/// A second RC QP in b's PD, connected to a fresh side on device a.
-fn second_qp(env: &Env, p: &Pair) -> (Qp, Side) {
-    let params = mw_params();
-    let qp2 =
-        p.b.pd
-            .create_qp_blocking(QpInit {
-                qp_type: QpType::Rc,
-                send_cq: &p.b.cq,
-                recv_cq: &p.b.cq,
-                srq: None,
-                caps: CAPS,
-                sq_sig_all: false,
-            })
-            .unwrap();
-    let a2 = side_on(env.a(), cq(env.a(), 16), FULL_ACCESS);
-    to_init(&qp2, &params);
-    to_init(&a2.qp, &params);
-    to_rts(&qp2, a2.qp.qp_num(), Env::gid(env.a()), &params);
-    to_rts(&a2.qp, qp2.qp_num(), Env::gid(env.b()), &params);
-    (qp2, a2)
+    bind_wr(env, side, mw, mr, offset, len, RW)
 }
 
 fn type2_bind_with_zero_length_fails_with_mw_bind_err(backend: Backend) {

@@ -39,12 +39,25 @@ impl Ud {
         }
     }
 
-    /// Sends `len` bytes from offset 0 of a's buffer with `op`.
+    /// Sends `len` bytes from offset 0 of a's buffer with `op` to b.
     fn send(&self, env: &Env, wr_id: u64, op: SendOp, len: u32, qkey: u32) -> WorkCompletion {
+        self.send_to(env, wr_id, op, len, self.dest(qkey))
+    }
+
+    /// Sends `len` bytes from offset 0 of a's buffer with `op` to `dest`; returns a's
+    /// completion.
+    fn send_to(
+        &self,
+        env: &Env,
+        wr_id: u64,
+        op: SendOp,
+        len: u32,
+        dest: UdDest<'_>,
+    ) -> WorkCompletion {
         let sge = [self.p.a.sge(0, len)];
         let wr = SendWr::new(wr_id, op)
             .sges(if len == 0 { &[] } else { &sge })
-            .ud(self.dest(qkey))
+            .ud(dest)
             .signaled();
         self.p.a.qp.post_send(&[wr]).unwrap();
         poll_one(env, &self.p.a.cq)
@@ -383,21 +396,12 @@ fn ud_send_to_a_qpn_that_does_not_exist_is_dropped(backend: Backend) {
     let env = Env::new(backend);
     let u = Ud::new(&env);
     u.p.b.post_recv(1, 0, 256);
-    let sge = [u.p.a.sge(0, 16)];
     let dest = UdDest {
         remote_qpn: 0x00ab_cdef,
         ..u.dest(QKEY)
     };
-    u.p.a
-        .qp
-        .post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).ud(dest).signaled()])
-        .unwrap();
-    check_wc(
-        &poll_one(&env, &u.p.a.cq),
-        2,
-        WcStatus::Success,
-        WcOpcode::Send,
-    );
+    let wc = u.send_to(&env, 2, SendOp::Send, 16, dest);
+    check_wc(&wc, 2, WcStatus::Success, WcOpcode::Send);
     assert!(
         env.poll(&u.p.b.cq, 0).is_empty(),
         "nothing arrives anywhere"
@@ -417,21 +421,12 @@ fn ud_and_rc_qps_do_not_talk(backend: Backend) {
     };
     connect(&peer.qp, &rc.qp, &params);
     rc.post_recv(1, 0, 256);
-    let sge = [u.p.a.sge(0, 16)];
     let dest = UdDest {
         remote_qpn: rc.qp.qp_num(),
         ..u.dest(QKEY)
     };
-    u.p.a
-        .qp
-        .post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).ud(dest).signaled()])
-        .unwrap();
-    check_wc(
-        &poll_one(&env, &u.p.a.cq),
-        2,
-        WcStatus::Success,
-        WcOpcode::Send,
-    );
+    let wc = u.send_to(&env, 2, SendOp::Send, 16, dest);
+    check_wc(&wc, 2, WcStatus::Success, WcOpcode::Send);
     assert!(env.poll(&rc.cq, 0).is_empty());
     // An RC QP connected to the number of a UD QP gets no acknowledgement.
     let lone = Side::new(env.a(), QpType::Rc, CAPS, 4096, FULL_ACCESS);
@@ -464,21 +459,12 @@ fn ud_traffic_class_reaches_the_grh_area(backend: Backend) {
             })
             .unwrap();
     u.p.b.post_recv(1, 0, 256);
-    let sge = [u.p.a.sge(0, 8)];
     let dest = UdDest {
         av: ah.av(),
         ..u.dest(QKEY)
     };
-    u.p.a
-        .qp
-        .post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).ud(dest).signaled()])
-        .unwrap();
-    check_wc(
-        &poll_one(&env, &u.p.a.cq),
-        2,
-        WcStatus::Success,
-        WcOpcode::Send,
-    );
+    let wc = u.send_to(&env, 2, SendOp::Send, 8, dest);
+    check_wc(&wc, 2, WcStatus::Success, WcOpcode::Send);
     check_wc(
         &poll_one(&env, &u.p.b.cq),
         1,
