@@ -158,10 +158,10 @@ impl Drop for ModelDma {
 // `len()` bytes at `host_addr()`, freed only when the last owner drops, that SoftDma and the
 // emulated HCA reach only through raw copies and atomics.
 #[allow(unsafe_code)]
-unsafe impl portverbs_mlx4::HostMapped for ModelDma {}
+unsafe impl portverbs_dma::HostMapped for ModelDma {}
 
 /// Application memory mapped into the model's IOMMU ([`IovaTable::map_host`]). Not
-/// [`portverbs_mlx4::HostMapped`]: the driver never makes rings of it (it need not be aligned).
+/// [`portverbs_dma::HostMapped`]: the driver never makes rings of it (it need not be aligned).
 #[derive(Debug)]
 pub(crate) struct HostDma(ModelDma);
 

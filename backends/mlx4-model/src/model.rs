@@ -9,7 +9,7 @@ use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::Mtu;
-use portverbs_mlx4::HostMapped;
+use portverbs_dma::HostMapped;
 use portverbs_mlx4::layout::status::Status;
 use portverbs_mlx4::pci::{CONNECTX3, MELLANOX_VENDOR, PciError, PciFunction};
 use portverbs_soft::engine::{EngineConfig, PortInfo};

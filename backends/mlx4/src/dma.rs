@@ -23,21 +23,7 @@ use portverbs_hal::mmio::{Mmio, MmioError};
 
 use crate::queues::Geometry;
 
-/// DMA memory whose host mapping the driver may read and write through raw pointers.
-///
-/// # Safety
-/// For as long as the value lives, `host_addr()..host_addr() + len()` must be memory of this
-/// process that is valid for reads and writes, never moves, is at least 8-byte aligned, and is
-/// never covered by a Rust reference made elsewhere (other parties — the device, the region's
-/// own [`DmaMemory`] methods — reach it only through raw pointers or atomics, as this module
-/// does; the one shared reference this module makes covers bytes that only it writes).
-pub unsafe trait HostMapped: DmaMemory {}
-
-#[cfg(target_os = "linux")]
-// SAFETY: a VfioDma owns an anonymous shared mapping (`MmapRaw`) of at least `len()` bytes at
-// `host_addr()`, page aligned, unmapped only when the value drops; its own accessors use raw
-// copies and atomics. Unmapping it from the IOMMU leaves the host mapping in place.
-unsafe impl HostMapped for portverbs_vfio::VfioDma {}
+pub use portverbs_dma::HostMapped;
 
 /// A DMA region plus its raw base, for hot-path access. Cloning shares the region.
 #[derive(Clone)]

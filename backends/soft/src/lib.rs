@@ -16,13 +16,13 @@
 //! * [`device`] — the soft HCA: queue formats, doorbells, and the HAL command interface.
 //!
 //! What this crate must never do: depend on `verbs-core` or `cm-core` (backends sit *below* the
-//! portable cores), or reach DMA memory except through [`dma`], the only module allowed `unsafe`.
-//! It may run a thread — it emulates hardware — but the stepped mode runs none.
-#![deny(unsafe_code)]
+//! portable cores), or reach DMA memory except through [`dma`] (the `portverbs-dma` crate, where
+//! the raw-pointer code lives; this crate has no `unsafe`). It may run a thread — it emulates hardware — but the stepped mode runs none.
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod device;
-pub mod dma;
+pub use portverbs_dma as dma;
 pub mod engine;
 pub mod fabric;
 pub mod wire;

@@ -327,6 +327,11 @@ impl<B: Backing> Drop for VfioDma<B> {
     }
 }
 
+// SAFETY: a VfioDma owns an anonymous shared mapping (`MmapRaw`) of at least `len()` bytes at
+// `host_addr()`, page aligned, unmapped only when the value drops; its own accessors use raw
+// copies and atomics. Unmapping it from the IOMMU leaves the host mapping in place.
+unsafe impl portverbs_dma::HostMapped for VfioDma<Anon> {}
+
 impl<B: Backing> DmaMemory for VfioDma<B> {
     fn len(&self) -> usize {
         self.len
