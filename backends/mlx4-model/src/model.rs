@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use portverbs_dma::HostMapped;
 use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::Mtu;
-use portverbs_dma::HostMapped;
 use portverbs_mlx4::layout::status::Status;
 use portverbs_mlx4::pci::{CONNECTX3, MELLANOX_VENDOR, PciError, PciFunction};
 use portverbs_soft::engine::{EngineConfig, PortInfo};
