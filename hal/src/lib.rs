@@ -28,6 +28,10 @@
 //! * **Interrupts** ([`notify`]): each event queue interrupts an [`InterruptSink`] that a
 //!   platform crate provides (an eventfd on Linux); the same sink is what the host blocks or
 //!   awaits on, with one clear-look-wait discipline so that no interrupt is lost.
+//! * **The QP state machine** ([`qp_state`]): the one IBTA transition table — legal
+//!   transitions and the required and optional attributes of each per transport — that
+//!   verbs-core checks every modify against, the transport engine and the emulated HCA enforce,
+//!   and the mlx4 driver maps onto its firmware commands.
 //! * **Capabilities and quirks** ([`caps`]): device and port attributes in the shape of
 //!   `ibv_query_device`/`ibv_query_port`, plus one queryable table of deviations from IBTA.
 //!
@@ -55,6 +59,7 @@ pub mod event;
 pub mod format;
 pub mod mmio;
 pub mod notify;
+pub mod qp_state;
 pub mod queue;
 pub mod ring;
 pub mod types;

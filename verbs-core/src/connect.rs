@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::error::{ModifyQpError, QueryError};
 use crate::qp::Qp;
-use crate::qp_state;
+use portverbs_hal::qp_state;
 
 /// What a peer needs to know to reach a QP: exchanged out of band, as `ibv_rc_pingpong`'s
 /// `LID QPN PSN GID` line.

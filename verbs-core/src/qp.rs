@@ -26,10 +26,10 @@ use crate::error::{
 use crate::mr::Mr;
 use crate::mw::Mw;
 use crate::pd::Pd;
-use crate::qp_state::{self, Violation};
 use crate::send_rules::{self, SendRules};
 use crate::shared::{QpShared, WrRing};
 use crate::srq::Srq;
+use portverbs_hal::qp_state::{self, Violation};
 
 /// A receive work request (`struct ibv_recv_wr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

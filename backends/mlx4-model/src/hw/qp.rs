@@ -1,6 +1,6 @@
-//! QP transitions (facts §3.4): the legal-transition table, the modify mailbox (optparam mask
-//! and context) mapped onto the engine's `QpInit` / `QpAttr` at each transition, 2ERR / 2RST,
-//! and QUERY_QP.
+//! QP transitions (facts §3.4): each command checked against the HAL's one transition table,
+//! the modify mailbox (optparam mask and context) mapped onto the engine's `QpInit` / `QpAttr`
+//! at each transition, 2ERR / 2RST, and QUERY_QP.
 //!
 //! A QPN in RESET has no state here. RST2INIT resolves the QP buffer through its MTT range
 //! (send and receive queues inside it by facts §5.1's order rule), the RQ doorbell record, the
@@ -11,6 +11,7 @@ use std::cell::Cell;
 
 use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::error::CommandError;
+use portverbs_hal::qp_state::{Transition, transition};
 use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpState, QpType};
 use portverbs_mlx4::layout::ctx::{
     AddressPath, PM_MIGRATED, QpContext, QpMailbox, mtt_join, optpar, params2, qp_state, service,
@@ -58,52 +59,6 @@ impl Qp {
     pub(super) fn srqn(&self) -> Option<u32> {
         self.srqn.filter(|_| self.in_engine)
     }
-}
-
-/// The mlx4 encoding of an engine state.
-fn mlx4_state(s: QpState) -> u32 {
-    match s {
-        QpState::Reset => qp_state::RST,
-        QpState::Init => qp_state::INIT,
-        QpState::Rtr => qp_state::RTR,
-        QpState::Rts => qp_state::RTS,
-        QpState::Sqd => qp_state::SQD,
-        QpState::Sqe => qp_state::SQER,
-        QpState::Err => qp_state::ERR,
-    }
-}
-
-fn engine_state(s: u32) -> Option<QpState> {
-    Some(match s {
-        qp_state::RST => QpState::Reset,
-        qp_state::INIT => QpState::Init,
-        qp_state::RTR => QpState::Rtr,
-        qp_state::RTS => QpState::Rts,
-        qp_state::SQD => QpState::Sqd,
-        qp_state::SQER => QpState::Sqe,
-        qp_state::ERR => QpState::Err,
-        _ => return None,
-    })
-}
-
-/// (states it may start from, target state, carries a mailbox) of a transition opcode.
-fn transition(opcode: u16) -> Option<(&'static [u32], u32, bool)> {
-    use qp_state::*;
-    const ANY: &[u32] = &[RST, INIT, RTR, RTS, SQER, SQD, ERR];
-    Some(match opcode {
-        op::RST2INIT_QP => (&[RST], INIT, true),
-        op::INIT2INIT_QP => (&[INIT], INIT, true),
-        op::INIT2RTR_QP => (&[INIT], RTR, true),
-        op::RTR2RTS_QP => (&[RTR], RTS, true),
-        op::RTS2RTS_QP => (&[RTS], RTS, true),
-        op::SQERR2RTS_QP => (&[SQER], RTS, true),
-        op::RTS2SQD_QP => (&[RTS], SQD, false),
-        op::SQD2RTS_QP => (&[SQD], RTS, true),
-        op::SQD2SQD_QP => (&[SQD], SQD, true),
-        op::ERR_QP => (ANY, ERR, false),
-        op::RST_QP => (ANY, RST, false),
-        _ => return None,
-    })
 }
 
 fn qp_type(flags: u32) -> Result<QpType, Status> {
@@ -242,7 +197,7 @@ impl Hw {
     fn qp_state(&self, engine: &Engine, qpn: u32) -> u32 {
         match self.qps.get(qpn) {
             None => qp_state::RST,
-            Some(qp) if qp.in_engine => engine.qp_state(qpn).map_or(qp_state::RST, mlx4_state),
+            Some(qp) if qp.in_engine => engine.qp_state(qpn).map_or(qp_state::RST, qp_state::code),
             Some(_) => qp_state::ERR,
         }
     }
@@ -267,14 +222,19 @@ impl Hw {
             mb.optpar = 0.into();
             return self.outbox(cmd.out_param, mb.as_bytes()).map(|()| None);
         }
-        let (from, to, has_mailbox) = transition(cmd.opcode).ok_or(Status::BadOp)?;
-        let cur = self.qp_state(engine, qpn);
-        if !from.contains(&cur) {
+        let tr = op::qp_transition(cmd.opcode).ok_or(Status::BadOp)?;
+        let cur = qp_state::from_code(self.qp_state(engine, qpn)).ok_or(Status::BadQpState)?;
+        let t = self.qps.get(qpn).map_or(QpType::Rc, |q| q.qp_type);
+        // The HAL's one table decides, with one firmware difference: like Linux's mlx4 command
+        // table, the HCA takes 2ERR from RESET, which the IBTA verbs table (and so verbs-core)
+        // refuses before a command is ever issued.
+        let firmware_only = tr == Transition::ToErr && cur == QpState::Reset;
+        if !firmware_only && transition(t, cur, tr.to()) != Some(tr) {
             return Err(Status::BadQpState);
         }
-        let mb = if has_mailbox {
+        let mb = if op::qp_command_has_mailbox(tr) {
             let mb: QpMailbox = self.inbox(cmd.in_param)?;
-            if mb.ctx.flags.get() >> 28 != to {
+            if mb.ctx.flags.get() >> 28 != qp_state::code(tr.to()) {
                 return Err(Status::BadQpState);
             }
             Some(mb)
@@ -300,7 +260,7 @@ impl Hw {
                     Some(mb) => attrs(t, cmd.opcode, mb.optpar.get(), &mb.ctx, self.ports)?,
                     None => (QpAttr::default(), QpAttrMask::empty()),
                 };
-                a.qp_state = engine_state(to).ok_or(Status::BadQpState)?;
+                a.qp_state = tr.to();
                 m |= QpAttrMask::STATE;
                 if cmd.opcode == op::RTS2SQD_QP && cmd.in_mod & (1 << 31) != 0 {
                     a.en_sqd_async_notify = true;

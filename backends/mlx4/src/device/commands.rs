@@ -922,7 +922,11 @@ impl Device for Mlx4Device {
         } else {
             from
         };
-        let Some(op) = qp_ctx::transition_opcode(from, to) else {
+        let t = {
+            let o = self.0.objects();
+            o.qps.get(&qpn).ok_or_else(|| no("QP", qpn))?.qp_type
+        };
+        let Some(op) = qp_ctx::transition_opcode(t, from, to) else {
             return Err(CommandError::BadState {
                 object: "QP",
                 number: qpn,

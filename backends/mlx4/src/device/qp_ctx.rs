@@ -11,49 +11,15 @@ use crate::layout::ctx::{
 };
 use crate::layout::opcode;
 
-/// The command of a transition; `None` for transitions the HCA has no command for.
-pub(crate) fn transition_opcode(from: QpState, to: QpState) -> Option<u16> {
-    use QpState::*;
-    Some(match (from, to) {
-        (_, Reset) => opcode::RST_QP,
-        (_, Err) => opcode::ERR_QP,
-        (Reset, Init) => opcode::RST2INIT_QP,
-        (Init, Init) => opcode::INIT2INIT_QP,
-        (Init, Rtr) => opcode::INIT2RTR_QP,
-        (Rtr, Rts) => opcode::RTR2RTS_QP,
-        (Rts, Rts) => opcode::RTS2RTS_QP,
-        (Sqe, Rts) => opcode::SQERR2RTS_QP,
-        (Rts, Sqd) => opcode::RTS2SQD_QP,
-        (Sqd, Rts) => opcode::SQD2RTS_QP,
-        (Sqd, Sqd) => opcode::SQD2SQD_QP,
-        _ => return None,
-    })
-}
-
-fn state_code(s: QpState) -> u32 {
-    match s {
-        QpState::Reset => qp_state::RST,
-        QpState::Init => qp_state::INIT,
-        QpState::Rtr => qp_state::RTR,
-        QpState::Rts => qp_state::RTS,
-        QpState::Sqd => qp_state::SQD,
-        QpState::Sqe => qp_state::SQER,
-        QpState::Err => qp_state::ERR,
-    }
+/// The firmware command of `from → to` on transport `t`, from the HAL's one transition table;
+/// `None` when the transition does not exist.
+pub(crate) fn transition_opcode(t: QpType, from: QpState, to: QpState) -> Option<u16> {
+    portverbs_hal::qp_state::transition(t, from, to).map(opcode::qp_command)
 }
 
 /// The QP state a context's flags encode.
 pub(crate) fn state_of(flags: u32) -> Option<QpState> {
-    Some(match flags >> 28 {
-        qp_state::RST => QpState::Reset,
-        qp_state::INIT => QpState::Init,
-        qp_state::RTR => QpState::Rtr,
-        qp_state::RTS => QpState::Rts,
-        qp_state::SQER => QpState::Sqe,
-        qp_state::SQD | qp_state::SQ_DRAINING => QpState::Sqd,
-        qp_state::ERR => QpState::Err,
-        _ => return None,
-    })
+    qp_state::from_code(flags >> 28)
 }
 
 fn access_bits(a: AccessFlags) -> u32 {
@@ -99,7 +65,7 @@ pub(crate) fn build(qp: &QpRec, env: &QpEnv, mask: QpAttrMask) -> QpMailbox {
         QpType::Uc => service::UC,
         QpType::Ud => service::UD,
     };
-    c.flags = ((state_code(a.qp_state) << 28) | (st << 16) | PM_MIGRATED).into();
+    c.flags = ((qp_state::code(a.qp_state) << 28) | (st << 16) | PM_MIGRATED).into();
     c.pd = qp.pd.into();
     let log = |n: u32| n.trailing_zeros() as u8;
     c.sq_size_stride = (log(qp.sq.cnt) << 3) | (qp.sq.shift as u8 - 4);

@@ -303,6 +303,35 @@ pub mod qp_state {
     pub const SQD: u32 = 5;
     pub const ERR: u32 = 6;
     pub const SQ_DRAINING: u32 = 7;
+
+    use portverbs_hal::types::QpState;
+
+    /// The code of a state (QPC flags bits 31:28).
+    pub fn code(s: QpState) -> u32 {
+        match s {
+            QpState::Reset => RST,
+            QpState::Init => INIT,
+            QpState::Rtr => RTR,
+            QpState::Rts => RTS,
+            QpState::Sqd => SQD,
+            QpState::Sqe => SQER,
+            QpState::Err => ERR,
+        }
+    }
+
+    /// The state a code names (SQ-draining reads as SQD); `None` for the reserved codes.
+    pub fn from_code(code: u32) -> Option<QpState> {
+        Some(match code {
+            RST => QpState::Reset,
+            INIT => QpState::Init,
+            RTR => QpState::Rtr,
+            RTS => QpState::Rts,
+            SQER => QpState::Sqe,
+            SQD | SQ_DRAINING => QpState::Sqd,
+            ERR => QpState::Err,
+            _ => return None,
+        })
+    }
 }
 
 /// Service types (QPC flags bits 19:16).

@@ -2,6 +2,8 @@
 
 #![allow(missing_docs)]
 
+use portverbs_hal::qp_state::Transition;
+
 pub const QUERY_DEV_CAP: u16 = 0x003;
 pub const QUERY_FW: u16 = 0x004;
 pub const QUERY_ADAPTER: u16 = 0x006;
@@ -117,4 +119,48 @@ pub fn name(op: u16) -> &'static str {
         MAP_FA => "MAP_FA",
         _ => "unknown command",
     }
+}
+
+/// The firmware command of a QP state transition (the HAL's table names the transition).
+pub fn qp_command(t: Transition) -> u16 {
+    match t {
+        Transition::ToReset => RST_QP,
+        Transition::ToErr => ERR_QP,
+        Transition::ResetToInit => RST2INIT_QP,
+        Transition::InitToInit => INIT2INIT_QP,
+        Transition::InitToRtr => INIT2RTR_QP,
+        Transition::RtrToRts => RTR2RTS_QP,
+        Transition::RtsToRts => RTS2RTS_QP,
+        Transition::SqeToRts => SQERR2RTS_QP,
+        Transition::RtsToSqd => RTS2SQD_QP,
+        Transition::SqdToRts => SQD2RTS_QP,
+        Transition::SqdToSqd => SQD2SQD_QP,
+    }
+}
+
+/// The transition a firmware command performs; `None` for commands that are not QP
+/// transitions.
+pub fn qp_transition(opcode: u16) -> Option<Transition> {
+    Some(match opcode {
+        RST_QP => Transition::ToReset,
+        ERR_QP => Transition::ToErr,
+        RST2INIT_QP => Transition::ResetToInit,
+        INIT2INIT_QP => Transition::InitToInit,
+        INIT2RTR_QP => Transition::InitToRtr,
+        RTR2RTS_QP => Transition::RtrToRts,
+        RTS2RTS_QP => Transition::RtsToRts,
+        SQERR2RTS_QP => Transition::SqeToRts,
+        RTS2SQD_QP => Transition::RtsToSqd,
+        SQD2RTS_QP => Transition::SqdToRts,
+        SQD2SQD_QP => Transition::SqdToSqd,
+        _ => return None,
+    })
+}
+
+/// Whether a transition command carries a QP context mailbox (2RST, 2ERR and RTS2SQD do not).
+pub fn qp_command_has_mailbox(t: Transition) -> bool {
+    !matches!(
+        t,
+        Transition::ToReset | Transition::ToErr | Transition::RtsToSqd
+    )
 }
