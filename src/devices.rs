@@ -27,6 +27,51 @@ struct Embedded {
     fabric: Fabric,
     devices: Vec<AnyDevice>,
     models: Vec<portverbs_mlx4_model::Mlx4Model>,
+    skipped: Vec<SkippedDevice>,
+}
+
+/// Why [`emulated_mlx4`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmulatedMlx4Error {
+    /// The model could not be attached to the fabric.
+    #[error("attaching the emulated HCA: {0}")]
+    Attach(#[source] portverbs_mlx4_model::ModelError),
+    /// The mlx4 driver could not bring the model up.
+    #[error("opening the emulated HCA: {0}")]
+    Open(#[source] portverbs_mlx4::OpenError),
+}
+
+/// Why a device is missing from [`devices`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// An emulated HCA of the embedded fabric did not come up.
+    #[error(transparent)]
+    Emulated(#[from] EmulatedMlx4Error),
+    /// A function bound to vfio-pci could not be opened.
+    #[error(transparent)]
+    Vfio(#[from] portverbs_mlx4::OpenError),
+}
+
+/// A device [`devices`] would have listed but could not open. The library prints nothing;
+/// the CLI's `portverbs devices` shows these.
+#[derive(Debug)]
+pub struct SkippedDevice {
+    /// The name it would have had (`mlx4_1`), or its PCI address.
+    pub name: String,
+    /// Why it is missing.
+    pub reason: SkipReason,
+}
+
+/// The devices that could not be opened, in the order [`devices`] tried them (the embedded
+/// ones, then the VFIO-bound functions).
+pub fn skipped_devices() -> Vec<&'static SkippedDevice> {
+    embedded()
+        .skipped
+        .iter()
+        .chain(hardware().1.iter())
+        .collect()
 }
 
 /// Puts an emulated ConnectX-3 on `fabric` and brings it up with the mlx4 driver, with `ip`
@@ -47,12 +92,12 @@ struct Embedded {
 /// The model must outlive the device: it is the hardware.
 ///
 /// # Errors
-/// The model could not be attached or the driver could not open it (the message says which).
+/// [`EmulatedMlx4Error`]: the model could not be attached, or the driver could not open it.
 pub fn emulated_mlx4(
     fabric: &Fabric,
     name: &str,
     ip: IpAddr,
-) -> Result<(portverbs_mlx4_model::Mlx4Model, portverbs_mlx4::Mlx4Device), String> {
+) -> Result<(portverbs_mlx4_model::Mlx4Model, portverbs_mlx4::Mlx4Device), EmulatedMlx4Error> {
     let (model, function) = portverbs_mlx4_model::Mlx4Model::attach(
         fabric,
         portverbs_mlx4_model::ModelConfig {
@@ -60,10 +105,11 @@ pub fn emulated_mlx4(
             ..Default::default()
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(EmulatedMlx4Error::Attach)?;
     let config =
         portverbs_mlx4::Mlx4Config::new(name, vec![vec![portverbs_hal::types::Gid::from_ip(ip)]]);
-    let dev = portverbs_mlx4::Mlx4Device::open(function, config).map_err(|e| e.to_string())?;
+    let dev =
+        portverbs_mlx4::Mlx4Device::open(function, config).map_err(EmulatedMlx4Error::Open)?;
     Ok((model, dev))
 }
 
@@ -77,19 +123,28 @@ fn embedded() -> &'static Embedded {
             .map(AnyDevice::Soft)
             .collect();
         let mut models = Vec::new();
+        let mut skipped = Vec::new();
         for (i, ip) in EMBEDDED_MLX4_ADDRS.iter().enumerate() {
-            match emulated_mlx4(&fabric, &format!("mlx4_{i}"), *ip) {
+            let name = format!("mlx4_{i}");
+            match emulated_mlx4(&fabric, &name, *ip) {
                 Ok((model, dev)) => {
                     models.push(model);
                     devices.push(AnyDevice::Mlx4(dev));
                 }
-                Err(e) => eprintln!("portverbs: the emulated mlx4_{i} did not come up: {e}"),
+                Err(e) => {
+                    tracing::warn!(device = %name, error = %e, "the emulated HCA did not come up");
+                    skipped.push(SkippedDevice {
+                        name,
+                        reason: e.into(),
+                    });
+                }
             }
         }
         Embedded {
             fabric,
             devices,
             models,
+            skipped,
         }
     })
 }
@@ -115,7 +170,7 @@ pub fn embedded_fabric() -> &'static Fabric {
 /// ```
 pub fn devices() -> Vec<AnyDevice> {
     let mut v: Vec<AnyDevice> = embedded().devices.clone();
-    v.extend(hardware().iter().cloned());
+    v.extend(hardware().0.iter().cloned());
     v
 }
 
@@ -128,39 +183,45 @@ pub fn device(name: &str) -> Option<AnyDevice> {
 
 /// VFIO-bound mlx4 functions, opened once per process, as [`hardware_env`] asks: no scan with
 /// `PORTVERBS_NO_VFIO=1`, port 1's RoCE GID from `PORTVERBS_MLX4_IP`. A malformed variable
-/// means no scan ([`hardware_env`] says why).
-fn hardware() -> &'static [AnyDevice] {
-    static HW: OnceLock<Vec<AnyDevice>> = OnceLock::new();
+/// means no scan ([`hardware_env`] says why). Functions that would not open are kept apart,
+/// with the reason ([`skipped_devices`]).
+fn hardware() -> &'static (Vec<AnyDevice>, Vec<SkippedDevice>) {
+    static HW: OnceLock<(Vec<AnyDevice>, Vec<SkippedDevice>)> = OnceLock::new();
     HW.get_or_init(|| {
         #[cfg(target_os = "linux")]
         {
-            let env = match hardware_env() {
-                Ok(env) if env.vfio_scan => env,
-                _ => return Vec::new(),
-            };
-            let gids: Vec<Vec<portverbs_hal::types::Gid>> = env
-                .mlx4_ip
-                .map(|ip| vec![vec![portverbs_hal::types::Gid::from_ip(ip)]])
-                .unwrap_or_default();
-            portverbs_mlx4::vfio::scan()
-                .into_iter()
-                .enumerate()
-                .filter_map(|(i, addr)| {
-                    let config =
-                        portverbs_mlx4::Mlx4Config::new(format!("mlx4_vfio{i}"), gids.clone());
-                    match portverbs_mlx4::Mlx4Device::open_vfio(&addr, config) {
-                        Ok(d) => Some(AnyDevice::Mlx4(d)),
-                        Err(e) => {
-                            eprintln!("portverbs: skipping {addr}: {e}");
-                            None
-                        }
-                    }
-                })
-                .collect()
+            scan_vfio()
         }
         #[cfg(not(target_os = "linux"))]
         {
-            Vec::new()
+            (Vec::new(), Vec::new())
         }
     })
+}
+
+#[cfg(target_os = "linux")]
+fn scan_vfio() -> (Vec<AnyDevice>, Vec<SkippedDevice>) {
+    let (mut opened, mut skipped) = (Vec::new(), Vec::new());
+    let env = match hardware_env() {
+        Ok(env) if env.vfio_scan => env,
+        _ => return (opened, skipped),
+    };
+    let gids: Vec<Vec<portverbs_hal::types::Gid>> = env
+        .mlx4_ip
+        .map(|ip| vec![vec![portverbs_hal::types::Gid::from_ip(ip)]])
+        .unwrap_or_default();
+    for (i, addr) in portverbs_mlx4::vfio::scan().into_iter().enumerate() {
+        let config = portverbs_mlx4::Mlx4Config::new(format!("mlx4_vfio{i}"), gids.clone());
+        match portverbs_mlx4::Mlx4Device::open_vfio(&addr, config) {
+            Ok(d) => opened.push(AnyDevice::Mlx4(d)),
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "skipping a VFIO-bound function");
+                skipped.push(SkippedDevice {
+                    name: addr,
+                    reason: e.into(),
+                });
+            }
+        }
+    }
+    (opened, skipped)
 }

@@ -85,8 +85,8 @@ mod open;
 pub use any::AnyDevice;
 pub use any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
 pub use devices::{
-    EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, device, devices, embedded_fabric, embedded_mlx4_models,
-    emulated_mlx4,
+    EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, EmulatedMlx4Error, SkipReason, SkippedDevice, device,
+    devices, embedded_fabric, embedded_mlx4_models, emulated_mlx4, skipped_devices,
 };
 pub use env::{EnvError, HardwareEnv, hardware_env};
 pub use open::{context_options, open, platform_sinks};

@@ -321,11 +321,16 @@ fn unexpected_attributes_are_named(backend: Backend) {
     }
 }
 
-fn assert_invalid_attribute(r: Result<(), ModifyQpError>, qpn: u32, what: &str) {
+fn assert_invalid_attribute(
+    r: Result<(), ModifyQpError>,
+    qpn: u32,
+    what: &str,
+    attribute: QpAttrMask,
+) {
     match r {
-        Err(ModifyQpError::InvalidAttribute { qpn: n, what: w }) => {
+        Err(ModifyQpError::InvalidAttribute { qpn: n, error }) => {
             assert_eq!(n, qpn, "{what}");
-            assert!(!w.is_empty());
+            assert_eq!(error.attribute(), attribute, "{what}: {error}");
         }
         other => panic!("{what}: expected InvalidAttribute, got {other:?}"),
     }
@@ -345,13 +350,14 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
             ..QpAttr::default()
         };
         let r = s.qp.modify_blocking(&attr, init_mask(QpType::Rc));
-        assert_invalid_attribute(r, qpn, "port");
+        assert_invalid_attribute(r, qpn, "port", QpAttrMask::PORT);
     }
     assert_eq!(queried_state(&s.qp), QpState::Reset);
     to_init(&s.qp, &p);
     let bad_rtr = [
         (
             "rq_psn 2^24",
+            QpAttrMask::RQ_PSN,
             QpAttr {
                 rq_psn: 1 << 24,
                 ..rtr_attr(5, gid, &p)
@@ -360,6 +366,7 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
         ),
         (
             "dest_qpn 2^24",
+            QpAttrMask::DEST_QPN,
             QpAttr {
                 dest_qp_num: 1 << 24,
                 ..rtr_attr(5, gid, &p)
@@ -368,6 +375,7 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
         ),
         (
             "RoCE AV without GRH",
+            QpAttrMask::AV,
             QpAttr {
                 ah_attr: AddressVector {
                     is_global: false,
@@ -381,6 +389,7 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
         ),
         (
             "AV port 2",
+            QpAttrMask::AV,
             QpAttr {
                 ah_attr: AddressVector {
                     port_num: 2,
@@ -392,18 +401,20 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
         ),
         (
             "ALT_PATH (QuirkId::NoAutomaticPathMigration)",
+            QpAttrMask::ALT_PATH,
             rtr_attr(5, gid, &p),
             rtr_mask(QpType::Rc) | QpAttrMask::ALT_PATH,
         ),
     ];
-    for (what, attr, mask) in bad_rtr {
-        assert_invalid_attribute(s.qp.modify_blocking(&attr, mask), qpn, what);
+    for (what, bad, attr, mask) in bad_rtr {
+        assert_invalid_attribute(s.qp.modify_blocking(&attr, mask), qpn, what, bad);
         assert_eq!(queried_state(&s.qp), QpState::Init, "{what}");
     }
     to_rtr(&s.qp, 5, gid, &p);
     let bad_rts = [
         (
             "retry_cnt 8",
+            QpAttrMask::RETRY_CNT,
             QpAttr {
                 retry_cnt: 8,
                 ..rts_attr(&p)
@@ -411,6 +422,7 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
         ),
         (
             "rnr_retry 8",
+            QpAttrMask::RNR_RETRY,
             QpAttr {
                 rnr_retry: 8,
                 ..rts_attr(&p)
@@ -418,6 +430,7 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
         ),
         (
             "sq_psn 2^24",
+            QpAttrMask::SQ_PSN,
             QpAttr {
                 sq_psn: 1 << 24,
                 ..rts_attr(&p)
@@ -425,15 +438,16 @@ fn out_of_range_attribute_values_are_refused(backend: Backend) {
         ),
         (
             "max_rd_atomic above the device's",
+            QpAttrMask::MAX_QP_RD_ATOMIC,
             QpAttr {
                 max_rd_atomic: u8::MAX,
                 ..rts_attr(&p)
             },
         ),
     ];
-    for (what, attr) in bad_rts {
+    for (what, bad, attr) in bad_rts {
         let r = s.qp.modify_blocking(&attr, rts_mask(QpType::Rc));
-        assert_invalid_attribute(r, qpn, what);
+        assert_invalid_attribute(r, qpn, what, bad);
         assert_eq!(queried_state(&s.qp), QpState::Rtr, "{what}");
     }
     rtr_to_rts(&s.qp, &p);

@@ -50,10 +50,16 @@ pub(crate) fn run(args: &DevicesArgs) -> Result<String, CliError> {
     }
     let selected: Vec<_> = match &args.device {
         Some(name) => {
-            let dev = all
-                .into_iter()
-                .find(|d| &d.info().name == name)
-                .ok_or_else(|| CliError::NoDevice(name.clone()))?;
+            let dev = all.into_iter().find(|d| &d.info().name == name);
+            let Some(dev) = dev else {
+                let skipped = portverbs::skipped_devices();
+                return Err(match skipped.iter().find(|s| &s.name == name) {
+                    Some(s) => {
+                        CliError::Failed(format!("{name} could not be opened: {}", s.reason))
+                    }
+                    None => CliError::NoDevice(name.clone()),
+                });
+            };
             vec![dev]
         }
         None => all,
@@ -67,6 +73,11 @@ pub(crate) fn run(args: &DevicesArgs) -> Result<String, CliError> {
         let ctx = portverbs::open(dev).ctx(format_args!("opening {name}"))?;
         let model = describe(&ctx, args.port, args.verbose)?;
         let _ = write!(out, "{}", format_device(&model, args.verbose));
+    }
+    if args.verbose && args.device.is_none() {
+        for s in portverbs::skipped_devices() {
+            let _ = writeln!(out, "skipped {}: {}", s.name, s.reason);
+        }
     }
     Ok(out)
 }

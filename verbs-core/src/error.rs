@@ -7,7 +7,7 @@ use std::fmt;
 use portverbs_hal::attr::QpAttrMask;
 use portverbs_hal::dma::DmaError;
 use portverbs_hal::error::{CommandError, CqeError, EqeError, WqeError};
-use portverbs_hal::types::{AccessFlags, MwType, QpState, QpType};
+use portverbs_hal::types::{AccessFlags, Mtu, MwType, QpState, QpType};
 use thiserror::Error;
 
 /// Opening a device.
@@ -393,12 +393,19 @@ pub enum ModifyQpError {
         unexpected: QpAttrMask,
     },
     /// An attribute value out of range.
-    #[error("QP {qpn:#x}: invalid {what}")]
+    #[error("QP {qpn:#x}: invalid {error}")]
     InvalidAttribute {
         /// QP number.
         qpn: u32,
         /// Which attribute and why.
-        what: String,
+        #[source]
+        error: QpAttrError,
+    },
+    /// Another modify of this QP has not finished (verbs serialise a QP's modifies).
+    #[error("QP {qpn:#x}: another modify of this QP is in progress")]
+    InProgress {
+        /// QP number.
+        qpn: u32,
     },
     /// The device refused (e.g. it already moved the QP to ERR).
     #[error("QP {qpn:#x}: {source}")]
@@ -409,6 +416,100 @@ pub enum ModifyQpError {
         #[source]
         source: CommandError,
     },
+}
+
+/// An attribute value a modify refused; [`QpAttrError::attribute`] names the mask bit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum QpAttrError {
+    /// `port_num` is not a port of the device.
+    #[error("port_num {port} (the device has ports 1 to {ports})")]
+    Port {
+        /// The value given.
+        port: u8,
+        /// Ports of the device.
+        ports: u8,
+    },
+    /// `pkey_index` is past the P_Key table.
+    #[error("pkey_index {index} (table of {table})")]
+    PkeyIndex {
+        /// The value given.
+        index: u16,
+        /// Table length.
+        table: u16,
+    },
+    /// A PSN or QPN wider than 24 bits.
+    #[error("{attr:?} {value:#x} (24 bits)")]
+    Over24Bits {
+        /// RQ_PSN, SQ_PSN or DEST_QPN.
+        attr: QpAttrMask,
+        /// The value given.
+        value: u32,
+    },
+    /// A count or timer above its limit (the field's width or the device's maximum).
+    #[error("{attr:?} {value} (at most {max})")]
+    AboveMax {
+        /// The attribute.
+        attr: QpAttrMask,
+        /// The value given.
+        value: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// An alternate path or path-migration state (quirk `NoAutomaticPathMigration`).
+    #[error(
+        "alternate path: automatic path migration is not supported (QuirkId::NoAutomaticPathMigration)"
+    )]
+    AltPathUnsupported {
+        /// ALT_PATH and/or PATH_MIG_STATE, as given.
+        attr: QpAttrMask,
+    },
+    /// `qp_access_flags` holds flags a QP cannot take.
+    #[error("qp_access_flags {0:?}")]
+    AccessFlags(AccessFlags),
+    /// The address vector's port is not a port of the device.
+    #[error("ah_attr.port_num {port} (the device has ports 1 to {ports})")]
+    AvPort {
+        /// The value given.
+        port: u8,
+        /// Ports of the device.
+        ports: u8,
+    },
+    /// A RoCE port needs a GRH in the address vector.
+    #[error("ah_attr: a RoCE port needs a GRH (is_global)")]
+    RoceNeedsGrh,
+    /// The address vector's source GID index is past the port's GID table.
+    #[error("ah_attr.sgid_index {index} (table of {table})")]
+    SgidIndex {
+        /// The value given.
+        index: u8,
+        /// Table length.
+        table: u32,
+    },
+    /// `path_mtu` above what the port supports.
+    #[error("path_mtu {mtu} above the port's {max}")]
+    PathMtu {
+        /// The value given.
+        mtu: Mtu,
+        /// The port's maximum.
+        max: Mtu,
+    },
+}
+
+impl QpAttrError {
+    /// The attribute (mask bit) whose value was refused.
+    pub fn attribute(&self) -> QpAttrMask {
+        match *self {
+            Self::Port { .. } => QpAttrMask::PORT,
+            Self::PkeyIndex { .. } => QpAttrMask::PKEY_INDEX,
+            Self::Over24Bits { attr, .. }
+            | Self::AboveMax { attr, .. }
+            | Self::AltPathUnsupported { attr } => attr,
+            Self::AccessFlags(_) => QpAttrMask::ACCESS_FLAGS,
+            Self::AvPort { .. } | Self::RoceNeedsGrh | Self::SgidIndex { .. } => QpAttrMask::AV,
+            Self::PathMtu { .. } => QpAttrMask::PATH_MTU,
+        }
+    }
 }
 
 /// Why a work request was rejected at post time.

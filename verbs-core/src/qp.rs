@@ -21,7 +21,7 @@ use portverbs_hal::{BlockingDevice, CommandError, block_on};
 use crate::context::{ContextInner, lock};
 use crate::cq::Cq;
 use crate::error::{
-    CreateQpError, DestroyQpError, ModifyQpError, PostError, PostErrorKind, Refused,
+    CreateQpError, DestroyQpError, ModifyQpError, PostError, PostErrorKind, QpAttrError, Refused,
 };
 use crate::mr::Mr;
 use crate::mw::Mw;
@@ -432,87 +432,92 @@ impl<D: Device> Qp<D> {
         Ok(bind.new_rkey)
     }
 
-    fn check_values(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), String> {
+    fn check_values(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), QpAttrError> {
+        use QpAttrError as E;
         let ctx = self.ctx();
         let a = &ctx.attr;
-        let port_ok = |p: u8| p >= 1 && p <= a.phys_port_cnt;
+        let ports = a.phys_port_cnt;
+        let port_ok = |p: u8| p >= 1 && p <= ports;
         if mask.contains(QpAttrMask::PORT) && !port_ok(attr.port_num) {
-            return Err(format!("port_num {}", attr.port_num));
+            let port = attr.port_num;
+            return Err(E::Port { port, ports });
         }
         if mask.contains(QpAttrMask::PKEY_INDEX) && attr.pkey_index >= a.max_pkeys {
-            return Err(format!(
-                "pkey_index {} (table of {})",
-                attr.pkey_index, a.max_pkeys
-            ));
+            let (index, table) = (attr.pkey_index, a.max_pkeys);
+            return Err(E::PkeyIndex { index, table });
         }
-        for (flag, v, name) in [
-            (QpAttrMask::RQ_PSN, attr.rq_psn, "rq_psn"),
-            (QpAttrMask::SQ_PSN, attr.sq_psn, "sq_psn"),
-            (QpAttrMask::DEST_QPN, attr.dest_qp_num, "dest_qp_num"),
+        for (flag, value) in [
+            (QpAttrMask::RQ_PSN, attr.rq_psn),
+            (QpAttrMask::SQ_PSN, attr.sq_psn),
+            (QpAttrMask::DEST_QPN, attr.dest_qp_num),
         ] {
-            if mask.contains(flag) && v > 0x00ff_ffff {
-                return Err(format!("{name} {v:#x} (24 bits)"));
+            if mask.contains(flag) && value > 0x00ff_ffff {
+                return Err(E::Over24Bits { attr: flag, value });
             }
         }
-        for (flag, v, max, name) in [
-            (QpAttrMask::TIMEOUT, attr.timeout, 31, "timeout"),
-            (QpAttrMask::RETRY_CNT, attr.retry_cnt, 7, "retry_cnt"),
-            (QpAttrMask::RNR_RETRY, attr.rnr_retry, 7, "rnr_retry"),
+        for (flag, value, max) in [
+            (QpAttrMask::TIMEOUT, attr.timeout, 31),
+            (QpAttrMask::RETRY_CNT, attr.retry_cnt, 7),
+            (QpAttrMask::RNR_RETRY, attr.rnr_retry, 7),
+            (QpAttrMask::MIN_RNR_TIMER, attr.min_rnr_timer, 31),
+        ] {
+            if mask.contains(flag) && value > max {
+                let (value, max) = (u32::from(value), u32::from(max));
+                return Err(E::AboveMax {
+                    attr: flag,
+                    value,
+                    max,
+                });
+            }
+        }
+        for (flag, value, max) in [
             (
-                QpAttrMask::MIN_RNR_TIMER,
-                attr.min_rnr_timer,
-                31,
-                "min_rnr_timer",
+                QpAttrMask::MAX_QP_RD_ATOMIC,
+                attr.max_rd_atomic,
+                a.max_qp_init_rd_atom,
+            ),
+            (
+                QpAttrMask::MAX_DEST_RD_ATOMIC,
+                attr.max_dest_rd_atomic,
+                a.max_qp_rd_atom,
             ),
         ] {
-            if mask.contains(flag) && v > max {
-                return Err(format!("{name} {v} (at most {max})"));
+            if mask.contains(flag) && u32::from(value) > max {
+                let value = u32::from(value);
+                return Err(E::AboveMax {
+                    attr: flag,
+                    value,
+                    max,
+                });
             }
         }
-        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC)
-            && u32::from(attr.max_rd_atomic) > a.max_qp_init_rd_atom
-        {
-            return Err(format!(
-                "max_rd_atomic {} (device allows {})",
-                attr.max_rd_atomic, a.max_qp_init_rd_atom
-            ));
-        }
-        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
-            && u32::from(attr.max_dest_rd_atomic) > a.max_qp_rd_atom
-        {
-            return Err(format!(
-                "max_dest_rd_atomic {} (device allows {})",
-                attr.max_dest_rd_atomic, a.max_qp_rd_atom
-            ));
-        }
-        if mask.intersects(QpAttrMask::ALT_PATH | QpAttrMask::PATH_MIG_STATE) {
-            return Err("alternate path: automatic path migration is not supported \
-                        (QuirkId::NoAutomaticPathMigration)"
-                .into());
+        let alt = mask & (QpAttrMask::ALT_PATH | QpAttrMask::PATH_MIG_STATE);
+        if !alt.is_empty() {
+            return Err(E::AltPathUnsupported { attr: alt });
         }
         if mask.contains(QpAttrMask::ACCESS_FLAGS) {
             let allowed = AccessFlags::REMOTE | AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND;
             if !allowed.contains(attr.qp_access_flags) {
-                return Err(format!("qp_access_flags {:?}", attr.qp_access_flags));
+                return Err(E::AccessFlags(attr.qp_access_flags));
             }
         }
         if mask.contains(QpAttrMask::AV) {
             let av = &attr.ah_attr;
             if !port_ok(av.port_num) {
-                return Err(format!("ah_attr.port_num {}", av.port_num));
+                let port = av.port_num;
+                return Err(E::AvPort { port, ports });
             }
             let pa = &ctx.port_attrs[usize::from(av.port_num) - 1];
             if pa.link_layer == LinkLayer::Ethernet && !av.is_global {
-                return Err("ah_attr: a RoCE port needs a GRH (is_global)".into());
+                return Err(E::RoceNeedsGrh);
             }
             if av.is_global && u32::from(av.sgid_index) >= pa.gid_tbl_len {
-                return Err(format!("ah_attr.sgid_index {}", av.sgid_index));
+                let (index, table) = (av.sgid_index, pa.gid_tbl_len);
+                return Err(E::SgidIndex { index, table });
             }
             if mask.contains(QpAttrMask::PATH_MTU) && attr.path_mtu > pa.max_mtu {
-                return Err(format!(
-                    "path_mtu {} above the port's {}",
-                    attr.path_mtu, pa.max_mtu
-                ));
+                let (mtu, max) = (attr.path_mtu, pa.max_mtu);
+                return Err(E::PathMtu { mtu, max });
             }
         }
         Ok(())
@@ -529,10 +534,7 @@ impl<D: Device> Qp<D> {
         let qpn = self.inner.qpn;
         let t = self.inner.qp_type;
         if self.inner.modifying.swap(true, Ordering::AcqRel) {
-            return Err(ModifyQpError::InvalidAttribute {
-                qpn,
-                what: "another modify of this QP is in progress".into(),
-            });
+            return Err(ModifyQpError::InProgress { qpn });
         }
         let result = self.modify_inner(attr, mask, qpn, t).await;
         self.inner.modifying.store(false, Ordering::Release);
@@ -578,7 +580,7 @@ impl<D: Device> Qp<D> {
             },
         })?;
         self.check_values(attr, mask)
-            .map_err(|what| ModifyQpError::InvalidAttribute { qpn, what })?;
+            .map_err(|error| ModifyQpError::InvalidAttribute { qpn, error })?;
         let cmd = QpAttr {
             qp_state: to,
             cur_qp_state: cur,
@@ -587,14 +589,17 @@ impl<D: Device> Qp<D> {
         // The device checks the transition against the state it really is in (it may have
         // moved the QP to ERR on its own); CUR_STATE goes down only when the caller asserted it.
         let cmd_mask = mask | QpAttrMask::STATE;
-        if to == QpState::Reset {
-            // Discard outstanding requests and their completions with the CQs held, so no
-            // completion of the old incarnation can be polled afterwards.
-            let ctx = self.ctx().clone();
-            with_cqs_cleaned(&self.inner.send_cq, &self.inner.recv_cq, qpn, || {
-                ctx.device().modify_qp_blocking(qpn, cmd, cmd_mask)
-            })
+        self.ctx()
+            .device()
+            .modify_qp(qpn, cmd, cmd_mask)
+            .await
             .map_err(|source| ModifyQpError::Device { qpn, source })?;
+        if to == QpState::Reset {
+            // The device makes no completion for the QP once it is in RESET. Discard those it
+            // left, with the CQs held, then restart the queues — rdma-core's providers clean
+            // the CQs after the command in the same way. A poll that slips in between still
+            // finds the old queues intact.
+            with_cqs_cleaned(&self.inner.send_cq, &self.inner.recv_cq, qpn, || ());
             let mut sq = self.inner.sq.lock();
             sq.head = 0;
             sq.hw.reset();
@@ -605,12 +610,6 @@ impl<D: Device> Qp<D> {
                 rq.hw.reset();
                 ring.reset();
             }
-        } else {
-            self.ctx()
-                .device()
-                .modify_qp(qpn, cmd, cmd_mask)
-                .await
-                .map_err(|source| ModifyQpError::Device { qpn, source })?;
         }
         let mut cached = lock(&self.inner.attr);
         cached.apply(attr, mask);
