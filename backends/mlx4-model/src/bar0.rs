@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use portverbs_hal::mmio::{MemRegisters, Mmio, MmioError, check_access};
-use portverbs_mlx4::layout::hcr::{
+use portverbs_mlx4_layout::hcr::{
     BAR0_MIN_LEN, EVENT, GO, HCR_BASE, OWNER_SEMAPHORE, RESET_REG, RESET_SEMAPHORE, StatusWord,
     dword,
 };

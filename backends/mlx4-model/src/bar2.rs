@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use portverbs_hal::mmio::{Mmio, MmioError, check_access};
-use portverbs_mlx4::layout::uar::{CQ_DOORBELL, EQ_DOORBELL, SEND_DOORBELL, UAR_PAGE};
+use portverbs_mlx4_layout::uar::{CQ_DOORBELL, EQ_DOORBELL, SEND_DOORBELL, UAR_PAGE};
 use portverbs_soft::fabric::ForeignHandle;
 
 use crate::caps::NUM_UARS;

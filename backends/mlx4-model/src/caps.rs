@@ -3,7 +3,7 @@
 //! ConnectX-3-like (facts §2.3–§2.4).
 
 use portverbs_hal::types::Mtu;
-use portverbs_mlx4::layout::mailbox::{
+use portverbs_mlx4_layout::mailbox::{
     DevCap, ETH_SPEED_40G, QueryFw, QueryPort, bmme_flag, dev_flag,
 };
 use zerocopy::IntoBytes;
@@ -205,7 +205,7 @@ pub(crate) fn query_port(port: u8, up: bool, mtu: Mtu) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use portverbs_mlx4::layout::read;
+    use portverbs_mlx4_layout::read;
 
     #[test]
     fn outboxes_carry_the_documented_values() {

@@ -1,7 +1,7 @@
-//! # An emulated mlx4 HCA (ConnectX-3) behind the PCI seam of the mlx4 driver
+//! # An emulated mlx4 HCA (ConnectX-3) behind the mlx4 PCI seam
 //!
-//! The model is a [`portverbs_mlx4::PciFunction`] ([`ModelFunction`]) whose BARs and DMA
-//! behave like the hardware's towards a driver (facts/mlx4-hardware.md §10 is the checklist):
+//! The model is a [`portverbs_mlx4_layout::PciFunction`] ([`ModelFunction`]) whose BARs and
+//! DMA behave like the hardware's towards a driver (facts/mlx4-hardware.md §10 is the checklist):
 //!
 //! * **BAR0** — the HCR with the go/toggle/status protocol and event-mode completion EQEs, the
 //!   reset register and semaphores, the catastrophic-error buffer; the firmware state machine
@@ -23,7 +23,9 @@
 //! status code, a catastrophic QP/CQ error, or is ignored and counted); touch memory except
 //! through its IOVA table; use `unsafe` (one exception: the driver's `HostMapped` promise for
 //! the regions it hands out, in `iova`); redefine the hardware layouts (they are
-//! `portverbs_mlx4::layout`'s); or know about the driver's internals.
+//! `portverbs-mlx4-layout`'s, the same crate the driver uses); depend on the driver
+//! (`portverbs-mlx4` is only a dev-dependency, for the integration tests that drive the model
+//! with it); or know about the driver's internals.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -7,8 +7,10 @@
 //! MPT/MTT memory registration with hardware-formed keys, memory windows, and the hot-path
 //! queue objects with owner bits, stamping, spare WQEs, UAR doorbells and BlueFlame.
 //!
-//! [`layout`] is the hardware interface as data; the emulated HCA (`portverbs-mlx4-model`)
-//! shares it, and a C test checks the WQE/CQE layouts against rdma-core's `mlx4dv.h`.
+//! [`layout`] is the hardware interface as data and [`pci`] the seam to the PCI function; both
+//! live in `portverbs-mlx4-layout` (re-exported here under their old paths), which the emulated
+//! HCA (`portverbs-mlx4-model`) shares without depending on this driver. A C test checks the
+//! WQE/CQE layouts against rdma-core's `mlx4dv.h`.
 //!
 //! What this crate must never do: trust the device (every index, length and opcode read from a
 //! CQE, EQE or outbox is checked; a bad one is a typed error), depend on `verbs-core`, or touch
@@ -26,7 +28,7 @@ mod device;
 pub mod dma;
 mod doorbell;
 pub mod icm;
-pub mod layout;
+pub use portverbs_mlx4_layout as layout;
 mod mtt;
 pub mod pci;
 mod queues;

@@ -4,11 +4,11 @@
 
 use portverbs_hal::event::{CqErrorSyndrome, DeviceEvent};
 use portverbs_hal::wc::{Cqe, WcStatus};
-use portverbs_mlx4::layout::cqe::{self, CQE_SIZE, OPCODE_RESIZE};
-use portverbs_mlx4::layout::ctx::{CQ_FLAG_COLLAPSED, CQ_FLAG_OI, CqContext, mtt_join};
-use portverbs_mlx4::layout::opcode as op;
-use portverbs_mlx4::layout::status::Status;
-use portverbs_mlx4::layout::uar::{CQ_REQ_NOT, CQ_REQ_NOT_SOL};
+use portverbs_mlx4_layout::cqe::{self, CQE_SIZE, OPCODE_RESIZE};
+use portverbs_mlx4_layout::ctx::{CQ_FLAG_COLLAPSED, CQ_FLAG_OI, CqContext, mtt_join};
+use portverbs_mlx4_layout::opcode as op;
+use portverbs_mlx4_layout::status::Status;
+use portverbs_mlx4_layout::uar::{CQ_REQ_NOT, CQ_REQ_NOT_SOL};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::mem::Buf;

@@ -2,10 +2,10 @@
 //! with wrap-parity ownership, arming through the EQ doorbell, interrupts and overflow.
 
 use portverbs_hal::event::DeviceEvent;
-use portverbs_mlx4::layout::ctx::{EQ_STATE_ARMED, EQ_STATE_FIRED, EqContext, mtt_join};
-use portverbs_mlx4::layout::eqe::{self, EQE_SIZE, event_type};
-use portverbs_mlx4::layout::opcode as op;
-use portverbs_mlx4::layout::status::Status;
+use portverbs_mlx4_layout::ctx::{EQ_STATE_ARMED, EQ_STATE_FIRED, EqContext, mtt_join};
+use portverbs_mlx4_layout::eqe::{self, EQE_SIZE, event_type};
+use portverbs_mlx4_layout::opcode as op;
+use portverbs_mlx4_layout::status::Status;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::mem::Buf;

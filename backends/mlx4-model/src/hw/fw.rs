@@ -1,9 +1,9 @@
 //! Firmware-level commands (facts §2.1–§2.6): queries, the firmware area, ICM sizing and
 //! mapping, INIT_HCA / CLOSE_HCA, and the list of opcodes the model knows.
 
-use portverbs_mlx4::layout::mailbox::{InitHca, PAGE_LIST_MAX, PageListEntry, split_base_log};
-use portverbs_mlx4::layout::opcode as op;
-use portverbs_mlx4::layout::status::Status;
+use portverbs_mlx4_layout::mailbox::{InitHca, PAGE_LIST_MAX, PageListEntry, split_base_log};
+use portverbs_mlx4_layout::opcode as op;
+use portverbs_mlx4_layout::status::Status;
 use portverbs_soft::engine::Engine;
 use zerocopy::{FromBytes, IntoBytes};
 

@@ -9,7 +9,7 @@ use std::any::Any;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::{QpState, QpType};
 use portverbs_hal::wc::Cqe;
-use portverbs_mlx4::layout::wqe::ctrl;
+use portverbs_mlx4_layout::wqe::ctrl;
 use portverbs_soft::engine::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
 use portverbs_soft::fabric::ForeignDevice;
 

@@ -23,9 +23,9 @@ use std::sync::Arc;
 
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::Mtu;
-use portverbs_mlx4::layout::eqe;
-use portverbs_mlx4::layout::opcode as op;
-use portverbs_mlx4::layout::status::Status;
+use portverbs_mlx4_layout::eqe;
+use portverbs_mlx4_layout::opcode as op;
+use portverbs_mlx4_layout::status::Status;
 use portverbs_soft::engine::{Engine, Packet};
 use portverbs_soft::fabric::{ForeignCtx, ForeignDevice};
 use zerocopy::FromBytes;

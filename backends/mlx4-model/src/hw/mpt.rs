@@ -5,10 +5,10 @@
 
 use portverbs_hal::error::CommandError;
 use portverbs_hal::types::{AccessFlags, MwType};
-use portverbs_mlx4::layout::ctx::{Mpt, mpt_flag};
-use portverbs_mlx4::layout::mailbox::{WRITE_MTT_MAX, WriteMttHeader};
-use portverbs_mlx4::layout::opcode as op;
-use portverbs_mlx4::layout::status::Status;
+use portverbs_mlx4_layout::ctx::{Mpt, mpt_flag};
+use portverbs_mlx4_layout::mailbox::{WRITE_MTT_MAX, WriteMttHeader};
+use portverbs_mlx4_layout::opcode as op;
+use portverbs_mlx4_layout::status::Status;
 use portverbs_soft::engine::Engine;
 use portverbs_soft::engine::memory::MrSpec;
 use zerocopy::{FromBytes, IntoBytes};

@@ -13,12 +13,12 @@ use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::qp_state::{Transition, transition};
 use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpState, QpType};
-use portverbs_mlx4::layout::ctx::{
+use portverbs_mlx4_layout::ctx::{
     AddressPath, PM_MIGRATED, QpContext, QpMailbox, mtt_join, optpar, params2, qp_state, service,
 };
-use portverbs_mlx4::layout::opcode as op;
-use portverbs_mlx4::layout::status::Status;
-use portverbs_mlx4::layout::wqe::queue_offsets;
+use portverbs_mlx4_layout::opcode as op;
+use portverbs_mlx4_layout::status::Status;
+use portverbs_mlx4_layout::wqe::queue_offsets;
 use portverbs_soft::engine::{Engine, Packet, QpInit};
 use zerocopy::{FromBytes, IntoBytes};
 

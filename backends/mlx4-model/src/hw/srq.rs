@@ -2,9 +2,9 @@
 //! consumption along the free list that starts at WQE 0, with the one-shot limit event.
 
 use portverbs_hal::event::{DeviceEvent, SrqEventKind};
-use portverbs_mlx4::layout::ctx::{SrqContext, mtt_join};
-use portverbs_mlx4::layout::opcode as op;
-use portverbs_mlx4::layout::status::Status;
+use portverbs_mlx4_layout::ctx::{SrqContext, mtt_join};
+use portverbs_mlx4_layout::opcode as op;
+use portverbs_mlx4_layout::status::Status;
 use portverbs_soft::engine::{RecvWqe, WqeFault};
 use zerocopy::{FromBytes, IntoBytes};
 

@@ -7,7 +7,7 @@
 use portverbs_hal::attr::AddressVector;
 use portverbs_hal::types::{AccessFlags, Gid, MwType, QpType};
 use portverbs_hal::wr::{MwBind, RemoteAddr, SendFlags, SendOp, Sge};
-use portverbs_mlx4::layout::wqe::{
+use portverbs_mlx4_layout::wqe::{
     AtomicSeg, BindSeg, CtrlSeg, DataSeg, DatagramSeg, INLINE_ALIGN, INLINE_SEG, INVALID_LKEY,
     LocalInvalSeg, RaddrSeg, STAMP, bind, ctrl, opcode as wop,
 };

@@ -3,8 +3,14 @@
 
 mod bringup;
 mod commands;
+mod cq;
+mod eq;
 mod objects;
+mod pd_mr;
+mod qp;
 mod qp_ctx;
+mod query;
+mod srq;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,0 +1,137 @@
+//! The seam between the driver and the PCI function it drives.
+//!
+//! The driver reaches the HCA only through [`PciFunction`]: two mapped BARs (BAR0 = the HCR and
+//! the reset registers, BAR2 = UAR doorbell pages followed by BlueFlame pages), DMA memory the
+//! device can reach at a bus address (IOVA), config-space reads, and interrupt routing (MSI-X
+//! vector → the event queue's [`InterruptSink`]). Two implementations exist: a VFIO-bound real
+//! function (Linux) and the emulated HCA (`portverbs-mlx4-model`), so the whole driver runs in
+//! every test.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
+
+use portverbs_dma::HostMapped;
+use portverbs_hal::mmio::Mmio;
+use portverbs_hal::notify::InterruptSink;
+use thiserror::Error;
+
+/// Mellanox's PCI vendor ID.
+pub const MELLANOX_VENDOR: u16 = 0x15b3;
+/// ConnectX-3 (MT27500 family) physical function.
+pub const CONNECTX3: u16 = 0x1003;
+/// ConnectX-3 Pro.
+pub const CONNECTX3_PRO: u16 = 0x1007;
+
+/// Whether a PCI device ID is an mlx4-class physical function this driver handles (facts §1.1;
+/// virtual functions need the SR-IOV command channel and are refused).
+pub fn is_mlx4_pf(vendor: u16, device: u16) -> bool {
+    vendor == MELLANOX_VENDOR
+        && matches!(
+            device,
+            0x6340
+                | 0x634a
+                | 0x6354
+                | 0x6732
+                | 0x673c
+                | 0x6368
+                | 0x6750
+                | 0x6372
+                | 0x675a
+                | 0x6764
+                | 0x6746
+                | 0x676e
+                | 0x1003
+                | 0x1005..=0x1010
+        )
+}
+
+/// Failures of the PCI seam.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PciError {
+    /// The BAR does not exist or cannot be mapped.
+    #[error("{function}: BAR{bar} cannot be mapped: {reason}")]
+    Bar {
+        /// PCI address or model name.
+        function: String,
+        /// BAR index.
+        bar: u8,
+        /// Why.
+        reason: String,
+    },
+    /// An interrupt vector cannot be routed.
+    #[error("{function}: interrupt vector {vector} cannot be routed: {reason}")]
+    Interrupt {
+        /// PCI address or model name.
+        function: String,
+        /// Vector.
+        vector: u32,
+        /// Why.
+        reason: String,
+    },
+    /// Config space access failed.
+    #[error("{function}: config space access at {offset:#x} failed: {reason}")]
+    Config {
+        /// PCI address or model name.
+        function: String,
+        /// Offset.
+        offset: u16,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What the driver needs from the PCI function. Implementations must be cheap to call from the
+/// data path for [`PciFunction::bar`] results (the driver keeps the `Arc`s).
+pub trait PciFunction: Send + Sync + Debug + 'static {
+    /// PCI address (`0000:01:00.0`) or the model's name.
+    fn name(&self) -> String;
+
+    /// Vendor and device ID.
+    fn ids(&self) -> (u16, u16);
+
+    /// A mapped BAR (0 or 2 for mlx4).
+    ///
+    /// # Errors
+    /// The BAR does not exist or cannot be mapped.
+    fn bar(&self, index: u8) -> Result<Arc<dyn Mmio>, PciError>;
+
+    /// Reads a 16-bit config-space register (the driver polls the vendor ID after a reset).
+    ///
+    /// # Errors
+    /// The access failed.
+    fn config_read16(&self, offset: u16) -> Result<u16, PciError>;
+
+    /// Allocates DMA memory the device can reach: page aligned, length rounded up to pages,
+    /// `device_addr()` is the bus address (IOVA) to hand to the device — never assume it equals
+    /// the host address.
+    ///
+    /// # Errors
+    /// Out of memory, IOVA space or locked-memory allowance.
+    /// The region must be [`HostMapped`]: the driver writes its rings through raw pointers.
+    fn alloc_dma(&self, len: usize) -> Result<Arc<dyn HostMapped>, DmaError>;
+
+    /// Maps memory the application owns so the device can reach it (the IOMMU mapping of a
+    /// registered buffer); `device_addr()` keeps the memory's offset in its page.
+    ///
+    /// # Errors
+    /// The mapping failed; the memory comes back.
+    fn map_host(&self, memory: HostMemory) -> Result<Arc<dyn DmaMemory>, MapHostError>;
+
+    /// Number of MSI-X vectors.
+    fn num_vectors(&self) -> u32;
+
+    /// Routes MSI-X `vector` to `sink` (a VFIO function binds the vector to the sink's eventfd;
+    /// the model calls `raise`).
+    ///
+    /// # Errors
+    /// No such vector, or the platform refused.
+    fn route_interrupt(&self, vector: u32, sink: Arc<dyn InterruptSink>) -> Result<(), PciError>;
+
+    /// How long the function needs after the mlx4 reset register is written before config space
+    /// answers again (about a second on hardware, nothing for the model).
+    fn reset_settle(&self) -> Duration;
+}

@@ -1,0 +1,300 @@
+//! Queue pairs: the send-queue shape, the QP's ring, MTT range, doorbell record and BlueFlame
+//! register, the state-transition commands with a QP context (facts §3), QUERY_QP, and RST_QP.
+
+use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
+use portverbs_hal::device::{QpCreateParams, QpResources};
+use portverbs_hal::error::CommandError;
+use portverbs_hal::types::{QpState, QpType};
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::Mlx4Device;
+use super::commands::{invalid, no};
+use super::objects::QpRec;
+use super::qp_ctx::{self, QpEnv};
+use crate::cmd::Cmd;
+use crate::layout::ctx::QpMailbox;
+use crate::layout::mailbox::MAILBOX_SIZE;
+use crate::layout::opcode;
+use crate::layout::wqe::{queue_offsets, sq_spare};
+use crate::queues::Geometry;
+use crate::queues::rq::Mlx4Rq;
+use crate::queues::sq::{BfReg, MAX_INLINE, Mlx4Sq, doorbell_offset};
+
+/// The send-queue stride and what it grants: (wqe_shift, max_sge, max_inline).
+fn sq_shape(qp_type: QpType, caps: &QpCaps, max_sg: u32) -> Result<(u32, u32, u32), CommandError> {
+    let seg = if qp_type == QpType::Ud { 48 } else { 32 };
+    let inline = caps.max_inline_data as usize;
+    // Inline data plus one 4-byte header per 64-byte block it may touch.
+    let inline_room = if inline == 0 {
+        0
+    } else {
+        inline + 4 * (inline.div_ceil(60) + 1)
+    };
+    let need = 16 + seg + (caps.max_send_sge.max(1) as usize * 16).max(inline_room);
+    if need > 1008 || caps.max_inline_data > MAX_INLINE || caps.max_send_sge > max_sg {
+        return Err(invalid(format!(
+            "send queue with {} SGEs and {} inline bytes does not fit a WQE",
+            caps.max_send_sge, caps.max_inline_data
+        )));
+    }
+    let stride = need.next_power_of_two().max(64);
+    let usable = stride.min(1008) - 16 - seg;
+    let sge = ((usable / 16) as u32).min(max_sg);
+    let inl = ((usable - 4 * usable.div_ceil(64)) as u32).min(MAX_INLINE);
+    Ok((stride.trailing_zeros(), sge, inl))
+}
+
+impl Mlx4Device {
+    pub(super) fn bf_reg(&self) -> Option<BfReg> {
+        let bf = self.0.bf?;
+        let mut n = self.0.nums();
+        let i = n.bf_next % bf.regs;
+        n.bf_next += 1;
+        Some(BfReg {
+            offset: bf.page + i * bf.half * 2,
+            half: bf.half,
+        })
+    }
+
+    pub(super) fn qp_env(&self, qpn: u32, rec: &QpRec) -> QpEnv {
+        QpEnv {
+            qpn,
+            uar: self.0.uar,
+            db_addr: rec.db.bus_addr(),
+            mtt_first: rec.mtt.first,
+            log_max_msg: self.0.caps.log_max_msg,
+        }
+    }
+
+    pub(super) async fn do_create_qp(
+        &self,
+        params: QpCreateParams,
+    ) -> Result<QpResources<Mlx4Sq, Mlx4Rq>, CommandError> {
+        self.0.check_alive()?;
+        let caps = &self.0.caps;
+        let c = params.caps;
+        let max_wr = (1u32 << caps.log_max_qp_sz.min(15)) - 64;
+        // 0 send WRs is allowed (a receive-only QP): the queue still gets its spare WQEs and
+        // reports what it grants, as ibv_create_qp(3) says.
+        if c.max_send_wr > max_wr {
+            return Err(invalid(format!(
+                "{} send WRs (at most {max_wr})",
+                c.max_send_wr
+            )));
+        }
+        if params.srqn.is_none() && (c.max_recv_wr > max_wr || c.max_recv_sge > caps.max_sg_rq) {
+            return Err(invalid(format!(
+                "{} receive WRs with {} SGEs",
+                c.max_recv_wr, c.max_recv_sge
+            )));
+        }
+        {
+            let o = self.0.objects();
+            for cqn in [params.send_cqn, params.recv_cqn] {
+                if !o.cqs.contains_key(&cqn) {
+                    return Err(no("CQ", cqn));
+                }
+            }
+            if let Some(s) = params.srqn {
+                if !o.srqs.contains_key(&s) {
+                    return Err(no("SRQ", s));
+                }
+            }
+        }
+        let (sq_shift, max_sge, max_inline) = sq_shape(params.qp_type, &c, caps.max_sg_sq)?;
+        let spare = sq_spare(sq_shift);
+        let sq_cnt = (c.max_send_wr + spare).next_power_of_two();
+        let rq = params.srqn.is_none().then(|| {
+            let slots = c.max_recv_sge.max(1).next_power_of_two();
+            let shift = (slots * 16).trailing_zeros().max(4);
+            (c.max_recv_wr.max(1).next_power_of_two(), shift)
+        });
+        let (rq_cnt, rq_shift) = rq.unwrap_or((0, 4));
+        let (sq_off, rq_off) = queue_offsets(sq_cnt, sq_shift, rq_cnt, rq_shift);
+        let bytes = ((sq_cnt as usize) << sq_shift) + ((rq_cnt as usize) << rq_shift);
+        let buf = self.dma(bytes.next_multiple_of(4096))?;
+        let db = self.0.dbs.alloc(&*self.0.pci)?;
+        let Some(qpn) = self.0.nums().qp.alloc() else {
+            self.0.dbs.free(&db);
+            return Err(CommandError::ResourceExhausted { resource: "QPs" });
+        };
+        let mtt = match self
+            .0
+            .mtts
+            .write(&self.0.hcr, buf.mem(), 0, buf.mem().len())
+            .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                self.0.nums().qp.free(qpn);
+                self.0.dbs.free(&db);
+                return Err(e);
+            }
+        };
+        let sq_geom = Geometry {
+            base: sq_off,
+            shift: sq_shift,
+            cnt: sq_cnt,
+        };
+        let rq_geom = rq.map(|(cnt, shift)| Geometry {
+            base: rq_off,
+            shift,
+            cnt,
+        });
+        let granted = QpCaps {
+            max_send_wr: sq_cnt - spare,
+            max_recv_wr: rq_cnt,
+            max_send_sge: max_sge,
+            max_recv_sge: rq_geom.map_or(0, |g| (g.stride() / 16) as u32),
+            max_inline_data: max_inline,
+        };
+        let attrs = QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            cap: granted,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        self.0.objects().qps.insert(
+            qpn,
+            QpRec {
+                qp_type: params.qp_type,
+                pd: params.pd,
+                send_cqn: params.send_cqn,
+                recv_cqn: params.recv_cqn,
+                srqn: params.srqn,
+                sq: sq_geom,
+                rq: rq_geom,
+                mtt,
+                _buf: buf.clone(),
+                db: db.clone(),
+                attrs,
+            },
+        );
+        let mut sq = Mlx4Sq {
+            qpn,
+            qp_type: params.qp_type,
+            buf: Self::slots(&buf, sq_geom)?,
+            spare,
+            max_sge,
+            max_inline,
+            bar2: self.0.bar2.clone(),
+            db_offset: doorbell_offset(self.0.uar),
+            bf: self.bf_reg(),
+            bf_half: 0,
+            fatal: self.0.fatal.clone(),
+            rung: 0,
+            bf_len: 0,
+        };
+        sq.init_slots();
+        let rq = rq_geom.map(|g| Mlx4Rq {
+            buf: buf.clone(),
+            geom: g,
+            max_sge: granted.max_recv_sge,
+            db: db.clone(),
+            scratch: vec![0; g.stride()].into_boxed_slice(),
+        });
+        Ok(QpResources {
+            qpn,
+            caps: granted,
+            sq,
+            rq,
+        })
+    }
+
+    pub(super) async fn do_modify_qp(
+        &self,
+        qpn: u32,
+        attr: QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), CommandError> {
+        let from = attr.cur_qp_state;
+        let to = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state
+        } else {
+            from
+        };
+        let t = {
+            let o = self.0.objects();
+            o.qps.get(&qpn).ok_or_else(|| no("QP", qpn))?.qp_type
+        };
+        let Some(op) = qp_ctx::transition_opcode(t, from, to) else {
+            return Err(CommandError::BadState {
+                object: "QP",
+                number: qpn,
+                reason: format!("no HCA command for {from:?} -> {to:?}"),
+            });
+        };
+        let (inbox, saved) = {
+            let mut o = self.0.objects();
+            let rec = o.qps.get_mut(&qpn).ok_or_else(|| no("QP", qpn))?;
+            let saved = rec.attrs;
+            rec.attrs.apply(&attr, mask);
+            rec.attrs.qp_state = to;
+            let env = self.qp_env(qpn, rec);
+            let mb: QpMailbox = qp_ctx::build(rec, &env, mask);
+            (mb, saved)
+        };
+        let r = match op {
+            opcode::RST_QP => {
+                self.cmd(Cmd::new(op).opmod(opcode::OPMOD_RST_NO_OUTBOX).in_mod(qpn))
+                    .await
+            }
+            opcode::ERR_QP => self.cmd(Cmd::new(op).in_mod(qpn)).await,
+            opcode::RTS2SQD_QP => {
+                let notify = u32::from(attr.en_sqd_async_notify) << 31;
+                self.cmd(Cmd::new(op).in_mod(qpn | notify)).await
+            }
+            _ => {
+                self.cmd_in(Cmd::new(op).in_mod(qpn), inbox.as_bytes())
+                    .await
+            }
+        };
+        let mut o = self.0.objects();
+        if let Some(rec) = o.qps.get_mut(&qpn) {
+            if r.is_err() {
+                rec.attrs = saved;
+            } else {
+                rec.attrs.cur_qp_state = to;
+            }
+        }
+        r.map(|_| ())
+    }
+
+    pub(super) async fn do_query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
+        let known = {
+            let o = self.0.objects();
+            o.qps.get(&qpn).ok_or_else(|| no("QP", qpn))?.attrs
+        };
+        let mut out = vec![0u8; size_of::<QpMailbox>()];
+        self.cmd_out(Cmd::new(opcode::QUERY_QP).in_mod(qpn), &mut out)
+            .await?;
+        let (mb, _) =
+            QpMailbox::read_from_prefix(&out).map_err(|_| invalid("QUERY_QP outbox too short"))?;
+        qp_ctx::parse_query(&mb.ctx, &known).ok_or(CommandError::Firmware {
+            opcode: opcode::QUERY_QP,
+            status: 0,
+            meaning: "QUERY_QP returned an unknown QP state",
+        })
+    }
+
+    pub(super) async fn do_destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {
+        if !self.0.objects().qps.contains_key(&qpn) {
+            return Err(no("QP", qpn));
+        }
+        self.hw2sw(
+            Cmd::new(opcode::RST_QP)
+                .opmod(opcode::OPMOD_RST_NO_OUTBOX)
+                .in_mod(qpn),
+        )
+        .await?;
+        if let Some(rec) = self.0.objects().qps.remove(&qpn) {
+            self.0.mtts.free(rec.mtt);
+            self.0.dbs.free(&rec.db);
+        }
+        self.0.nums().qp.free(qpn);
+        Ok(())
+    }
+}
+
+const _: () = assert!(MAILBOX_SIZE >= size_of::<QpMailbox>());
