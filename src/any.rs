@@ -199,8 +199,8 @@ impl Device for AnyDevice {
         forward!(self, d => d.modify_qp(qpn, attr, mask).await)
     }
 
-    async fn query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
-        forward!(self, d => d.query_qp(qpn).await)
+    async fn query_qp(&self, qpn: u32, known: QpAttr) -> Result<QpAttr, CommandError> {
+        forward!(self, d => d.query_qp(qpn, known).await)
     }
 
     async fn destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {

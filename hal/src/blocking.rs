@@ -110,8 +110,8 @@ pub trait BlockingDevice: Device {
     ) -> Result<(), CommandError> {
         block_on(self.modify_qp(qpn, attr, mask))
     }
-    fn query_qp_blocking(&self, qpn: u32) -> Result<QpAttr, CommandError> {
-        block_on(self.query_qp(qpn))
+    fn query_qp_blocking(&self, qpn: u32, known: QpAttr) -> Result<QpAttr, CommandError> {
+        block_on(self.query_qp(qpn, known))
     }
     fn destroy_qp_blocking(&self, qpn: u32) -> Result<(), CommandError> {
         block_on(self.destroy_qp(qpn))

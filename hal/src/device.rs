@@ -241,12 +241,19 @@ pub trait LocalDevice: Send + Sync + 'static {
     ) -> Result<QpResources<Self::Sq, Self::Rq>, CommandError>;
 
     /// Modifies a queue pair. The core has already checked the transition and the attribute
-    /// mask against the IBTA table; `attr.cur_qp_state` is the state the core believes current.
+    /// mask against the IBTA table. `attr` is the QP's whole attribute record as it is to be
+    /// after this modify — the core keeps the one record per QP and applies `mask` to it
+    /// before the call, so a device that needs earlier attributes (a context command carries
+    /// them all) reads them here rather than keeping a copy. `mask` names what this modify
+    /// changes; `attr.cur_qp_state` is the state the core believes current and `attr.qp_state`
+    /// the target.
     async fn modify_qp(&self, qpn: u32, attr: QpAttr, mask: QpAttrMask)
     -> Result<(), CommandError>;
 
-    /// Queries a queue pair (its state as the device sees it, and its attributes).
-    async fn query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError>;
+    /// Queries a queue pair: `known` is the core's record, and the device returns it with
+    /// what the device itself knows laid over it — at least the state it really is in (ERR
+    /// after a fatal error, SQE), and whatever its context reports (PSNs …).
+    async fn query_qp(&self, qpn: u32, known: QpAttr) -> Result<QpAttr, CommandError>;
 
     /// Destroys a queue pair.
     async fn destroy_qp(&self, qpn: u32) -> Result<(), CommandError>;

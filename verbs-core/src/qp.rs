@@ -581,17 +581,22 @@ impl<D: Device> Qp<D> {
         })?;
         self.check_values(attr, mask)
             .map_err(|error| ModifyQpError::InvalidAttribute { qpn, error })?;
-        let cmd = QpAttr {
-            qp_state: to,
-            cur_qp_state: cur,
-            ..*attr
-        };
+        // The QP's one attribute record, as it is to be after this modify, goes to the device
+        // (which keeps no copy); it becomes the record only once the device has taken it.
+        let mut record = *lock(&self.inner.attr);
+        record.apply(attr, mask);
+        record.qp_state = to;
+        record.cur_qp_state = cur;
+        if !mask.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+            // A request for this modify only, never remembered.
+            record.en_sqd_async_notify = false;
+        }
         // The device checks the transition against the state it really is in (it may have
         // moved the QP to ERR on its own); CUR_STATE goes down only when the caller asserted it.
         let cmd_mask = mask | QpAttrMask::STATE;
         self.ctx()
             .device()
-            .modify_qp(qpn, cmd, cmd_mask)
+            .modify_qp(qpn, record, cmd_mask)
             .await
             .map_err(|source| ModifyQpError::Device { qpn, source })?;
         if to == QpState::Reset {
@@ -611,9 +616,10 @@ impl<D: Device> Qp<D> {
                 ring.reset();
             }
         }
-        let mut cached = lock(&self.inner.attr);
-        cached.apply(attr, mask);
-        cached.qp_state = to;
+        *lock(&self.inner.attr) = QpAttr {
+            cur_qp_state: to,
+            ..record
+        };
         self.inner.state.store(to as u8, Ordering::Release);
         if to != cur {
             tracing::debug!(qpn, "QP {cur} => {to}");
@@ -635,7 +641,8 @@ impl<D: Device> Qp<D> {
     /// # Errors
     /// The device refused.
     pub async fn query(&self) -> Result<QpAttr, CommandError> {
-        let mut a = self.ctx().device().query_qp(self.inner.qpn).await?;
+        let known = *lock(&self.inner.attr);
+        let mut a = self.ctx().device().query_qp(self.inner.qpn, known).await?;
         a.cap = self.inner.caps;
         self.inner.state.store(a.qp_state as u8, Ordering::Release);
         Ok(a)

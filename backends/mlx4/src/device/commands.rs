@@ -231,8 +231,8 @@ impl Device for Mlx4Device {
         self.do_modify_qp(qpn, attr, mask).await
     }
 
-    async fn query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
-        self.do_query_qp(qpn).await
+    async fn query_qp(&self, qpn: u32, known: QpAttr) -> Result<QpAttr, CommandError> {
+        self.do_query_qp(qpn, known).await
     }
 
     async fn destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use portverbs_hal::attr::QpAttr;
 use portverbs_hal::queue::EventQueue;
 use portverbs_hal::types::QpType;
 
@@ -54,8 +53,6 @@ pub(crate) struct QpRec {
     pub(crate) mtt: MttRange,
     pub(crate) _buf: Ring,
     pub(crate) db: DbRecord,
-    /// Attributes as modified so far (the merge of every modify).
-    pub(crate) attrs: QpAttr,
 }
 
 /// A memory registration as last written.

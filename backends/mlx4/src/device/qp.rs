@@ -4,7 +4,7 @@
 use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::device::{QpCreateParams, QpResources};
 use portverbs_hal::error::CommandError;
-use portverbs_hal::types::{QpState, QpType};
+use portverbs_hal::types::QpType;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::Mlx4Device;
@@ -148,13 +148,6 @@ impl Mlx4Device {
             max_recv_sge: rq_geom.map_or(0, |g| (g.stride() / 16) as u32),
             max_inline_data: max_inline,
         };
-        let attrs = QpAttr {
-            qp_state: QpState::Reset,
-            cur_qp_state: QpState::Reset,
-            cap: granted,
-            port_num: 1,
-            ..QpAttr::default()
-        };
         self.0.objects().qps.insert(
             qpn,
             QpRec {
@@ -168,7 +161,6 @@ impl Mlx4Device {
                 mtt,
                 _buf: buf.clone(),
                 db: db.clone(),
-                attrs,
             },
         );
         let mut sq = Mlx4Sq {
@@ -225,15 +217,10 @@ impl Mlx4Device {
                 reason: format!("no HCA command for {from:?} -> {to:?}"),
             });
         };
-        let (inbox, saved) = {
-            let mut o = self.0.objects();
-            let rec = o.qps.get_mut(&qpn).ok_or_else(|| no("QP", qpn))?;
-            let saved = rec.attrs;
-            rec.attrs.apply(&attr, mask);
-            rec.attrs.qp_state = to;
-            let env = self.qp_env(qpn, rec);
-            let mb: QpMailbox = qp_ctx::build(rec, &env, mask);
-            (mb, saved)
+        let inbox: QpMailbox = {
+            let o = self.0.objects();
+            let rec = o.qps.get(&qpn).ok_or_else(|| no("QP", qpn))?;
+            qp_ctx::build(rec, &attr, &self.qp_env(qpn, rec), mask)
         };
         let r = match op {
             opcode::RST_QP => {
@@ -250,22 +237,17 @@ impl Mlx4Device {
                     .await
             }
         };
-        let mut o = self.0.objects();
-        if let Some(rec) = o.qps.get_mut(&qpn) {
-            if r.is_err() {
-                rec.attrs = saved;
-            } else {
-                rec.attrs.cur_qp_state = to;
-            }
-        }
         r.map(|_| ())
     }
 
-    pub(super) async fn do_query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
-        let known = {
-            let o = self.0.objects();
-            o.qps.get(&qpn).ok_or_else(|| no("QP", qpn))?.attrs
-        };
+    pub(super) async fn do_query_qp(
+        &self,
+        qpn: u32,
+        known: QpAttr,
+    ) -> Result<QpAttr, CommandError> {
+        if !self.0.objects().qps.contains_key(&qpn) {
+            return Err(no("QP", qpn));
+        }
         let mut out = vec![0u8; size_of::<QpMailbox>()];
         self.cmd_out(Cmd::new(opcode::QUERY_QP).in_mod(qpn), &mut out)
             .await?;

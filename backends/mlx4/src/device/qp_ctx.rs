@@ -55,10 +55,10 @@ pub(crate) struct QpEnv {
     pub(crate) log_max_msg: u8,
 }
 
-/// The modify mailbox for a transition to `attrs.qp_state`, with `mask` telling which optional
-/// fields this modify sets.
-pub(crate) fn build(qp: &QpRec, env: &QpEnv, mask: QpAttrMask) -> QpMailbox {
-    let a = &qp.attrs;
+/// The modify mailbox for a transition to `a.qp_state`, `a` being the QP's whole record after
+/// the modify (verbs-core's one copy), with `mask` telling which optional fields this modify
+/// sets.
+pub(crate) fn build(qp: &QpRec, a: &QpAttr, env: &QpEnv, mask: QpAttrMask) -> QpMailbox {
     let mut c = QpContext::default();
     let st = match qp.qp_type {
         QpType::Rc => service::RC,

@@ -555,7 +555,8 @@ impl Device for SoftDevice {
         })
     }
 
-    async fn query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
+    /// The engine holds the QP's whole context, as an HCA does: `known` adds nothing.
+    async fn query_qp(&self, qpn: u32, _known: QpAttr) -> Result<QpAttr, CommandError> {
         self.check_alive()?;
         self.with(|d, _, _| d.engine.query_qp(qpn))
     }
