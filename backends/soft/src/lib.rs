@@ -25,7 +25,7 @@ pub mod device;
 pub use portverbs_dma as dma;
 pub mod engine;
 pub mod fabric;
-pub mod wire;
+pub use portverbs_wire as wire;
 
 pub use device::{ResourceCounts, SoftCq, SoftDevice, SoftRq, SoftSq, SoftSrq};
 pub use dma::SoftDma;
