@@ -12,8 +12,8 @@ use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::Mtu;
 use portverbs_mlx4::layout::status::Status;
 use portverbs_mlx4::pci::{CONNECTX3, MELLANOX_VENDOR, PciError, PciFunction};
-use portverbs_soft::engine::{EngineConfig, PortInfo};
 use portverbs_soft::fabric::{Fabric, FabricError, ForeignConfig, ForeignHandle};
+use portverbs_transport::{EngineConfig, PortInfo};
 use thiserror::Error;
 
 use crate::bar0::Bar0;
@@ -290,7 +290,7 @@ impl Mlx4Model {
     }
 
     /// Transport counters of the model's engine.
-    pub fn engine_stats(&self) -> portverbs_soft::engine::EngineStats {
+    pub fn engine_stats(&self) -> portverbs_transport::EngineStats {
         self.inner
             .handle
             .with(|ctx| ctx.engine.stats())

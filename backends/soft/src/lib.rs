@@ -23,7 +23,7 @@
 
 pub mod device;
 pub use portverbs_dma as dma;
-pub mod engine;
+pub use portverbs_transport as engine;
 pub mod fabric;
 pub use portverbs_wire as wire;
 

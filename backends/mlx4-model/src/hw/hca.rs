@@ -10,8 +10,8 @@ use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::{QpState, QpType};
 use portverbs_hal::wc::Cqe;
 use portverbs_mlx4::layout::wqe::ctrl;
-use portverbs_soft::engine::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
 use portverbs_soft::fabric::ForeignDevice;
+use portverbs_transport::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
 
 use super::Hw;
 use super::wqe::{decode_scatter, decode_send};

@@ -16,7 +16,6 @@ mod mpt;
 mod port;
 mod qp;
 mod srq;
-mod table;
 mod wqe;
 
 use std::sync::Arc;
@@ -26,8 +25,8 @@ use portverbs_hal::types::Mtu;
 use portverbs_mlx4::layout::eqe;
 use portverbs_mlx4::layout::opcode as op;
 use portverbs_mlx4::layout::status::Status;
-use portverbs_soft::engine::{Engine, Packet};
 use portverbs_soft::fabric::{ForeignCtx, ForeignDevice};
+use portverbs_transport::{Engine, Packet, Table};
 use zerocopy::FromBytes;
 
 use crate::shared::{Shared, Stats};
@@ -38,7 +37,6 @@ use mem::{Buf, Icm};
 use mpt::MptRec;
 use qp::Qp;
 use srq::Srq;
-use table::Table;
 
 /// Result of a command handler: the immediate output (if the command has one) or a status.
 pub(crate) type CmdResult = Result<Option<u64>, Status>;

@@ -11,8 +11,8 @@ use portverbs_hal::event::{DeviceEvent, PortEventKind};
 use portverbs_hal::types::Gid;
 use portverbs_mlx4::layout::opcode as op;
 use portverbs_mlx4::layout::status::Status;
-use portverbs_soft::engine::Engine;
 use portverbs_soft::fabric::ForeignCtx;
+use portverbs_transport::Engine;
 
 use super::{CmdResult, Command, Hw};
 use crate::caps;

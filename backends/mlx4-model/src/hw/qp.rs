@@ -18,7 +18,7 @@ use portverbs_mlx4::layout::ctx::{
 use portverbs_mlx4::layout::opcode as op;
 use portverbs_mlx4::layout::status::Status;
 use portverbs_mlx4::layout::wqe::queue_offsets;
-use portverbs_soft::engine::{Engine, Packet, QpInit};
+use portverbs_transport::{Engine, Packet, QpInit};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::mem::Buf;
