@@ -11,10 +11,12 @@
 //! * **BAR2** — UAR pages (send doorbell, CQ arm, EQ doorbells) and BlueFlame pages.
 //! * **DMA** — regions at bus addresses unlike their host addresses, behind the model's own
 //!   IOMMU table; every device access goes through it.
-//! * **Transport** — the software device's engine, on the same [`portverbs_soft::Fabric`]:
-//!   an mlx4 model and soft devices exchange RC, UC and UD traffic, stepped (virtual time,
-//!   seeded faults) or free-running. The model reads the driver's WQEs (owner bits, stamps,
-//!   no producer index) and writes CQEs and EQEs in the mlx4 formats.
+//! * **Transport** — the shared engine (`portverbs-transport`), the model being one
+//!   [`portverbs_fabric::Node`] on a [`portverbs_fabric::Fabric`]: an mlx4 model and soft
+//!   devices exchange RC, UC and UD traffic, stepped (virtual time, seeded faults) or
+//!   free-running. The model reads the driver's WQEs (owner bits, stamps, no producer index)
+//!   and writes CQEs and EQEs in the mlx4 formats. It depends on the transport and the fabric,
+//!   never on the soft device (the two only meet on a fabric).
 //! * **Faults** — command timeout, a corrupt CQE, catastrophic error, surprise removal
 //!   ([`Mlx4Model`]), and [`ModelCounts`] for leak checks.
 //!
@@ -23,7 +25,8 @@
 //! status code, a catastrophic QP/CQ error, or is ignored and counted); touch memory except
 //! through its IOVA table; use `unsafe` (one exception: the driver's `HostMapped` promise for
 //! the regions it hands out, in `iova`); redefine the hardware layouts (they are
-//! `portverbs_mlx4::layout`'s); or know about the driver's internals.
+//! `portverbs_mlx4::layout`'s); know about the driver's internals; or depend on the soft
+//! device (`portverbs-soft`; its tests use one as a peer).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
