@@ -287,3 +287,139 @@ impl<T: Node> NodeHandle<T> {
         drop(slot);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FabricConfig, LinkFaults};
+
+    /// A node with no engine: it records what the fabric asks of it.
+    #[derive(Debug, Default)]
+    struct Probe {
+        kicks: Vec<u32>,
+        rescans: u32,
+        steps: u32,
+        max_train: u32,
+        deadline: Option<u64>,
+    }
+
+    impl Node for Probe {
+        fn kick(&mut self, _now: u64, what: u32, _out: &mut Vec<Packet>) {
+            self.kicks.push(what);
+        }
+        fn rescan(&mut self, _now: u64, _out: &mut Vec<Packet>) {
+            self.rescans += 1;
+        }
+        fn run_work(&mut self, _now: u64, _out: &mut Vec<Packet>) -> bool {
+            self.steps += 1;
+            false
+        }
+        fn receive(&mut self, _now: u64, _port: u8, _pkt: &Packet, _out: &mut Vec<Packet>) {}
+        fn run_timers(&mut self, now: u64, _out: &mut Vec<Packet>) -> bool {
+            let due = self.deadline.is_some_and(|t| t <= now);
+            if due {
+                self.deadline = None;
+            }
+            due
+        }
+        fn next_deadline(&self) -> Option<u64> {
+            self.deadline
+        }
+        fn set_max_train(&mut self, n: u32) {
+            self.max_train = n;
+        }
+    }
+
+    fn gid(ip: &str) -> Gid {
+        Gid::parse(ip).unwrap()
+    }
+
+    fn probe(fabric: &Fabric, kind: &'static str, ip: &str) -> (NodeHandle<Probe>, Joining) {
+        let mut seen = None;
+        let h = fabric
+            .attach(kind, |j| {
+                seen = Some(j);
+                let config = NodeConfig {
+                    name: format!("{kind}{}", j.ordinal),
+                    routes: vec![(1, gid(ip))],
+                };
+                let node = Probe {
+                    max_train: j.max_train,
+                    ..Probe::default()
+                };
+                (config, node)
+            })
+            .unwrap();
+        (h, seen.unwrap())
+    }
+
+    #[test]
+    fn nodes_are_numbered_per_kind_and_routed() {
+        let fabric = Fabric::stepped(1);
+        let (_a, ja) = probe(&fabric, "a", "10.0.0.1");
+        let (_b, jb) = probe(&fabric, "b", "10.0.0.2");
+        let (_a1, ja1) = probe(&fabric, "a", "10.0.0.3");
+        assert_eq!((ja.ordinal, jb.ordinal, ja1.ordinal), (0, 0, 1));
+        assert_eq!(ja.max_train, crate::sim::MAX_TRAIN);
+        assert_eq!(
+            fabric.gids(),
+            vec![
+                ("a0".to_string(), 1, gid("10.0.0.1")),
+                ("a1".to_string(), 1, gid("10.0.0.3")),
+                ("b0".to_string(), 1, gid("10.0.0.2")),
+            ]
+        );
+        let dup = fabric.attach("a", |_| {
+            let config = NodeConfig {
+                name: "dup".into(),
+                routes: vec![(1, gid("10.0.0.2"))],
+            };
+            (config, Probe::default())
+        });
+        assert_eq!(
+            dup.unwrap_err(),
+            FabricError::DuplicateAddress("10.0.0.2".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn kicks_reach_their_node_on_the_next_step_and_timers_advance_time() {
+        let fabric = Fabric::stepped(1);
+        let (a, _) = probe(&fabric, "a", "10.0.1.1");
+        let (b, _) = probe(&fabric, "a", "10.0.1.2");
+        a.kick(7);
+        b.kick(8);
+        a.kick(9);
+        assert!(a.with(|c| c.node.kicks.is_empty()), "not before a step");
+        assert!(fabric.step());
+        assert_eq!(a.with(|c| c.node.kicks.clone()), vec![7, 9]);
+        assert_eq!(b.with(|c| c.node.kicks.clone()), vec![8]);
+        assert!(!fabric.step(), "nothing left");
+        b.with(|c| c.node.deadline = Some(c.now + 1_000));
+        fabric.run_until_idle().unwrap();
+        assert_eq!(fabric.now_ns(), 1_000);
+        assert_eq!(b.with(|c| c.node.deadline), None);
+        fabric.set_faults(LinkFaults::lossy(0.1));
+        assert_eq!(a.with(|c| c.node.max_train), 1);
+    }
+
+    #[test]
+    fn a_detached_node_keeps_its_state_but_leaves_the_fabric() {
+        let fabric = Fabric::new(FabricConfig {
+            mode: Mode::Stepped,
+            seed: 3,
+            faults: LinkFaults::NONE,
+        });
+        let (a, _) = probe(&fabric, "a", "10.0.2.1");
+        a.try_with(|c| c.add_route(2, gid("10.0.2.9")).unwrap())
+            .unwrap();
+        assert_eq!(fabric.gids().len(), 2);
+        a.detach();
+        assert!(!a.is_attached());
+        assert!(fabric.gids().is_empty());
+        assert_eq!(a.try_with(|_| ()), Err(FabricError::Detached));
+        a.kick(1);
+        fabric.run_until_idle().unwrap();
+        assert!(a.with(|c| c.node.kicks.is_empty()), "kicks are ignored");
+    }
+}
