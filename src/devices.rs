@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
-use portverbs_soft::{DeviceConfig, Fabric};
+use portverbs_soft::{DeviceConfig, Fabric, SoftDevice};
 
 use crate::AnyDevice;
 #[cfg(target_os = "linux")]
@@ -79,10 +79,10 @@ pub fn skipped_devices() -> Vec<&'static SkippedDevice> {
 ///
 /// ```
 /// use portverbs::prelude::*;
-/// use portverbs::soft::{DeviceConfig, Fabric};
+/// use portverbs::soft::{DeviceConfig, Fabric, SoftDevice};
 ///
 /// let fabric = Fabric::threaded();
-/// let soft = fabric.add_device(DeviceConfig::with_ip("10.1.0.1".parse().unwrap())).unwrap();
+/// let soft = SoftDevice::attach(&fabric, DeviceConfig::with_ip("10.1.0.1".parse().unwrap())).unwrap();
 /// let (_model, hca) = portverbs::emulated_mlx4(&fabric, "mlx4_t", "10.1.0.2".parse().unwrap())
 ///     .expect("the emulated HCA comes up");
 /// let (a, b) = (portverbs::open(soft).unwrap(), portverbs::open(hca).unwrap());
@@ -119,7 +119,7 @@ fn embedded() -> &'static Embedded {
         let fabric = Fabric::threaded();
         let mut devices: Vec<AnyDevice> = EMBEDDED_ADDRS
             .iter()
-            .filter_map(|ip| fabric.add_device(DeviceConfig::with_ip(*ip)).ok())
+            .filter_map(|ip| SoftDevice::attach(&fabric, DeviceConfig::with_ip(*ip)).ok())
             .map(AnyDevice::Soft)
             .collect();
         let mut models = Vec::new();

@@ -34,9 +34,11 @@ fn cq_on(dev: &AnyDevice) -> AnyCq {
 fn resizing_a_cq_of_another_backend_is_refused_and_harms_neither() {
     let fabric = Fabric::stepped(1);
     let soft = AnyDevice::Soft(
-        fabric
-            .add_device(DeviceConfig::with_ip("10.8.0.1".parse().unwrap()))
-            .unwrap(),
+        portverbs::soft::SoftDevice::attach(
+            &fabric,
+            DeviceConfig::with_ip("10.8.0.1".parse().unwrap()),
+        )
+        .unwrap(),
     );
     let (_model, function) = Mlx4Model::attach(&fabric, ModelConfig::default()).unwrap();
     let mlx4 = AnyDevice::Mlx4(

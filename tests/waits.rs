@@ -44,7 +44,8 @@ impl Pair {
         for (i, ip) in ips.into_iter().enumerate() {
             match backend {
                 Backend::Soft => {
-                    let d = fabric.add_device(DeviceConfig::with_ip(ip)).unwrap();
+                    let d = portverbs::soft::SoftDevice::attach(&fabric, DeviceConfig::with_ip(ip))
+                        .unwrap();
                     let port = d.clone();
                     ports.push(Box::new(move |up| port.set_port_active(1, up)));
                     devs.push(AnyDevice::Soft(d));

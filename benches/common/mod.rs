@@ -82,9 +82,11 @@ pub fn pair(fabric: Fabric, buf_len: usize, depth: u32) -> Pair {
         .iter()
         .map(|ip| {
             AnyDevice::Soft(
-                fabric
-                    .add_device(DeviceConfig::with_ip(ip.parse().expect("ip")))
-                    .expect("device"),
+                portverbs::soft::SoftDevice::attach(
+                    &fabric,
+                    DeviceConfig::with_ip(ip.parse().expect("ip")),
+                )
+                .expect("device"),
             )
         })
         .collect();

@@ -164,8 +164,9 @@ fn gid_table_lists_exactly_the_configured_entries(_backend: Backend) {
         .map(|s| s.parse().unwrap())
         .collect();
     let port2: IpAddr = "192.168.8.1".parse().unwrap();
-    let dev = fabric
-        .add_device(DeviceConfig {
+    let dev = portverbs::soft::SoftDevice::attach(
+        &fabric,
+        DeviceConfig {
             name: Some("multi".into()),
             ports: vec![
                 PortConfig {
@@ -177,8 +178,9 @@ fn gid_table_lists_exactly_the_configured_entries(_backend: Backend) {
                     mtu: Mtu::Mtu1024,
                 },
             ],
-        })
-        .unwrap();
+        },
+    )
+    .unwrap();
     {
         let ctx = Context::open_blocking(AnyDevice::Soft(dev.clone()), ContextOptions::default())
             .unwrap();

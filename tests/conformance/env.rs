@@ -13,8 +13,7 @@ use std::time::Duration;
 use portverbs::mlx4::{CommandMode, Mlx4Config, Mlx4Device};
 use portverbs::mlx4_model::{Mlx4Model, ModelConfig};
 use portverbs::prelude::*;
-use portverbs::soft::engine::EngineStats;
-use portverbs::soft::{DeviceConfig, Fabric, LinkFaults, ResourceCounts, SoftDevice};
+use portverbs::soft::{DeviceConfig, EngineStats, Fabric, LinkFaults, ResourceCounts, SoftDevice};
 use portverbs::verbs::{ContextOptions, PollError};
 
 /// Which backend a case runs on.
@@ -113,8 +112,7 @@ impl Env {
                 let devs: Vec<SoftDevice> = ["10.0.0.1", "10.0.0.2"]
                     .iter()
                     .map(|ip| {
-                        fabric
-                            .add_device(DeviceConfig::with_ip(ip.parse().unwrap()))
+                        SoftDevice::attach(&fabric, DeviceConfig::with_ip(ip.parse().unwrap()))
                             .unwrap()
                     })
                     .collect();

@@ -9,15 +9,15 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use portverbs_fabric::NodeHandle;
 use portverbs_hal::mmio::{MemRegisters, Mmio, MmioError, check_access};
 use portverbs_mlx4_layout::hcr::{
     BAR0_MIN_LEN, EVENT, GO, HCR_BASE, OWNER_SEMAPHORE, RESET_REG, RESET_SEMAPHORE, StatusWord,
     dword,
 };
-use portverbs_soft::fabric::ForeignHandle;
 
 use crate::caps::{CATAS_DWORDS, CATAS_OFFSET};
-use crate::hw::{self, Command, Hw};
+use crate::hw::{self, Command, ModelNode};
 use crate::shared::{Shared, Stats};
 
 /// The model's BAR0.
@@ -25,7 +25,7 @@ use crate::shared::{Shared, Stats};
 pub(crate) struct Bar0 {
     regs: MemRegisters,
     shared: Arc<Shared>,
-    handle: ForeignHandle,
+    handle: NodeHandle<ModelNode>,
 }
 
 fn catas_range(offset: usize) -> bool {
@@ -33,7 +33,7 @@ fn catas_range(offset: usize) -> bool {
 }
 
 impl Bar0 {
-    pub(crate) fn new(shared: Arc<Shared>, handle: ForeignHandle) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, handle: NodeHandle<ModelNode>) -> Self {
         Self {
             regs: MemRegisters::new(BAR0_MIN_LEN),
             shared,
@@ -63,7 +63,7 @@ impl Bar0 {
 
     /// The reset register: everything back to power-on state.
     fn reset(&self) {
-        let _ = self.handle.with(|ctx| hw::reset(ctx, false));
+        let _ = self.handle.try_with(|ctx| hw::reset(ctx, false));
         self.shared.cmd_timeout.store(false, Ordering::Release);
         self.shared.corrupt_cqe.store(0, Ordering::Release);
         self.clear();
@@ -90,7 +90,7 @@ impl Bar0 {
             opmod: w.opmod(),
         };
         let token = (self.hcr(dword::TOKEN) >> 16) as u16;
-        let _ = self.handle.with(|ctx| {
+        let _ = self.handle.try_with(|ctx| {
             let (status, imm) = hw::run_command(ctx, &cmd);
             if let Some(v) = imm {
                 self.set_hcr(dword::OUT_PARAM_HI, (v >> 32) as u32);
@@ -98,9 +98,7 @@ impl Bar0 {
             }
             self.set_hcr(dword::STATUS, w.completed(status).0);
             if word & EVENT != 0 {
-                if let Some(hw) = Hw::of(ctx.device) {
-                    hw.command_event(token, status, imm.unwrap_or(0));
-                }
+                ctx.node.hw.command_event(token, status, imm.unwrap_or(0));
             }
         });
     }

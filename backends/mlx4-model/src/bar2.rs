@@ -14,12 +14,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use portverbs_fabric::NodeHandle;
 use portverbs_hal::mmio::{Mmio, MmioError, check_access};
 use portverbs_mlx4_layout::uar::{CQ_DOORBELL, EQ_DOORBELL, SEND_DOORBELL, UAR_PAGE};
-use portverbs_soft::fabric::ForeignHandle;
 
 use crate::caps::NUM_UARS;
-use crate::hw::Hw;
+use crate::hw::ModelNode;
 use crate::shared::{Shared, Stats};
 
 /// A latched CQ doorbell dword 0 (bit 32 marks it valid).
@@ -29,13 +29,13 @@ const LATCHED: u64 = 1 << 32;
 #[derive(Debug)]
 pub(crate) struct Bar2 {
     shared: Arc<Shared>,
-    handle: ForeignHandle,
+    handle: NodeHandle<ModelNode>,
     /// Per UAR page: dword 0 of a CQ doorbell written as two 32-bit stores.
     cq_latch: Vec<AtomicU64>,
 }
 
 impl Bar2 {
-    pub(crate) fn new(shared: Arc<Shared>, handle: ForeignHandle) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, handle: NodeHandle<ModelNode>) -> Self {
         Self {
             shared,
             handle,
@@ -48,18 +48,14 @@ impl Bar2 {
     }
 
     fn cq_arm(&self, page: usize, dword0: u32, ci: u32) {
-        let _ = self.handle.with(|ctx| {
-            if let Some(hw) = Hw::of(ctx.device) {
-                hw.cq_doorbell(page as u32, dword0, ci);
-            }
+        let _ = self.handle.try_with(|ctx| {
+            ctx.node.hw.cq_doorbell(page as u32, dword0, ci);
         });
     }
 
     fn eq_doorbell(&self, eqn: u32, value: u32) {
-        let _ = self.handle.with(|ctx| {
-            if let Some(hw) = Hw::of(ctx.device) {
-                hw.eq_doorbell(eqn, value);
-            }
+        let _ = self.handle.try_with(|ctx| {
+            ctx.node.hw.eq_doorbell(eqn, value);
         });
     }
 

@@ -12,8 +12,8 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use portverbs_dma::SoftDma;
 use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
-use portverbs_soft::SoftDma;
 
 /// First bus address handed out (far from any host heap address).
 pub(crate) const IOVA_BASE: u64 = 0x1_0000_0000;

@@ -11,10 +11,12 @@
 //! * **BAR2** — UAR pages (send doorbell, CQ arm, EQ doorbells) and BlueFlame pages.
 //! * **DMA** — regions at bus addresses unlike their host addresses, behind the model's own
 //!   IOMMU table; every device access goes through it.
-//! * **Transport** — the software device's engine, on the same [`portverbs_soft::Fabric`]:
-//!   an mlx4 model and soft devices exchange RC, UC and UD traffic, stepped (virtual time,
-//!   seeded faults) or free-running. The model reads the driver's WQEs (owner bits, stamps,
-//!   no producer index) and writes CQEs and EQEs in the mlx4 formats.
+//! * **Transport** — the shared engine (`portverbs-transport`), the model being one
+//!   [`portverbs_fabric::Node`] on a [`portverbs_fabric::Fabric`]: an mlx4 model and soft
+//!   devices exchange RC, UC and UD traffic, stepped (virtual time, seeded faults) or
+//!   free-running. The model reads the driver's WQEs (owner bits, stamps, no producer index)
+//!   and writes CQEs and EQEs in the mlx4 formats. It depends on the transport and the fabric,
+//!   never on the soft device (the two only meet on a fabric).
 //! * **Faults** — command timeout, a corrupt CQE, catastrophic error, surprise removal
 //!   ([`Mlx4Model`]), and [`ModelCounts`] for leak checks.
 //!
@@ -23,9 +25,10 @@
 //! status code, a catastrophic QP/CQ error, or is ignored and counted); touch memory except
 //! through its IOVA table; use `unsafe` (one exception: the driver's `HostMapped` promise for
 //! the regions it hands out, in `iova`); redefine the hardware layouts (they are
-//! `portverbs-mlx4-layout`'s, the same crate the driver uses); depend on the driver
-//! (`portverbs-mlx4` is only a dev-dependency, for the integration tests that drive the model
-//! with it); or know about the driver's internals.
+//! `portverbs-mlx4-layout`'s, the same crate the driver uses); depend on the driver or on the
+//! soft device (`portverbs-mlx4` and `portverbs-soft` are dev-dependencies only: the
+//! integration tests drive the model with the driver and talk to soft peers); or know about
+//! the driver's internals.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -6,20 +6,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use portverbs_dma::HostMapped;
+use portverbs_fabric::{Fabric, FabricError, NodeConfig, NodeHandle};
 use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::Mtu;
 use portverbs_mlx4_layout::pci::{CONNECTX3, MELLANOX_VENDOR, PciError, PciFunction};
 use portverbs_mlx4_layout::status::Status;
-use portverbs_soft::engine::{EngineConfig, PortInfo};
-use portverbs_soft::fabric::{Fabric, FabricError, ForeignConfig, ForeignHandle};
+use portverbs_transport::{Engine, EngineConfig, EngineStats, PortInfo};
 use thiserror::Error;
 
 use crate::bar0::Bar0;
 use crate::bar2::Bar2;
 use crate::caps;
-use crate::hw::{self, Hw};
+use crate::hw::{self, Hw, ModelNode};
 use crate::shared::{CORRUPT_INDEX, CORRUPT_OPCODE, CORRUPT_QPN, FAIL_ARMED, Shared};
 
 /// How to build a model.
@@ -126,7 +126,7 @@ impl ModelCounts {
 struct Inner {
     name: String,
     config: ModelConfig,
-    handle: ForeignHandle,
+    handle: NodeHandle<ModelNode>,
     shared: Arc<Shared>,
     bar0: Arc<Bar0>,
     bar2: Arc<Bar2>,
@@ -183,24 +183,30 @@ impl Mlx4Model {
             .unwrap_or_else(|| format!("mlx4_model{}", NEXT.fetch_add(1, Ordering::Relaxed)));
         let shared = Arc::new(Shared::new(config.num_vectors));
         let hw = Hw::new(shared.clone(), config.ports, config.mtu, config.num_vectors);
-        let handle = fabric.attach_foreign(
-            ForeignConfig {
-                name: name.clone(),
-                ports: (0..config.ports)
-                    .map(|_| PortInfo {
-                        gids: Vec::new(),
-                        mtu: config.mtu,
-                        active: false,
-                    })
-                    .collect(),
-                engine: EngineConfig {
+        let handle = fabric.attach("mlx4-model", |joining| {
+            // The ports have no GID (so no route) until the driver programs the GID table.
+            let ports = (0..config.ports)
+                .map(|_| PortInfo {
+                    gids: Vec::new(),
+                    mtu: config.mtu,
+                    active: false,
+                })
+                .collect();
+            let mut engine = Engine::new(
+                EngineConfig {
                     max_qp: 1 << caps::LOG_MAX_QP,
                     max_keys: 1 << caps::LOG_MAX_MPT,
                     ..EngineConfig::default()
                 },
-            },
-            Box::new(hw),
-        )?;
+                ports,
+            );
+            engine.set_max_train(joining.max_train);
+            let node_config = NodeConfig {
+                name: name.clone(),
+                routes: Vec::new(),
+            };
+            (node_config, ModelNode { engine, hw })
+        })?;
         let inner = Arc::new(Inner {
             name,
             config,
@@ -274,10 +280,9 @@ impl Mlx4Model {
     /// fails with INTERNAL_ERR until a reset.
     pub fn catastrophic_error(&self) {
         self.inner.bar0.set_catastrophic();
-        let _ = self.inner.handle.with(|ctx| {
-            if let Some(hw) = Hw::of(ctx.device) {
-                hw.catastrophic(ctx.engine);
-            }
+        let _ = self.inner.handle.try_with(|ctx| {
+            let ModelNode { engine, hw } = &mut *ctx.node;
+            hw.catastrophic(engine);
         });
     }
 
@@ -286,32 +291,31 @@ impl Mlx4Model {
     /// and the device forgets every object (QPs are failed without completions). Permanent.
     pub fn remove(&self) {
         self.inner.shared.removed.store(true, Ordering::Release);
-        let _ = self.inner.handle.with(|ctx| hw::reset(ctx, true));
+        let _ = self.inner.handle.try_with(|ctx| hw::reset(ctx, true));
     }
 
     /// Transport counters of the model's engine.
-    pub fn engine_stats(&self) -> portverbs_soft::engine::EngineStats {
+    pub fn engine_stats(&self) -> EngineStats {
         self.inner
             .handle
-            .with(|ctx| ctx.engine.stats())
+            .try_with(|ctx| ctx.node.engine.stats())
             .unwrap_or_default()
     }
 
     /// A catastrophic error of one QP, as a malformed WQE would cause: WQ_CATAS on the async
     /// EQ, the QP to ERR, its outstanding WQEs flushed.
     pub fn inject_qp_fatal(&self, qpn: u32) {
-        let _ = self
-            .inner
-            .handle
-            .with(|ctx| ctx.engine.qp_fatal(qpn, ctx.device));
+        let _ = self.inner.handle.try_with(|ctx| {
+            let ModelNode { engine, hw } = &mut *ctx.node;
+            engine.qp_fatal(qpn, hw);
+        });
     }
 
     /// The link of `port` goes down or comes back up (PORT_CHANGE event).
     pub fn set_port_active(&self, port: u8, active: bool) {
-        let _ = self.inner.handle.with(|ctx| {
-            if let Some(hw) = Hw::of(ctx.device) {
-                hw.set_link(ctx.engine, port, active);
-            }
+        let _ = self.inner.handle.try_with(|ctx| {
+            let ModelNode { engine, hw } = &mut *ctx.node;
+            hw.set_link(engine, port, active);
         });
     }
 
@@ -320,9 +324,7 @@ impl Mlx4Model {
         let live = self
             .inner
             .handle
-            .with(|ctx| Hw::of(ctx.device).map(|hw| hw.live(ctx.engine)))
-            .ok()
-            .flatten()
+            .try_with(|ctx| ctx.node.hw.live(&ctx.node.engine))
             .unwrap_or_default();
         let s = &self.inner.shared.stats;
         let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);

@@ -5,30 +5,33 @@
 //! rings in DMA memory in its own WQE/CQE/EQE formats ([`device::format`]), the host rings its own
 //! doorbells, and a device-side engine consumes WQEs and produces CQEs and EQEs.
 //!
-//! Layers inside the crate:
-//! * [`wire`] — IB transport headers and RoCEv2 frames (BTH and extension headers, ICRC), as
-//!   checked views and representations;
-//! * [`engine`] — the RC/UC/UD transport (requester, completer, responder), memory protection,
-//!   timers; independent of any queue format, so the mlx4 model can reuse it;
-//! * [`fabric`] — the in-process network of devices and ports, RoCEv2-style GID addressing,
-//!   seeded faults, and the two ways of driving it (an engine thread on the real clock, or
-//!   stepped on virtual time);
-//! * [`device`] — the soft HCA: queue formats, doorbells, and the HAL command interface.
+//! Where it sits (the design's §1): `portverbs-wire` (IB transport headers and RoCEv2 frames)
+//! → `portverbs-transport` (the RC/UC/UD engine: requester, completer, responder, memory
+//! protection, timers; sans-IO) → `portverbs-fabric` (the in-process network of nodes and
+//! ports, seeded faults, the stepped and engine-thread modes) → this crate, the soft HCA:
+//! queue formats ([`device::format`]), doorbells, and the HAL command interface. The soft
+//! device is one [`portverbs_fabric::Node`] on a fabric, the emulated mlx4 HCA another; the
+//! two crates share the layers below and do not depend on each other.
+//!
+//! A device joins a fabric with [`SoftDevice::attach`]. The fabric's public names
+//! ([`Fabric`], [`FabricConfig`], [`Mode`], [`LinkFaults`] …) are re-exported here, so that
+//! users of the soft device need no other crate.
 //!
 //! What this crate must never do: depend on `verbs-core` or `cm-core` (backends sit *below* the
-//! portable cores), or reach DMA memory except through [`dma`] (the `portverbs-dma` crate, where
-//! the raw-pointer code lives; this crate has no `unsafe`). It may run a thread — it emulates hardware — but the stepped mode runs none.
+//! portable cores) or on another device crate (the mlx4 model); reach DMA memory except through
+//! [`dma`] (the `portverbs-dma` crate, where the raw-pointer code lives; this crate has no
+//! `unsafe`); run a thread of its own (the fabric's engine thread runs its engine).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod device;
 pub use portverbs_dma as dma;
-pub mod engine;
-pub mod fabric;
-pub mod wire;
+// The transport engine, under the name the device code uses.
+use portverbs_transport as engine;
 
-pub use device::{ResourceCounts, SoftCq, SoftDevice, SoftRq, SoftSq, SoftSrq};
-pub use dma::SoftDma;
-pub use fabric::{
-    DeviceConfig, Fabric, FabricConfig, FabricError, FabricStats, LinkFaults, Mode, PortConfig,
+pub use device::{
+    DeviceConfig, PortConfig, ResourceCounts, SoftCq, SoftDevice, SoftRq, SoftSq, SoftSrq,
 };
+pub use dma::SoftDma;
+pub use portverbs_fabric::{Fabric, FabricConfig, FabricError, FabricStats, LinkFaults, Mode};
+pub use portverbs_transport::EngineStats;

@@ -1,11 +1,12 @@
-//! A foreign device model on the fabric: a toy `Hca` whose queues are plain Rust collections
-//! talks RC and UD to a soft device through the shared engine, on a stepped fabric with and
-//! without faults; routes change at run time; detaching takes it off the fabric.
+//! Another kind of node on the fabric: a toy `Hca` whose queues are plain Rust collections,
+//! with its own engine, implements `portverbs_fabric::Node` and talks RC and UD to a soft
+//! device, on a stepped fabric with and without faults; routes change at run time; detaching
+//! takes it off the fabric. The toy reaches its own state through its typed handle.
 
-use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use portverbs_fabric::{Node, NodeConfig, NodeHandle};
 use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::device::{CqParams, EqKind, EqParams, MrParams, QpCreateParams};
 use portverbs_hal::event::DeviceEvent;
@@ -15,14 +16,13 @@ use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpState, QpType};
 use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
 use portverbs_hal::wr::{SendFlags, SendOp, SendWr, Sge, UdDest};
 use portverbs_hal::{BlockingDevice, Device, DmaMemory, QpResources};
-use portverbs_soft::engine::memory::MrSpec;
-use portverbs_soft::engine::{
-    Engine, EngineConfig, Hca, Packet, PortInfo, QpInit, RecvSource, RecvWqe, SendWqe, UdTarget,
-    WqeFault,
-};
-use portverbs_soft::fabric::{ForeignConfig, ForeignDevice, ForeignHandle};
 use portverbs_soft::{
     DeviceConfig, Fabric, FabricConfig, FabricError, LinkFaults, Mode, SoftDevice, SoftDma,
+};
+use portverbs_transport::memory::MrSpec;
+use portverbs_transport::{
+    Engine, EngineConfig, Hca, Packet, PortInfo, QpInit, RecvSource, RecvWqe, SendWqe, UdTarget,
+    WqeFault,
 };
 
 /// A device whose "rings" are vectors.
@@ -81,20 +81,82 @@ impl Hca for Toy {
     fn reset_queues(&mut self, _qpn: u32, _qp_type: QpType) {}
 }
 
-impl ForeignDevice for Toy {
-    fn kick(&mut self, engine: &mut Engine, now: u64, what: u32, out: &mut Vec<Packet>) {
-        self.kicks.push(what);
-        engine.doorbell(now, what, self, out);
+/// The toy on the fabric: its engine and its queues.
+#[derive(Debug)]
+struct ToyNode {
+    engine: Engine,
+    toy: Toy,
+}
+
+impl Node for ToyNode {
+    fn kick(&mut self, now: u64, what: u32, out: &mut Vec<Packet>) {
+        self.toy.kicks.push(what);
+        self.engine.doorbell(now, what, &mut self.toy, out);
     }
 
-    fn rescan(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) {
-        self.rescans += 1;
-        engine.doorbell(now, TOY_QPN, self, out);
+    fn rescan(&mut self, now: u64, out: &mut Vec<Packet>) {
+        self.toy.rescans += 1;
+        self.engine.doorbell(now, TOY_QPN, &mut self.toy, out);
     }
 
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
+    fn run_work(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
+        let work = self.engine.has_work();
+        if work {
+            self.engine.run_work(now, &mut self.toy, out);
+        }
+        work
     }
+
+    fn receive(&mut self, now: u64, port: u8, pkt: &Packet, out: &mut Vec<Packet>) {
+        self.engine.receive(now, port, pkt, &mut self.toy, out);
+    }
+
+    fn run_timers(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
+        self.engine.flush_acks(out);
+        let due = self.engine.poll_timeout().is_some_and(|t| t <= now);
+        if due {
+            self.engine.handle_timeout(now, &mut self.toy, out);
+        }
+        due
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        self.engine.poll_timeout()
+    }
+
+    fn set_max_train(&mut self, n: u32) {
+        self.engine.set_max_train(n);
+    }
+}
+
+type ToyHandle = NodeHandle<ToyNode>;
+
+/// Attaches a toy with `ports` (routing the GIDs they have).
+fn attach_node(
+    fabric: &Fabric,
+    name: &str,
+    ports: Vec<PortInfo>,
+) -> Result<ToyHandle, FabricError> {
+    fabric.attach("toy", |joining| {
+        let routes = ports
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.gids.iter().map(move |g| ((i + 1) as u8, *g)))
+            .collect();
+        let mut engine = Engine::new(EngineConfig::default(), ports);
+        engine.set_max_train(joining.max_train);
+        let config = NodeConfig {
+            name: name.into(),
+            routes,
+        };
+        (
+            config,
+            ToyNode {
+                engine,
+                toy: Toy::default(),
+            },
+        )
+    })
 }
 
 const TOY_QPN: u32 = 0x48;
@@ -103,35 +165,30 @@ const TOY_KEY: u32 = 0x2177;
 const TOY_VA: u64 = 0x7000_0000;
 
 fn with_toy<R>(
-    h: &ForeignHandle,
+    h: &ToyHandle,
     f: impl FnOnce(&mut Toy, &mut Engine, u64, &mut Vec<Packet>) -> R,
 ) -> R {
     h.with(|ctx| {
-        let toy = ctx.device.as_any_mut().downcast_mut::<Toy>().unwrap();
-        f(toy, ctx.engine, ctx.now, ctx.out)
+        let ToyNode { engine, toy } = &mut *ctx.node;
+        f(toy, engine, ctx.now, ctx.out)
     })
-    .unwrap()
 }
 
 fn gid(ip: &str) -> Gid {
     Gid::parse(ip).unwrap()
 }
 
-fn attach_toy(fabric: &Fabric, ip: &str) -> (ForeignHandle, Arc<SoftDma>) {
-    let h = fabric
-        .attach_foreign(
-            ForeignConfig {
-                name: "toy0".into(),
-                ports: vec![PortInfo {
-                    gids: vec![gid(ip)],
-                    mtu: Mtu::Mtu1024,
-                    active: true,
-                }],
-                engine: EngineConfig::default(),
-            },
-            Box::new(Toy::default()),
-        )
-        .unwrap();
+fn attach_toy(fabric: &Fabric, ip: &str) -> (ToyHandle, Arc<SoftDma>) {
+    let h = attach_node(
+        fabric,
+        "toy0",
+        vec![PortInfo {
+            gids: vec![gid(ip)],
+            mtu: Mtu::Mtu1024,
+            active: true,
+        }],
+    )
+    .unwrap();
     let mem = SoftDma::alloc(1 << 16).unwrap();
     with_toy(&h, |_, engine, _, _| {
         engine
@@ -162,9 +219,7 @@ struct Soft {
 }
 
 fn soft(fabric: &Fabric, ip: &str, qp_type: QpType) -> Soft {
-    let dev = fabric
-        .add_device(DeviceConfig::with_ip(ip.parse().unwrap()))
-        .unwrap();
+    let dev = SoftDevice::attach(fabric, DeviceConfig::with_ip(ip.parse().unwrap())).unwrap();
     let eq = dev
         .create_eq_blocking(
             EqParams {
@@ -290,7 +345,7 @@ fn to_rts(qp_type: QpType, modify: &mut dyn FnMut(QpAttr, QpAttrMask), dest_qp: 
     modify(a, rts_mask);
 }
 
-fn toy_qp(h: &ForeignHandle, qp_type: QpType, dest_qp: u32, dgid: Gid) {
+fn toy_qp(h: &ToyHandle, qp_type: QpType, dest_qp: u32, dgid: Gid) {
     with_toy(h, |toy, engine, now, out| {
         engine
             .create_qp(
@@ -536,30 +591,26 @@ fn ud_from_a_foreign_device_to_a_soft_device() {
 fn routes_change_at_run_time_and_detach_takes_the_device_off() {
     let fabric = Fabric::stepped(1);
     let _s = soft(&fabric, "10.0.2.2", QpType::Rc);
-    let h = fabric
-        .attach_foreign(
-            ForeignConfig {
-                name: "toy7".into(),
-                ports: vec![
-                    PortInfo {
-                        gids: vec![],
-                        mtu: Mtu::Mtu4096,
-                        active: false,
-                    };
-                    2
-                ],
-                engine: EngineConfig::default(),
-            },
-            Box::new(Toy::default()),
-        )
-        .unwrap();
+    let h = attach_node(
+        &fabric,
+        "toy7",
+        vec![
+            PortInfo {
+                gids: vec![],
+                mtu: Mtu::Mtu4096,
+                active: false,
+            };
+            2
+        ],
+    )
+    .unwrap();
     assert_eq!(
         fabric.gids().len(),
         1,
         "no GID until the driver programs one"
     );
     let g1 = gid("10.0.2.1");
-    h.with(|ctx| {
+    h.try_with(|ctx| {
         ctx.add_route(2, g1).unwrap();
         ctx.add_route(2, g1).unwrap(); // idempotent
         assert_eq!(
@@ -582,28 +633,18 @@ fn routes_change_at_run_time_and_detach_takes_the_device_off() {
     assert_eq!(with_toy(&h, |t, _, _, _| t.kicks.len()), 0);
     assert!(fabric.step());
     assert_eq!(with_toy(&h, |t, _, _, _| t.kicks.clone()), vec![5]);
-    h.with(|ctx| assert!(ctx.remove_route(g1))).unwrap();
+    h.try_with(|ctx| assert!(ctx.remove_route(g1))).unwrap();
     assert_eq!(fabric.gids().len(), 1);
-    h.with(|ctx| ctx.add_route(1, g1).unwrap()).unwrap();
+    h.try_with(|ctx| ctx.add_route(1, g1).unwrap()).unwrap();
+    assert!(h.is_attached());
     h.detach();
+    assert!(!h.is_attached());
     assert_eq!(fabric.gids().len(), 1, "detach removes the routes");
-    assert_eq!(h.with(|_| ()), Err(FabricError::Detached));
+    assert_eq!(h.try_with(|_| ()), Err(FabricError::Detached));
     h.kick(1);
     fabric.run_until_idle().unwrap();
-    // Attaching checks ports and addresses.
-    let bad = |ports: Vec<PortInfo>| {
-        fabric
-            .attach_foreign(
-                ForeignConfig {
-                    name: "bad".into(),
-                    ports,
-                    engine: EngineConfig::default(),
-                },
-                Box::new(Toy::default()),
-            )
-            .unwrap_err()
-    };
-    assert_eq!(bad(vec![]), FabricError::BadPortCount(0));
+    // Attaching checks addresses (the fabric) and ports (the soft device).
+    let bad = |ports: Vec<PortInfo>| attach_node(&fabric, "bad", ports).unwrap_err();
     assert!(matches!(
         bad(vec![PortInfo {
             gids: vec![gid("10.0.2.2")],
@@ -612,10 +653,18 @@ fn routes_change_at_run_time_and_detach_takes_the_device_off() {
         }]),
         FabricError::DuplicateAddress(_)
     ));
+    let no_ports = DeviceConfig {
+        name: None,
+        ports: vec![],
+    };
+    assert_eq!(
+        SoftDevice::attach(&fabric, no_ports).unwrap_err(),
+        FabricError::BadPortCount(0)
+    );
 }
 
 #[test]
-fn a_threaded_fabric_runs_foreign_kicks_on_its_engine_thread() {
+fn a_threaded_fabric_runs_the_toy_kicks_on_its_engine_thread() {
     let fabric = Fabric::threaded();
     let (h, mem) = attach_toy(&fabric, "10.0.3.1");
     let mut s = soft(&fabric, "10.0.3.2", QpType::Rc);

@@ -25,9 +25,7 @@ struct Node {
 }
 
 fn node(fabric: &Fabric, ip: &str) -> Node {
-    let dev = fabric
-        .add_device(DeviceConfig::with_ip(ip.parse().unwrap()))
-        .unwrap();
+    let dev = SoftDevice::attach(fabric, DeviceConfig::with_ip(ip.parse().unwrap())).unwrap();
     let eq = dev
         .create_eq_blocking(
             EqParams {

@@ -88,9 +88,7 @@ pub struct Net {
 impl Net {
     fn on(fabric: Fabric) -> Self {
         let dev = |ip: &str| {
-            fabric
-                .add_device(DeviceConfig::with_ip(ip.parse().unwrap()))
-                .unwrap()
+            SoftDevice::attach(&fabric, DeviceConfig::with_ip(ip.parse().unwrap())).unwrap()
         };
         let devs = [dev("10.0.0.1"), dev("10.0.0.2")];
         Self {

@@ -4,7 +4,7 @@
 use portverbs_mlx4_layout::mailbox::{InitHca, PAGE_LIST_MAX, PageListEntry, split_base_log};
 use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
-use portverbs_soft::engine::Engine;
+use portverbs_transport::Engine;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::{CmdResult, Command, Hw};

@@ -1,20 +1,19 @@
 //! The seam to the shared transport engine: [`Hca`] reads the driver's mlx4 WQEs and writes
-//! CQEs and EQEs; [`ForeignDevice`] receives the send doorbells (kicks) BAR2 forwards.
+//! CQEs and EQEs; [`Node`] is how the fabric drives the model (the send doorbells, kicks, that
+//! BAR2 forwards; packets; timers).
 //!
 //! There is no send producer index on mlx4: `sq_head` discovers posted WQEs by scanning from
 //! the last known one while owner bits match the counter's wrap parity (facts §5.2, §10.5).
 
-use std::any::Any;
-
+use portverbs_fabric::Node;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::{QpState, QpType};
 use portverbs_hal::wc::Cqe;
 use portverbs_mlx4_layout::wqe::ctrl;
-use portverbs_soft::engine::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
-use portverbs_soft::fabric::ForeignDevice;
+use portverbs_transport::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
 
-use super::Hw;
 use super::wqe::{decode_scatter, decode_send};
+use super::{Hw, ModelNode};
 use crate::shared::Stats;
 
 /// Send WQEs discovered per `sq_head` call at most (bounded work under the lock).
@@ -126,7 +125,7 @@ impl Hca for Hw {
 
     fn qp_error(&mut self, qpn: u32) {
         // mlx4 has no receive doorbell: the HCA watches the doorbell record of a QP in ERR and
-        // flushes what is posted there (`ForeignDevice::poll`).
+        // flushes what is posted there (`Hw::poll`).
         if !self.errored.contains(&qpn) {
             self.errored.push(qpn);
         }
@@ -142,7 +141,49 @@ impl Hca for Hw {
     }
 }
 
-impl ForeignDevice for Hw {
+impl Node for ModelNode {
+    fn kick(&mut self, now: u64, what: u32, out: &mut Vec<Packet>) {
+        self.hw.kick(&mut self.engine, now, what, out);
+    }
+
+    fn rescan(&mut self, now: u64, out: &mut Vec<Packet>) {
+        self.hw.rescan(&mut self.engine, now, out);
+    }
+
+    fn run_work(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
+        let mut did = false;
+        if self.engine.has_work() {
+            did = true;
+            self.engine.run_work(now, &mut self.hw, out);
+        }
+        did | self.hw.poll(&mut self.engine, now, out)
+    }
+
+    fn receive(&mut self, now: u64, port: u8, pkt: &Packet, out: &mut Vec<Packet>) {
+        self.engine.receive(now, port, pkt, &mut self.hw, out);
+    }
+
+    fn run_timers(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
+        self.engine.flush_acks(out);
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now, &mut self.hw, out);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        self.engine.poll_timeout()
+    }
+
+    fn set_max_train(&mut self, n: u32) {
+        self.engine.set_max_train(n);
+    }
+}
+
+impl Hw {
+    /// A send doorbell BAR2 forwarded: `what` is the UAR page (bits 31:24) and the QPN.
     fn kick(&mut self, engine: &mut Engine, now: u64, what: u32, out: &mut Vec<Packet>) {
         if self.shared.removed() {
             return;
@@ -164,6 +205,7 @@ impl ForeignDevice for Hw {
         }
     }
 
+    /// The kick channel overflowed: look at every QP in the engine once.
     fn rescan(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) {
         if self.shared.removed() {
             return;
@@ -175,6 +217,8 @@ impl ForeignDevice for Hw {
         }
     }
 
+    /// Receives posted to a QP in ERR (mlx4 has no receive doorbell): found by watching the
+    /// doorbell records, looked for on every step. Returns whether it did anything.
     fn poll(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) -> bool {
         if self.errored.is_empty() || self.shared.removed() {
             return false;
@@ -195,9 +239,5 @@ impl ForeignDevice for Hw {
             i += 1;
         }
         did
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
     }
 }

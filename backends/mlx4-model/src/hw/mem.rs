@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use portverbs_dma::SoftDma;
 use portverbs_hal::dma::DmaMemory;
-use portverbs_soft::SoftDma;
 
 use crate::iova::{IovaTable, PAGE};
 

@@ -1,7 +1,8 @@
 //! The device side of the model: everything the firmware and the HCA keep, behind the fabric
-//! lock. [`Hw`] is the [`ForeignDevice`] the fabric drives (its `Hca` adapter reads WQEs and
-//! writes CQEs and EQEs in the mlx4 formats); commands reach it from the BAR0 handler through
-//! [`run_command`], doorbells from BAR2 as kicks or through the lock.
+//! lock. [`ModelNode`] (the engine and [`Hw`]) is the [`portverbs_fabric::Node`] the fabric
+//! drives; [`Hw`]'s `Hca` adapter reads WQEs and writes CQEs and EQEs in the mlx4 formats.
+//! Commands reach it from the BAR0 handler through [`run_command`], doorbells from BAR2 as
+//! kicks or through the lock ([`Ctx`]), both on the model's typed handle.
 //!
 //! Sub-modules: `mem` (DMA windows and the ICM map), `fw` (firmware state machine and ICM
 //! commands), `eq`, `cq`, `srq`, `mpt` (memory), `qp` (QP transitions), `wqe` (WQE decoding),
@@ -16,18 +17,17 @@ mod mpt;
 mod port;
 mod qp;
 mod srq;
-mod table;
 mod wqe;
 
 use std::sync::Arc;
 
+use portverbs_fabric::NodeCtx;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::Mtu;
 use portverbs_mlx4_layout::eqe;
 use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
-use portverbs_soft::engine::{Engine, Packet};
-use portverbs_soft::fabric::{ForeignCtx, ForeignDevice};
+use portverbs_transport::{Engine, Packet, Table};
 use zerocopy::FromBytes;
 
 use crate::shared::{Shared, Stats};
@@ -38,7 +38,6 @@ use mem::{Buf, Icm};
 use mpt::MptRec;
 use qp::Qp;
 use srq::Srq;
-use table::Table;
 
 /// Result of a command handler: the immediate output (if the command has one) or a status.
 pub(crate) type CmdResult = Result<Option<u64>, Status>;
@@ -68,6 +67,17 @@ pub(crate) struct Live {
     pub(crate) engine_mrs: usize,
     pub(crate) engine_mws: usize,
 }
+
+/// The model on the fabric: its transport engine and its device side. The fabric steps it
+/// (`impl Node` in `hca`); the model's handle reaches it through [`Ctx`].
+#[derive(Debug)]
+pub(crate) struct ModelNode {
+    pub(crate) engine: Engine,
+    pub(crate) hw: Hw,
+}
+
+/// What the model's handle gets under the fabric lock.
+pub(crate) type Ctx<'a> = NodeCtx<'a, ModelNode>;
 
 /// The device side of one model. See the module documentation.
 #[derive(Debug)]
@@ -126,11 +136,6 @@ impl Hw {
             errored: Vec::new(),
             scratch: Vec::new(),
         }
-    }
-
-    /// The model's `Hw` inside a fabric context.
-    pub(crate) fn of(dev: &mut dyn ForeignDevice) -> Option<&mut Self> {
-        dev.as_any_mut().downcast_mut::<Self>()
     }
 
     /// Live objects.
@@ -324,9 +329,9 @@ fn check_number(n: u32, log: u8, reserved: u32) -> Result<(), Status> {
 }
 
 /// Runs one latched command with the fabric lock held and returns (status, immediate output).
-pub(crate) fn run_command(ctx: &mut ForeignCtx<'_>, cmd: &Command) -> (u8, Option<u64>) {
+pub(crate) fn run_command(ctx: &mut Ctx<'_>, cmd: &Command) -> (u8, Option<u64>) {
     let result = (|| -> CmdResult {
-        let hw = Hw::of(ctx.device).ok_or(Status::InternalErr)?;
+        let hw = &mut ctx.node.hw;
         hw.allowed(cmd.opcode)?;
         if let Some(status) = hw.shared.take_failure(cmd.opcode) {
             return Err(Status::from_u8(status).unwrap_or(Status::InternalErr));
@@ -334,8 +339,8 @@ pub(crate) fn run_command(ctx: &mut ForeignCtx<'_>, cmd: &Command) -> (u8, Optio
         if cmd.opcode == op::SET_PORT && port::is_gid_table(cmd) {
             return port::set_gid_table(ctx, cmd);
         }
-        let hw = Hw::of(ctx.device).ok_or(Status::InternalErr)?;
-        let r = hw.execute(ctx.engine, ctx.now, ctx.out, cmd);
+        let ModelNode { engine, hw } = &mut *ctx.node;
+        let r = hw.execute(engine, ctx.now, ctx.out, cmd);
         if std::mem::take(&mut hw.drop_routes) {
             for (_, gid) in ctx.routes() {
                 ctx.remove_route(gid);
@@ -357,15 +362,14 @@ pub(crate) fn run_command(ctx: &mut ForeignCtx<'_>, cmd: &Command) -> (u8, Optio
 }
 
 /// Resets the device side (reset register) and drops its routes.
-pub(crate) fn reset(ctx: &mut ForeignCtx<'_>, remove: bool) {
-    if let Some(hw) = Hw::of(ctx.device) {
-        if remove {
-            hw.remove(ctx.engine);
-        } else {
-            hw.reset(ctx.engine);
-        }
-        hw.drop_routes = false;
+pub(crate) fn reset(ctx: &mut Ctx<'_>, remove: bool) {
+    let ModelNode { engine, hw } = &mut *ctx.node;
+    if remove {
+        hw.remove(engine);
+    } else {
+        hw.reset(engine);
     }
+    hw.drop_routes = false;
     for (_, gid) in ctx.routes() {
         ctx.remove_route(gid);
     }

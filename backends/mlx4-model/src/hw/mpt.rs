@@ -9,8 +9,8 @@ use portverbs_mlx4_layout::ctx::{Mpt, mpt_flag};
 use portverbs_mlx4_layout::mailbox::{WRITE_MTT_MAX, WriteMttHeader};
 use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
-use portverbs_soft::engine::Engine;
-use portverbs_soft::engine::memory::MrSpec;
+use portverbs_transport::Engine;
+use portverbs_transport::memory::MrSpec;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::mem::Buf;

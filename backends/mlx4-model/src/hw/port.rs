@@ -11,10 +11,9 @@ use portverbs_hal::event::{DeviceEvent, PortEventKind};
 use portverbs_hal::types::Gid;
 use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
-use portverbs_soft::engine::Engine;
-use portverbs_soft::fabric::ForeignCtx;
+use portverbs_transport::Engine;
 
-use super::{CmdResult, Command, Hw};
+use super::{CmdResult, Command, Ctx, Hw};
 use crate::caps;
 
 /// SET_PORT's Ethernet opmod.
@@ -96,9 +95,9 @@ impl Hw {
 
 /// SET_PORT with the GID table: re-routes the port's GIDs (all or nothing) and gives the
 /// engine the new table.
-pub(super) fn set_gid_table(ctx: &mut ForeignCtx<'_>, cmd: &Command) -> CmdResult {
+pub(super) fn set_gid_table(ctx: &mut Ctx<'_>, cmd: &Command) -> CmdResult {
     let (port, table) = {
-        let hw = Hw::of(ctx.device).ok_or(Status::InternalErr)?;
+        let hw = &ctx.node.hw;
         let port = hw.port_of(cmd)?;
         let raw = hw
             .mailbox(cmd.in_param, caps::GIDS * 16)?
@@ -136,7 +135,7 @@ pub(super) fn set_gid_table(ctx: &mut ForeignCtx<'_>, cmd: &Command) -> CmdResul
         }
         added.push(*g);
     }
-    if let Some(p) = ctx.engine.ports_mut().get_mut(usize::from(port - 1)) {
+    if let Some(p) = ctx.node.engine.ports_mut().get_mut(usize::from(port - 1)) {
         p.gids = table;
     }
     Ok(None)

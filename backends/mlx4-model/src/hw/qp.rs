@@ -19,7 +19,7 @@ use portverbs_mlx4_layout::ctx::{
 use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
 use portverbs_mlx4_layout::wqe::queue_offsets;
-use portverbs_soft::engine::{Engine, Packet, QpInit};
+use portverbs_transport::{Engine, Packet, QpInit};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::mem::Buf;

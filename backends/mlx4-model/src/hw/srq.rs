@@ -5,7 +5,7 @@ use portverbs_hal::event::{DeviceEvent, SrqEventKind};
 use portverbs_mlx4_layout::ctx::{SrqContext, mtt_join};
 use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
-use portverbs_soft::engine::{RecvWqe, WqeFault};
+use portverbs_transport::{RecvWqe, WqeFault};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::mem::Buf;

@@ -11,7 +11,7 @@ use portverbs_mlx4_layout::wqe::{
     AtomicSeg, BindSeg, CtrlSeg, DataSeg, DatagramSeg, INLINE_ALIGN, INLINE_SEG, INVALID_LKEY,
     LocalInvalSeg, RaddrSeg, STAMP, bind, ctrl, opcode as wop,
 };
-use portverbs_soft::engine::{RecvWqe, SendWqe, UdTarget, WqeFault};
+use portverbs_transport::{RecvWqe, SendWqe, UdTarget, WqeFault};
 use zerocopy::FromBytes;
 
 use super::mem::Buf;

@@ -694,9 +694,9 @@ pub fn peer(fabric: &Fabric, ip: &str, qp_type: portverbs_hal::types::QpType) ->
     use portverbs_hal::notify::NullSink;
     use portverbs_hal::types::AccessFlags;
     use portverbs_soft::DeviceConfig;
-    let dev = fabric
-        .add_device(DeviceConfig::with_ip(ip.parse().unwrap()))
-        .unwrap();
+    let dev =
+        portverbs_soft::SoftDevice::attach(fabric, DeviceConfig::with_ip(ip.parse().unwrap()))
+            .unwrap();
     let eq = dev
         .create_eq_blocking(
             EqParams {

@@ -2,16 +2,12 @@
 //! device, and the "kick" that tells the device to look at a queue.
 //!
 //! Records are atomics (the soft device's equivalent of mlx4's doorbell records in host memory).
-//! A kick goes through a bounded lock-free channel to the engine; the send doorbell deduplicates
-//! kicks with a `scheduled` flag, so a burst of posts costs one channel message. If the engine
-//! thread is parked it is unparked; nothing on this path allocates or takes a lock shared with
+//! A kick is the fabric's lock-free doorbell ([`portverbs_fabric::Kicker`]) carrying a QP or
+//! CQ number; the send doorbell deduplicates kicks with a `scheduled` flag, so a burst of posts
+//! costs one channel message. Nothing on this path allocates or takes a lock shared with
 //! another queue.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::thread::Thread;
-
-use crossbeam_channel::Sender;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 /// Send-queue doorbell record.
 #[derive(Debug, Default)]
@@ -70,57 +66,56 @@ pub(crate) enum KickKind {
     Qp(u32),
     /// A CQ was armed: fire at once if completions are already waiting.
     Cq(u32),
-    /// For a foreign device model (`Kick::dev` indexes the foreign devices): passed to its
-    /// [`crate::fabric::ForeignDevice::kick`] as is.
-    Foreign(u32),
 }
 
-/// A kick for device `dev`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Kick {
-    pub(crate) dev: u16,
-    pub(crate) kind: KickKind,
-}
+/// Marks a CQ kick in the fabric's 32-bit kick value (QP and CQ numbers are below 2^24).
+const CQ_KICK: u32 = 1 << 31;
 
-/// Wakes the engine thread when it sleeps.
-#[derive(Debug, Default)]
-pub(crate) struct EngineWake {
-    pub(crate) sleeping: AtomicBool,
-    pub(crate) thread: OnceLock<Thread>,
-}
+impl KickKind {
+    /// The value the fabric carries.
+    #[inline]
+    fn encode(self) -> u32 {
+        match self {
+            Self::Qp(qpn) => qpn & !CQ_KICK,
+            Self::Cq(cqn) => cqn | CQ_KICK,
+        }
+    }
 
-impl EngineWake {
-    pub(crate) fn wake(&self) {
-        if self.sleeping.load(Ordering::SeqCst) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
+    /// What the device makes of a kick value.
+    #[inline]
+    pub(crate) fn decode(what: u32) -> Self {
+        if what & CQ_KICK == 0 {
+            Self::Qp(what)
+        } else {
+            Self::Cq(what & !CQ_KICK)
         }
     }
 }
 
 /// The host side's handle for kicking the device.
 #[derive(Debug, Clone)]
-pub(crate) struct Kicker {
-    pub(crate) dev: u16,
-    pub(crate) tx: Sender<Kick>,
-    pub(crate) wake: std::sync::Arc<EngineWake>,
-    /// Set when the channel was full: the engine rescans every queue.
-    pub(crate) overflow: std::sync::Arc<AtomicBool>,
-}
+pub(crate) struct Kicker(pub(crate) portverbs_fabric::Kicker);
 
 impl Kicker {
+    #[inline]
     pub(crate) fn kick(&self, kind: KickKind) {
-        if self
-            .tx
-            .try_send(Kick {
-                dev: self.dev,
-                kind,
-            })
-            .is_err()
-        {
-            self.overflow.store(true, Ordering::Release);
+        self.0.kick(kind.encode());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KickKind;
+
+    #[test]
+    fn kick_values_round_trip() {
+        for k in [
+            KickKind::Qp(0),
+            KickKind::Qp(0xff_ffff),
+            KickKind::Cq(0),
+            KickKind::Cq(0xff_ffff),
+        ] {
+            assert_eq!(KickKind::decode(k.encode()), k);
         }
-        self.wake.wake();
     }
 }

@@ -18,55 +18,7 @@ use portverbs_hal::wc::{Cqe, WcStatus};
 use super::doorbell::{ARM_ANY, CqDoorbell, EqDoorbell, RqDoorbell, SqDoorbell, SrqDoorbell};
 use super::format::{self, CQE_SIZE, CqeCodec, EQE_SIZE, EqeCodec};
 use crate::dma::SoftDma;
-use crate::engine::{Hca, RecvSource, RecvWqe, SendWqe, WqeFault};
-
-/// A table of objects indexed by their number.
-#[derive(Debug)]
-pub(crate) struct Table<T>(Vec<Option<T>>);
-
-impl<T> Default for Table<T> {
-    fn default() -> Self {
-        Self(Vec::new())
-    }
-}
-
-impl<T> Table<T> {
-    pub(crate) fn insert(&mut self, n: u32, v: T) {
-        let i = n as usize;
-        if self.0.len() <= i {
-            self.0.resize_with(i + 1, || None);
-        }
-        self.0[i] = Some(v);
-    }
-
-    pub(crate) fn get(&self, n: u32) -> Option<&T> {
-        self.0.get(n as usize)?.as_ref()
-    }
-
-    pub(crate) fn get_mut(&mut self, n: u32) -> Option<&mut T> {
-        self.0.get_mut(n as usize)?.as_mut()
-    }
-
-    pub(crate) fn remove(&mut self, n: u32) -> Option<T> {
-        self.0.get_mut(n as usize)?.take()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.0.iter().filter(|v| v.is_some()).count()
-    }
-
-    /// Lowest free number at or above `from`.
-    pub(crate) fn free_number(&self, from: u32) -> u32 {
-        (from..).find(|&n| self.get(n).is_none()).unwrap_or(from)
-    }
-
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
-        self.0
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, v)| v.as_mut().map(|v| (i as u32, v)))
-    }
-}
+use crate::engine::{Hca, RecvSource, RecvWqe, SendWqe, Table, WqeFault};
 
 /// A work queue ring as the device sees it.
 #[derive(Debug)]

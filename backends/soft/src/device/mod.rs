@@ -1,7 +1,9 @@
 //! The software RDMA device: its own queue formats in DMA rings, its own doorbells, and the HAL
-//! command interface; the transport itself is the shared [`crate::engine`].
+//! command interface; the transport itself is the shared engine (`portverbs-transport`).
 //!
-//! A [`SoftDevice`] is a handle to one device on a [`Fabric`]. Besides the HAL it offers the
+//! A [`SoftDevice`] is a handle to one device on a [`Fabric`]: the device side (`SimDevice`,
+//! the fabric's [`portverbs_fabric::Node`]) sits in the fabric, and the handle reaches it again
+//! through its typed [`NodeHandle`]. Besides the HAL it offers the
 //! controls a test needs to exercise error paths: port state changes, a device-fatal error, a
 //! catastrophic QP error, and resource counts that must return to zero.
 
@@ -9,6 +11,7 @@ mod commands;
 pub(crate) mod doorbell;
 pub mod format;
 pub(crate) mod hw;
+mod node;
 mod queues;
 pub(crate) mod state;
 
@@ -19,13 +22,15 @@ use portverbs_hal::caps::DeviceInfo;
 use portverbs_hal::event::{DeviceEvent, PortEventKind};
 use portverbs_hal::types::{Gid, PortState};
 
+use portverbs_fabric::{Fabric, FabricError, NodeConfig, NodeHandle};
+
 use crate::engine::{Engine, EngineConfig, EngineStats, Hca, Packet, PortInfo};
-use crate::fabric::sim::{Node, Sim, SimDevice};
-use crate::fabric::{DeviceConfig, Fabric, FabricError};
 use doorbell::Kicker;
 use hw::Hw;
+pub(crate) use node::SimDevice;
 use state::DevState;
 
+pub use node::{DeviceConfig, PortConfig};
 pub use queues::{SoftCq, SoftRq, SoftSq, SoftSrq};
 pub use state::SOFT_QUIRKS;
 
@@ -60,8 +65,7 @@ impl ResourceCounts {
 /// A handle to one software device.
 #[derive(Debug, Clone)]
 pub struct SoftDevice {
-    pub(crate) fabric: Fabric,
-    pub(crate) index: usize,
+    pub(crate) node: NodeHandle<SimDevice>,
     pub(crate) info: DeviceInfo,
     pub(crate) kicker: Kicker,
     pub(crate) dma: Arc<AtomicUsize>,
@@ -69,22 +73,16 @@ pub struct SoftDevice {
 }
 
 impl SoftDevice {
-    pub(crate) fn attach(fabric: &Fabric, config: DeviceConfig) -> Result<Self, FabricError> {
+    /// Puts a new soft device on `fabric`.
+    ///
+    /// # Errors
+    /// [`FabricError::BadPortCount`] outside 1 to 254 ports, [`FabricError::DuplicateAddress`]
+    /// when an address is already on the fabric, [`FabricError::TooManyDevices`].
+    pub fn attach(fabric: &Fabric, config: DeviceConfig) -> Result<Self, FabricError> {
         let n = config.ports.len();
         if n == 0 || n > 254 {
             return Err(FabricError::BadPortCount(n));
         }
-        let mut sim = fabric.shared.lock();
-        let index = sim.devices.len();
-        let dev = u16::try_from(index).map_err(|_| FabricError::TooManyDevices)?;
-        for port in &config.ports {
-            for ip in &port.addrs {
-                if sim.routes.contains_key(&Gid::from_ip(*ip)) {
-                    return Err(FabricError::DuplicateAddress(*ip));
-                }
-            }
-        }
-        let name = config.name.unwrap_or_else(|| format!("soft{index}"));
         let ports: Vec<_> = config
             .ports
             .iter()
@@ -98,56 +96,54 @@ impl SoftDevice {
                 )
             })
             .collect();
-        let engine_ports = ports
-            .iter()
-            .map(|(gids, mtu)| PortInfo {
-                gids: gids.clone(),
-                mtu: *mtu,
-                active: true,
-            })
-            .collect();
-        let state = DevState::new(name, index, ports.clone());
         let routes: Vec<(u8, Gid)> = ports
             .iter()
             .enumerate()
             .flat_map(|(i, (gids, _))| gids.iter().map(move |g| ((i + 1) as u8, *g)))
             .collect();
-        let device = Self {
-            fabric: fabric.clone(),
-            index,
-            info: state.info.clone(),
-            kicker: fabric.shared.kicker(dev),
-            dma: state.dma.clone(),
-            fatal: state.fatal.clone(),
-        };
-        let mut engine = Engine::new(EngineConfig::default(), engine_ports);
-        engine.set_max_train(sim.max_train());
-        sim.devices.push(SimDevice {
-            engine,
-            hw: Hw::default(),
-            state,
+        let node = fabric.attach("soft", |joining| {
+            let index = joining.ordinal;
+            let name = config.name.unwrap_or_else(|| format!("soft{index}"));
+            let engine_ports = ports
+                .iter()
+                .map(|(gids, mtu)| PortInfo {
+                    gids: gids.clone(),
+                    mtu: *mtu,
+                    active: true,
+                })
+                .collect();
+            let state = DevState::new(name.clone(), index, ports);
+            let mut engine = Engine::new(EngineConfig::default(), engine_ports);
+            engine.set_max_train(joining.max_train);
+            let device = SimDevice {
+                engine,
+                hw: Hw::default(),
+                state,
+            };
+            (NodeConfig { name, routes }, device)
+        })?;
+        let (info, dma, fatal) = node.with(|ctx| {
+            let s = &ctx.node.state;
+            (s.info.clone(), s.dma.clone(), s.fatal.clone())
         });
-        sim.add_routes(Node::Soft(index), &routes);
-        Ok(device)
+        Ok(Self {
+            kicker: Kicker(node.kicker().clone()),
+            node,
+            info,
+            dma,
+            fatal,
+        })
     }
 
     /// The fabric this device is on.
     pub fn fabric(&self) -> &Fabric {
-        &self.fabric
+        self.node.fabric()
     }
 
     /// Runs `f` on this device's simulation state with the fabric lock held, then routes the
     /// packets it produced.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut SimDevice, u64, &mut Vec<Packet>) -> R) -> R {
-        let mut sim = self.fabric.shared.lock();
-        if self.fabric.mode() == crate::fabric::Mode::Threaded {
-            sim.now = self.fabric.shared.real_now();
-        }
-        let now = sim.now;
-        let Sim { devices, out, .. } = &mut *sim;
-        let r = f(&mut devices[self.index], now, out);
-        sim.route_out();
-        r
+        self.node.with(|ctx| f(ctx.node, ctx.now, ctx.out))
     }
 
     /// Live objects on this device.

@@ -1,4 +1,15 @@
-//! The RC/UC/UD transport engine, independent of any queue format.
+//! # Portverbs transport engine
+//!
+//! The RC/UC/UD transport engine, independent of any queue format: the layer between the wire
+//! formats (`portverbs-wire`) and the devices that use it (the soft device, the mlx4 model),
+//! which reach each other through the in-process fabric (`portverbs-fabric`). It also holds
+//! what those devices share besides the transport: the object [`Table`].
+//!
+//! What this crate must never do: I/O, threads, locks or reading a clock (time is passed in);
+//! know a queue format (that is the [`Hca`] seam's job) or the fabric; depend on `verbs-core`;
+//! touch memory except through [`portverbs_dma`] and the checks of [`memory::MemoryTable`];
+//! panic on anything a packet or a WQE carries (bad input becomes a NAK, a drop counted in
+//! [`EngineStats`], or a completion error).
 //!
 //! One [`Engine`] is the transport core of one device. It is sans-IO and clock-free: a driver
 //! (the fabric's simulation loop) feeds it doorbells ([`Engine::doorbell`]), packets
@@ -22,10 +33,14 @@
 //! Memory is protected by [`memory::MemoryTable`]; nothing is read or written before its check
 //! passes, and every violation becomes the IBTA completion status on both sides.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 pub mod hca;
 pub mod memory;
 pub mod packet;
 pub mod qp;
+mod table;
 pub mod timers;
 
 mod completer;
@@ -42,6 +57,11 @@ pub use hca::{Hca, RecvSource, RecvWqe, SendWqe, UdTarget, WqeFault};
 pub use memory::MemoryTable;
 pub use packet::{MemSeg, Packet, PayloadData};
 pub use qp::QpInit;
+pub use table::Table;
+
+// The engine's modules name their neighbours as `crate::wire` and `crate::dma`.
+use portverbs_dma as dma;
+use portverbs_wire as wire;
 
 use qp::QpCtx;
 use timers::{TimerHeap, TimerKind};

@@ -1,4 +1,12 @@
-//! RoCEv2 / InfiniBand transport wire formats.
+//! # Portverbs wire formats
+//!
+//! RoCEv2 / InfiniBand transport wire formats: the lowest layer of the transport stack
+//! (`wire` → `transport` → `fabric` → the soft device and the mlx4 model). The transport engine
+//! (`portverbs-transport`) builds and parses packets with it; the fabric uses it to serialise a
+//! packet it corrupts on purpose.
+//!
+//! What this crate must never do: I/O of any kind, keep state, allocate on a parse, panic on
+//! input bytes, or depend on any crate of ours but `portverbs-hal`.
 //!
 //! Two layers, in the style of smoltcp:
 //!
@@ -16,6 +24,9 @@
 //! Nothing here panics on input bytes: every parser returns [`WireError`]. Values that do not
 //! fit their wire field (24-bit QPNs, PSNs and MSNs, the 2-bit pad count, the 4-bit version)
 //! are masked on emit, never rejected.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod aeth;
 mod bth;

@@ -1,6 +1,6 @@
 //! The opcode table against facts §5.3, one test per group, plus builders and predicates.
 
-use crate::wire::*;
+use crate::*;
 
 const PAY: HeaderSet = HeaderSet::PAYLOAD;
 const IMM: HeaderSet = HeaderSet::IMM;

@@ -3,7 +3,7 @@
 use core::time::Duration;
 
 use super::hex;
-use crate::wire::*;
+use crate::*;
 
 #[test]
 fn bth_known_layout() {

@@ -3,7 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::hex;
-use crate::wire::*;
+use crate::*;
 
 const CNP_IP: &str = "45 c2 00 3c 71 8c 40 00 40 11 91 61 0a 00 11 01 0a 00 12 01";
 const CNP_UDP: &str = "00 00 12 b7 00 28 00 00";

@@ -1,23 +1,28 @@
-//! The simulation: every device's engine and device-side state, the packets in flight, the
-//! clock, and the loop that moves them. One `Sim` sits behind the fabric's lock; the same
-//! [`Sim::step`] runs on virtual time (stepped mode, advanced by [`Sim::advance_to_next`]) and
-//! on the real clock (free-running mode, on the engine thread).
+//! The simulation: every node on the fabric, the packets in flight, the clock, and the loop
+//! that moves them. One `Sim` sits behind the fabric's lock; the same [`Sim::step`] runs on
+//! virtual time (stepped mode, advanced by [`Sim::advance_to_next`]) and on the real clock
+//! (free-running mode, on the engine thread).
+//!
+//! Nodes sit in `Arc<Mutex<dyn Node>>` so that each node's typed handle can reach its own
+//! state ([`crate::NodeHandle::with`]). Those mutexes are only ever taken with the fabric lock
+//! held, so they are never contended; a step takes each node's once and drives the node
+//! through the guard (one dynamic call per kick, packet or phase, no lock per packet).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_channel::Receiver;
 use portverbs_hal::types::Gid;
+use portverbs_transport::Packet;
+use smallvec::SmallVec;
 
-use super::faults::{FabricStats, LinkFaults};
-use super::foreign::ForeignDevice;
-use super::rng::SplitMix64;
-use crate::device::doorbell::{Kick, KickKind};
-use crate::device::hw::Hw;
-use crate::device::state::DevState;
-use crate::engine::{Engine, Packet};
+use crate::faults::{FabricStats, LinkFaults};
+use crate::kick::Kick;
+use crate::node::Node;
+use crate::rng::SplitMix64;
 
 /// Hashes GIDs (16 bytes that are already well spread) with two multiply-xorshift rounds
 /// instead of SipHash: the routing table is looked up once per packet.
@@ -39,42 +44,37 @@ impl Hasher for GidHasher {
     }
 }
 
-/// Which device a route or a packet leads to: a software device, or a foreign device model
-/// (the mlx4 model) attached through [`super::Fabric::attach_foreign`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Node {
-    /// Index into [`Sim::devices`].
-    Soft(usize),
-    /// Index into [`Sim::foreign`].
-    Foreign(usize),
-}
+/// A node's number on its fabric: its index in [`Sim::nodes`] (never reused).
+pub(crate) type NodeId = usize;
 
-/// The routing table: GID → (device, port).
-pub(crate) type Routes = HashMap<Gid, (Node, u8), BuildHasherDefault<GidHasher>>;
+/// The routing table: GID → (node, port).
+pub(crate) type Routes = HashMap<Gid, (NodeId, u8), BuildHasherDefault<GidHasher>>;
 
 /// Longest train (packets of one message delivered as one unit) on a fault-free fabric.
 pub(crate) const MAX_TRAIN: u32 = 64;
 
-/// A device on the fabric.
+/// A node on the fabric.
 #[derive(Debug)]
-pub(crate) struct SimDevice {
-    pub(crate) engine: Engine,
-    pub(crate) hw: Hw,
-    pub(crate) state: DevState,
+pub(crate) struct Slot {
+    /// Shown by [`crate::Fabric::gids`].
+    pub(crate) name: String,
+    /// The node; its typed handle holds the same `Arc`.
+    pub(crate) node: Arc<Mutex<dyn Node>>,
 }
 
-/// A foreign device model on the fabric: its engine and its [`ForeignDevice`] (the `Hca` the
-/// engine drives through dynamic dispatch; soft devices stay monomorphic).
-#[derive(Debug)]
-pub(crate) struct ForeignSlot {
-    pub(crate) name: String,
-    pub(crate) engine: Engine,
-    pub(crate) dev: Box<dyn ForeignDevice>,
+/// Locks a node (or the simulation). A panic on another thread leaves the state usable: it is
+/// plain data that every step re-validates.
+#[inline]
+pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+/// Every node's guard for one step (`None` for a detached node).
+type Guards<'a> = SmallVec<[Option<MutexGuard<'a, dyn Node>>; 8]>;
 
 #[derive(Debug)]
 struct Delivery {
-    dev: Node,
+    dev: NodeId,
     port: u8,
     pkt: Packet,
 }
@@ -107,9 +107,10 @@ impl Ord for Timed {
 #[derive(Debug)]
 pub(crate) struct Sim {
     pub(crate) now: u64,
-    pub(crate) devices: Vec<SimDevice>,
-    /// Foreign device models; `None` once detached (indices are never reused).
-    pub(crate) foreign: Vec<Option<ForeignSlot>>,
+    /// Nodes in attach order; `None` once detached (numbers are never reused).
+    pub(crate) nodes: Vec<Option<Slot>>,
+    /// The kind of every node ever attached, by number (numbers default names per kind).
+    pub(crate) kinds: Vec<&'static str>,
     pub(crate) routes: Routes,
     ready: VecDeque<Delivery>,
     /// Fault-free fast path: packets delivered in order, by reference, from the buffer the
@@ -129,8 +130,8 @@ impl Sim {
     pub(crate) fn new(seed: u64, faults: LinkFaults) -> Self {
         Self {
             now: 0,
-            devices: Vec::new(),
-            foreign: Vec::new(),
+            nodes: Vec::new(),
+            kinds: Vec::new(),
             routes: Routes::default(),
             ready: VecDeque::new(),
             batch: Vec::with_capacity(256),
@@ -261,75 +262,48 @@ impl Sim {
         result
     }
 
-    fn kick(&mut self, k: Kick) {
-        let now = self.now;
-        if let KickKind::Foreign(what) = k.kind {
-            if let Some(Some(f)) = self.foreign.get_mut(usize::from(k.dev)) {
-                f.dev.kick(&mut f.engine, now, what, &mut self.out);
-            }
-            return;
-        }
-        let Some(d) = self.devices.get_mut(usize::from(k.dev)) else {
-            return;
-        };
-        match k.kind {
-            KickKind::Qp(qpn) => {
-                if let Some(qp) = d.hw.qps.get(qpn) {
-                    // A read-modify-write, not a plain store: it orders this clear before the
-                    // head read below against the host's head store and `scheduled` swap
-                    // (a store could pass the head load, and a post seeing `scheduled` still
-                    // set would then be lost until the next kick).
-                    qp.sq.db.scheduled.swap(false, Ordering::AcqRel);
-                }
-                d.engine.doorbell(now, qpn, &mut d.hw, &mut self.out);
-            }
-            KickKind::Cq(cqn) => d.hw.check_arm(cqn),
-            KickKind::Foreign(_) => {}
-        }
-    }
-
-    /// Hands one packet to the engine of the device it was routed to.
-    #[inline]
-    fn deliver(&mut self, node: Node, port: u8, pkt: &Packet) {
-        let now = self.now;
-        match node {
-            Node::Soft(dev) => {
-                if let Some(d) = self.devices.get_mut(dev) {
-                    d.engine.receive(now, port, pkt, &mut d.hw, &mut self.out);
-                }
-            }
-            Node::Foreign(i) => {
-                if let Some(Some(f)) = self.foreign.get_mut(i) {
-                    f.engine.receive(now, port, pkt, &mut *f.dev, &mut self.out);
-                }
-            }
-        }
-    }
-
     /// Does every piece of work that is due now. Returns whether anything happened.
+    ///
+    /// Nodes are driven in attach order in every phase: kicks (in the order they were sent),
+    /// a rescan after a kick overflow, each node's scheduled work, packet delivery, then each
+    /// node's coalesced ACKs and due timers.
     pub(crate) fn step(&mut self, kicks: &Receiver<Kick>, overflow: &AtomicBool) -> bool {
+        // The nodes leave `self` for the step, so that their guards and the links can be
+        // borrowed together (moving a `Vec` does not allocate).
+        let slots = std::mem::take(&mut self.nodes);
+        let did = {
+            let mut nodes: Guards<'_> = slots
+                .iter()
+                .map(|s| s.as_ref().map(|s| lock(&*s.node)))
+                .collect();
+            self.step_nodes(&mut nodes, kicks, overflow)
+        };
+        self.nodes = slots;
+        did
+    }
+
+    fn step_nodes(
+        &mut self,
+        nodes: &mut Guards<'_>,
+        kicks: &Receiver<Kick>,
+        overflow: &AtomicBool,
+    ) -> bool {
+        let now = self.now;
         let mut did = false;
         while let Ok(k) = kicks.try_recv() {
             did = true;
-            self.kick(k);
+            if let Some(Some(n)) = nodes.get_mut(usize::from(k.node)) {
+                n.kick(now, k.what, &mut self.out);
+            }
         }
         if overflow.swap(false, Ordering::AcqRel) {
             did = true;
-            self.rescan();
-        }
-        let now = self.now;
-        for d in &mut self.devices {
-            if d.engine.has_work() {
-                did = true;
-                d.engine.run_work(now, &mut d.hw, &mut self.out);
+            for n in nodes.iter_mut().flatten() {
+                n.rescan(now, &mut self.out);
             }
         }
-        for f in self.foreign.iter_mut().flatten() {
-            if f.engine.has_work() {
-                did = true;
-                f.engine.run_work(now, &mut *f.dev, &mut self.out);
-            }
-            did |= f.dev.poll(&mut f.engine, now, &mut self.out);
+        for n in nodes.iter_mut().flatten() {
+            did |= n.run_work(now, &mut self.out);
         }
         self.route_out();
         while self.delayed.peek().is_some_and(|Reverse(t)| t.at <= now) {
@@ -344,7 +318,9 @@ impl Sim {
             };
             did = true;
             self.stats.delivered += 1;
-            self.deliver(dev, port, &pkt);
+            if let Some(Some(node)) = nodes.get_mut(dev) {
+                node.receive(now, port, &pkt, &mut self.out);
+            }
         }
         if !self.batch.is_empty() {
             did = true;
@@ -355,57 +331,29 @@ impl Sim {
                     continue;
                 };
                 self.stats.delivered += 1;
-                self.deliver(dev, port, pkt);
+                if let Some(Some(node)) = nodes.get_mut(dev) {
+                    node.receive(now, port, pkt, &mut self.out);
+                }
             }
             let mut batch = batch;
             batch.clear();
             self.spare = batch;
         }
-        for d in &mut self.devices {
-            d.engine.flush_acks(&mut self.out);
-            if d.engine.poll_timeout().is_some_and(|t| t <= now) {
-                did = true;
-                d.engine.handle_timeout(now, &mut d.hw, &mut self.out);
-            }
-        }
-        for f in self.foreign.iter_mut().flatten() {
-            f.engine.flush_acks(&mut self.out);
-            if f.engine.poll_timeout().is_some_and(|t| t <= now) {
-                did = true;
-                f.engine.handle_timeout(now, &mut *f.dev, &mut self.out);
-            }
+        for n in nodes.iter_mut().flatten() {
+            did |= n.run_timers(now, &mut self.out);
         }
         self.route_out();
         did
-    }
-
-    /// The kick channel overflowed: look at every QP and CQ once.
-    fn rescan(&mut self) {
-        let now = self.now;
-        for d in &mut self.devices {
-            let qpns: Vec<u32> = d.hw.qps.iter_mut().map(|(n, _)| n).collect();
-            for qpn in qpns {
-                d.engine.doorbell(now, qpn, &mut d.hw, &mut self.out);
-            }
-            let cqns: Vec<u32> = d.hw.cqs.iter_mut().map(|(n, _)| n).collect();
-            for cqn in cqns {
-                d.hw.check_arm(cqn);
-            }
-        }
-        for f in self.foreign.iter_mut().flatten() {
-            f.dev.rescan(&mut f.engine, now, &mut self.out);
-        }
     }
 
     /// The earliest future event (delayed packet or timer).
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         let packets = self.delayed.peek().map(|Reverse(t)| t.at);
         let timers = self
-            .devices
+            .nodes
             .iter()
-            .map(|d| &d.engine)
-            .chain(self.foreign.iter().flatten().map(|f| &f.engine))
-            .filter_map(Engine::poll_timeout)
+            .flatten()
+            .filter_map(|s| lock(&*s.node).next_deadline())
             .min();
         match (packets, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -440,30 +388,16 @@ impl Sim {
     pub(crate) fn set_faults(&mut self, faults: LinkFaults) {
         self.faults = faults;
         let n = self.max_train();
-        for d in &mut self.devices {
-            d.engine.set_max_train(n);
-        }
-        for f in self.foreign.iter_mut().flatten() {
-            f.engine.set_max_train(n);
+        for s in self.nodes.iter().flatten() {
+            lock(&*s.node).set_max_train(n);
         }
     }
 
-    /// Registers the GIDs of a device's ports for routing.
-    pub(crate) fn add_routes(&mut self, dev: Node, gids: &[(u8, Gid)]) {
-        for &(port, gid) in gids {
-            self.routes.insert(gid, (dev, port));
-        }
-    }
-
-    /// The name of a device on the fabric.
-    pub(crate) fn name(&self, node: Node) -> &str {
-        match node {
-            Node::Soft(i) => self.devices.get(i).map_or("", |d| &d.state.info.name),
-            Node::Foreign(i) => self
-                .foreign
-                .get(i)
-                .and_then(Option::as_ref)
-                .map_or("", |f| &f.name),
-        }
+    /// The name of a node on the fabric.
+    pub(crate) fn name(&self, node: NodeId) -> &str {
+        self.nodes
+            .get(node)
+            .and_then(Option::as_ref)
+            .map_or("", |s| &s.name)
     }
 }

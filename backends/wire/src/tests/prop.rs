@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 
-use crate::wire::*;
+use crate::*;
 
 fn known_opcode() -> impl Strategy<Value = Opcode> {
     proptest::sample::select(Opcode::all_known().collect::<Vec<_>>())

@@ -1,7 +1,11 @@
-//! The in-process fabric: any number of software devices and ports, addressed RoCEv2-style by
-//! GIDs made from IP addresses, joined by links with configurable delay and faults. Foreign
-//! device models (the emulated mlx4 HCA) join it through [`Fabric::attach_foreign`] and share
-//! the same transport engine, clock and faults.
+//! # Portverbs in-process fabric
+//!
+//! The in-process network: any number of devices and ports, addressed RoCEv2-style by GIDs
+//! made from IP addresses, joined by links with configurable delay and faults. Every device on
+//! it is a [`Node`] — the soft device (`portverbs-soft`) and the emulated mlx4 HCA
+//! (`portverbs-mlx4-model`) implement that one trait and attach with [`Fabric::attach`]; they
+//! share the transport engine (`portverbs-transport`), the clock and the faults, and neither
+//! knows the other. A node reaches its own state again through its typed [`NodeHandle`].
 //!
 //! Two ways to run it:
 //! * **free-running** ([`Mode::Threaded`]): one engine thread emulates all the hardware, woken by
@@ -12,12 +16,21 @@
 //!   from the seed.
 //!
 //! Device commands (create a QP, register memory …) take the fabric's lock; posting and polling
-//! never do.
+//! never do (a doorbell is a lock-free [`Kicker`]).
+//!
+//! Layering: `wire` → `transport` → `fabric` → devices (`soft`, `mlx4-model`). What this crate
+//! must never do: know a device's queue formats or commands (that is behind [`Node`]);
+//! downcast a node; depend on `verbs-core` or on a device crate; take a lock or allocate per
+//! packet on its step path. It may run a thread (the engine thread emulates hardware); the
+//! stepped mode runs none.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod faults;
-mod foreign;
+mod kick;
+mod node;
 mod rng;
-pub(crate) mod sim;
+mod sim;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,14 +39,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use portverbs_hal::types::{Gid, Mtu};
+use portverbs_hal::types::Gid;
 use thiserror::Error;
 
 pub use faults::{FabricStats, LinkFaults};
-pub use foreign::{ForeignConfig, ForeignCtx, ForeignDevice, ForeignHandle};
+pub use kick::Kicker;
+pub use node::{Joining, Node, NodeConfig, NodeCtx, NodeHandle};
 
-use crate::device::SoftDevice;
-use crate::device::doorbell::{EngineWake, Kick, Kicker};
+use kick::{EngineWake, Kick};
 use sim::Sim;
 
 /// How the fabric is driven.
@@ -66,37 +79,6 @@ impl Default for FabricConfig {
     }
 }
 
-/// One port of a device to add.
-#[derive(Debug, Clone)]
-pub struct PortConfig {
-    /// Addresses of the port; each becomes a RoCEv2 GID (index = position).
-    pub addrs: Vec<IpAddr>,
-    /// Active MTU.
-    pub mtu: Mtu,
-}
-
-/// A device to add to the fabric.
-#[derive(Debug, Clone)]
-pub struct DeviceConfig {
-    /// Name; `softN` by default.
-    pub name: Option<String>,
-    /// Ports (at least one).
-    pub ports: Vec<PortConfig>,
-}
-
-impl DeviceConfig {
-    /// One port with one address and a 4096-byte MTU.
-    pub fn with_ip(ip: IpAddr) -> Self {
-        Self {
-            name: None,
-            ports: vec![PortConfig {
-                addrs: vec![ip],
-                mtu: Mtu::Mtu4096,
-            }],
-        }
-    }
-}
-
 /// Fabric-level failures.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
@@ -121,12 +103,12 @@ pub enum FabricError {
     /// The operation needs the other mode.
     #[error("this operation needs a {0:?} fabric")]
     WrongMode(Mode),
-    /// The foreign device was detached from the fabric.
+    /// The node was detached from the fabric.
     #[error("the device was detached from the fabric")]
     Detached,
 }
 
-/// State shared by the fabric handle, its devices and the engine thread.
+/// State shared by the fabric handle, its nodes and the engine thread.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) sim: Mutex<Sim>,
@@ -143,12 +125,12 @@ impl Shared {
     /// Locks the simulation (a panic on another thread leaves it usable: its state is plain
     /// data that every step re-validates).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Sim> {
-        self.sim.lock().unwrap_or_else(|e| e.into_inner())
+        sim::lock(&self.sim)
     }
 
-    pub(crate) fn kicker(self: &Arc<Self>, dev: u16) -> Kicker {
+    pub(crate) fn kicker(self: &Arc<Self>, node: u16) -> Kicker {
         Kicker {
-            dev,
+            node,
             tx: self.kicks_tx.clone(),
             wake: self.wake.clone(),
             overflow: self.overflow.clone(),
@@ -183,7 +165,7 @@ impl Drop for Owner {
     }
 }
 
-/// A handle to an in-process fabric. Cheap to clone; devices keep it alive.
+/// A handle to an in-process fabric. Cheap to clone; nodes' handles keep it alive.
 #[derive(Debug, Clone)]
 pub struct Fabric {
     pub(crate) shared: Arc<Shared>,
@@ -306,14 +288,6 @@ impl Fabric {
         self.shared.mode
     }
 
-    /// Adds a device.
-    ///
-    /// # Errors
-    /// Bad port count or an address already in use.
-    pub fn add_device(&self, config: DeviceConfig) -> Result<SoftDevice, FabricError> {
-        SoftDevice::attach(self, config)
-    }
-
     /// Changes the link behaviour.
     pub fn set_faults(&self, faults: LinkFaults) {
         self.shared.lock().set_faults(faults);
@@ -397,7 +371,7 @@ impl Fabric {
         }
     }
 
-    /// Every GID on the fabric, with its device name and port.
+    /// Every GID on the fabric, with its node's name and port.
     pub fn gids(&self) -> Vec<(String, u8, Gid)> {
         let sim = self.shared.lock();
         let mut v: Vec<_> = sim

@@ -1,7 +1,7 @@
 //! `TransportHdr` emit/parse: layouts, header order, every error path, and `pretty`.
 
 use super::hex;
-use crate::wire::*;
+use crate::*;
 
 /// The "hello" packet of facts §5.8 worked example 2 (transport part, no ICRC).
 fn hello_ib() -> Vec<u8> {

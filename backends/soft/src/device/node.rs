@@ -1,0 +1,116 @@
+//! The soft device on the fabric: its configuration, and its [`Node`] — the engine with the
+//! device side that the fabric steps.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+use portverbs_fabric::Node;
+use portverbs_hal::types::Mtu;
+
+use super::doorbell::KickKind;
+use super::hw::Hw;
+use super::state::DevState;
+use crate::engine::{Engine, Packet};
+
+/// One port of a soft device.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    /// Addresses of the port; each becomes a RoCEv2 GID (index = position).
+    pub addrs: Vec<IpAddr>,
+    /// Active MTU.
+    pub mtu: Mtu,
+}
+
+/// A soft device to put on a fabric ([`super::SoftDevice::attach`]).
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Name; `softN` by default (N counts the soft devices on the fabric).
+    pub name: Option<String>,
+    /// Ports (at least one).
+    pub ports: Vec<PortConfig>,
+}
+
+impl DeviceConfig {
+    /// One port with one address and a 4096-byte MTU.
+    pub fn with_ip(ip: IpAddr) -> Self {
+        Self {
+            name: None,
+            ports: vec![PortConfig {
+                addrs: vec![ip],
+                mtu: Mtu::Mtu4096,
+            }],
+        }
+    }
+}
+
+/// The device side of one soft device: its engine, its view of the rings, its bookkeeping.
+/// The fabric owns it behind its lock; the [`super::SoftDevice`] handle reaches it through
+/// [`portverbs_fabric::NodeHandle::with`].
+#[derive(Debug)]
+pub(crate) struct SimDevice {
+    pub(crate) engine: Engine,
+    pub(crate) hw: Hw,
+    pub(crate) state: DevState,
+}
+
+impl Node for SimDevice {
+    fn kick(&mut self, now: u64, what: u32, out: &mut Vec<Packet>) {
+        match KickKind::decode(what) {
+            KickKind::Qp(qpn) => {
+                if let Some(qp) = self.hw.qps.get(qpn) {
+                    // A read-modify-write, not a plain store: it orders this clear before the
+                    // head read below against the host's head store and `scheduled` swap
+                    // (a store could pass the head load, and a post seeing `scheduled` still
+                    // set would then be lost until the next kick).
+                    qp.sq.db.scheduled.swap(false, Ordering::AcqRel);
+                }
+                self.engine.doorbell(now, qpn, &mut self.hw, out);
+            }
+            KickKind::Cq(cqn) => self.hw.check_arm(cqn),
+        }
+    }
+
+    fn rescan(&mut self, now: u64, out: &mut Vec<Packet>) {
+        let qpns: Vec<u32> = self.hw.qps.iter_mut().map(|(n, _)| n).collect();
+        for qpn in qpns {
+            self.engine.doorbell(now, qpn, &mut self.hw, out);
+        }
+        let cqns: Vec<u32> = self.hw.cqs.iter_mut().map(|(n, _)| n).collect();
+        for cqn in cqns {
+            self.hw.check_arm(cqn);
+        }
+    }
+
+    #[inline]
+    fn run_work(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
+        if !self.engine.has_work() {
+            return false;
+        }
+        self.engine.run_work(now, &mut self.hw, out);
+        true
+    }
+
+    #[inline]
+    fn receive(&mut self, now: u64, port: u8, pkt: &Packet, out: &mut Vec<Packet>) {
+        self.engine.receive(now, port, pkt, &mut self.hw, out);
+    }
+
+    #[inline]
+    fn run_timers(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
+        self.engine.flush_acks(out);
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now, &mut self.hw, out);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        self.engine.poll_timeout()
+    }
+
+    fn set_max_train(&mut self, n: u32) {
+        self.engine.set_max_train(n);
+    }
+}
