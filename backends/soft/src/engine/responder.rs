@@ -10,9 +10,9 @@ use portverbs_hal::types::{AccessFlags, QpState, QpType};
 use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus};
 
 use super::Core;
-use super::completer;
 use super::hca::{Hca, RecvSource};
 use super::memory::{KeyError, Span};
+use super::modify::set_state;
 use super::packet::{MemSeg, Packet, PayloadData, psn};
 use super::qp::{InMsg, QpCtx, Resource};
 use crate::wire::{Aeth, AethSyndrome, AtomicAckEth, Bth, NakCode, Opcode, Position, TransportHdr};
@@ -187,7 +187,7 @@ fn send_packet<H: Hca + ?Sized>(
         } else {
             NakCode::RemoteOperationalError
         };
-        complete_recv(qp, hca, status, WcOpcode::Recv, pkt, 0);
+        complete_recv(qp, core, hca, status, WcOpcode::Recv, pkt, 0);
         nak_fatal(qp, core, hca, out, p, code);
         return;
     }
@@ -200,7 +200,7 @@ fn send_packet<H: Hca + ?Sized>(
             }
         }
         let len = qp.resp.offset as u32;
-        complete_recv(qp, hca, WcStatus::Success, WcOpcode::Recv, pkt, len);
+        complete_recv(qp, core, hca, WcStatus::Success, WcOpcode::Recv, pkt, len);
         qp.resp.msg = None;
         qp.resp.msn = psn::add(qp.resp.msn, 1);
     }
@@ -217,11 +217,19 @@ fn invalidation_error<H: Hca + ?Sized>(
     pkt: &Packet,
     out: &mut Vec<Packet>,
 ) {
-    complete_recv(qp, hca, WcStatus::RemInvReqErr, WcOpcode::Recv, pkt, 0);
+    complete_recv(
+        qp,
+        core,
+        hca,
+        WcStatus::RemInvReqErr,
+        WcOpcode::Recv,
+        pkt,
+        0,
+    );
     qp.resp.msg = None;
     let last = psn::add(pkt.hdr.bth.psn, pkt.psn_count() - 1);
     send_aeth(qp, core, out, last, AethSyndrome::Ack { credits: 0x1f });
-    completer::enter_error(qp, hca);
+    set_state(qp, core, hca, QpState::Err);
 }
 
 fn write_packet<H: Hca + ?Sized>(
@@ -266,6 +274,7 @@ fn write_packet<H: Hca + ?Sized>(
                 // protection error (ibv_poll_cq(3)'s LOC_ACCESS_ERR).
                 complete_recv(
                     qp,
+                    core,
                     hca,
                     WcStatus::LocAccessErr,
                     WcOpcode::RecvRdmaWithImm,
@@ -277,7 +286,7 @@ fn write_packet<H: Hca + ?Sized>(
             }
         }
     }
-    if let Err(code) = place_write(qp, hca, pkt, ends_msg) {
+    if let Err(code) = place_write(qp, core, hca, pkt, ends_msg) {
         nak_fatal(qp, core, hca, out, p, code);
         return;
     }
@@ -308,6 +317,7 @@ fn open_write(qp: &mut QpCtx, core: &Core, pkt: &Packet) -> Result<(), Option<Ke
 /// its transport's reaction (RC: a NAK; UC: a silent drop).
 fn place_write<H: Hca + ?Sized>(
     qp: &mut QpCtx,
+    core: &mut Core,
     hca: &mut H,
     pkt: &Packet,
     ends_msg: bool,
@@ -331,6 +341,7 @@ fn place_write<H: Hca + ?Sized>(
         if pkt.train_last.has_imm() {
             complete_recv(
                 qp,
+                core,
                 hca,
                 WcStatus::Success,
                 WcOpcode::RecvRdmaWithImm,
@@ -673,6 +684,7 @@ fn scatter_bytes(
 /// Completes the held receive WQE.
 fn complete_recv<H: Hca + ?Sized>(
     qp: &mut QpCtx,
+    core: &mut Core,
     hca: &mut H,
     status: WcStatus,
     opcode: WcOpcode,
@@ -711,7 +723,7 @@ fn complete_recv<H: Hca + ?Sized>(
     let solicited = pkt.hdr.bth.solicited;
     if !hca.post_completion(qp.init.recv_cqn, &cqe, solicited) {
         // The receive CQ overran (or is in error): the QP goes to ERR (IBA 11.4.2.1).
-        completer::enter_error(qp, hca);
+        set_state(qp, core, hca, QpState::Err);
     }
 }
 
@@ -774,7 +786,7 @@ fn nak_fatal<H: Hca + ?Sized>(
         });
     }
     send_aeth(qp, core, out, p, AethSyndrome::Nak(code));
-    completer::enter_error(qp, hca);
+    set_state(qp, core, hca, QpState::Err);
 }
 
 fn bth(qp: &QpCtx, opcode: Opcode, p: u32) -> Bth {
@@ -868,7 +880,7 @@ fn on_uc<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Pa
                 qp.resp.offset += pkt.payload.len() as u64;
                 if ends(pkt) {
                     let len = qp.resp.offset as u32;
-                    complete_recv(qp, hca, WcStatus::Success, WcOpcode::Recv, pkt, len);
+                    complete_recv(qp, core, hca, WcStatus::Success, WcOpcode::Recv, pkt, len);
                     qp.resp.msg = None;
                 }
             }
@@ -877,7 +889,7 @@ fn on_uc<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Pa
                 qp.resp.drop_msg = !ends(pkt);
             }
             Err(status) => {
-                complete_recv(qp, hca, status, WcOpcode::Recv, pkt, 0);
+                complete_recv(qp, core, hca, status, WcOpcode::Recv, pkt, 0);
                 qp.resp.msg = None;
                 qp.resp.drop_msg = true;
             }
@@ -897,7 +909,7 @@ fn on_uc<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Pa
             core.stats.dropped += 1;
             return;
         }
-        if place_write(qp, hca, pkt, ends_msg).is_err() {
+        if place_write(qp, core, hca, pkt, ends_msg).is_err() {
             // UC: a message that does not fit its RETH length is silently dropped.
             qp.resp.msg = None;
             qp.resp.drop_msg = !ends_msg;
@@ -945,8 +957,8 @@ fn on_ud<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Pa
     }
     let len = (GRH_LEN + pkt.payload.len()) as u32;
     match status {
-        Ok(()) => complete_recv(qp, hca, WcStatus::Success, WcOpcode::Recv, pkt, len),
-        Err(s) => complete_recv(qp, hca, s, WcOpcode::Recv, pkt, 0),
+        Ok(()) => complete_recv(qp, core, hca, WcStatus::Success, WcOpcode::Recv, pkt, len),
+        Err(s) => complete_recv(qp, core, hca, s, WcOpcode::Recv, pkt, 0),
     }
 }
 
@@ -961,7 +973,7 @@ fn drop_too_long<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, 
     qp.resp.msg = None;
     qp.resp.offset = 0;
     if let RecvSource::Srq { .. } = qp.recv_source() {
-        complete_recv(qp, hca, WcStatus::LocLenErr, WcOpcode::Recv, pkt, 0);
+        complete_recv(qp, core, hca, WcStatus::LocLenErr, WcOpcode::Recv, pkt, 0);
     }
 }
 
