@@ -506,3 +506,6 @@ fn no_qp(qpn: u32) -> CommandError {
         number: qpn,
     }
 }
+
+#[cfg(test)]
+mod tests;
