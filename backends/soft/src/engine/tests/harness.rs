@@ -96,7 +96,11 @@ impl Hca for TestHca {
         self.errors.push(qpn);
     }
 
-    fn reset_queues(&mut self, _qpn: u32, _qp_type: QpType) {}
+    fn reset_queues(&mut self, _qpn: u32, _qp_type: QpType) {
+        // Counters back to 0: the host posts afresh.
+        self.sq.clear();
+        self.rq.clear();
+    }
 }
 
 /// Attributes of the QP under test, changed by a test before [`Side::with`] brings it up.
@@ -147,6 +151,9 @@ pub(super) struct Side {
     /// lkey = rkey of the buffer.
     pub(super) key: u32,
     pub(super) now: u64,
+    /// The attributes and mask the QP was brought up with.
+    pub(super) attr: QpAttr,
+    pub(super) mask: QpAttrMask,
 }
 
 fn gid(last: u8) -> Gid {
@@ -200,6 +207,8 @@ impl Side {
             mem,
             key,
             now: 1_000_000,
+            attr: QpAttr::default(),
+            mask: QpAttrMask::empty(),
         };
         let attr = QpAttr {
             port_num: 1,
@@ -235,6 +244,8 @@ impl Side {
             | QpAttrMask::RETRY_CNT
             | QpAttrMask::RNR_RETRY
             | QpAttrMask::AV;
+        side.attr = attr;
+        side.mask = all;
         let mut states = vec![QpState::Init, QpState::Rtr];
         if !s.rtr_only {
             states.push(QpState::Rts);

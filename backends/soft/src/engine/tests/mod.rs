@@ -6,5 +6,6 @@
 mod harness;
 
 mod completer;
+mod modify;
 mod requester;
 mod responder;
