@@ -15,7 +15,7 @@
 //!   completes WQEs in order, goes back N on a sequence NAK or a timeout (bounded by `retry_cnt`),
 //!   backs off on RNR NAKs (bounded by `rnr_retry`, 7 = infinite), and moves the QP to ERR
 //!   (RC) or SQE (UC/UD) on an error completion;
-//! * the **responder** (`responder.rs`) checks PSNs (one sequence NAK per gap, duplicates
+//! * the **responder** (`responder/`) checks PSNs (one sequence NAK per gap, duplicates
 //!   re-ACKed, duplicate READs re-executed and duplicate atomics answered from the cached
 //!   result), opcode sequences, keys and rights, consumes receive WQEs, and coalesces ACKs
 //!   until the end of a burst ([`Engine::flush_acks`]).
@@ -27,6 +27,9 @@
 //!
 //! Memory is protected by [`memory::MemoryTable`]; nothing is read or written before its check
 //! passes, and every violation becomes the IBTA completion status on both sides.
+//!
+//! Each machine has sans-IO unit tests in `tests/` (one engine, one QP, a test [`Hca`] whose
+//! queues are vectors; the test plays the peer with packets built from the wire types).
 
 pub mod hca;
 pub mod memory;

@@ -191,7 +191,7 @@ fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Resul
 /// gather entry's key, domain and range (`LOC_PROT_ERR`). A READ's or atomic's scatter list
 /// is checked only when its response arrives, so the responder's errors come first (a READ
 /// or atomic with a bad rkey and a bad lkey completes with `REM_ACCESS_ERR`). The
-/// responder's order for an atomic is in `responder.rs`.
+/// responder's order for an atomic is in `responder/atomic.rs`.
 fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     let wqe = &qp.req.slot(counter).wqe;
     let t = qp.init.qp_type;
