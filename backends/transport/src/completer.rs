@@ -1,16 +1,16 @@
 //! The completer: acknowledgements, NAKs, READ responses and atomic ACKs; in-order completion
-//! of send WQEs; go-back-N retransmission, RNR back-off, retry exhaustion; QP state changes
-//! (modify) and flushing on error.
+//! of send WQEs; go-back-N retransmission, RNR back-off, retry exhaustion. An error completion
+//! moves the QP to ERR (RC) or SQE (UC/UD) through `modify::set_state`, which flushes.
 
-use portverbs_hal::attr::{QpAttr, QpAttrMask, rnr_timer_ns};
-use portverbs_hal::error::CommandError;
+use portverbs_hal::attr::rnr_timer_ns;
 use portverbs_hal::event::{DeviceEvent, QpEventKind};
 use portverbs_hal::types::{QpState, QpType};
 use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
 use portverbs_hal::wr::SendOp;
 
 use super::Core;
-use super::hca::{Hca, RecvSource};
+use super::hca::Hca;
+use super::modify::set_state;
 use super::packet::{Packet, psn};
 use super::qp::QpCtx;
 use super::requester;
@@ -31,7 +31,11 @@ fn send_opcode(op: SendOp) -> WcOpcode {
 
 /// Delivers, in order, the completions of every WQE whose outcome is known.
 /// Returns how many WQEs were retired.
-pub(crate) fn advance_completions<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) -> u32 {
+pub(crate) fn advance_completions<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+) -> u32 {
     let mut error = None;
     let mut lost = false;
     let start = qp.req.comp;
@@ -61,7 +65,7 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) 
         }
         if lost {
             // The send CQ overran (or is in error): the QP goes to ERR (IBA 11.4.2.1).
-            enter_error(qp, hca);
+            set_state(qp, core, hca, QpState::Err);
             return qp.req.comp.wrapping_sub(start);
         }
         if status != WcStatus::Success {
@@ -72,8 +76,8 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) 
     let retired = qp.req.comp.wrapping_sub(start);
     if error.is_some() {
         match qp.init.qp_type {
-            QpType::Rc => enter_error(qp, hca),
-            QpType::Uc | QpType::Ud => enter_sq_error(qp, hca),
+            QpType::Rc => set_state(qp, core, hca, QpState::Err),
+            QpType::Uc | QpType::Ud => set_state(qp, core, hca, QpState::Sqe),
         }
         return retired;
     }
@@ -453,207 +457,4 @@ fn fail_at(qp: &mut QpCtx, p: u32, status: WcStatus) {
     }
     qp.req.stalled = true;
     qp.req.rto_armed = false;
-}
-
-/// UC/UD send-side error: the send queue enters SQE (flushed); receives keep working.
-fn enter_sq_error<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
-    qp.state = QpState::Sqe;
-    flush_sq(qp, hca);
-}
-
-/// Moves the QP to ERR and flushes both queues.
-pub(crate) fn enter_error<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
-    if qp.state == QpState::Err {
-        return;
-    }
-    qp.state = QpState::Err;
-    hca.qp_error(qp.qpn);
-    qp.req.rto_armed = false;
-    qp.req.rnr_wait = false;
-    flush_sq(qp, hca);
-    flush_rq(qp, hca);
-}
-
-fn flush_sq<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
-    let flush = |hca: &mut H, qpn: u32, cqn: u32, c: u32| {
-        let cqe = Cqe {
-            qpn,
-            is_send: true,
-            wqe_index: c as u16,
-            status: WcStatus::WrFlushErr,
-            ..Cqe::default()
-        };
-        // A flush completion the CQ cannot take is lost; the QP is in ERR already.
-        let _ = hca.post_completion(cqn, &cqe, false);
-    };
-    let (qpn, cqn) = (qp.qpn, qp.init.send_cqn);
-    while qp.req.comp != qp.req.fetched {
-        flush(hca, qpn, cqn, qp.req.comp);
-        qp.req.comp = qp.req.comp.wrapping_add(1);
-    }
-    if let Some(head) = hca.sq_head(qpn) {
-        while qp.req.fetched != head {
-            flush(hca, qpn, cqn, qp.req.fetched);
-            qp.req.fetched = qp.req.fetched.wrapping_add(1);
-        }
-    }
-    qp.req.comp = qp.req.fetched;
-    qp.req.tx = qp.req.fetched;
-    qp.req.tx_offset = 0;
-    qp.req.stalled = false;
-}
-
-fn flush_rq<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
-    let (qpn, cqn) = (qp.qpn, qp.init.recv_cqn);
-    let flush = |hca: &mut H, wqe_index: u32| {
-        let cqe = Cqe {
-            qpn,
-            is_send: false,
-            wqe_index: wqe_index as u16,
-            status: WcStatus::WrFlushErr,
-            opcode: WcOpcode::Recv,
-            ..Cqe::default()
-        };
-        let _ = hca.post_completion(cqn, &cqe, false);
-    };
-    if qp.resp.recv_held {
-        qp.resp.recv_held = false;
-        flush(hca, qp.resp.recv.wqe_index);
-    }
-    qp.resp.msg = None;
-    match qp.recv_source() {
-        RecvSource::Rq { .. } => {
-            let src = qp.recv_source();
-            let mut wqe = std::mem::take(&mut qp.resp.recv);
-            while let Ok(true) = hca.take_recv_wqe(src, &mut wqe) {
-                flush(hca, wqe.wqe_index);
-            }
-            qp.resp.recv = wqe;
-        }
-        RecvSource::Srq { .. } => hca.post_event(DeviceEvent::Qp {
-            qpn,
-            kind: QpEventKind::LastWqeReached,
-        }),
-    }
-}
-
-/// Flushes send WQEs posted to a QP in SQE (its receive queue keeps working).
-pub(crate) fn flush_new_sends<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
-    flush_sq(qp, hca);
-}
-
-/// Flushes WQEs posted to a QP already in ERR.
-pub(crate) fn flush_new<H: Hca + ?Sized>(qp: &mut QpCtx, _core: &mut Core, hca: &mut H) {
-    flush_sq(qp, hca);
-    if let RecvSource::Rq { .. } = qp.recv_source() {
-        flush_rq(qp, hca);
-    }
-}
-
-/// The IBA state diagram (10.3.1) as the device enforces it, from the state the QP is
-/// really in.
-fn legal(t: QpType, from: QpState, to: QpState) -> bool {
-    use QpState::*;
-    matches!(
-        (from, to),
-        (_, Reset)
-            | (Init | Rtr | Rts | Sqd | Sqe | Err, Err)
-            | (Reset, Init)
-            | (Init, Init | Rtr)
-            | (Rtr, Rts)
-            | (Rts, Rts | Sqd)
-            | (Sqd, Sqd | Rts)
-    ) || (from == Sqe && to == Rts && t != QpType::Rc)
-}
-
-/// Applies a modify-QP command.
-pub(crate) fn modify<H: Hca + ?Sized>(
-    qp: &mut QpCtx,
-    core: &mut Core,
-    hca: &mut H,
-    now: u64,
-    attr: &QpAttr,
-    mask: QpAttrMask,
-    out: &mut Vec<Packet>,
-) -> Result<(), CommandError> {
-    let cur = if mask.contains(QpAttrMask::CUR_STATE) {
-        attr.cur_qp_state
-    } else {
-        qp.state
-    };
-    if cur != qp.state {
-        return Err(CommandError::BadState {
-            object: "QP",
-            number: qp.qpn,
-            reason: format!("QP is in {}, not {}", qp.state, cur),
-        });
-    }
-    let next = if mask.contains(QpAttrMask::STATE) {
-        attr.qp_state
-    } else {
-        qp.state
-    };
-    if !legal(qp.init.qp_type, qp.state, next) {
-        return Err(CommandError::BadState {
-            object: "QP",
-            number: qp.qpn,
-            reason: format!("QP is in {}, it cannot go to {next}", qp.state),
-        });
-    }
-    qp.attr.apply(attr, mask);
-    if mask.contains(QpAttrMask::RETRY_CNT) {
-        qp.req.retries_left = attr.retry_cnt;
-    }
-    if mask.contains(QpAttrMask::RNR_RETRY) {
-        qp.req.rnr_left = attr.rnr_retry;
-    }
-    if mask.contains(QpAttrMask::RQ_PSN) {
-        qp.resp.epsn = attr.rq_psn & psn::MASK;
-    }
-    if mask.contains(QpAttrMask::SQ_PSN) {
-        let p = attr.sq_psn & psn::MASK;
-        qp.req.next_psn = p;
-        qp.req.sent_end = p;
-        qp.req.una = p;
-    }
-    if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
-        qp.resp.resources = vec![None; usize::from(attr.max_dest_rd_atomic)];
-        qp.resp.next_resource = 0;
-    }
-    let prev = qp.state;
-    if next != prev {
-        tracing::debug!(qpn = qp.qpn, "QP state {prev} => {next}");
-    }
-    match next {
-        QpState::Reset => {
-            // A new incarnation of the QP: the type-2 windows bound to the old one go (the
-            // mlx4 model destroys the engine's QP at RESET, so both backends agree).
-            core.memory.unbind_qp(qp.qpn);
-            qp.req.reset();
-            qp.resp.reset();
-            qp.draining = false;
-            qp.state = QpState::Reset;
-            hca.reset_queues(qp.qpn, qp.init.qp_type);
-        }
-        QpState::Err => enter_error(qp, hca),
-        QpState::Sqd => {
-            qp.state = QpState::Sqd;
-            if prev != QpState::Sqd {
-                qp.draining = true;
-                advance_completions(qp, hca);
-            }
-        }
-        QpState::Init if prev == QpState::Reset => {
-            hca.reset_queues(qp.qpn, qp.init.qp_type);
-            qp.state = QpState::Init;
-        }
-        QpState::Rts => {
-            qp.state = QpState::Rts;
-            qp.draining = false;
-            qp.req.stalled = false;
-            requester::transmit(qp, core, hca, now, out);
-        }
-        other => qp.state = other,
-    }
-    Ok(())
 }

@@ -24,14 +24,23 @@
 //!   window, and sets AckReq on the last packet of each message and every 64 packets;
 //! * the **completer** (`completer.rs`) consumes ACKs, NAKs, READ responses and atomic ACKs,
 //!   completes WQEs in order, goes back N on a sequence NAK or a timeout (bounded by `retry_cnt`),
-//!   backs off on RNR NAKs (bounded by `rnr_retry`, 7 = infinite), and flushes on error;
-//! * the **responder** (`responder.rs`) checks PSNs (one sequence NAK per gap, duplicates
+//!   backs off on RNR NAKs (bounded by `rnr_retry`, 7 = infinite), and moves the QP to ERR
+//!   (RC) or SQE (UC/UD) on an error completion;
+//! * the **responder** (`responder/`) checks PSNs (one sequence NAK per gap, duplicates
 //!   re-ACKed, duplicate READs re-executed and duplicate atomics answered from the cached
 //!   result), opcode sequences, keys and rights, consumes receive WQEs, and coalesces ACKs
 //!   until the end of a burst ([`Engine::flush_acks`]).
 //!
+//! A QP's state changes in one place, `modify::set_state`, whether a modify command, the
+//! completer, the responder or a device error asks for it: it does the work entering each
+//! state implies (flushing both queues on ERR, the send queue on SQE, the drain on SQD,
+//! forgetting everything on RESET). `modify.rs` also applies modify-QP commands.
+//!
 //! Memory is protected by [`memory::MemoryTable`]; nothing is read or written before its check
 //! passes, and every violation becomes the IBTA completion status on both sides.
+//!
+//! Each machine has sans-IO unit tests in `tests/` (one engine, one QP, a test [`Hca`] whose
+//! queues are vectors; the test plays the peer with packets built from the wire types).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -44,6 +53,7 @@ mod table;
 pub mod timers;
 
 mod completer;
+mod modify;
 mod requester;
 mod responder;
 
@@ -328,7 +338,7 @@ impl Engine {
         else {
             return Err(no_qp(qpn));
         };
-        completer::modify(qp, &mut self.core, hca, now, attr, mask, out)
+        modify::modify(qp, &mut self.core, hca, now, attr, mask, out)
     }
 
     /// The host rang the send doorbell of `qpn` (or posted receives to a QP in error).
@@ -348,11 +358,11 @@ impl Engine {
         };
         match qp.state {
             QpState::Err => {
-                completer::flush_new(qp, &mut self.core, hca);
+                modify::flush_new(qp, &mut self.core, hca);
                 return;
             }
             QpState::Sqe => {
-                completer::flush_new_sends(qp, hca);
+                modify::flush_new_sends(qp, hca);
                 return;
             }
             _ => {}
@@ -492,7 +502,7 @@ impl Engine {
     /// Moves every QP to ERR (device fatal error) and flushes them.
     pub fn fail_all<H: Hca + ?Sized>(&mut self, hca: &mut H) {
         for qp in self.qps.iter_mut().flatten() {
-            completer::enter_error(qp, hca);
+            modify::set_state(qp, &mut self.core, hca, QpState::Err);
         }
     }
 
@@ -509,7 +519,7 @@ impl Engine {
             qpn,
             kind: portverbs_hal::event::QpEventKind::Fatal,
         });
-        completer::enter_error(qp, hca);
+        modify::set_state(qp, &mut self.core, hca, QpState::Err);
     }
 }
 
@@ -519,3 +529,6 @@ fn no_qp(qpn: u32) -> CommandError {
         number: qpn,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,8 @@
 //! Per-QP transport state: the attributes set by modify, the requester's send window and the
 //! responder's receive state. The three machines (requester in `requester.rs`, completer in
-//! `completer.rs`, responder in `responder.rs`) each own their part and meet only through the
-//! QP's state and the completions they deliver.
+//! `completer.rs`, responder in `responder/`) each own their part and meet only through the
+//! QP's state and the completions they deliver. The state itself is changed only by
+//! `modify::set_state`.
 
 use portverbs_hal::attr::{QpAttr, QpCaps};
 use portverbs_hal::types::{QpState, QpType};

@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use super::completer;
 use super::hca::Hca;
+use super::modify::set_state;
 use super::packet::{MemSeg, Packet, PayloadData, psn};
 use super::qp::QpCtx;
 use super::timers::TimerKind;
@@ -55,7 +56,7 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
                             qpn: qp.qpn,
                             kind: portverbs_hal::event::QpEventKind::Fatal,
                         });
-                        completer::enter_error(qp, hca);
+                        set_state(qp, core, hca, QpState::Err);
                         return;
                     }
                 }
@@ -66,7 +67,7 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
         }
         // Retiring completions can unblock the loop (a fence or the READ/atomic depth waits
         // for in-order completion), so go round again when it did.
-        let retired = completer::advance_completions(qp, hca);
+        let retired = completer::advance_completions(qp, core, hca);
         if !(blocked && retired > 0 && budget > 0) {
             break;
         }
@@ -190,7 +191,7 @@ fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Resul
 /// gather entry's key, domain and range (`LOC_PROT_ERR`). A READ's or atomic's scatter list
 /// is checked only when its response arrives, so the responder's errors come first (a READ
 /// or atomic with a bad rkey and a bad lkey completes with `REM_ACCESS_ERR`). The
-/// responder's order for an atomic is in `responder.rs`.
+/// responder's order for an atomic is in `responder/atomic.rs`.
 fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     let wqe = &qp.req.slot(counter).wqe;
     let t = qp.init.qp_type;
