@@ -5,7 +5,8 @@
 use portverbs_hal::attr::{QpAttr, QpAttrMask};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::event::{DeviceEvent, QpEventKind};
-use portverbs_hal::types::{QpState, QpType};
+use portverbs_hal::qp_state::transition;
+use portverbs_hal::types::QpState;
 use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
 
 use super::Core;
@@ -85,22 +86,6 @@ pub(crate) fn set_state<H: Hca + ?Sized>(
     }
 }
 
-/// The IBA state diagram (10.3.1) as the device enforces it, from the state the QP is
-/// really in.
-fn legal(t: QpType, from: QpState, to: QpState) -> bool {
-    use QpState::*;
-    matches!(
-        (from, to),
-        (_, Reset)
-            | (Init | Rtr | Rts | Sqd | Sqe | Err, Err)
-            | (Reset, Init)
-            | (Init, Init | Rtr)
-            | (Rtr, Rts)
-            | (Rts, Rts | Sqd)
-            | (Sqd, Sqd | Rts)
-    ) || (from == Sqe && to == Rts && t != QpType::Rc)
-}
-
 /// Applies a modify-QP command.
 pub(crate) fn modify<H: Hca + ?Sized>(
     qp: &mut QpCtx,
@@ -128,7 +113,8 @@ pub(crate) fn modify<H: Hca + ?Sized>(
     } else {
         qp.state
     };
-    if !legal(qp.init.qp_type, qp.state, next) {
+    // The HAL's one transition table (IBA 10.3.1), from the state the QP is really in.
+    if transition(qp.init.qp_type, qp.state, next).is_none() {
         return Err(CommandError::BadState {
             object: "QP",
             number: qp.qpn,
