@@ -7,18 +7,17 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use portverbs_fabric::{Node, NodeConfig, NodeHandle};
-use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
-use portverbs_hal::device::{CqParams, EqKind, EqParams, MrParams, QpCreateParams};
+use portverbs_hal::DmaMemory;
+use portverbs_hal::attr::{AddressVector, QpCaps};
 use portverbs_hal::event::DeviceEvent;
-use portverbs_hal::notify::NullSink;
-use portverbs_hal::queue::{CompletionQueue, RecvQueue, SendQueue};
-use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpState, QpType};
+use portverbs_hal::queue::{RecvQueue, SendQueue};
+use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpType};
 use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
 use portverbs_hal::wr::{SendFlags, SendOp, SendWr, Sge, UdDest};
-use portverbs_hal::{BlockingDevice, Device, DmaMemory, QpResources};
 use portverbs_soft::{
     DeviceConfig, Fabric, FabricConfig, FabricError, LinkFaults, Mode, SoftDevice, SoftDma,
 };
+use portverbs_test_support::{HalPeer, RtsParams, drain, to_rts};
 use portverbs_transport::memory::MrSpec;
 use portverbs_transport::{
     Engine, EngineConfig, Hca, Packet, PortInfo, QpInit, RecvSource, RecvWqe, SendWqe, UdTarget,
@@ -209,140 +208,18 @@ fn attach_toy(fabric: &Fabric, ip: &str) -> (ToyHandle, Arc<SoftDma>) {
     (h, mem)
 }
 
-struct Soft {
-    dev: SoftDevice,
-    cq: portverbs_soft::SoftCq,
-    qp: QpResources<portverbs_soft::SoftSq, portverbs_soft::SoftRq>,
-    buf: Arc<dyn DmaMemory>,
-    lkey: u32,
-    addr: u64,
-}
-
-fn soft(fabric: &Fabric, ip: &str, qp_type: QpType) -> Soft {
-    let dev = SoftDevice::attach(fabric, DeviceConfig::with_ip(ip.parse().unwrap())).unwrap();
-    let eq = dev
-        .create_eq_blocking(
-            EqParams {
-                entries: 64,
-                kind: EqKind::Async,
-            },
-            Arc::new(NullSink),
-        )
-        .unwrap();
-    let pd = dev.alloc_pd_blocking().unwrap();
-    let cq = dev
-        .create_cq_blocking(CqParams {
-            entries: 64,
-            eqn: eq.eqn(),
-        })
-        .unwrap();
-    std::mem::forget(eq);
-    let qp = dev
-        .create_qp_blocking(QpCreateParams {
-            pd,
-            qp_type,
-            send_cqn: cq.cqn(),
-            recv_cqn: cq.cqn(),
-            srqn: None,
-            caps: QpCaps {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-        })
-        .unwrap();
-    let buf = dev.alloc_dma(1 << 16).unwrap();
-    let keys = dev
-        .register_mr_blocking(MrParams {
-            pd,
-            region: buf.clone(),
-            offset: 0,
-            length: 1 << 16,
-            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        })
-        .unwrap();
-    Soft {
-        dev,
-        cq,
-        qp,
-        buf,
-        lkey: keys.lkey,
-        addr: keys.addr,
+/// The bring-up both ends of these tests use.
+fn rts_params(dest_qp: u32, dgid: Gid) -> RtsParams {
+    RtsParams {
+        access: AccessFlags::REMOTE_WRITE,
+        rd_atomic: 1,
+        timeout: 10,
+        ..RtsParams::new(dest_qp, dgid, 7)
     }
 }
 
-fn rc_path(dest_qp: u32, dgid: Gid) -> (QpAttr, QpAttrMask) {
-    (
-        QpAttr {
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: dest_qp,
-            rq_psn: 7,
-            sq_psn: 7,
-            max_dest_rd_atomic: 1,
-            max_rd_atomic: 1,
-            min_rnr_timer: 1,
-            timeout: 10,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            port_num: 1,
-            qkey: 0x1111,
-            ah_attr: AddressVector {
-                dgid,
-                is_global: true,
-                hop_limit: 64,
-                port_num: 1,
-                ..AddressVector::default()
-            },
-            ..QpAttr::default()
-        },
-        QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-}
-
-fn to_rts(qp_type: QpType, modify: &mut dyn FnMut(QpAttr, QpAttrMask), dest_qp: u32, dgid: Gid) {
-    let (base, path_mask) = rc_path(dest_qp, dgid);
-    let connected = qp_type != QpType::Ud;
-    let init_mask = QpAttrMask::STATE
-        | QpAttrMask::PKEY_INDEX
-        | QpAttrMask::PORT
-        | if connected {
-            QpAttrMask::ACCESS_FLAGS
-        } else {
-            QpAttrMask::QKEY
-        };
-    let mut a = base;
-    a.qp_state = QpState::Init;
-    a.qp_access_flags = AccessFlags::REMOTE_WRITE;
-    modify(a, init_mask);
-    a.qp_state = QpState::Rtr;
-    modify(
-        a,
-        QpAttrMask::STATE
-            | if connected {
-                path_mask
-            } else {
-                QpAttrMask::empty()
-            },
-    );
-    a.qp_state = QpState::Rts;
-    let rts_mask = QpAttrMask::STATE
-        | QpAttrMask::SQ_PSN
-        | if connected {
-            QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        } else {
-            QpAttrMask::empty()
-        };
-    modify(a, rts_mask);
+fn soft(fabric: &Fabric, ip: &str, qp_type: QpType) -> HalPeer {
+    HalPeer::new(fabric, ip, qp_type)
 }
 
 fn toy_qp(h: &ToyHandle, qp_type: QpType, dest_qp: u32, dgid: Gid) {
@@ -361,31 +238,14 @@ fn toy_qp(h: &ToyHandle, qp_type: QpType, dest_qp: u32, dgid: Gid) {
                 },
             )
             .unwrap();
-        to_rts(
-            qp_type,
-            &mut |a, m| engine.modify_qp(now, TOY_QPN, &a, m, toy, out).unwrap(),
-            dest_qp,
-            dgid,
-        );
+        to_rts(qp_type, &rts_params(dest_qp, dgid), |a, m| {
+            engine.modify_qp(now, TOY_QPN, &a, m, toy, out).unwrap();
+        });
     });
 }
 
-fn soft_qp(s: &Soft, qp_type: QpType, dest_qp: u32, dgid: Gid) {
-    to_rts(
-        qp_type,
-        &mut |a, m| s.dev.modify_qp_blocking(s.qp.qpn, a, m).unwrap(),
-        dest_qp,
-        dgid,
-    );
-}
-
-fn poll(cq: &mut dyn CompletionQueue) -> Vec<Cqe> {
-    let mut v = Vec::new();
-    while let Some(c) = cq.poll_one().unwrap() {
-        v.push(c);
-    }
-    cq.publish_ci();
-    v
+fn soft_qp(s: &HalPeer, dest_qp: u32, dgid: Gid) {
+    s.to_rts(&rts_params(dest_qp, dgid));
 }
 
 fn send_wqe(op: SendOp, sge: Sge, ud: Option<UdTarget>) -> SendWqe {
@@ -404,7 +264,7 @@ fn rc_exchange(fabric: &Fabric) {
     let (h, mem) = attach_toy(fabric, "10.0.0.1");
     let mut s = soft(fabric, "10.0.0.2", QpType::Rc);
     toy_qp(&h, QpType::Rc, s.qp.qpn, gid("10.0.0.2"));
-    soft_qp(&s, QpType::Rc, TOY_QPN, gid("10.0.0.1"));
+    soft_qp(&s, TOY_QPN, gid("10.0.0.1"));
 
     // Toy → soft: a 3000-byte SEND (three packets at MTU 1024).
     let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
@@ -430,7 +290,7 @@ fn rc_exchange(fabric: &Fabric) {
     });
     h.kick(TOY_QPN);
     fabric.run_until_idle().unwrap();
-    let got = poll(&mut s.cq);
+    let got = drain(&mut s.cq);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 3000));
     let mut back = vec![0u8; 3000];
@@ -471,7 +331,7 @@ fn rc_exchange(fabric: &Fabric) {
     assert!(toy_cqes[0].is_send && toy_cqes[0].status == WcStatus::Success);
     assert_eq!(toy_cqes[1].opcode, WcOpcode::Recv);
     assert_eq!((toy_cqes[1].imm, toy_cqes[1].byte_len), (0xabcd, 21));
-    let sent = poll(&mut s.cq);
+    let sent = drain(&mut s.cq);
     assert!(sent.len() == 1 && sent[0].is_send && sent[0].status == WcStatus::Success);
 }
 
@@ -508,7 +368,7 @@ fn ud_from_a_foreign_device_to_a_soft_device() {
     let (h, mem) = attach_toy(&fabric, "10.0.1.1");
     let mut s = soft(&fabric, "10.0.1.2", QpType::Ud);
     toy_qp(&h, QpType::Ud, 0, Gid::ZERO);
-    soft_qp(&s, QpType::Ud, 0, Gid::ZERO);
+    soft_qp(&s, 0, Gid::ZERO);
     let rq = s.qp.rq.as_mut().unwrap();
     rq.write_wqe(
         0,
@@ -545,7 +405,7 @@ fn ud_from_a_foreign_device_to_a_soft_device() {
     });
     h.kick(TOY_QPN);
     fabric.run_until_idle().unwrap();
-    let got = poll(&mut s.cq);
+    let got = drain(&mut s.cq);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].status, WcStatus::Success);
     assert_eq!((got[0].byte_len, got[0].src_qp), (40 + 8, TOY_QPN));
@@ -669,7 +529,7 @@ fn a_threaded_fabric_runs_the_toy_kicks_on_its_engine_thread() {
     let (h, mem) = attach_toy(&fabric, "10.0.3.1");
     let mut s = soft(&fabric, "10.0.3.2", QpType::Rc);
     toy_qp(&h, QpType::Rc, s.qp.qpn, gid("10.0.3.2"));
-    soft_qp(&s, QpType::Rc, TOY_QPN, gid("10.0.3.1"));
+    soft_qp(&s, TOY_QPN, gid("10.0.3.1"));
     let rq = s.qp.rq.as_mut().unwrap();
     rq.write_wqe(
         0,
@@ -696,7 +556,7 @@ fn a_threaded_fabric_runs_the_toy_kicks_on_its_engine_thread() {
     h.kick(TOY_QPN);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let got = loop {
-        let got = poll(&mut s.cq);
+        let got = drain(&mut s.cq);
         if !got.is_empty() || std::time::Instant::now() > deadline {
             break got;
         }

@@ -12,7 +12,6 @@ use portverbs_hal::error::CqeError;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
-use portverbs_hal::queue::CompletionQueue;
 use portverbs_hal::types::{Gid, Mtu};
 use portverbs_hal::wc::Cqe;
 use portverbs_mlx4::PciFunction;
@@ -674,168 +673,12 @@ pub fn srq_ctx(log: u32, shift: u32, first_mtt: u64, pd: u32, db: &Mem) -> SrqCo
     }
 }
 
-/// A soft device on the same fabric with one QP, one CQ and one 64 KiB MR.
-pub struct Peer {
-    pub dev: portverbs_soft::SoftDevice,
-    pub cq: portverbs_soft::SoftCq,
-    pub qp: portverbs_hal::QpResourcesOf<portverbs_soft::SoftDevice>,
-    pub buf: Mem,
-    pub lkey: u32,
-    pub rkey: u32,
-    pub addr: u64,
-    pub gid: Gid,
-    pub qp_type: portverbs_hal::types::QpType,
-}
+/// A soft device on the same fabric with one QP, one CQ and one 64 KiB MR (the shared
+/// test-support peer), and draining its CQ.
+#[allow(unused_imports)] // not every test binary drains
+pub use portverbs_test_support::{HalPeer as Peer, drain};
 
+/// A soft peer with address `ip` on `fabric`.
 pub fn peer(fabric: &Fabric, ip: &str, qp_type: portverbs_hal::types::QpType) -> Peer {
-    use portverbs_hal::BlockingDevice;
-    use portverbs_hal::attr::QpCaps;
-    use portverbs_hal::device::{CqParams, EqKind, EqParams, MrParams, QpCreateParams};
-    use portverbs_hal::notify::NullSink;
-    use portverbs_hal::types::AccessFlags;
-    use portverbs_soft::DeviceConfig;
-    let dev =
-        portverbs_soft::SoftDevice::attach(fabric, DeviceConfig::with_ip(ip.parse().unwrap()))
-            .unwrap();
-    let eq = dev
-        .create_eq_blocking(
-            EqParams {
-                entries: 64,
-                kind: EqKind::Async,
-            },
-            Arc::new(NullSink),
-        )
-        .unwrap();
-    let pd = dev.alloc_pd_blocking().unwrap();
-    let cq = dev
-        .create_cq_blocking(CqParams {
-            entries: 64,
-            eqn: eq.eqn(),
-        })
-        .unwrap();
-    std::mem::forget(eq);
-    let qp = dev
-        .create_qp_blocking(QpCreateParams {
-            pd,
-            qp_type,
-            send_cqn: cq.cqn(),
-            recv_cqn: cq.cqn(),
-            srqn: None,
-            caps: QpCaps {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-        })
-        .unwrap();
-    let buf = portverbs_hal::Device::alloc_dma(&dev, 1 << 16).unwrap();
-    let keys = dev
-        .register_mr_blocking(MrParams {
-            pd,
-            region: buf.clone(),
-            offset: 0,
-            length: 1 << 16,
-            access: AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-        })
-        .unwrap();
-    Peer {
-        dev,
-        cq,
-        qp,
-        buf,
-        lkey: keys.lkey,
-        rkey: keys.rkey,
-        addr: keys.addr,
-        gid: Gid::parse(ip).unwrap(),
-        qp_type,
-    }
-}
-
-impl Peer {
-    /// RESET → RTS towards `dest` at `dgid` (UD: `dest` and `dgid` unused; Q_Key 0x1111).
-    pub fn connect(&self, dest: u32, dgid: Gid, psn: u32) {
-        use portverbs_hal::BlockingDevice;
-        use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask};
-        use portverbs_hal::types::{AccessFlags, QpState, QpType};
-        let ud = self.qp_type == QpType::Ud;
-        let qpn = self.qp.qpn;
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-            port_num: 1,
-            qkey: 0x1111,
-            ..QpAttr::default()
-        };
-        let extra = if ud {
-            QpAttrMask::QKEY
-        } else {
-            QpAttrMask::ACCESS_FLAGS
-        };
-        self.dev
-            .modify_qp_blocking(
-                qpn,
-                a,
-                QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | extra,
-            )
-            .unwrap();
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = Mtu::Mtu1024;
-        a.dest_qp_num = dest;
-        a.rq_psn = psn;
-        a.max_dest_rd_atomic = 4;
-        a.min_rnr_timer = 1;
-        a.ah_attr = AddressVector {
-            dgid,
-            is_global: true,
-            hop_limit: 64,
-            port_num: 1,
-            ..AddressVector::default()
-        };
-        let m = if ud {
-            QpAttrMask::STATE
-        } else {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER
-        };
-        self.dev.modify_qp_blocking(qpn, a, m).unwrap();
-        a.qp_state = QpState::Rts;
-        a.sq_psn = psn;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 4;
-        let m = if ud {
-            QpAttrMask::STATE | QpAttrMask::SQ_PSN
-        } else {
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        };
-        self.dev.modify_qp_blocking(qpn, a, m).unwrap();
-    }
-}
-
-/// Polls a soft CQ dry.
-pub fn drain(cq: &mut dyn portverbs_hal::queue::CompletionQueue) -> Vec<Cqe> {
-    let mut v = Vec::new();
-    while let Some(c) = cq.poll_one().unwrap() {
-        v.push(c);
-    }
-    cq.publish_ci();
-    v
+    Peer::new(fabric, ip, qp_type)
 }
