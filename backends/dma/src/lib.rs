@@ -5,6 +5,9 @@
 //! safe contract ([`portverbs_hal::DmaMemory`]); this crate implements it and carries the
 //! promise the safe trait cannot ([`HostMapped`]).
 //!
+//! * [`RawRegion`] — a base address and a length with bounds-checked raw copies and atomic
+//!   loads, stores, compare-and-swap and fetch-and-add: the one implementation of DMA-region
+//!   access, behind [`SoftDma`], the VFIO layer's regions and the emulated HCA's memory.
 //! * [`SoftDma`] — zeroed, page-aligned heap memory or memory an application handed over, as
 //!   the software device and the transport engine use it for rings and registered buffers.
 //! * [`HostMapped`] — an `unsafe` marker: the region's host mapping may be accessed through raw
@@ -18,10 +21,12 @@
 //! * depend on another Portverbs crate than `hal`, or know a device's formats.
 #![warn(missing_docs)]
 
+mod raw;
 mod soft;
 
 use portverbs_hal::dma::DmaMemory;
 
+pub use raw::RawRegion;
 pub use soft::{DMA_ALIGN, SoftDma};
 
 /// DMA memory whose host mapping may be read and written through raw pointers.
