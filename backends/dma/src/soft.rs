@@ -227,6 +227,12 @@ impl Drop for SoftDma {
     }
 }
 
+// SAFETY: the bytes are a heap allocation owned by the value (freed in `Drop`), or application
+// memory whose `HostMemory` contract keeps it valid, unmoved and unreferenced until the region
+// drops or gives it back (`take_host` needs the last handle, so no ring made of it is left);
+// the region's own accessors use only raw copies and atomics.
+unsafe impl crate::HostMapped for SoftDma {}
+
 impl DmaMemory for SoftDma {
     fn len(&self) -> usize {
         self.raw.len()
