@@ -738,6 +738,32 @@ mod tests {
     }
 
     #[test]
+    fn owner_bytes_hand_entries_over_across_passes() {
+        // A device-to-host ring of four 16-byte entries, owner byte last, initialised "not
+        // yet written" (owner 1 on pass 0), as the software device's CQs and EQs are.
+        let slots = Slots::<16>::new(ring(8), g(0, 4, 4)).unwrap();
+        for i in 0..4 {
+            slots.at(i).store1::<15>(1);
+        }
+        let mut p = Producer::<DeviceToHost>::new(slots.geom());
+        let mut c = Consumer::<DeviceToHost>::new(slots.geom());
+        let owned = |c: &Consumer<DeviceToHost>| c.owns(slots.at(c.tail()).load1::<15>() & 1 == 1);
+        for pass in 0..3u8 {
+            for i in 0..4u8 {
+                assert!(!owned(&c), "pass {pass} entry {i}: not written yet");
+                let slot = slots.at(p.head());
+                assert!(slot.write_at(0, &[pass * 4 + i; 15]));
+                slot.store1::<15>(u8::from(p.owner_bit()));
+                p.advance(1);
+                assert!(owned(&c), "pass {pass} entry {i}: written");
+                assert_eq!(slots.at(c.tail()).byte::<14>(), pass * 4 + i);
+                c.advance(1);
+            }
+            assert!(p.is_full(c.tail().wrapping_sub(4), 4));
+        }
+    }
+
+    #[test]
     fn full_check_survives_counter_wrap() {
         let mut p = Producer::<HostToDevice>::new(g(0, 6, 8));
         p.advance(u32::MAX - 2);

@@ -75,15 +75,14 @@ pub struct VfioDma<B: Backing = Anon> {
     backing: B,
     /// Offset of byte 0 in the first mapped page (0 for [`Anon`]).
     in_page: usize,
-    /// Bytes asked for (what `len()` reports).
-    len: usize,
     /// Bytes mapped (whole IOMMU pages).
     mapped_len: u64,
     /// IOVA of the first mapped page.
     iova: u64,
     /// Still mapped in the IOMMU.
     mapped: Mutex<bool>,
-    /// Byte 0 and `len`: every host access goes through it.
+    /// Byte 0 and the bytes asked for (what `len()` reports): every host access goes
+    /// through it.
     raw: RawRegion,
 }
 
@@ -262,7 +261,6 @@ impl<B: Backing> VfioDma<B> {
             dev: dev.clone(),
             backing,
             in_page,
-            len,
             mapped_len,
             iova,
             mapped: Mutex::new(true),
@@ -327,7 +325,7 @@ unsafe impl portverbs_dma::HostMapped for VfioDma<Anon> {}
 
 impl<B: Backing> DmaMemory for VfioDma<B> {
     fn len(&self) -> usize {
-        self.len
+        self.raw.len()
     }
 
     fn host_addr(&self) -> u64 {
