@@ -2,9 +2,10 @@
 //!
 //! A region is memory that a device may read or write at any moment. The rule of the whole
 //! project (DESIGN.md §2, vfio-ioctls' `vfio_dma_map` safety contract) is that **no Rust reference
-//! is ever made into it**: neither `&[u8]` nor `&mut T`. Instead, a backend implements this trait
-//! in its own `dma` module with raw-pointer copies and atomic loads/stores, and every other layer
-//! reaches the bytes through [`DmaMemory::read`]/[`DmaMemory::write`] (copy out / copy in).
+//! is ever made into it**: neither `&[u8]` nor `&mut T`. Instead, the backends implement this
+//! trait on top of `portverbs_dma::RawRegion` (the workspace's one implementation of raw-pointer
+//! copies and atomic loads/stores over DMA memory), and every other layer reaches the bytes
+//! through [`DmaMemory::read`]/[`DmaMemory::write`] (copy out / copy in).
 //!
 //! Regions are allocated by the device that will use them ([`crate::device::LocalDevice::alloc_dma`]):
 //! a VFIO backend must map them into the IOMMU, a software device just needs stable host memory.

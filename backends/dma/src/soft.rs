@@ -1,7 +1,7 @@
 //! Host memory that the software device treats as DMA-visible: queue rings, doorbell records and
 //! registered buffers.
 //!
-//! This is the only module of the crate allowed to use `unsafe`. A [`SoftDma`] owns a zeroed,
+//! A [`SoftDma`] owns a zeroed,
 //! page-aligned heap allocation — or memory the application handed over ([`SoftDma::from_host`],
 //! a [`HostMemory`], whose contract says the same thing) — and never hands out a Rust reference
 //! into it: every access is a
@@ -9,7 +9,8 @@
 //! thread) and the application access the same bytes concurrently, exactly as a real HCA and its
 //! driver do. Synchronisation between the two sides goes through the atomic accessors (owner
 //! bytes, doorbell records) with acquire/release ordering; bulk payload copies are plain
-//! `copy_nonoverlapping` on raw pointers, ordered by those atomics. An application that touches a
+//! raw-pointer copies, ordered by those atomics. Every access goes through the region's
+//! [`RawRegion`]; the `unsafe` here is allocation, freeing and the promise made to it. An application that touches a
 //! buffer while the device is using it (a programming error in any RDMA API) sees torn data but
 //! never makes the process unsound through a reference.
 
@@ -19,9 +20,11 @@ use std::alloc::{self, Layout};
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, check_range};
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory};
+
+use crate::RawRegion;
 
 /// Alignment of every region (a page, as for real DMA memory).
 pub const DMA_ALIGN: usize = 4096;
@@ -38,19 +41,12 @@ enum Storage {
 /// A software "DMA" region. See the module documentation.
 #[derive(Debug)]
 pub struct SoftDma {
-    ptr: NonNull<u8>,
-    len: usize,
+    /// The bytes (allocated here, or the application's).
+    raw: RawRegion,
     storage: Storage,
     /// Count of live regions of the owning device (resource accounting).
     tracker: Option<Arc<AtomicUsize>>,
 }
-
-// SAFETY: the region is a plain heap allocation owned by this value; all accesses go through raw
-// pointers and atomics (no references are handed out), so sharing it between threads is as sound
-// as sharing any memory accessed with atomics and raw copies.
-unsafe impl Send for SoftDma {}
-// SAFETY: as above; `&SoftDma` only allows raw copies and atomic operations.
-unsafe impl Sync for SoftDma {}
 
 impl SoftDma {
     /// Allocates `len` zeroed bytes (at least one page is reserved, so a zero-length region still
@@ -86,8 +82,9 @@ impl SoftDma {
             t.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Arc::new(Self {
-            ptr,
-            len,
+            // SAFETY: a fresh allocation of `size >= len` bytes owned by the value, freed only
+            // in `Drop`; no reference into it is ever made.
+            raw: unsafe { RawRegion::new(ptr.as_ptr(), len) },
             storage: Storage::Allocated(layout),
             tracker,
         }))
@@ -116,8 +113,9 @@ impl SoftDma {
             t.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Arc::new(Self {
-            ptr,
-            len: memory.len(),
+            // SAFETY: `HostMemory`'s contract: the memory stays valid, unmoved and reached only
+            // through the region's raw copies until the region drops or gives it back.
+            raw: unsafe { RawRegion::new(ptr.as_ptr(), memory.len()) },
             storage: Storage::Host(Some(memory)),
             tracker,
         }))
@@ -134,22 +132,10 @@ impl SoftDma {
         }
     }
 
-    fn at(&self, offset: usize) -> *mut u8 {
-        // SAFETY: callers check `offset <= len` (≤ allocation size)
-        // before calling, so the result stays inside (or one past) the allocation.
-        unsafe { self.ptr.as_ptr().add(offset) }
-    }
-
-    fn check_atomic(&self, offset: usize, width: usize) -> Result<(), DmaError> {
-        check_range(offset, width, self.len)?;
-        // The address itself must be aligned: application memory need not start on a page.
-        if (self.ptr.as_ptr() as usize).wrapping_add(offset) % width != 0 {
-            return Err(DmaError::Misaligned {
-                offset,
-                align: width,
-            });
-        }
-        Ok(())
+    /// Raw access to the region's bytes.
+    #[inline(always)]
+    pub fn raw(&self) -> RawRegion {
+        self.raw
     }
 
     /// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off` (regions may be the same
@@ -164,66 +150,43 @@ impl SoftDma {
         dst_off: usize,
         len: usize,
     ) -> Result<(), DmaError> {
-        check_range(src_off, len, src.len)?;
-        check_range(dst_off, len, dst.len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        // SAFETY: both ranges were checked to lie inside live allocations owned by `src` and
-        // `dst`; `ptr::copy` allows overlap.
-        unsafe { std::ptr::copy(src.at(src_off), dst.at(dst_off), len) };
-        Ok(())
+        RawRegion::copy(&src.raw, src_off, &dst.raw, dst_off, len)
     }
 
     /// Atomically loads a byte (acquire): owner bytes of ring entries.
     ///
     /// # Errors
     /// Out of bounds.
+    #[inline(always)]
     pub fn load_u8(&self, offset: usize) -> Result<u8, DmaError> {
-        check_range(offset, 1, self.len)?;
-        // SAFETY: in bounds; `AtomicU8` has alignment 1; the memory is only ever accessed through
-        // raw pointers and atomics.
-        Ok(unsafe { AtomicU8::from_ptr(self.at(offset)) }.load(Ordering::Acquire))
+        self.raw.load_u8(offset)
     }
 
     /// Atomically stores a byte (release): publishes a ring entry written before it.
     ///
     /// # Errors
     /// Out of bounds.
+    #[inline(always)]
     pub fn store_u8(&self, offset: usize, value: u8) -> Result<(), DmaError> {
-        check_range(offset, 1, self.len)?;
-        // SAFETY: as in `load_u8`.
-        unsafe { AtomicU8::from_ptr(self.at(offset)) }.store(value, Ordering::Release);
-        Ok(())
+        self.raw.store_u8(offset, value)
     }
 
     /// Atomically loads a naturally aligned `u32` (acquire): doorbell records.
     ///
     /// # Errors
     /// Out of bounds or misaligned.
+    #[inline(always)]
     pub fn load_u32(&self, offset: usize) -> Result<u32, DmaError> {
-        self.check_atomic(offset, 4)?;
-        // SAFETY: in bounds and 4-aligned (`check_atomic` checks the address).
-        Ok(unsafe { AtomicU32::from_ptr(self.at(offset).cast()) }.load(Ordering::Acquire))
+        self.raw.load_u32(offset)
     }
 
     /// Atomically stores a naturally aligned `u32` (release).
     ///
     /// # Errors
     /// Out of bounds or misaligned.
+    #[inline(always)]
     pub fn store_u32(&self, offset: usize, value: u32) -> Result<(), DmaError> {
-        self.check_atomic(offset, 4)?;
-        // SAFETY: in bounds and 4-aligned.
-        unsafe { AtomicU32::from_ptr(self.at(offset).cast()) }.store(value, Ordering::Release);
-        Ok(())
-    }
-
-    fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, DmaError> {
-        self.check_atomic(offset, 8)?;
-        // SAFETY: in bounds and 8-aligned; the returned reference is to an *atomic* cell, whose
-        // concurrent modification by other threads (the device side) is permitted; it lives no
-        // longer than `&self`, which keeps the allocation alive.
-        Ok(unsafe { AtomicU64::from_ptr(self.at(offset).cast()) })
+        self.raw.store_u32(offset, value)
     }
 
     /// 64-bit compare-and-swap on native-endian memory; returns the original value
@@ -237,12 +200,7 @@ impl SoftDma {
         compare: u64,
         swap: u64,
     ) -> Result<u64, DmaError> {
-        let cell = self.atomic_u64(offset)?;
-        Ok(
-            match cell.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            },
-        )
+        self.raw.compare_swap_u64(offset, compare, swap)
     }
 
     /// 64-bit fetch-and-add on native-endian memory; returns the original value.
@@ -250,7 +208,7 @@ impl SoftDma {
     /// # Errors
     /// Out of bounds or misaligned.
     pub fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, DmaError> {
-        Ok(self.atomic_u64(offset)?.fetch_add(add, Ordering::AcqRel))
+        self.raw.fetch_add_u64(offset, add)
     }
 }
 
@@ -262,20 +220,26 @@ impl Drop for SoftDma {
         if let Storage::Allocated(layout) = self.storage {
             // SAFETY: `ptr` was returned by `alloc_zeroed` with exactly this layout and is
             // freed once.
-            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
+            unsafe { alloc::dealloc(self.raw.base() as *mut u8, layout) };
         }
         // Host memory is the application's: an owned buffer drops with `storage`, memory given
         // by raw parts stays where it is.
     }
 }
 
+// SAFETY: the bytes are a heap allocation owned by the value (freed in `Drop`), or application
+// memory whose `HostMemory` contract keeps it valid, unmoved and unreferenced until the region
+// drops or gives it back (`take_host` needs the last handle, so no ring made of it is left);
+// the region's own accessors use only raw copies and atomics.
+unsafe impl crate::HostMapped for SoftDma {}
+
 impl DmaMemory for SoftDma {
     fn len(&self) -> usize {
-        self.len
+        self.raw.len()
     }
 
     fn host_addr(&self) -> u64 {
-        self.ptr.as_ptr() as u64
+        self.raw.base() as u64
     }
 
     fn device_addr(&self) -> u64 {
@@ -284,35 +248,23 @@ impl DmaMemory for SoftDma {
     }
 
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
-        check_range(offset, dst.len(), self.len)?;
-        // SAFETY: the source range is inside the allocation; `dst` is a distinct, exclusively
-        // borrowed buffer, so the ranges cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.at(offset), dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        self.raw.read(offset, dst)
     }
 
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
-        check_range(offset, src.len(), self.len)?;
-        // SAFETY: the destination range is inside the allocation; `src` is an ordinary slice
-        // that cannot alias memory only reachable through raw pointers.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(offset), src.len()) };
-        Ok(())
+        self.raw.write(offset, src)
     }
 
     fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
-        check_range(offset, len, self.len)?;
-        // SAFETY: the range is inside the allocation.
-        unsafe { std::ptr::write_bytes(self.at(offset), byte, len) };
-        Ok(())
+        self.raw.fill(offset, len, byte)
     }
 
     fn load_u64(&self, offset: usize) -> Result<u64, DmaError> {
-        Ok(self.atomic_u64(offset)?.load(Ordering::Acquire))
+        self.raw.load_u64(offset)
     }
 
     fn store_u64(&self, offset: usize, value: u64) -> Result<(), DmaError> {
-        self.atomic_u64(offset)?.store(value, Ordering::Release);
-        Ok(())
+        self.raw.store_u64(offset, value)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -466,22 +466,6 @@ pub fn encode(cqe: &Cqe, owner: bool) -> [u8; CQE_SIZE] {
     out
 }
 
-/// The CQE format as the HAL's trait (for generic tests and the fuzz target).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Mlx4Cqe;
-
-impl portverbs_hal::format::CqeFormat for Mlx4Cqe {
-    const ENTRY_SIZE: usize = CQE_SIZE;
-
-    fn owner_bit(entry: &[u8]) -> bool {
-        owner(entry)
-    }
-
-    fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
-        decode(entry, cqn, index)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

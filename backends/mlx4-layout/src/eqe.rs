@@ -304,22 +304,6 @@ pub fn encode(ev: &DeviceEvent, owner: bool) -> [u8; EQE_SIZE] {
     out
 }
 
-/// The EQE format as the HAL's trait.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Mlx4Eqe;
-
-impl portverbs_hal::format::EqeFormat for Mlx4Eqe {
-    const ENTRY_SIZE: usize = EQE_SIZE;
-
-    fn owner_bit(entry: &[u8]) -> bool {
-        owner(entry)
-    }
-
-    fn decode(entry: &[u8], eqn: u32, index: u32) -> Result<DeviceEvent, EqeError> {
-        decode(entry, eqn, index)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

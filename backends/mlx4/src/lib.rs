@@ -15,8 +15,9 @@
 //! What this crate must never do: trust the device (every index, length and opcode read from a
 //! CQE, EQE or outbox is checked; a bad one is a typed error), depend on `verbs-core`, or touch
 //! memory except through the [`PciFunction`]'s BAR and DMA objects. `unsafe` code is denied
-//! everywhere but [`dma`], which reads and writes the driver's own rings and doorbell records
-//! through raw pointers for the hot paths, under [`HostMapped`]'s promise.
+//! everywhere but [`dma`]: the driver's rings and doorbell records are the workspace's ring
+//! types ([`portverbs_dma::ring`], raw access under [`HostMapped`]'s promise), and [`dma`]
+//! adds only the raw writes that know the mlx4 WQE layout (inline segments, stamps).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -6,8 +6,9 @@
 //! `VFIO_IOMMU_MAP_DMA` pins the pages (charging them to `RLIMIT_MEMLOCK`, checked first by
 //! `memlock`) and lets the device read and write them at any time. So, as vfio-ioctls'
 //! `vfio_dma_map` safety contract demands, no Rust reference to this memory ever exists: every
-//! access is a raw-pointer copy or an atomic operation, and the mapping is only reachable through
-//! this module.
+//! access is a raw-pointer copy or an atomic operation of the region's
+//! [`portverbs_dma::RawRegion`] (the workspace's one implementation of DMA-region access), and
+//! the mapping is only reachable through this module.
 //!
 //! A region is unmapped from the IOMMU before it is unmapped from the process: on drop, or
 //! earlier with [`VfioDma::unmap`] (after which the device's accesses fault in the IOMMU and
@@ -18,11 +19,11 @@
 #![allow(unsafe_code)]
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use memmap2::{MmapOptions, MmapRaw};
-use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError, check_range};
+use portverbs_dma::RawRegion;
+use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 
 use crate::device::{DeviceInner, VfioDevice};
 use crate::error::VfioError;
@@ -74,14 +75,15 @@ pub struct VfioDma<B: Backing = Anon> {
     backing: B,
     /// Offset of byte 0 in the first mapped page (0 for [`Anon`]).
     in_page: usize,
-    /// Bytes asked for (what `len()` reports).
-    len: usize,
     /// Bytes mapped (whole IOMMU pages).
     mapped_len: u64,
     /// IOVA of the first mapped page.
     iova: u64,
     /// Still mapped in the IOMMU.
     mapped: Mutex<bool>,
+    /// Byte 0 and the bytes asked for (what `len()` reports): every host access goes
+    /// through it.
+    raw: RawRegion,
 }
 
 impl VfioDevice {
@@ -250,14 +252,19 @@ impl<B: Backing> VfioDma<B> {
             return Err((give_back(err), backing));
         }
         tracing::trace!(addr = %dev.addr, iova, len = mapped_len, "mapped DMA region");
+        let len = span as usize - in_page;
+        // SAFETY: `in_page + len == span <= map_len` bytes from the page base are the backing's
+        // (see the SAFETY comment of the IOMMU map above): valid for reads and writes while the
+        // value lives, which owns `backing`, and never covered by a reference.
+        let raw = unsafe { RawRegion::new(backing.page_base().wrapping_add(in_page), len) };
         Ok(Self {
             dev: dev.clone(),
             backing,
             in_page,
-            len: span as usize - in_page,
             mapped_len,
             iova,
             mapped: Mutex::new(true),
+            raw,
         })
     }
 
@@ -294,22 +301,6 @@ impl<B: Backing> VfioDma<B> {
         *mapped = false;
         Ok(())
     }
-
-    fn at(&self, offset: usize) -> *mut u8 {
-        self.backing
-            .page_base()
-            .wrapping_add(self.in_page)
-            .wrapping_add(offset)
-    }
-
-    fn check_atomic(&self, offset: usize) -> Result<(), DmaError> {
-        check_range(offset, 8, self.len)?;
-        // The address itself must be aligned: application memory need not start on a page.
-        if (self.at(offset) as usize) % 8 != 0 {
-            return Err(DmaError::Misaligned { offset, align: 8 });
-        }
-        Ok(())
-    }
 }
 
 impl<B: Backing> Drop for VfioDma<B> {
@@ -334,11 +325,11 @@ unsafe impl portverbs_dma::HostMapped for VfioDma<Anon> {}
 
 impl<B: Backing> DmaMemory for VfioDma<B> {
     fn len(&self) -> usize {
-        self.len
+        self.raw.len()
     }
 
     fn host_addr(&self) -> u64 {
-        self.at(0) as u64
+        self.raw.base() as u64
     }
 
     fn device_addr(&self) -> u64 {
@@ -346,43 +337,23 @@ impl<B: Backing> DmaMemory for VfioDma<B> {
     }
 
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
-        check_range(offset, dst.len(), self.len)?;
-        // SAFETY: the source range lies inside the live mapping (checked above); `dst` is
-        // ordinary memory that cannot overlap it (nothing outside this module can name the
-        // mapping's bytes as a slice). The device may write concurrently: the copy then sees
-        // torn data, which is the documented contract for DMA memory, not unsoundness, since
-        // no reference into the mapping exists.
-        unsafe { std::ptr::copy_nonoverlapping(self.at(offset), dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        self.raw.read(offset, dst)
     }
 
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
-        check_range(offset, src.len(), self.len)?;
-        // SAFETY: as in `read`, with the roles swapped; the mapping is writable.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(offset), src.len()) };
-        Ok(())
+        self.raw.write(offset, src)
     }
 
     fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
-        check_range(offset, len, self.len)?;
-        // SAFETY: the range lies inside the live, writable mapping (checked above).
-        unsafe { std::ptr::write_bytes(self.at(offset), byte, len) };
-        Ok(())
+        self.raw.fill(offset, len, byte)
     }
 
     fn load_u64(&self, offset: usize) -> Result<u64, DmaError> {
-        self.check_atomic(offset)?;
-        // SAFETY: in bounds and 8-byte aligned (`check_atomic` checks the address); the bytes are only
-        // ever accessed through raw pointers and atomics, so viewing them as an `AtomicU64` for
-        // this one load is sound.
-        Ok(unsafe { AtomicU64::from_ptr(self.at(offset).cast()) }.load(Ordering::Acquire))
+        self.raw.load_u64(offset)
     }
 
     fn store_u64(&self, offset: usize, value: u64) -> Result<(), DmaError> {
-        self.check_atomic(offset)?;
-        // SAFETY: as in `load_u64`.
-        unsafe { AtomicU64::from_ptr(self.at(offset).cast()) }.store(value, Ordering::Release);
-        Ok(())
+        self.raw.store_u64(offset, value)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -9,27 +9,6 @@ pub(crate) mod rq;
 pub(crate) mod sq;
 pub(crate) mod srq;
 
-/// A queue buffer in DMA memory: `cnt` entries of `1 << shift` bytes from `base`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Geometry {
-    pub(crate) base: usize,
-    pub(crate) shift: u32,
-    pub(crate) cnt: u32,
-}
-
-impl Geometry {
-    #[inline]
-    pub(crate) fn offset(&self, counter: u32) -> usize {
-        self.base + (((counter & (self.cnt - 1)) as usize) << self.shift)
-    }
-
-    /// Wrap parity of `counter` (the owner bit of pass `counter / cnt`).
-    #[inline]
-    pub(crate) fn parity(&self, counter: u32) -> bool {
-        counter & self.cnt != 0
-    }
-
-    pub(crate) fn stride(&self) -> usize {
-        1 << self.shift
-    }
-}
+/// A queue buffer in DMA memory: `cnt` entries of `1 << shift` bytes from `base` (the
+/// workspace's one ring geometry, [`portverbs_dma::ring::Geometry`]).
+pub(crate) use portverbs_dma::ring::Geometry;

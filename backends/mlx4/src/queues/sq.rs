@@ -11,7 +11,7 @@ use portverbs_hal::queue::SendQueue;
 use portverbs_hal::types::{AccessFlags, MwType, QpType};
 use portverbs_hal::wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
-use crate::dma::{Slot, Slots};
+use crate::dma::{Slot, Slots, WqeSlot as _};
 use crate::layout::uar::SEND_DOORBELL;
 use crate::layout::wqe::{INLINE_SEG, STAMP, bind, ctrl, opcode};
 

@@ -15,19 +15,19 @@ use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
-use portverbs_hal::ring::{Consumer, Producer, RingGeometry};
 use portverbs_hal::types::{MwType, QpType};
 
 use super::SoftDevice;
 use super::doorbell::{CqDoorbell, EqDoorbell, RqDoorbell, SqDoorbell, SrqDoorbell};
 use super::format::{
-    self, CQE_SIZE, DATAGRAM_SEG, EQE_SIZE, RECV_HEADER, RecvFormat, SEND_HEADER, SGE_SIZE,
-    SendFormat,
+    self, CQE_SIZE, DATAGRAM_SEG, EQE_SIZE, RECV_HEADER, RECV_MIN, RecvFormat, SEND_HEADER,
+    SGE_SIZE, SendFormat,
 };
 use super::hw::{HwCq, HwEq, HwQp, HwSrq, HwWq, init_owner};
 use super::queues::{SoftCq, SoftEq, SoftRq, SoftSq, SoftSrq};
 use super::state::limits::*;
 use crate::dma::SoftDma;
+use crate::dma::ring::{Consumer, Geometry, Producer, Ring, Slots};
 use crate::engine::QpInit;
 use crate::engine::memory::MrSpec;
 
@@ -50,6 +50,24 @@ impl SoftDevice {
 
     fn ring(&self, bytes: usize) -> Result<Arc<SoftDma>, CommandError> {
         Ok(SoftDma::alloc_tracked(bytes, Some(self.dma.clone()))?)
+    }
+
+    /// A ring of at least `entries` entries of at least `stride` bytes (both rounded up to
+    /// powers of two), its geometry checked once here.
+    fn slots<const MIN: usize>(
+        &self,
+        entries: u32,
+        stride: usize,
+    ) -> Result<Slots<MIN>, CommandError> {
+        let bad = || invalid(format!("a ring of {entries} entries of {stride} bytes"));
+        let geom = Geometry::for_at_least(entries, stride).ok_or_else(bad)?;
+        Slots::new(Ring::new(self.ring(geom.bytes())?), geom).ok_or_else(bad)
+    }
+
+    /// The same ring seen with another `MIN` (the device side's view of a work queue).
+    fn view<const A: usize, const B: usize>(slots: &Slots<A>) -> Result<Slots<B>, CommandError> {
+        Slots::new(slots.ring().clone(), slots.geom())
+            .ok_or_else(|| invalid(format!("a ring of {}-byte slots", slots.geom().stride())))
     }
 
     fn downcast(region: &Arc<dyn DmaMemory>) -> Result<Arc<SoftDma>, CommandError> {
@@ -183,9 +201,9 @@ impl Device for SoftDevice {
         if params.entries == 0 || params.entries > 1 << 16 {
             return Err(invalid(format!("{} EQ entries", params.entries)));
         }
-        let geom = RingGeometry::for_at_least(params.entries, EQE_SIZE);
-        let ring = self.ring(geom.bytes())?;
-        init_owner(&ring, geom, EQE_SIZE - 1);
+        let ring = self.slots::<EQE_SIZE>(params.entries, EQE_SIZE)?;
+        let geom = ring.geom();
+        init_owner(&ring);
         let db = Arc::new(EqDoorbell::default());
         db.armed.store(true, Ordering::Release);
         self.with(|d, _, _| {
@@ -237,9 +255,9 @@ impl Device for SoftDevice {
                 params.entries
             )));
         }
-        let geom = RingGeometry::for_at_least(params.entries + 1, CQE_SIZE);
-        let ring = self.ring(geom.bytes())?;
-        init_owner(&ring, geom, CQE_SIZE - 1);
+        let ring = self.slots::<CQE_SIZE>(params.entries + 1, CQE_SIZE)?;
+        let geom = ring.geom();
+        init_owner(&ring);
         let db = Arc::new(CqDoorbell::default());
         let kicker = self.kicker.clone();
         self.with(|d, _, _| {
@@ -278,9 +296,9 @@ impl Device for SoftDevice {
         if entries == 0 || entries > MAX_CQE {
             return Err(invalid(format!("{entries} CQ entries (1..={MAX_CQE})")));
         }
-        let geom = RingGeometry::for_at_least(entries + 1, CQE_SIZE);
-        let ring = self.ring(geom.bytes())?;
-        init_owner(&ring, geom, CQE_SIZE - 1);
+        let ring = self.slots::<CQE_SIZE>(entries + 1, CQE_SIZE)?;
+        let geom = ring.geom();
+        init_owner(&ring);
         self.with(|d, _, _| {
             let hw =
                 d.hw.cqs
@@ -295,12 +313,10 @@ impl Device for SoftDevice {
             }
             // Move the unpolled entries to the start of the new ring, re-owned for pass 0.
             let mut producer = Producer::new(geom);
-            let mut raw = [0u8; CQE_SIZE];
             for i in 0..pending {
-                let old = hw.geom.offset(tail.wrapping_add(i));
-                let _ = hw.ring.read(old, &mut raw);
+                let mut raw = hw.ring.at(tail.wrapping_add(i)).read::<0, CQE_SIZE>();
                 raw[CQE_SIZE - 1] = u8::from(producer.owner_bit());
-                let _ = ring.write(producer.offset(), &raw);
+                ring.at(producer.head()).put::<0, CQE_SIZE>(raw);
                 producer.advance(1);
             }
             hw.ring = ring.clone();
@@ -342,8 +358,9 @@ impl Device for SoftDevice {
             return Err(invalid("SRQ limit above max_wr"));
         }
         let stride = format::recv_stride(params.max_sge);
-        let geom = RingGeometry::for_at_least(params.max_wr, stride);
-        let ring = self.ring(geom.bytes())?;
+        let ring = self.slots::<RECV_MIN>(params.max_wr, stride)?;
+        let geom = ring.geom();
+        let hw_ring = Self::view::<RECV_MIN, RECV_MIN>(&ring)?;
         let index_ring = self.ring(geom.entries() as usize * 4)?;
         let db = Arc::new(SrqDoorbell::default());
         let max_sge = (((stride - RECV_HEADER) / SGE_SIZE) as u32).min(MAX_SGE);
@@ -359,7 +376,7 @@ impl Device for SoftDevice {
                 srqn,
                 HwSrq {
                     wq: HwWq {
-                        ring: ring.clone(),
+                        ring: hw_ring,
                         geom,
                         db: db.clone(),
                     },
@@ -373,7 +390,6 @@ impl Device for SoftDevice {
                 srqn,
                 ring,
                 index_ring,
-                geom,
                 fmt: RecvFormat { max_sge },
                 free: (0..geom.entries()).rev().collect(),
                 head: 0,
@@ -436,22 +452,25 @@ impl Device for SoftDevice {
             )));
         }
         let (stride, send_sge, inline) = Self::grant_send(params.qp_type, &caps);
-        let sq_geom = RingGeometry::for_at_least(caps.max_send_wr.max(1), stride);
-        let sq_ring = self.ring(sq_geom.bytes())?;
-        SoftSq::init_slots(&sq_ring, sq_geom);
+        let sq_ring = self.slots::<SEND_HEADER>(caps.max_send_wr.max(1), stride)?;
+        let sq_geom = sq_ring.geom();
+        let sq_hw = Self::view::<SEND_HEADER, RECV_MIN>(&sq_ring)?;
+        SoftSq::init_slots(&sq_ring);
         let rq = if params.srqn.is_none() {
             let rstride = format::recv_stride(caps.max_recv_sge.max(1));
-            let geom = RingGeometry::for_at_least(caps.max_recv_wr.max(1), rstride);
-            Some((self.ring(geom.bytes())?, geom, rstride))
+            let ring = self.slots::<RECV_MIN>(caps.max_recv_wr.max(1), rstride)?;
+            let hw = Self::view::<RECV_MIN, RECV_MIN>(&ring)?;
+            let geom = ring.geom();
+            Some((ring, hw, geom, rstride))
         } else {
             None
         };
-        let recv_sge = rq.as_ref().map_or(0, |(_, _, s)| {
+        let recv_sge = rq.as_ref().map_or(0, |(_, _, _, s)| {
             (((s - RECV_HEADER) / SGE_SIZE) as u32).min(MAX_SGE)
         });
         let granted = QpCaps {
             max_send_wr: sq_geom.entries(),
-            max_recv_wr: rq.as_ref().map_or(0, |(_, g, _)| g.entries()),
+            max_recv_wr: rq.as_ref().map_or(0, |(_, _, g, _)| g.entries()),
             max_send_sge: send_sge,
             max_recv_sge: recv_sge,
             max_inline_data: inline,
@@ -491,12 +510,12 @@ impl Device for SoftDevice {
                 HwQp {
                     qp_type: params.qp_type,
                     sq: HwWq {
-                        ring: sq_ring.clone(),
+                        ring: sq_hw,
                         geom: sq_geom,
                         db: sq_db.clone(),
                     },
-                    rq: rq.as_ref().map(|(ring, geom, _)| HwWq {
-                        ring: ring.clone(),
+                    rq: rq.as_ref().map(|(_, hw, geom, _)| HwWq {
+                        ring: hw.clone(),
                         geom: *geom,
                         db: rq_db.clone(),
                     }),
@@ -507,7 +526,6 @@ impl Device for SoftDevice {
                 qpn,
                 qp_type: params.qp_type,
                 ring: sq_ring,
-                geom: sq_geom,
                 fmt: SendFormat {
                     stride,
                     max_sge: send_sge,
@@ -519,10 +537,9 @@ impl Device for SoftDevice {
                 scratch: vec![0; stride],
                 fatal: self.fatal.clone(),
             };
-            let rq = rq.map(|(ring, geom, rstride)| SoftRq {
+            let rq = rq.map(|(ring, _, geom, rstride)| SoftRq {
                 qpn,
                 ring,
-                geom,
                 fmt: RecvFormat { max_sge: recv_sge },
                 depth: geom.entries(),
                 db: rq_db,

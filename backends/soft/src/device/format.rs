@@ -1,7 +1,8 @@
 //! The software device's own queue formats. They are deliberately *not* mlx4's: little-endian,
-//! fixed headers, one owner byte per entry. Both directions live here: the host-side encoders and
-//! decoders (implementing [`portverbs_hal::format`]) and the device-side WQE decoders the engine
-//! uses through the `Hca` adapter.
+//! fixed headers, one owner byte per entry. Both directions live here, as plain functions and inherent
+//! methods: the host-side encoders and decoders the queue objects call, and the device-side WQE
+//! decoders and CQE/EQE encoders the engine uses through the `Hca` adapter. The rings they are
+//! copied into and out of are [`portverbs_dma::ring`]'s.
 //!
 //! | entry | size | layout |
 //! |---|---|---|
@@ -11,7 +12,7 @@
 //! | EQE | 16 | [`SoftEqe`] |
 //!
 //! Ownership: byte 0 of a WQE and the last byte of a CQE/EQE hold the owner bit (bit 0), equal
-//! to the wrap parity of the producer's counter (see [`portverbs_hal::ring`]). WQE slots start
+//! to the wrap parity of the producer's counter (see [`portverbs_dma::ring`]). WQE slots start
 //! with owner = 1 (not valid on pass 0); the device initialises CQ/EQ entries the same way.
 
 use portverbs_hal::attr::AddressVector;
@@ -19,7 +20,6 @@ use portverbs_hal::error::{CqeError, EqeError, WqeError};
 use portverbs_hal::event::{
     CqErrorSyndrome, DeviceEvent, PortEventKind, QpEventKind, SrqEventKind,
 };
-use portverbs_hal::format::{CqeFormat, EncodeContext, EqeFormat, RecvWqeFormat, SendWqeFormat};
 use portverbs_hal::types::{AccessFlags, Gid, MwType, QpType};
 use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus};
 use portverbs_hal::wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge};
@@ -36,6 +36,8 @@ pub const DATAGRAM_SEG: usize = 48;
 pub const RECV_HEADER: usize = 16;
 /// Bytes of one scatter/gather entry.
 pub const SGE_SIZE: usize = 16;
+/// Smallest receive WQE slot (a header and one SGE): the `MIN` of the work-queue rings.
+pub const RECV_MIN: usize = RECV_HEADER + SGE_SIZE;
 /// Bytes of a CQE.
 pub const CQE_SIZE: usize = 32;
 /// Bytes of an EQE.
@@ -299,8 +301,28 @@ pub struct SendFormat {
     pub max_inline: u32,
 }
 
-impl SendWqeFormat for SendFormat {
-    fn encode_send(
+/// Per-WQE facts the send encoder needs besides the work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncodeContext {
+    /// Transport of the queue pair.
+    pub qp_type: QpType,
+    /// QP number.
+    pub qpn: u32,
+    /// Producer counter of this WQE.
+    pub counter: u32,
+    /// Owner bit to write (wrap parity of `counter`).
+    pub owner: bool,
+    /// Whether the WQE must generate a completion on success.
+    pub signaled: bool,
+}
+
+impl SendFormat {
+    /// Encodes `wr` into `out` (one ring slot) and returns the number of bytes used; the
+    /// entry is complete, owner byte included.
+    ///
+    /// # Errors
+    /// The request does not fit the slot or has no encoding on this queue.
+    pub fn encode_send(
         &self,
         wr: &SendWr<'_>,
         ctx: &EncodeContext,
@@ -597,8 +619,12 @@ pub struct RecvFormat {
     pub max_sge: u32,
 }
 
-impl RecvWqeFormat for RecvFormat {
-    fn encode_recv(&self, sges: &[Sge], out: &mut [u8]) -> Result<usize, WqeError> {
+impl RecvFormat {
+    /// Encodes a receive scatter list into `out` and returns the number of bytes used.
+    ///
+    /// # Errors
+    /// Too many entries for the slot.
+    pub fn encode_recv(&self, sges: &[Sge], out: &mut [u8]) -> Result<usize, WqeError> {
         let end = RECV_HEADER + sges.len() * SGE_SIZE;
         if sges.len() > self.max_sge as usize || end > out.len() {
             return Err(WqeError::TooManySges {
@@ -672,14 +698,18 @@ impl CqeCodec {
     }
 }
 
-impl CqeFormat for CqeCodec {
-    const ENTRY_SIZE: usize = CQE_SIZE;
-
-    fn owner_bit(entry: &[u8]) -> bool {
+impl CqeCodec {
+    /// The owner bit of a raw entry.
+    pub fn owner_bit(entry: &[u8]) -> bool {
         entry.get(CQE_SIZE - 1).is_some_and(|b| b & 1 == 1)
     }
 
-    fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
+    /// Host side: decodes a raw entry whose ownership was already checked; `cqn` and `index`
+    /// only label errors.
+    ///
+    /// # Errors
+    /// Contents that make no sense.
+    pub fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
         let e = SoftCqe::read_from_bytes(entry.get(..CQE_SIZE).ok_or(CqeError::Malformed {
             cqn,
             index,
@@ -813,14 +843,18 @@ impl EqeCodec {
     }
 }
 
-impl EqeFormat for EqeCodec {
-    const ENTRY_SIZE: usize = EQE_SIZE;
-
-    fn owner_bit(entry: &[u8]) -> bool {
+impl EqeCodec {
+    /// The owner bit of a raw entry.
+    pub fn owner_bit(entry: &[u8]) -> bool {
         entry.get(EQE_SIZE - 1).is_some_and(|b| b & 1 == 1)
     }
 
-    fn decode(entry: &[u8], eqn: u32, index: u32) -> Result<DeviceEvent, EqeError> {
+    /// Host side: decodes a raw entry whose ownership was already checked; `eqn` and `index`
+    /// only label errors.
+    ///
+    /// # Errors
+    /// Contents that make no sense.
+    pub fn decode(entry: &[u8], eqn: u32, index: u32) -> Result<DeviceEvent, EqeError> {
         let bad = |what| EqeError::Malformed { eqn, index, what };
         let e = SoftEqe::read_from_bytes(entry.get(..EQE_SIZE).ok_or(bad("short entry"))?)
             .map_err(|_| bad("unreadable entry"))?;

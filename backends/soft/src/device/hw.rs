@@ -7,24 +7,23 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::event::{CqErrorSyndrome, DeviceEvent, SrqEventKind};
-use portverbs_hal::format::CqeFormat;
 use portverbs_hal::notify::InterruptSink;
-use portverbs_hal::ring::{DeviceToHost, Producer, RingGeometry};
 use portverbs_hal::types::QpType;
 use portverbs_hal::wc::{Cqe, WcStatus};
 
 use super::doorbell::{ARM_ANY, CqDoorbell, EqDoorbell, RqDoorbell, SqDoorbell, SrqDoorbell};
-use super::format::{self, CQE_SIZE, CqeCodec, EQE_SIZE, EqeCodec};
+use super::format::{self, CQE_SIZE, CqeCodec, EQE_SIZE, EqeCodec, RECV_MIN};
 use crate::dma::SoftDma;
+use crate::dma::ring::{DeviceToHost, Geometry, Producer, Slots};
 use crate::engine::{Hca, RecvSource, RecvWqe, SendWqe, Table, WqeFault};
 
 /// A work queue ring as the device sees it.
 #[derive(Debug)]
 pub(crate) struct HwWq<D> {
-    pub(crate) ring: Arc<SoftDma>,
-    pub(crate) geom: RingGeometry,
+    /// The slots (the host's own view may have a larger `MIN`).
+    pub(crate) ring: Slots<RECV_MIN>,
+    pub(crate) geom: Geometry,
     pub(crate) db: Arc<D>,
 }
 
@@ -53,8 +52,8 @@ pub(crate) struct HwSrq {
 /// A CQ.
 #[derive(Debug)]
 pub(crate) struct HwCq {
-    pub(crate) ring: Arc<SoftDma>,
-    pub(crate) geom: RingGeometry,
+    pub(crate) ring: Slots<CQE_SIZE>,
+    pub(crate) geom: Geometry,
     pub(crate) producer: Producer<DeviceToHost>,
     pub(crate) db: Arc<CqDoorbell>,
     pub(crate) eqn: u32,
@@ -66,8 +65,8 @@ pub(crate) struct HwCq {
 /// An EQ.
 #[derive(Debug)]
 pub(crate) struct HwEq {
-    pub(crate) ring: Arc<SoftDma>,
-    pub(crate) geom: RingGeometry,
+    pub(crate) ring: Slots<EQE_SIZE>,
+    pub(crate) geom: Geometry,
     pub(crate) producer: Producer<DeviceToHost>,
     pub(crate) db: Arc<EqDoorbell>,
     pub(crate) sink: Arc<dyn InterruptSink>,
@@ -87,10 +86,10 @@ pub(crate) struct Hw {
 }
 
 /// Marks every entry of a device-to-host ring as not yet written (owner = 1 on pass 0).
-pub(crate) fn init_owner(ring: &SoftDma, geom: RingGeometry, owner_offset: usize) {
-    for i in 0..geom.entries() {
-        // In bounds by construction: the ring was allocated with `geom.bytes()` bytes.
-        let _ = ring.store_u8(geom.offset(i) + owner_offset, 1);
+pub(crate) fn init_owner<const MIN: usize>(ring: &Slots<MIN>) {
+    for i in 0..ring.geom().entries() {
+        // Not yet shared with the host: a plain write of the last byte.
+        let _ = ring.at(i).write_at(MIN - 1, &[1]);
     }
 }
 
@@ -98,14 +97,16 @@ pub(crate) fn init_owner(ring: &SoftDma, geom: RingGeometry, owner_offset: usize
 /// buffer before decoding it; the host may rewrite the slot at any time).
 fn read_slot<'a>(
     scratch: &'a mut Vec<u8>,
-    ring: &SoftDma,
-    off: usize,
-    len: usize,
+    ring: &Slots<RECV_MIN>,
+    counter: u32,
 ) -> Result<&'a [u8], WqeFault> {
-    scratch.resize(len, 0);
-    ring.read(off, scratch).map_err(|_| WqeFault {
-        reason: "WQE slot outside its ring",
-    })?;
+    let slot = ring.at(counter);
+    scratch.resize(slot.len(), 0);
+    if !slot.read_at(0, scratch) {
+        return Err(WqeFault {
+            reason: "WQE slot outside its ring",
+        });
+    }
     Ok(scratch)
 }
 
@@ -123,9 +124,10 @@ impl Hw {
             return;
         }
         let bytes = EqeCodec::encode(ev, eq.producer.owner_bit());
-        let off = eq.producer.offset();
-        let _ = eq.ring.write(off, &bytes[..EQE_SIZE - 1]);
-        let _ = eq.ring.store_u8(off + EQE_SIZE - 1, bytes[EQE_SIZE - 1]);
+        let slot = eq.ring.at(eq.producer.head());
+        let (body, owner) = bytes.split_at(EQE_SIZE - 1);
+        let _ = slot.write_at(0, body);
+        slot.store1::<{ EQE_SIZE - 1 }>(owner.first().copied().unwrap_or(0));
         eq.producer.advance(1);
         if eq.db.armed.swap(false, Ordering::AcqRel) {
             eq.sink.raise();
@@ -183,12 +185,7 @@ impl Hca for Hw {
             });
         };
         let (geom, qp_type) = (qp.sq.geom, qp.qp_type);
-        let slot = read_slot(
-            &mut self.scratch,
-            &qp.sq.ring,
-            geom.offset(counter),
-            geom.stride(),
-        )?;
+        let slot = read_slot(&mut self.scratch, &qp.sq.ring, counter)?;
         if format::send_owner(slot) != geom.parity(counter) {
             return Err(WqeFault {
                 reason: "owner bit does not match the WQE counter",
@@ -212,8 +209,7 @@ impl Hca for Hw {
                 }
                 let c = qp.rq_ci;
                 qp.rq_ci = c.wrapping_add(1);
-                let geom = rq.geom;
-                let slot = read_slot(&mut self.scratch, &rq.ring, geom.offset(c), geom.stride())?;
+                let slot = read_slot(&mut self.scratch, &rq.ring, c)?;
                 format::decode_recv(slot, out)?;
                 out.wqe_index = c;
                 Ok(true)
@@ -242,12 +238,7 @@ impl Hca for Hw {
                 if limit_hit {
                     srq.limit = 0;
                 }
-                let slot = read_slot(
-                    &mut self.scratch,
-                    &srq.wq.ring,
-                    geom.offset(slot_no),
-                    geom.stride(),
-                )?;
+                let slot = read_slot(&mut self.scratch, &srq.wq.ring, slot_no)?;
                 format::decode_recv(slot, out)?;
                 out.wqe_index = slot_no;
                 out.pd = srq.pd;
@@ -300,9 +291,11 @@ impl Hca for Hw {
             return false;
         }
         let bytes = CqeCodec::encode(cqe, cq.producer.owner_bit());
-        let off = cq.producer.offset();
-        let _ = cq.ring.write(off, &bytes[..CQE_SIZE - 1]);
-        let _ = cq.ring.store_u8(off + CQE_SIZE - 1, bytes[CQE_SIZE - 1]);
+        let slot = cq.ring.at(counter);
+        // Body first, owner byte last (release): the host may poll it at once.
+        let (body, owner) = bytes.split_at(CQE_SIZE - 1);
+        let _ = slot.write_at(0, body);
+        slot.store1::<{ CQE_SIZE - 1 }>(owner.first().copied().unwrap_or(0));
         cq.producer.advance(1);
         let satisfies_solicited = solicited || cqe.status != WcStatus::Success;
         if satisfies_solicited {
@@ -320,7 +313,6 @@ impl Hca for Hw {
             let eqn = cq.eqn;
             self.fire(cqn, eqn);
         }
-        let _ = CqeCodec::ENTRY_SIZE;
         true
     }
 

@@ -1,17 +1,16 @@
 //! The host side of the software device's queues: the HAL queue objects `verbs-core` drives.
-//! They touch only their own ring memory and doorbell records (no lock, no allocation).
+//! They touch only their own ring memory and doorbell records (no lock, no allocation). Rings
+//! are [`portverbs_dma::ring::Slots`], geometry checked when the queue was made: an entry's
+//! owner byte is one atomic at a constant offset, and a WQE or CQE one copy.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use portverbs_hal::barrier;
-use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::error::{CqeError, EqeError, WqeError};
 use portverbs_hal::event::DeviceEvent;
-use portverbs_hal::format::{CqeFormat, EncodeContext, EqeFormat, RecvWqeFormat, SendWqeFormat};
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
-use portverbs_hal::ring::{Consumer, DeviceToHost, RingGeometry};
 use portverbs_hal::types::QpType;
 use portverbs_hal::wc::Cqe;
 use portverbs_hal::wr::{SendWr, Sge};
@@ -20,16 +19,19 @@ use super::doorbell::{
     ARM_ANY, ARM_SOLICITED, CqDoorbell, EqDoorbell, KickKind, Kicker, RqDoorbell, SqDoorbell,
     SrqDoorbell,
 };
-use super::format::{CQE_SIZE, CqeCodec, EQE_SIZE, EqeCodec, RecvFormat, SendFormat};
+use super::format::{
+    CQE_SIZE, CqeCodec, EQE_SIZE, EncodeContext, EqeCodec, RECV_MIN, RecvFormat, SEND_HEADER,
+    SendFormat,
+};
 use crate::dma::SoftDma;
+use crate::dma::ring::{Consumer, DeviceToHost, Slots};
 
 /// Host side of a send queue.
 #[derive(Debug)]
 pub struct SoftSq {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
-    pub(crate) ring: Arc<SoftDma>,
-    pub(crate) geom: RingGeometry,
+    pub(crate) ring: Slots<SEND_HEADER>,
     pub(crate) fmt: SendFormat,
     pub(crate) depth: u32,
     pub(crate) db: Arc<SqDoorbell>,
@@ -40,9 +42,9 @@ pub struct SoftSq {
 
 impl SoftSq {
     /// Marks every slot "not yet written" for pass 0.
-    pub(crate) fn init_slots(ring: &SoftDma, geom: RingGeometry) {
-        for i in 0..geom.entries() {
-            let _ = ring.store_u8(geom.offset(i), 1);
+    pub(crate) fn init_slots(ring: &Slots<SEND_HEADER>) {
+        for i in 0..ring.geom().entries() {
+            ring.at(i).store1::<0>(1);
         }
     }
 }
@@ -68,15 +70,16 @@ impl SendQueue for SoftSq {
             qp_type: self.qp_type,
             qpn: self.qpn,
             counter,
-            owner: self.geom.parity(counter),
+            owner: self.ring.geom().parity(counter),
             signaled,
         };
         let n = self.fmt.encode_send(wr, &ctx, &mut self.scratch)?;
-        let off = self.geom.offset(counter);
-        // Body first, ownership byte last (release): the device may start on it at once.
-        let _ = self.ring.write(off + 1, &self.scratch[1..n]);
+        let slot = self.ring.at(counter);
+        // Body first, ownership byte last (release): the device may start on it at once. The
+        // scratch buffer is one slot long, so the copy stays inside the slot.
+        let _ = slot.write_at(1, self.scratch.get(1..n).unwrap_or_default());
         barrier::to_device();
-        let _ = self.ring.store_u8(off, self.scratch[0]);
+        slot.store1::<0>(self.scratch.first().copied().unwrap_or(1));
         Ok(())
     }
 
@@ -89,7 +92,7 @@ impl SendQueue for SoftSq {
 
     fn reset(&mut self) {
         self.db.head.store(0, Ordering::Release);
-        Self::init_slots(&self.ring, self.geom);
+        Self::init_slots(&self.ring);
     }
 }
 
@@ -97,8 +100,7 @@ impl SendQueue for SoftSq {
 #[derive(Debug)]
 pub struct SoftRq {
     pub(crate) qpn: u32,
-    pub(crate) ring: Arc<SoftDma>,
-    pub(crate) geom: RingGeometry,
+    pub(crate) ring: Slots<RECV_MIN>,
     pub(crate) fmt: RecvFormat,
     pub(crate) depth: u32,
     pub(crate) db: Arc<RqDoorbell>,
@@ -119,7 +121,7 @@ impl RecvQueue for SoftRq {
         let n = self.fmt.encode_recv(sges, &mut self.scratch)?;
         let _ = self
             .ring
-            .write(self.geom.offset(counter), &self.scratch[..n]);
+            .write(counter, 0, self.scratch.get(..n).unwrap_or_default());
         Ok(())
     }
 
@@ -139,9 +141,8 @@ impl RecvQueue for SoftRq {
 #[derive(Debug)]
 pub struct SoftSrq {
     pub(crate) srqn: u32,
-    pub(crate) ring: Arc<SoftDma>,
+    pub(crate) ring: Slots<RECV_MIN>,
     pub(crate) index_ring: Arc<SoftDma>,
-    pub(crate) geom: RingGeometry,
     pub(crate) fmt: RecvFormat,
     pub(crate) free: Vec<u32>,
     pub(crate) head: u32,
@@ -155,7 +156,7 @@ impl SharedRecvQueue for SoftSrq {
     }
 
     fn depth(&self) -> u32 {
-        self.geom.entries()
+        self.ring.geom().entries()
     }
 
     fn max_sge(&self) -> u32 {
@@ -167,8 +168,10 @@ impl SharedRecvQueue for SoftSrq {
         let Some(slot) = self.free.pop() else {
             return Ok(None);
         };
-        let _ = self.ring.write(self.geom.offset(slot), &self.scratch[..n]);
-        let at = self.geom.slot(self.head) as usize * 4;
+        let _ = self
+            .ring
+            .write(slot, 0, self.scratch.get(..n).unwrap_or_default());
+        let at = self.ring.geom().slot(self.head) as usize * 4;
         let _ = self.index_ring.store_u32(at, slot);
         self.head = self.head.wrapping_add(1);
         Ok(Some(slot))
@@ -179,10 +182,11 @@ impl SharedRecvQueue for SoftSrq {
     }
 
     fn release(&mut self, slot: u32) -> Result<(), WqeError> {
-        if slot >= self.geom.entries() || self.free.len() >= self.geom.entries() as usize {
+        let entries = self.ring.geom().entries();
+        if slot >= entries || self.free.len() >= entries as usize {
             return Err(WqeError::BadSlot {
                 slot,
-                depth: self.geom.entries(),
+                depth: entries,
             });
         }
         self.free.push(slot);
@@ -194,7 +198,7 @@ impl SharedRecvQueue for SoftSrq {
 #[derive(Debug)]
 pub struct SoftCq {
     pub(crate) cqn: u32,
-    pub(crate) ring: Arc<SoftDma>,
+    pub(crate) ring: Slots<CQE_SIZE>,
     pub(crate) consumer: Consumer<DeviceToHost>,
     pub(crate) depth: u32,
     pub(crate) db: Arc<CqDoorbell>,
@@ -211,8 +215,8 @@ impl CompletionQueue for SoftCq {
     }
 
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError> {
-        let off = self.consumer.offset();
-        let owner = self.ring.load_u8(off + CQE_SIZE - 1).unwrap_or(0) & 1 == 1;
+        let slot = self.ring.at(self.consumer.tail());
+        let owner = slot.load1::<{ CQE_SIZE - 1 }>() & 1 == 1;
         if !self.consumer.owns(owner) {
             if self.db.error.load(Ordering::Acquire) {
                 return Err(CqeError::CqInError { cqn: self.cqn });
@@ -220,8 +224,7 @@ impl CompletionQueue for SoftCq {
             return Ok(None);
         }
         barrier::from_device();
-        let mut raw = [0u8; CQE_SIZE];
-        let _ = self.ring.read(off, &mut raw);
+        let raw = slot.read::<0, CQE_SIZE>();
         let index = self.consumer.tail();
         self.consumer.advance(1);
         debug_assert!(CqeCodec::owner_bit(&raw) == owner);
@@ -248,12 +251,7 @@ impl CompletionQueue for SoftCq {
         let mut n = 0;
         let mut c = self.consumer.tail();
         while n < geom.entries() {
-            let owner = self
-                .ring
-                .load_u8(geom.offset(c) + CQE_SIZE - 1)
-                .unwrap_or(0)
-                & 1
-                == 1;
+            let owner = self.ring.at(c).load1::<{ CQE_SIZE - 1 }>() & 1 == 1;
             if owner != geom.parity(c) {
                 break;
             }
@@ -270,7 +268,7 @@ impl CompletionQueue for SoftCq {
 #[derive(Debug)]
 pub(crate) struct SoftEq {
     pub(crate) eqn: u32,
-    pub(crate) ring: Arc<SoftDma>,
+    pub(crate) ring: Slots<EQE_SIZE>,
     pub(crate) consumer: Consumer<DeviceToHost>,
     pub(crate) db: Arc<EqDoorbell>,
     pub(crate) sink: Arc<dyn InterruptSink>,
@@ -280,8 +278,8 @@ impl SoftEq {
     fn head_owned(&self) -> bool {
         let owner = self
             .ring
-            .load_u8(self.consumer.offset() + EQE_SIZE - 1)
-            .unwrap_or(0)
+            .at(self.consumer.tail())
+            .load1::<{ EQE_SIZE - 1 }>()
             & 1
             == 1;
         self.consumer.owns(owner)
@@ -298,9 +296,7 @@ impl EventQueue for SoftEq {
             return Ok(None);
         }
         barrier::from_device();
-        let mut raw = [0u8; EQE_SIZE];
-        let off = self.consumer.offset();
-        let _ = self.ring.read(off, &mut raw);
+        let raw = self.ring.at(self.consumer.tail()).read::<0, EQE_SIZE>();
         let index = self.consumer.tail();
         self.consumer.advance(1);
         let _ = EqeCodec::owner_bit(&raw);
