@@ -35,6 +35,63 @@ mod soft;
 use portverbs_hal::dma::DmaMemory;
 
 pub use raw::RawRegion;
+
+/// The [`portverbs_hal::DmaMemory`] accessors of a region whose bytes a [`RawRegion`] field
+/// reaches (`len`, `host_addr`, `read`, `write`, `fill`, `load_u64`, `store_u64`, `as_any`,
+/// `into_any_arc`), for use inside the region's `impl DmaMemory` next to what differs (its
+/// device address, how it gives host memory back):
+///
+/// ```text
+/// impl DmaMemory for MyRegion {
+///     portverbs_dma::raw_accessors!(raw);
+///     fn device_addr(&self) -> u64 { self.iova }
+/// }
+/// ```
+#[macro_export]
+macro_rules! raw_accessors {
+    ($field:ident) => {
+        fn len(&self) -> usize {
+            self.$field.len()
+        }
+
+        fn host_addr(&self) -> u64 {
+            self.$field.base() as u64
+        }
+
+        fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), $crate::__hal::DmaError> {
+            self.$field.read(offset, dst)
+        }
+
+        fn write(&self, offset: usize, src: &[u8]) -> Result<(), $crate::__hal::DmaError> {
+            self.$field.write(offset, src)
+        }
+
+        fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), $crate::__hal::DmaError> {
+            self.$field.fill(offset, len, byte)
+        }
+
+        fn load_u64(&self, offset: usize) -> Result<u64, $crate::__hal::DmaError> {
+            self.$field.load_u64(offset)
+        }
+
+        fn store_u64(&self, offset: usize, value: u64) -> Result<(), $crate::__hal::DmaError> {
+            self.$field.store_u64(offset, value)
+        }
+
+        fn as_any(&self) -> &dyn ::std::any::Any {
+            self
+        }
+
+        fn into_any_arc(
+            self: ::std::sync::Arc<Self>,
+        ) -> ::std::sync::Arc<dyn ::std::any::Any + Send + Sync> {
+            self
+        }
+    };
+}
+
+#[doc(hidden)]
+pub use portverbs_hal::dma as __hal;
 pub use soft::{DMA_ALIGN, SoftDma};
 
 /// DMA memory whose host mapping may be read and written through raw pointers.

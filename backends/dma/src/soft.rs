@@ -17,7 +17,6 @@
 #![allow(unsafe_code)]
 
 use std::alloc::{self, Layout};
-use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -234,45 +233,11 @@ impl Drop for SoftDma {
 unsafe impl crate::HostMapped for SoftDma {}
 
 impl DmaMemory for SoftDma {
-    fn len(&self) -> usize {
-        self.raw.len()
-    }
-
-    fn host_addr(&self) -> u64 {
-        self.raw.base() as u64
-    }
+    crate::raw_accessors!(raw);
 
     fn device_addr(&self) -> u64 {
         // The software device has no IOMMU: bus address = host address.
         self.host_addr()
-    }
-
-    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
-        self.raw.read(offset, dst)
-    }
-
-    fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
-        self.raw.write(offset, src)
-    }
-
-    fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
-        self.raw.fill(offset, len, byte)
-    }
-
-    fn load_u64(&self, offset: usize) -> Result<u64, DmaError> {
-        self.raw.load_u64(offset)
-    }
-
-    fn store_u64(&self, offset: usize, value: u64) -> Result<(), DmaError> {
-        self.raw.store_u64(offset, value)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
     }
 
     fn into_host(self: Arc<Self>) -> Option<HostMemory> {

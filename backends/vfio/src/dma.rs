@@ -324,44 +324,10 @@ impl<B: Backing> Drop for VfioDma<B> {
 unsafe impl portverbs_dma::HostMapped for VfioDma<Anon> {}
 
 impl<B: Backing> DmaMemory for VfioDma<B> {
-    fn len(&self) -> usize {
-        self.raw.len()
-    }
-
-    fn host_addr(&self) -> u64 {
-        self.raw.base() as u64
-    }
+    portverbs_dma::raw_accessors!(raw);
 
     fn device_addr(&self) -> u64 {
         self.iova()
-    }
-
-    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
-        self.raw.read(offset, dst)
-    }
-
-    fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
-        self.raw.write(offset, src)
-    }
-
-    fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), DmaError> {
-        self.raw.fill(offset, len, byte)
-    }
-
-    fn load_u64(&self, offset: usize) -> Result<u64, DmaError> {
-        self.raw.load_u64(offset)
-    }
-
-    fn store_u64(&self, offset: usize, value: u64) -> Result<(), DmaError> {
-        self.raw.store_u64(offset, value)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
     }
 
     fn is_host(&self) -> bool {
