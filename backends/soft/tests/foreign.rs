@@ -3,16 +3,14 @@
 //! device, on a stepped fabric with and without faults; routes change at run time; detaching
 //! takes it off the fabric. The toy reaches its own state through its typed handle.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use portverbs_fabric::{Node, NodeConfig, NodeHandle};
 use portverbs_hal::DmaMemory;
 use portverbs_hal::attr::{AddressVector, QpCaps};
-use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::queue::{RecvQueue, SendQueue};
 use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpType};
-use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
+use portverbs_hal::wc::{WcOpcode, WcStatus};
 use portverbs_hal::wr::{SendFlags, SendOp, SendWr, Sge, UdDest};
 use portverbs_soft::{
     DeviceConfig, Fabric, FabricConfig, FabricError, LinkFaults, Mode, SoftDevice, SoftDma,
@@ -20,64 +18,30 @@ use portverbs_soft::{
 use portverbs_test_support::{HalPeer, RtsParams, drain, to_rts};
 use portverbs_transport::memory::MrSpec;
 use portverbs_transport::{
-    Engine, EngineConfig, Hca, Packet, PortInfo, QpInit, RecvSource, RecvWqe, SendWqe, UdTarget,
-    WqeFault,
+    Engine, EngineConfig, Packet, PortInfo, QpInit, RecvWqe, SendWqe, UdTarget, VecHca,
 };
 
-/// A device whose "rings" are vectors.
+/// A device that is nothing but an engine: the transport's [`VecHca`] (queues as vectors),
+/// plus what the fabric's kicks brought.
 #[derive(Debug, Default)]
 struct Toy {
-    sq: Vec<SendWqe>,
-    rq: VecDeque<RecvWqe>,
-    cqes: Vec<Cqe>,
-    events: Vec<DeviceEvent>,
+    hca: VecHca,
     kicks: Vec<u32>,
     rescans: u32,
 }
 
-impl Hca for Toy {
-    fn sq_head(&self, _qpn: u32) -> Option<u32> {
-        Some(self.sq.len() as u32)
+impl std::ops::Deref for Toy {
+    type Target = VecHca;
+
+    fn deref(&self) -> &VecHca {
+        &self.hca
     }
+}
 
-    fn read_send_wqe(
-        &mut self,
-        _qpn: u32,
-        counter: u32,
-        out: &mut SendWqe,
-    ) -> Result<(), WqeFault> {
-        *out = self.sq.get(counter as usize).cloned().ok_or(WqeFault {
-            reason: "not posted",
-        })?;
-        Ok(())
+impl std::ops::DerefMut for Toy {
+    fn deref_mut(&mut self) -> &mut VecHca {
+        &mut self.hca
     }
-
-    fn take_recv_wqe(&mut self, _src: RecvSource, out: &mut RecvWqe) -> Result<bool, WqeFault> {
-        Ok(match self.rq.pop_front() {
-            Some(w) => {
-                *out = w;
-                true
-            }
-            None => false,
-        })
-    }
-
-    fn recv_posted(&self, _src: RecvSource) -> u32 {
-        self.rq.len() as u32
-    }
-
-    fn post_completion(&mut self, _cqn: u32, cqe: &Cqe, _solicited: bool) -> bool {
-        self.cqes.push(*cqe);
-        true
-    }
-
-    fn post_event(&mut self, event: DeviceEvent) {
-        self.events.push(event);
-    }
-
-    fn qp_error(&mut self, _qpn: u32) {}
-
-    fn reset_queues(&mut self, _qpn: u32, _qp_type: QpType) {}
 }
 
 /// The toy on the fabric: its engine and its queues.
@@ -90,31 +54,31 @@ struct ToyNode {
 impl Node for ToyNode {
     fn kick(&mut self, now: u64, what: u32, out: &mut Vec<Packet>) {
         self.toy.kicks.push(what);
-        self.engine.doorbell(now, what, &mut self.toy, out);
+        self.engine.doorbell(now, what, &mut self.toy.hca, out);
     }
 
     fn rescan(&mut self, now: u64, out: &mut Vec<Packet>) {
         self.toy.rescans += 1;
-        self.engine.doorbell(now, TOY_QPN, &mut self.toy, out);
+        self.engine.doorbell(now, TOY_QPN, &mut self.toy.hca, out);
     }
 
     fn run_work(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
         let work = self.engine.has_work();
         if work {
-            self.engine.run_work(now, &mut self.toy, out);
+            self.engine.run_work(now, &mut self.toy.hca, out);
         }
         work
     }
 
     fn receive(&mut self, now: u64, port: u8, pkt: &Packet, out: &mut Vec<Packet>) {
-        self.engine.receive(now, port, pkt, &mut self.toy, out);
+        self.engine.receive(now, port, pkt, &mut self.toy.hca, out);
     }
 
     fn run_timers(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
         self.engine.flush_acks(out);
         let due = self.engine.poll_timeout().is_some_and(|t| t <= now);
         if due {
-            self.engine.handle_timeout(now, &mut self.toy, out);
+            self.engine.handle_timeout(now, &mut self.toy.hca, out);
         }
         due
     }
@@ -239,7 +203,9 @@ fn toy_qp(h: &ToyHandle, qp_type: QpType, dest_qp: u32, dgid: Gid) {
             )
             .unwrap();
         to_rts(qp_type, &rts_params(dest_qp, dgid), |a, m| {
-            engine.modify_qp(now, TOY_QPN, &a, m, toy, out).unwrap();
+            engine
+                .modify_qp(now, TOY_QPN, &a, m, &mut toy.hca, out)
+                .unwrap();
         });
     });
 }

@@ -51,6 +51,7 @@ pub mod packet;
 pub mod qp;
 mod table;
 pub mod timers;
+mod vec_hca;
 
 mod completer;
 mod modify;
@@ -68,6 +69,7 @@ pub use memory::MemoryTable;
 pub use packet::{MemSeg, Packet, PayloadData};
 pub use qp::QpInit;
 pub use table::Table;
+pub use vec_hca::VecHca;
 
 // The engine's modules name their neighbours as `crate::wire` and `crate::dma`.
 use portverbs_dma as dma;

@@ -1,8 +1,7 @@
-//! The shared test bench: [`TestHca`] (queues as vectors, completions and events collected),
+//! The shared test bench: [`TestHca`] (the crate's `VecHca`: queues as vectors, completions and events collected),
 //! [`Side`] (an engine with one QP in RTS or RTR, one registered buffer, its own clock), and
 //! packet builders for what the peer would send.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use portverbs_hal::DmaMemory;
@@ -14,10 +13,7 @@ use portverbs_hal::wr::{SendOp, Sge};
 use smallvec::smallvec;
 
 use super::super::memory::MrSpec;
-use super::super::{
-    Engine, EngineConfig, Hca, Packet, PayloadData, PortInfo, QpInit, RecvSource, RecvWqe, SendWqe,
-    WqeFault,
-};
+use super::super::{Engine, EngineConfig, Packet, PayloadData, PortInfo, QpInit, RecvWqe, SendWqe};
 use crate::dma::SoftDma;
 use crate::wire::{Aeth, AethSyndrome, Bth, NakCode, Opcode, TransportHdr};
 
@@ -42,66 +38,8 @@ pub(super) const TIMEOUT: u8 = 14;
 /// The RNR timer code the responder asks for.
 pub(super) const MIN_RNR_TIMER: u8 = 5;
 
-/// A device whose rings are vectors.
-#[derive(Debug, Default)]
-pub(super) struct TestHca {
-    pub(super) sq: Vec<SendWqe>,
-    pub(super) rq: VecDeque<RecvWqe>,
-    pub(super) cqes: Vec<Cqe>,
-    pub(super) events: Vec<DeviceEvent>,
-    pub(super) errors: Vec<u32>,
-}
-
-impl Hca for TestHca {
-    fn sq_head(&self, _qpn: u32) -> Option<u32> {
-        Some(self.sq.len() as u32)
-    }
-
-    fn read_send_wqe(
-        &mut self,
-        _qpn: u32,
-        counter: u32,
-        out: &mut SendWqe,
-    ) -> Result<(), WqeFault> {
-        *out = self.sq.get(counter as usize).cloned().ok_or(WqeFault {
-            reason: "not posted",
-        })?;
-        Ok(())
-    }
-
-    fn take_recv_wqe(&mut self, _src: RecvSource, out: &mut RecvWqe) -> Result<bool, WqeFault> {
-        Ok(match self.rq.pop_front() {
-            Some(w) => {
-                *out = w;
-                true
-            }
-            None => false,
-        })
-    }
-
-    fn recv_posted(&self, _src: RecvSource) -> u32 {
-        self.rq.len() as u32
-    }
-
-    fn post_completion(&mut self, _cqn: u32, cqe: &Cqe, _solicited: bool) -> bool {
-        self.cqes.push(*cqe);
-        true
-    }
-
-    fn post_event(&mut self, event: DeviceEvent) {
-        self.events.push(event);
-    }
-
-    fn qp_error(&mut self, qpn: u32) {
-        self.errors.push(qpn);
-    }
-
-    fn reset_queues(&mut self, _qpn: u32, _qp_type: QpType) {
-        // Counters back to 0: the host posts afresh.
-        self.sq.clear();
-        self.rq.clear();
-    }
-}
+/// The device of the tests: queues as vectors (the crate's [`VecHca`]).
+pub(super) type TestHca = crate::VecHca;
 
 /// Attributes of the QP under test, changed by a test before [`Side::with`] brings it up.
 #[derive(Debug, Clone, Copy)]
