@@ -23,6 +23,7 @@
 mod alloc;
 pub mod caps;
 pub mod cmd;
+mod cmd_wait;
 mod config;
 mod device;
 pub mod dma;
