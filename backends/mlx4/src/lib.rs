@@ -16,7 +16,9 @@
 //! CQE, EQE or outbox is checked; a bad one is a typed error), depend on `verbs-core`, or touch
 //! memory except through the [`PciFunction`]'s BAR and DMA objects. `unsafe` code is denied
 //! everywhere but [`dma`], which reads and writes the driver's own rings and doorbell records
-//! through raw pointers for the hot paths, under [`HostMapped`]'s promise.
+//! through raw pointers for the hot paths, under [`HostMapped`]'s promise, and [`regs`], the
+//! typed `volatile-register` blocks over a real function's BAR mappings (HCR, reset, UAR
+//! doorbells), with their caveat.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -34,6 +36,7 @@ mod mtt;
 pub mod pci;
 mod queues;
 mod quirks;
+pub mod regs;
 #[cfg(target_os = "linux")]
 pub mod vfio;
 
