@@ -11,7 +11,7 @@
 //! Commands are `async`. Taking the HCR and polling mode (bring-up, before the command EQ
 //! exists) poll the HCR and yield between looks. In event mode a posted command sleeps: its
 //! future registers its waker under its token (`cmd_wait`) and returns `Pending` until the
-//! command EQ's interrupt (MSI-X vector 0, [`CmdEqSink`]) or the task that drained its EQE wakes
+//! command EQ's interrupt (MSI-X vector 0, `CmdEqSink`) or the task that drained its EQE wakes
 //! it, or its deadline passes; it then takes the status and out_param from the EQE. A function
 //! that never calls the sink's `raise` (VFIO: interrupts reach eventfds only, and the command EQ's
 //! sink has none) gets the old behaviour: the command looks at the EQ and yields.

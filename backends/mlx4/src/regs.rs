@@ -2,7 +2,7 @@
 //! `volatile_register` cells (facts §1.2–§1.6, §4): the HCR, the reset register and the
 //! clear-interrupt register in BAR0, and the UAR doorbell page in BAR2.
 //!
-//! [`TypedBar0`] and [`TypedBar2`] put these blocks over a BAR's host mapping and serve the
+//! `TypedBar0` and `TypedBar2` put these blocks over a BAR's host mapping and serve the
 //! driver's [`Mmio`] accesses to those registers through them (everything else — the
 //! semaphores, BlueFlame's write-combining copies — goes to the BAR's own accessors). The
 //! VFIO path ([`crate::vfio`]) wraps the BARs of a real function with them; the emulated HCA
