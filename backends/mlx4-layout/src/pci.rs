@@ -131,6 +131,14 @@ pub trait PciFunction: Send + Sync + Debug + 'static {
     /// No such vector, or the platform refused.
     fn route_interrupt(&self, vector: u32, sink: Arc<dyn InterruptSink>) -> Result<(), PciError>;
 
+    /// Whether the function itself calls [`InterruptSink::raise`] on a routed sink, also on one
+    /// without an eventfd (the emulated HCA does). A VFIO function answers `false`: its
+    /// interrupts reach only a sink's eventfd, in the kernel, so a driver-owned sink without
+    /// one is never raised and whoever waits on it must look for itself.
+    fn raises_sinks(&self) -> bool {
+        true
+    }
+
     /// How long the function needs after the mlx4 reset register is written before config space
     /// answers again (about a second on hardware, nothing for the model).
     fn reset_settle(&self) -> Duration;

@@ -5,14 +5,19 @@
 //! Completion: in polling mode the HCA clears go and leaves the status in bits 31:24 and any
 //! immediate output in out_param; in event mode it also writes a command-completion EQE carrying
 //! the command's token, status and out_param into the driver's command EQ. Every wait is bounded
-//! by the command timeout and yields between looks; a device that never answers produces
-//! [`CommandError::Timeout`], a removed one [`CommandError::Removed`].
+//! by the command timeout; a device that never answers produces [`CommandError::Timeout`], a
+//! removed one [`CommandError::Removed`].
 //!
-//! Commands are `async`: a future polls the HCR (or the command EQ) and re-wakes itself, so
-//! `block_on` and any executor drive it without a thread of ours.
+//! Commands are `async`. Taking the HCR and polling mode (bring-up, before the command EQ
+//! exists) poll the HCR and yield between looks. In event mode a posted command sleeps: its
+//! future registers its waker under its token (`cmd_wait`) and returns `Pending` until the
+//! command EQ's interrupt (MSI-X vector 0, `CmdEqSink`) or the task that drained its EQE wakes
+//! it, or its deadline passes; it then takes the status and out_param from the EQE. A function
+//! that never calls the sink's `raise` (VFIO: interrupts reach eventfds only, and the command EQ's
+//! sink has none) gets the old behaviour: the command looks at the EQ and yields.
 
 use std::collections::HashMap;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +31,7 @@ use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::mmio::{Mmio, MmioError};
 use portverbs_hal::queue::EventQueue;
 
+use crate::cmd_wait::{CmdEqSink, Waiters};
 use crate::layout::hcr::{HCR_BASE, POLL_TOKEN, StatusWord, dword};
 use crate::layout::mailbox::MAILBOX_SIZE;
 use crate::layout::opcode;
@@ -120,10 +126,14 @@ pub(crate) struct CommandInterface {
     mode: Mutex<CommandMode>,
     pub(crate) timeout: Duration,
     mailboxes: Mutex<Vec<Mailbox>>,
+    /// Event mode: the commands waiting for their completion EQE.
+    waiters: Arc<Waiters>,
+    /// The function raises the command EQ's sink (so an event-mode command may sleep).
+    raises: bool,
 }
 
 /// Yields once: wakes itself and returns `Pending` (the caller re-polls).
-struct YieldNow(bool);
+pub(crate) struct YieldNow(bool);
 
 impl Future for YieldNow {
     type Output = ();
@@ -138,8 +148,19 @@ impl Future for YieldNow {
     }
 }
 
-fn yield_now() -> YieldNow {
+/// Yields to the executor once (the task is woken again at once); for the short bounded waits
+/// that nothing signals.
+pub(crate) fn yield_now() -> YieldNow {
     YieldNow(false)
+}
+
+/// Forgets an event-mode command's waker when its future ends or is dropped half-way.
+struct WaitGuard<'a>(&'a Waiters, u16);
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.0.forget(self.1);
+    }
 }
 
 /// Releases the HCR on drop (also when a command future is dropped half-way).
@@ -164,7 +185,6 @@ impl CommandInterface {
     pub(crate) fn new(pci: Arc<dyn PciFunction>, bar0: Arc<dyn Mmio>, timeout: Duration) -> Self {
         Self {
             bar0,
-            pci,
             // The HCA's t bit reads 0 after reset; the first command goes out with t = 1.
             toggle: Mutex::new(true),
             busy: AtomicBool::new(false),
@@ -172,7 +192,16 @@ impl CommandInterface {
             mode: Mutex::new(CommandMode::Polling),
             timeout,
             mailboxes: Mutex::new(Vec::new()),
+            waiters: Waiters::new(),
+            raises: pci.raises_sinks(),
+            pci,
         }
+    }
+
+    /// The interrupt sink of the command EQ (MSI-X vector 0): a raise wakes the event-mode
+    /// commands waiting for their completion EQE.
+    pub(crate) fn sink(&self) -> Arc<CmdEqSink> {
+        Arc::new(CmdEqSink(self.waiters.clone()))
     }
 
     pub(crate) fn mode(&self) -> CommandMode {
@@ -309,15 +338,27 @@ impl CommandInterface {
             CommandMode::Events => {
                 // Another command may be posted as soon as go clears.
                 drop(guard.take());
-                loop {
-                    if let Some(done) = self.take_event(token)? {
-                        break done;
+                let _forget = WaitGuard(&self.waiters, token);
+                poll_fn(|cx| {
+                    // Register first, then look: an EQE written after the look raises the
+                    // sink, which wakes the waker registered here.
+                    let sleeps = self.raises && self.waiters.register(token, cx.waker(), deadline);
+                    match self.take_event(token) {
+                        Ok(Some(done)) => return Poll::Ready(Ok(done)),
+                        Err(e) => return Poll::Ready(Err(e)),
+                        Ok(None) => {}
                     }
                     if Instant::now() >= deadline {
-                        return Err(timeout());
+                        return Poll::Ready(Err(timeout()));
                     }
-                    yield_now().await;
-                }
+                    if !sleeps {
+                        // Nobody will wake us: look again after a yield.
+                        std::thread::yield_now();
+                        cx.waker().wake_by_ref();
+                    }
+                    Poll::Pending
+                })
+                .await?
             }
         };
         drop(guard);
@@ -328,8 +369,24 @@ impl CommandInterface {
         Ok(out)
     }
 
-    /// Drains the command EQ and returns the completion of `token` if it arrived.
+    /// Drains the command EQ and returns the completion of `token` if it arrived; wakes the
+    /// commands whose completions it drained.
     fn take_event(&self, token: u16) -> Result<Option<(u8, u64)>, CommandError> {
+        let mut found = Vec::new();
+        let r = self.drain_events(token, &mut found);
+        for t in found.into_iter().filter(|&t| t != token) {
+            self.waiters.wake(t);
+        }
+        r
+    }
+
+    /// [`take_event`](Self::take_event) under the lock; the other commands' tokens it drained
+    /// go to `found`.
+    fn drain_events(
+        &self,
+        token: u16,
+        found: &mut Vec<u16>,
+    ) -> Result<Option<(u8, u64)>, CommandError> {
         let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
         let EventState { eq, done, .. } = &mut *ev;
         if let Some(eq) = eq.as_mut() {
@@ -342,6 +399,7 @@ impl CommandInterface {
                         out_param,
                     })) => {
                         done.insert(token, (status, out_param));
+                        found.push(token);
                         any = true;
                     }
                     Ok(Some(DeviceEvent::DeviceFatal)) => return Err(CommandError::DeviceFatal),
@@ -384,5 +442,11 @@ impl CommandInterface {
         }
         self.give_back(m);
         r.map(|_| ())
+    }
+}
+
+impl Drop for CommandInterface {
+    fn drop(&mut self) {
+        self.waiters.stop();
     }
 }

@@ -15,15 +15,18 @@
 //! What this crate must never do: trust the device (every index, length and opcode read from a
 //! CQE, EQE or outbox is checked; a bad one is a typed error), depend on `verbs-core`, or touch
 //! memory except through the [`PciFunction`]'s BAR and DMA objects. `unsafe` code is denied
-//! everywhere but [`dma`]: the driver's rings and doorbell records are the workspace's ring
-//! types ([`portverbs_dma::ring`], raw access under [`HostMapped`]'s promise), and [`dma`]
-//! adds only the raw writes that know the mlx4 WQE layout (inline segments, stamps).
+//! everywhere but [`dma`] and [`regs`]: the driver's rings and doorbell records are the
+//! workspace's ring types ([`portverbs_dma::ring`], raw access under [`HostMapped`]'s
+//! promise), and [`dma`] adds only the raw writes that know the mlx4 WQE layout (inline
+//! segments, stamps); [`regs`] holds the typed `volatile-register` blocks over a real
+//! function's BAR mappings (HCR, reset, UAR doorbells), with their caveat.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod alloc;
 pub mod caps;
 pub mod cmd;
+mod cmd_wait;
 mod config;
 mod device;
 pub mod dma;
@@ -34,6 +37,7 @@ mod mtt;
 pub mod pci;
 mod queues;
 mod quirks;
+pub mod regs;
 #[cfg(target_os = "linux")]
 pub mod vfio;
 

@@ -1,6 +1,7 @@
 //! A real mlx4 function bound to vfio-pci, as the driver's [`PciFunction`] (Linux).
 //!
-//! Opening enables memory decoding and bus mastering; BARs are mapped once and shared; DMA
+//! Opening enables memory decoding and bus mastering; BARs are mapped once and shared, BAR0's
+//! HCR and reset register and BAR2's doorbells reached through [`crate::regs`]' typed blocks; DMA
 //! memory comes from the function's IOMMU container; MSI-X vectors are bound straight to the
 //! event queue's eventfd (`InterruptSink::eventfd`), so completions reach platform-linux's
 //! event path with no thread in between. A sink without an eventfd (a polling application)
@@ -62,11 +63,13 @@ impl PciFunction for VfioFunction {
         if let Some(b) = slot.get() {
             return Ok(b.clone());
         }
-        let bar = self.dev.bar(index).map_err(|e| PciError::Bar {
+        let bar = self.dev.map_bar(index).map_err(|e| PciError::Bar {
             function: self.name(),
             bar: index,
             reason: e.to_string(),
         })?;
+        // The HCR, reset register and UAR doorbells through their typed blocks.
+        let bar = crate::regs::typed_vfio_bar(bar);
         Ok(slot.get_or_init(|| bar).clone())
     }
 
@@ -109,6 +112,11 @@ impl PciFunction for VfioFunction {
                 vector,
                 reason: e.to_string(),
             })
+    }
+
+    fn raises_sinks(&self) -> bool {
+        // Interrupts reach eventfds only; nothing here calls `raise`.
+        false
     }
 
     fn reset_settle(&self) -> Duration {

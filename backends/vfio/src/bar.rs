@@ -168,6 +168,13 @@ impl VfioBar {
         self.areas.iter().map(|a| (a.start, a.len)).collect()
     }
 
+    /// The host address of `offset..offset + len` when that range lies inside one mmapped
+    /// area (for typed register blocks over the mapping; valid while this `VfioBar` lives).
+    /// `None` when any of it is reached through the device fd instead.
+    pub fn mapped_ptr(&self, offset: usize, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        std::ptr::NonNull::new(self.mapped(offset, len)?)
+    }
+
     /// Reads the little-endian 32-bit register at `offset`.
     ///
     /// # Errors

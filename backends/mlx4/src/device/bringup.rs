@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use portverbs_hal::block_on;
 use portverbs_hal::caps::{AtomicCap, DeviceAttr, DeviceCapFlags, DeviceInfo};
 use portverbs_hal::error::CommandError;
-use portverbs_hal::notify::NullSink;
 use portverbs_hal::types::Transport;
 use thiserror::Error;
 use zerocopy::{FromZeros, IntoBytes};
@@ -195,7 +194,7 @@ impl Mlx4Device {
     /// After INIT_HCA: the command EQ, event mode, the ports.
     async fn start(&self, config: &Mlx4Config) -> Result<(), CommandError> {
         let eq = self
-            .create_eq_internal(CMD_EQ_ENTRIES, 0, Arc::new(NullSink))
+            .create_eq_internal(CMD_EQ_ENTRIES, 0, self.0.hcr.sink())
             .await?;
         let eqn = eq.eqn();
         self.0

@@ -116,7 +116,8 @@ impl Mlx4Device {
         let next = loop {
             match cq.switch_to(slots.clone()) {
                 Some(next) => break next,
-                None if std::time::Instant::now() < deadline => std::thread::yield_now(),
+                // An async fn never blocks its executor's thread: yield to it between looks.
+                None if std::time::Instant::now() < deadline => crate::cmd::yield_now().await,
                 None => {
                     return Err(CommandError::Timeout {
                         opcode: opcode::MODIFY_CQ,
