@@ -125,7 +125,9 @@ impl Shared {
     /// Locks the simulation (a panic on another thread leaves it usable: its state is plain
     /// data that every step re-validates).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Sim> {
-        sim::lock(&self.sim)
+        // A panic on another thread leaves the simulation usable: it is plain data that every
+        // step re-validates.
+        self.sim.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn kicker(self: &Arc<Self>, node: u16) -> Kicker {

@@ -11,7 +11,9 @@
 //! changes its GID routes while it runs (a driver programs its port's GID table at run time).
 
 use std::fmt::{self, Debug};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use portverbs_hal::types::Gid;
 use portverbs_transport::Packet;

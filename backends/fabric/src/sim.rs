@@ -12,7 +12,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use crossbeam_channel::Receiver;
 use portverbs_hal::types::Gid;
@@ -62,11 +64,13 @@ pub(crate) struct Slot {
     pub(crate) node: Arc<Mutex<dyn Node>>,
 }
 
-/// Locks a node (or the simulation). A panic on another thread leaves the state usable: it is
-/// plain data that every step re-validates.
+/// Locks a node. Node locks are only ever taken with the fabric lock held, so they are never
+/// contended: a `parking_lot` mutex makes each an inline compare-and-swap, without poison
+/// bookkeeping (a panic on another thread leaves the node usable: it is plain data that every
+/// step re-validates).
 #[inline]
 pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    m.lock()
 }
 
 /// Every node's guard for one step (`None` for a detached node).

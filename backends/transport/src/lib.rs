@@ -153,6 +153,7 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    #[inline]
     pub(crate) fn port_mtu(&self, port: u8) -> u32 {
         self.port(port)
             .map_or(Mtu::Mtu1024.bytes(), |p| p.mtu.bytes())

@@ -69,6 +69,7 @@ impl PayloadData {
     }
 
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         match self {
             Self::Empty => 0,

@@ -239,6 +239,7 @@ impl QpCtx {
     }
 
     /// Path MTU in bytes (UD uses the port MTU, given by the caller).
+    #[inline]
     pub(crate) fn mtu(&self, port_mtu: u32) -> u32 {
         match self.init.qp_type {
             QpType::Ud => port_mtu,
