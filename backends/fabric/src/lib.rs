@@ -127,7 +127,9 @@ impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Sim> {
         // A panic on another thread leaves the simulation usable: it is plain data that every
         // step re-validates.
-        self.sim.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.sim
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn kicker(self: &Arc<Self>, node: u16) -> Kicker {
