@@ -15,7 +15,9 @@
 //! IOMMU-mapped memory, the emulated HCA's memory) vouch for the host mapping.
 #![allow(unsafe_code)]
 
-pub(crate) use portverbs_dma::ring::{Ring, Slot, Slots};
+pub(crate) use portverbs_dma::ring::{
+    Consumer, DeviceToHost, Ring, Slot, Slots,
+};
 
 pub use portverbs_dma::HostMapped;
 
