@@ -4,9 +4,11 @@
 //!
 //! Rings themselves are the workspace's one ring/slot abstraction, [`portverbs_dma::ring`]:
 //! `Ring` (a [`HostMapped`] region and its raw base), `Slots<MIN>` (geometry checked once, so
-//! that accesses at constant offsets need no run-time bounds check) and `Slot`. Every other part
-//! of the driver reaches DMA memory through the HAL's [`DmaMemory`](portverbs_hal::DmaMemory)
-//! copies. What is here knows the mlx4 WQE layout (facts §5.2, §5.4), so it stays in the driver
+//! that accesses at constant offsets need no run-time bounds check) and `Slot`, plus the
+//! direction-typed counters `Producer<HostToDevice>`/`Consumer<DeviceToHost>`. Every queue of
+//! the driver (EQ, CQ, SQ, RQ, SRQ) keeps its entries in a `Slots` made once when the queue is
+//! created; every other part of the driver reaches DMA memory through the HAL's
+//! [`DmaMemory`](portverbs_hal::DmaMemory) copies. What is here knows the mlx4 WQE layout (facts §5.2, §5.4), so it stays in the driver
 //! and builds on [`Slot`]'s guarantee (its bytes lie in a live region, 8-byte aligned, `len()`
 //! a power of two at least `MIN`).
 //!
@@ -15,7 +17,9 @@
 //! IOMMU-mapped memory, the emulated HCA's memory) vouch for the host mapping.
 #![allow(unsafe_code)]
 
-pub(crate) use portverbs_dma::ring::{Ring, Slot, Slots};
+pub(crate) use portverbs_dma::ring::{
+    Consumer, DeviceToHost, HostToDevice, Producer, Ring, Slot, Slots,
+};
 
 pub use portverbs_dma::HostMapped;
 

@@ -24,6 +24,16 @@ impl DbRecord {
         self.mem.mem().device_addr() + self.offset as u64
     }
 
+    /// The record at byte 0 of `mem`, outside any allocator (unit tests of the queues).
+    #[cfg(test)]
+    pub(crate) fn in_test_region(mem: Ring) -> Self {
+        Self {
+            mem,
+            offset: 0,
+            page: 0,
+        }
+    }
+
     /// Stores a big-endian dword at `+at` (0 or 4).
     #[inline]
     pub(crate) fn store_be32(&self, at: usize, v: u32) {

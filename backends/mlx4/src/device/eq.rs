@@ -27,6 +27,7 @@ impl Mlx4Device {
     ) -> Result<Box<dyn EventQueue>, CommandError> {
         let cnt = (entries.max(1) + 1).next_power_of_two().max(64);
         let (ring, geom) = self.entry_ring(cnt, 0)?;
+        let slots = Self::slots(&ring, geom)?;
         let eqn = self
             .0
             .nums()
@@ -62,17 +63,11 @@ impl Mlx4Device {
             EqRec {
                 mtt,
                 vector,
-                _ring: ring.clone(),
+                _ring: ring,
             },
         );
         let _ = self.0.bar2.write32(eq_doorbell(eqn), EQ_ARM);
-        Ok(Box::new(Mlx4Eq {
-            eqn,
-            buf: ring,
-            geom,
-            ci: 0,
-            bar2: self.0.bar2.clone(),
-        }))
+        Ok(Box::new(Mlx4Eq::new(eqn, slots, self.0.bar2.clone())))
     }
 
     pub(super) async fn do_create_eq(

@@ -113,6 +113,19 @@ impl Mlx4Device {
         let (sq_off, rq_off) = queue_offsets(sq_cnt, sq_shift, rq_cnt, rq_shift);
         let bytes = ((sq_cnt as usize) << sq_shift) + ((rq_cnt as usize) << rq_shift);
         let buf = self.dma(bytes.next_multiple_of(4096))?;
+        let sq_geom = Geometry {
+            base: sq_off,
+            shift: sq_shift,
+            cnt: sq_cnt,
+        };
+        let rq_geom = rq.map(|(cnt, shift)| Geometry {
+            base: rq_off,
+            shift,
+            cnt,
+        });
+        // Both rings' geometry is checked here, once, before anything is allocated on the HCA.
+        let sq_slots = Self::slots(&buf, sq_geom)?;
+        let rq_slots = rq_geom.map(|g| Self::slots(&buf, g)).transpose()?;
         let db = self.0.dbs.alloc(&*self.0.pci)?;
         let Some(qpn) = self.0.nums().qp.alloc() else {
             self.0.dbs.free(&db);
@@ -131,16 +144,6 @@ impl Mlx4Device {
                 return Err(e);
             }
         };
-        let sq_geom = Geometry {
-            base: sq_off,
-            shift: sq_shift,
-            cnt: sq_cnt,
-        };
-        let rq_geom = rq.map(|(cnt, shift)| Geometry {
-            base: rq_off,
-            shift,
-            cnt,
-        });
         let granted = QpCaps {
             max_send_wr: sq_cnt - spare,
             max_recv_wr: rq_cnt,
@@ -166,7 +169,7 @@ impl Mlx4Device {
         let mut sq = Mlx4Sq {
             qpn,
             qp_type: params.qp_type,
-            buf: Self::slots(&buf, sq_geom)?,
+            buf: sq_slots,
             spare,
             max_sge,
             max_inline,
@@ -179,12 +182,10 @@ impl Mlx4Device {
             bf_len: 0,
         };
         sq.init_slots();
-        let rq = rq_geom.map(|g| Mlx4Rq {
-            buf: buf.clone(),
-            geom: g,
+        let rq = rq_slots.map(|buf| Mlx4Rq {
+            buf,
             max_sge: granted.max_recv_sge,
             db: db.clone(),
-            scratch: vec![0; g.stride()].into_boxed_slice(),
         });
         Ok(QpResources {
             qpn,

@@ -7,10 +7,11 @@ use super::Mlx4Device;
 use super::commands::{invalid, log2, no};
 use super::objects::SrqRec;
 use crate::cmd::Cmd;
+use crate::dma::Producer;
 use crate::layout::ctx::{SrqContext, mtt_split};
 use crate::layout::opcode;
 use crate::queues::Geometry;
-use crate::queues::srq::Mlx4Srq;
+use crate::queues::srq::{Mlx4Srq, SRQ_WQE_MIN};
 
 impl Mlx4Device {
     pub(super) async fn do_create_srq(&self, params: SrqParams) -> Result<Mlx4Srq, CommandError> {
@@ -31,7 +32,7 @@ impl Mlx4Device {
         let cnt = (params.max_wr + 1).next_power_of_two();
         let shift = (16 + 16 * params.max_sge)
             .next_power_of_two()
-            .max(32)
+            .max(SRQ_WQE_MIN as u32)
             .trailing_zeros();
         let geom = Geometry {
             base: 0,
@@ -39,6 +40,7 @@ impl Mlx4Device {
             cnt,
         };
         let buf = self.dma((cnt as usize) << shift)?;
+        let slots = Self::slots(&buf, geom)?;
         let db = self.0.dbs.alloc(&*self.0.pci)?;
         let Some(srqn) = self.0.nums().srq.alloc() else {
             self.0.dbs.free(&db);
@@ -46,16 +48,14 @@ impl Mlx4Device {
         };
         let mut srq = Mlx4Srq {
             srqn,
-            buf: buf.clone(),
-            geom,
+            buf: slots,
             max_sge: (geom.stride() as u32 - 16) / 16,
             db: db.clone(),
             next: vec![0; cnt as usize].into_boxed_slice(),
             head: 0,
             tail: 0,
-            counter: 0,
+            posted: Producer::new(geom),
             in_use: vec![false; cnt as usize].into_boxed_slice(),
-            scratch: vec![0; geom.stride()].into_boxed_slice(),
         };
         srq.init();
         let cmd = Cmd::new(opcode::SW2HW_SRQ).in_mod(srqn);

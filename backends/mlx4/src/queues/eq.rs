@@ -9,8 +9,7 @@ use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::EventQueue;
 
-use super::Geometry;
-use crate::dma::Ring;
+use crate::dma::{Consumer, DeviceToHost, Slots};
 use crate::layout::eqe::{self, EQE_SIZE};
 use crate::layout::uar::{EQ_ARM, eq_doorbell};
 
@@ -18,21 +17,29 @@ use crate::layout::uar::{EQ_ARM, eq_doorbell};
 #[derive(Debug)]
 pub(crate) struct Mlx4Eq {
     pub(crate) eqn: u32,
-    pub(crate) buf: Ring,
-    pub(crate) geom: Geometry,
-    pub(crate) ci: u32,
+    /// The EQE ring (32-byte slots, geometry checked when the EQ was made).
+    pub(crate) buf: Slots<EQE_SIZE>,
+    /// The consumer index: the device produces, the host consumes.
+    pub(crate) ci: Consumer<DeviceToHost>,
     pub(crate) bar2: Arc<dyn Mmio>,
 }
 
 impl Mlx4Eq {
+    /// The EQ on `buf`, consuming from counter 0.
+    pub(crate) fn new(eqn: u32, buf: Slots<EQE_SIZE>, bar2: Arc<dyn Mmio>) -> Self {
+        let ci = Consumer::new(buf.geom());
+        Self { eqn, buf, ci, bar2 }
+    }
+
+    /// The tail word (acquire load of the last 8 bytes) of the entry at the consumer index,
+    /// when its owner bit says the host owns it.
     fn owned(&self) -> Option<[u8; 8]> {
-        let off = self.geom.offset(self.ci) + EQE_SIZE - 8;
-        let t = self.buf.load8(off)?;
-        ((t[7] & 0x80 != 0) == self.geom.parity(self.ci)).then_some(t)
+        let t = self.buf.at(self.ci.tail()).load8::<{ EQE_SIZE - 8 }>();
+        self.ci.owns(t[7] & 0x80 != 0).then_some(t)
     }
 
     fn doorbell(&self, arm: bool) {
-        let v = (self.ci & 0xff_ffff) | if arm { EQ_ARM } else { 0 };
+        let v = (self.ci.tail() & 0xff_ffff) | if arm { EQ_ARM } else { 0 };
         let _ = self.bar2.write32(eq_doorbell(self.eqn), v);
     }
 }
@@ -47,15 +54,13 @@ impl EventQueue for Mlx4Eq {
             return Ok(None);
         };
         barrier::from_device();
+        let index = self.ci.tail();
         let mut raw = [0u8; EQE_SIZE];
-        let _ = self
-            .buf
-            .read_into(self.geom.offset(self.ci), &mut raw[..EQE_SIZE - 8]);
+        raw[..EQE_SIZE - 8].copy_from_slice(&self.buf.at(index).read::<0, { EQE_SIZE - 8 }>());
         raw[EQE_SIZE - 8..].copy_from_slice(&tail);
-        let index = self.ci;
-        self.ci = self.ci.wrapping_add(1);
+        self.ci.advance(1);
         // Keep the HCA from seeing the EQ as full during long bursts (facts §7.3).
-        if self.ci % 128 == 0 {
+        if self.ci.tail() % 128 == 0 {
             self.doorbell(false);
         }
         eqe::decode(&raw, self.eqn, index).map(Some)

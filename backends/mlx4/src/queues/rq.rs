@@ -6,32 +6,44 @@ use portverbs_hal::error::WqeError;
 use portverbs_hal::queue::RecvQueue;
 use portverbs_hal::wr::Sge;
 
-use super::Geometry;
-use crate::dma::Ring;
+use crate::dma::{Slot, Slots};
 use crate::doorbell::DbRecord;
-use crate::layout::wqe::{INLINE_SEG, INVALID_LKEY};
+use crate::layout::wqe::{DataSeg, INLINE_SEG, INVALID_LKEY};
 
-/// Writes a scatter list (with its terminator when shorter than `slots`) into `out`; returns
-/// the bytes used.
-pub(crate) fn scatter(out: &mut [u8], sges: &[Sge], slots: usize) -> Result<usize, WqeError> {
-    if sges.len() > slots {
+/// Bytes of a data (scatter) segment, and the least a receive WQE holds: one entry.
+pub(crate) const DATA_SEG: usize = size_of::<DataSeg>();
+
+/// Writes a scatter list (with its terminator when shorter than `entries`) into `wqe` from
+/// byte `at`, straight into the ring; returns the end. Nothing is written when the list is
+/// longer than `entries`; callers size `entries` so that they fit the slot from `at` (a
+/// segment past the slot's end would be dropped, never written outside it).
+#[inline(always)]
+pub(crate) fn scatter<const MIN: usize>(
+    wqe: Slot<'_, MIN>,
+    mut at: usize,
+    sges: &[Sge],
+    entries: usize,
+) -> Result<usize, WqeError> {
+    if sges.len() > entries {
         return Err(WqeError::TooManySges {
             given: sges.len(),
-            max: slots as u32,
+            max: entries as u32,
         });
     }
-    let mut at = 0;
     for s in sges {
         let count = if s.length == 0 { INLINE_SEG } else { s.length };
-        out[at..at + 4].copy_from_slice(&count.to_be_bytes());
-        out[at + 4..at + 8].copy_from_slice(&s.lkey.to_be_bytes());
-        out[at + 8..at + 16].copy_from_slice(&s.addr.to_be_bytes());
-        at += 16;
+        let mut seg = [0u8; DATA_SEG];
+        seg[..4].copy_from_slice(&count.to_be_bytes());
+        seg[4..8].copy_from_slice(&s.lkey.to_be_bytes());
+        seg[8..].copy_from_slice(&s.addr.to_be_bytes());
+        let _ = wqe.put_at(at, seg);
+        at += DATA_SEG;
     }
-    if sges.len() < slots {
-        out[at..at + 16].fill(0);
-        out[at + 4..at + 8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
-        at += 16;
+    if sges.len() < entries {
+        let mut seg = [0u8; DATA_SEG];
+        seg[4..8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
+        let _ = wqe.put_at(at, seg);
+        at += DATA_SEG;
     }
     Ok(at)
 }
@@ -39,16 +51,15 @@ pub(crate) fn scatter(out: &mut [u8], sges: &[Sge], slots: usize) -> Result<usiz
 /// Host side of a QP's receive queue.
 #[derive(Debug)]
 pub struct Mlx4Rq {
-    pub(crate) buf: Ring,
-    pub(crate) geom: Geometry,
+    /// The WQE ring (slots of whole data segments, geometry checked when the QP was made).
+    pub(crate) buf: Slots<DATA_SEG>,
     pub(crate) max_sge: u32,
     pub(crate) db: DbRecord,
-    pub(crate) scratch: Box<[u8]>,
 }
 
 impl RecvQueue for Mlx4Rq {
     fn depth(&self) -> u32 {
-        self.geom.cnt
+        self.buf.geom().cnt
     }
 
     fn max_sge(&self) -> u32 {
@@ -62,10 +73,8 @@ impl RecvQueue for Mlx4Rq {
                 max: self.max_sge,
             });
         }
-        let n = scatter(&mut self.scratch, sges, self.geom.stride() / 16)?;
-        let _ = self
-            .buf
-            .write(self.geom.offset(counter), &self.scratch[..n]);
+        let wqe = self.buf.at(counter);
+        scatter(wqe, 0, sges, wqe.len() / DATA_SEG)?;
         Ok(())
     }
 
@@ -76,5 +85,106 @@ impl RecvQueue for Mlx4Rq {
 
     fn reset(&mut self) {
         self.db.store_be32(0, 0);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    use std::sync::Arc;
+
+    use portverbs_dma::SoftDma;
+
+    use crate::dma::{HostMapped, Ring};
+    use crate::queues::Geometry;
+
+    /// A zeroed ring of `bytes` bytes.
+    pub(crate) fn ring(bytes: usize) -> Ring {
+        Ring::new(SoftDma::alloc(bytes).unwrap() as Arc<dyn HostMapped>)
+    }
+
+    /// The 16 bytes of a data segment as facts §5.6 lays it out (all big-endian).
+    pub(crate) fn seg(count: u32, lkey: u32, addr: u64) -> Vec<u8> {
+        [
+            &count.to_be_bytes()[..],
+            &lkey.to_be_bytes(),
+            &addr.to_be_bytes(),
+        ]
+        .concat()
+    }
+
+    fn rq(cnt: u32, shift: u32) -> Mlx4Rq {
+        let geom = Geometry {
+            base: 0,
+            shift,
+            cnt,
+        };
+        Mlx4Rq {
+            buf: Slots::new(ring(geom.bytes()), geom).unwrap(),
+            max_sge: (geom.stride() / DATA_SEG) as u32,
+            db: DbRecord::in_test_region(ring(8)),
+        }
+    }
+
+    fn bytes(rq: &Mlx4Rq, counter: u32) -> Vec<u8> {
+        let mut out = vec![0u8; rq.buf.geom().stride()];
+        assert!(rq.buf.at(counter).read_at(0, &mut out));
+        out
+    }
+
+    #[test]
+    fn receive_wqes_are_scatter_lists_with_a_terminator_when_short() {
+        // Two 64-byte WQEs of four entries each; counter 3 is slot 1.
+        let mut rq = rq(2, 6);
+        let a = Sge {
+            addr: 0x1122_3344_5566_7788,
+            length: 100,
+            lkey: 7,
+        };
+        let empty = Sge {
+            addr: 0x10,
+            length: 0,
+            lkey: 8,
+        };
+        rq.write_wqe(3, &[a, empty]).unwrap();
+        let want = [
+            seg(100, 7, 0x1122_3344_5566_7788),
+            seg(INLINE_SEG, 8, 0x10),
+            seg(0, INVALID_LKEY, 0),
+            vec![0; 16],
+        ]
+        .concat();
+        assert_eq!(bytes(&rq, 1), want);
+        assert_eq!(bytes(&rq, 0), vec![0; 64], "other slots untouched");
+        // A full list has no terminator.
+        rq.write_wqe(0, &[a; 4]).unwrap();
+        assert_eq!(bytes(&rq, 0), seg(100, 7, 0x1122_3344_5566_7788).repeat(4));
+        // Too long a list is refused and nothing is written.
+        assert_eq!(
+            rq.write_wqe(1, &[empty; 5]),
+            Err(WqeError::TooManySges { given: 5, max: 4 })
+        );
+        assert_eq!(bytes(&rq, 1), want);
+        // The doorbell record takes the low 16 bits of the head, big-endian.
+        rq.ring_doorbell(0x1_2345);
+        assert_eq!(rq.db.mem.read::<4>(0), Some([0, 0, 0x23, 0x45]));
+        rq.reset();
+        assert_eq!(rq.db.mem.read::<4>(0), Some([0; 4]));
+        assert_eq!(rq.depth(), 2);
+    }
+
+    #[test]
+    fn a_one_entry_wqe_holds_exactly_one_segment() {
+        let mut rq = rq(1, 4);
+        rq.write_wqe(0, &[]).unwrap();
+        assert_eq!(bytes(&rq, 0), seg(0, INVALID_LKEY, 0));
+        let s = Sge {
+            addr: 1,
+            length: 2,
+            lkey: 3,
+        };
+        rq.write_wqe(0, &[s]).unwrap();
+        assert_eq!(bytes(&rq, 0), seg(2, 3, 1));
     }
 }
