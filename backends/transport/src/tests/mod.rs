@@ -9,3 +9,5 @@ mod completer;
 mod modify;
 mod requester;
 mod responder;
+
+mod frames;
