@@ -37,8 +37,10 @@
 //! Layering: `wire` → `transport` → `fabric` → devices (`soft`, `mlx4-model`). What this crate
 //! must never do: know a device's queue formats or commands (that is behind [`Node`]);
 //! downcast a node; depend on `verbs-core` or on a device crate; take a lock or allocate per
-//! packet on its step path. It may run a thread (the engine thread emulates hardware); the
-//! stepped mode runs none.
+//! packet on its step path (a running packet capture excepted: it serialises and writes every
+//! packet, and is off unless asked for). It may run a thread (the engine thread emulates
+//! hardware); the stepped mode runs none. Its only file I/O is the capture file ([`capture`]:
+//! frames in, pcap records out, so that a port over real UDP can write the same captures).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
