@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
-use portverbs_soft::{DeviceConfig, Fabric, SoftDevice};
+use portverbs_soft::{DeviceConfig, Fabric, FabricConfig, SoftDevice};
 
 use crate::AnyDevice;
 #[cfg(target_os = "linux")]
@@ -116,7 +116,14 @@ pub fn emulated_mlx4(
 fn embedded() -> &'static Embedded {
     static EMBEDDED: OnceLock<Embedded> = OnceLock::new();
     EMBEDDED.get_or_init(|| {
-        let fabric = Fabric::threaded();
+        // `PORTVERBS_PCAP`: capture from the first packet on.
+        let fabric = Fabric::new(FabricConfig {
+            capture: crate::env::capture_env(),
+            ..FabricConfig::default()
+        });
+        if let Some(e) = fabric.capture_error() {
+            tracing::warn!(error = %e, "PORTVERBS_PCAP: no packet capture");
+        }
         let mut devices: Vec<AnyDevice> = EMBEDDED_ADDRS
             .iter()
             .filter_map(|ip| SoftDevice::attach(&fabric, DeviceConfig::with_ip(*ip)).ok())
@@ -154,7 +161,10 @@ pub fn embedded_mlx4_models() -> &'static [portverbs_mlx4_model::Mlx4Model] {
     &embedded().models
 }
 
-/// The embedded in-process fabric (free-running; created on first use).
+/// The embedded in-process fabric (free-running; created on first use). With
+/// `PORTVERBS_PCAP=<path>` in the environment it captures every packet to that pcap file
+/// ([`crate::capture_env`]); its [`capture_error`](Fabric::capture_error) tells why not when
+/// the file could not be written, and [`stop_capture`](Fabric::stop_capture) ends it.
 pub fn embedded_fabric() -> &'static Fabric {
     &embedded().fabric
 }

@@ -1,7 +1,9 @@
-//! The environment variables the VFIO scan of [`crate::devices`] follows.
+//! The environment variables [`crate::devices`] follows: the VFIO scan's and the packet
+//! capture of the embedded fabric.
 
 use std::ffi::OsStr;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use thiserror::Error;
 
@@ -89,6 +91,27 @@ fn parse_hardware_env(
     })
 }
 
+/// `PORTVERBS_PCAP=<path>`: the pcap file the embedded fabric ([`crate::embedded_fabric`])
+/// writes every packet to, from its start (see [`crate::soft::Fabric::start_capture`] for what
+/// is captured). `None` when unset or empty.
+///
+/// Any other value is a path, so this cannot fail; a file that cannot be created leaves the
+/// fabric running without a capture, and says why:
+///
+/// ```
+/// if let Some(e) = portverbs::embedded_fabric().capture_error() {
+///     eprintln!("no capture: {e}");
+/// }
+/// ```
+pub fn capture_env() -> Option<PathBuf> {
+    parse_capture_env(std::env::var_os("PORTVERBS_PCAP").as_deref())
+}
+
+/// [`capture_env`] over the value (`None` = unset).
+fn parse_capture_env(pcap: Option<&OsStr>) -> Option<PathBuf> {
+    pcap.filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +147,16 @@ mod tests {
             }
         );
         assert!(err.to_string().starts_with("PORTVERBS_NO_VFIO=\"maybe\""));
+    }
+
+    #[test]
+    fn pcap_is_a_path_unless_empty() {
+        assert_eq!(parse_capture_env(None), None);
+        assert_eq!(parse_capture_env(Some(OsStr::new(""))), None);
+        assert_eq!(
+            parse_capture_env(Some(OsStr::new("/tmp/a b.pcap"))),
+            Some(PathBuf::from("/tmp/a b.pcap"))
+        );
     }
 
     #[test]

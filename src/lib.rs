@@ -70,6 +70,12 @@
 //!   functions bound to vfio-pci are listed too ([`hardware_env`] tells how the scan is
 //!   steered).
 //!
+//! ## Packet capture
+//! `PORTVERBS_PCAP=<path>` makes the embedded fabric write every packet its devices send to a
+//! pcap file, as Ethernet + IP + UDP (port 4791) + InfiniBand frames with their ICRC, which
+//! Wireshark and tshark decode as RoCEv2 ([`capture_env`]). A fabric of your own captures
+//! with [`soft::FabricConfig::capture`] or [`soft::Fabric::start_capture`].
+//!
 //! ## Features
 //! * `tokio` — Linux: the event queues' eventfds are registered with tokio's reactor the first
 //!   time a task awaits them, so hardware interrupts wake tasks too.
@@ -88,7 +94,7 @@ pub use devices::{
     EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, EmulatedMlx4Error, SkipReason, SkippedDevice, device,
     devices, embedded_fabric, embedded_mlx4_models, emulated_mlx4, skipped_devices,
 };
-pub use env::{EnvError, HardwareEnv, hardware_env};
+pub use env::{EnvError, HardwareEnv, capture_env, hardware_env};
 pub use open::{context_options, open, platform_sinks};
 pub use portverbs_hal as hal;
 pub use portverbs_mlx4 as mlx4;

@@ -108,6 +108,7 @@ impl Env {
                     mode: portverbs::soft::Mode::Stepped,
                     seed,
                     faults,
+                    capture: None,
                 });
                 let devs: Vec<SoftDevice> = ["10.0.0.1", "10.0.0.2"]
                     .iter()
@@ -134,6 +135,7 @@ impl Env {
                     mode: portverbs::soft::Mode::Stepped,
                     seed,
                     faults,
+                    capture: None,
                 });
                 let mut devs = Vec::new();
                 let mut ctxs = Vec::new();

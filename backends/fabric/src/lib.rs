@@ -18,14 +18,33 @@
 //! Device commands (create a QP, register memory …) take the fabric's lock; posting and polling
 //! never do (a doorbell is a lock-free [`Kicker`]).
 //!
+//! ## Packet capture
+//! A fabric can write every packet its nodes send to a pcap file that Wireshark and tshark
+//! decode as InfiniBand over RoCEv2: set [`FabricConfig::capture`], or call
+//! [`Fabric::start_capture`] and [`Fabric::stop_capture`] (the facade's embedded fabric
+//! follows `PORTVERBS_PCAP=<path>`). Each packet is written once, as its real RoCEv2 frame
+//! (IP, UDP to port 4791, InfiniBand headers, payload, pad, ICRC) behind a synthetic Ethernet
+//! header ([`capture`] says how it is made), at routing time: what a node puts on the wire,
+//! *before* the link's faults — a packet the link then loses is in the capture, a duplicate
+//! is there once, a corrupted one as it was sent. A train (the packets of one message a
+//! fault-free link carries as one unit) is written as its individual packets. Timestamps are
+//! the fabric's clock: virtual nanoseconds since the start in stepped mode, real ones since the
+//! fabric was made when free-running. The file is flushed after every routing pass, so it is
+//! whole whenever the fabric is idle. A write error ends the capture, never the fabric:
+//! [`Fabric::capture_error`] and [`Fabric::stop_capture`] report it. With no capture running
+//! the routing path pays one test of an `Option`.
+//!
 //! Layering: `wire` → `transport` → `fabric` → devices (`soft`, `mlx4-model`). What this crate
 //! must never do: know a device's queue formats or commands (that is behind [`Node`]);
 //! downcast a node; depend on `verbs-core` or on a device crate; take a lock or allocate per
-//! packet on its step path. It may run a thread (the engine thread emulates hardware); the
-//! stepped mode runs none.
+//! packet on its step path (a running packet capture excepted: it serialises and writes every
+//! packet, and is off unless asked for). It may run a thread (the engine thread emulates
+//! hardware); the stepped mode runs none. Its only file I/O is the capture file ([`capture`]:
+//! frames in, pcap records out, so that a port over real UDP can write the same captures).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod capture;
 mod faults;
 mod kick;
 mod node;
@@ -33,6 +52,7 @@ mod rng;
 mod sim;
 
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -42,6 +62,7 @@ use crossbeam_channel::{Receiver, Sender};
 use portverbs_hal::types::Gid;
 use thiserror::Error;
 
+pub use capture::{CaptureError, CaptureStats, PcapCapture};
 pub use faults::{FabricStats, LinkFaults};
 pub use kick::Kicker;
 pub use node::{Joining, Node, NodeConfig, NodeCtx, NodeHandle};
@@ -59,7 +80,7 @@ pub enum Mode {
 }
 
 /// Fabric settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct FabricConfig {
     /// Driving mode.
     pub mode: Mode,
@@ -67,6 +88,10 @@ pub struct FabricConfig {
     pub seed: u64,
     /// Link behaviour.
     pub faults: LinkFaults,
+    /// Capture every packet to this pcap file from the start (see the crate docs). A file that
+    /// cannot be created leaves the fabric running without a capture; [`Fabric::capture_error`]
+    /// says why.
+    pub capture: Option<PathBuf>,
 }
 
 impl Default for FabricConfig {
@@ -75,6 +100,7 @@ impl Default for FabricConfig {
             mode: Mode::Threaded,
             seed: 1,
             faults: LinkFaults::NONE,
+            capture: None,
         }
     }
 }
@@ -239,8 +265,15 @@ impl Fabric {
     /// A fabric with the given settings (free-running mode starts the engine thread).
     pub fn new(config: FabricConfig) -> Self {
         let (kicks_tx, kicks_rx) = crossbeam_channel::bounded(1 << 16);
+        let mut sim = Sim::new(config.seed, config.faults);
+        if let Some(path) = &config.capture {
+            match PcapCapture::create(path) {
+                Ok(c) => sim.capture = Some(c),
+                Err(e) => sim.capture_failure = Some(e),
+            }
+        }
         let shared = Arc::new(Shared {
-            sim: Mutex::new(Sim::new(config.seed, config.faults)),
+            sim: Mutex::new(sim),
             kicks_tx,
             kicks_rx,
             overflow: Arc::new(AtomicBool::new(false)),
@@ -278,7 +311,7 @@ impl Fabric {
         Self::new(FabricConfig {
             mode: Mode::Stepped,
             seed,
-            faults: LinkFaults::NONE,
+            ..FabricConfig::default()
         })
     }
 
@@ -300,6 +333,61 @@ impl Fabric {
     /// Packet statistics.
     pub fn stats(&self) -> FabricStats {
         self.shared.lock().stats
+    }
+
+    /// Starts capturing every packet to a new pcap file at `path` (truncating an existing one);
+    /// see the crate docs for what is written. Clears the error of an earlier capture.
+    ///
+    /// # Errors
+    /// [`CaptureError::AlreadyRunning`] while a capture runs; [`CaptureError::Create`] or
+    /// [`CaptureError::Write`] when the file cannot be created or its header written.
+    pub fn start_capture(&self, path: impl AsRef<Path>) -> Result<(), CaptureError> {
+        if self.shared.lock().capture.is_some() {
+            return Err(CaptureError::AlreadyRunning);
+        }
+        // The file is made without the fabric's lock, so the engine runs on meanwhile.
+        let capture = PcapCapture::create(path.as_ref())?;
+        let mut sim = self.shared.lock();
+        if sim.capture.is_some() {
+            return Err(CaptureError::AlreadyRunning);
+        }
+        sim.capture = Some(capture);
+        sim.capture_failure = None;
+        Ok(())
+    }
+
+    /// Stops the capture and closes its file: `Ok(Some(counts))` when one was running,
+    /// `Ok(None)` when none was.
+    ///
+    /// # Errors
+    /// The error that ended the capture earlier (it is cleared by being returned), or the
+    /// failure of the final flush.
+    pub fn stop_capture(&self) -> Result<Option<CaptureStats>, CaptureError> {
+        let (capture, failure) = {
+            let mut sim = self.shared.lock();
+            (sim.capture.take(), sim.capture_failure.take())
+        };
+        match (capture, failure) {
+            (Some(c), _) => c.finish().map(|(_, stats)| Some(stats)),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Whether a capture is running.
+    pub fn is_capturing(&self) -> bool {
+        self.shared.lock().capture.is_some()
+    }
+
+    /// What the running capture wrote so far (`None` when none runs).
+    pub fn capture_stats(&self) -> Option<CaptureStats> {
+        self.shared.lock().capture.as_ref().map(PcapCapture::stats)
+    }
+
+    /// Why the last capture ended on its own (a write error), or why the capture of
+    /// [`FabricConfig::capture`] never started; `None` otherwise. The fabric keeps running.
+    pub fn capture_error(&self) -> Option<CaptureError> {
+        self.shared.lock().capture_failure.clone()
     }
 
     /// Packets still in flight.

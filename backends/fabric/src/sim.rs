@@ -10,7 +10,9 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::io::BufWriter;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -21,6 +23,7 @@ use portverbs_hal::types::Gid;
 use portverbs_transport::Packet;
 use smallvec::SmallVec;
 
+use crate::capture::{CaptureError, PcapCapture};
 use crate::faults::{FabricStats, LinkFaults};
 use crate::kick::Kick;
 use crate::node::Node;
@@ -128,6 +131,10 @@ pub(crate) struct Sim {
     pub(crate) out: Vec<Packet>,
     frame: Vec<u8>,
     pub(crate) stats: FabricStats,
+    /// The running packet capture: every packet that leaves a node, written at routing time.
+    pub(crate) capture: Option<PcapCapture<BufWriter<File>>>,
+    /// Why the last capture stopped on its own (kept until the next start or stop).
+    pub(crate) capture_failure: Option<CaptureError>,
 }
 
 impl Sim {
@@ -147,6 +154,8 @@ impl Sim {
             out: Vec::with_capacity(256),
             frame: Vec::with_capacity(4200),
             stats: FabricStats::default(),
+            capture: None,
+            capture_failure: None,
         }
     }
 
@@ -155,10 +164,14 @@ impl Sim {
         self.ready.len() + self.delayed.len() + self.batch.len()
     }
 
-    /// Hands every packet the engines produced to the links.
+    /// Hands every packet the engines produced to the links (capturing them first when a
+    /// capture runs: what is put on the wire, before the links' faults).
     pub(crate) fn route_out(&mut self) {
         if self.out.is_empty() {
             return;
+        }
+        if self.capture.is_some() {
+            self.capture_out();
         }
         if self.faults == LinkFaults::NONE && self.ready.is_empty() {
             if self.batch.is_empty() {
@@ -173,6 +186,27 @@ impl Sim {
             self.route(pkt);
         }
         self.out = out;
+    }
+
+    /// Writes every packet of `out` to the capture and flushes it, so that the file is whole
+    /// after every routing pass (the embedded fabric of a process is never dropped). A failure
+    /// ends the capture and is kept for [`crate::Fabric::capture_error`].
+    #[cold]
+    #[inline(never)]
+    fn capture_out(&mut self) {
+        let Some(capture) = self.capture.as_mut() else {
+            return;
+        };
+        let now = self.now;
+        let written = self
+            .out
+            .iter()
+            .try_for_each(|pkt| capture.write_packet(now, pkt))
+            .and_then(|()| capture.flush());
+        if let Err(e) = written {
+            self.capture = None;
+            self.capture_failure = Some(e);
+        }
     }
 
     fn route(&mut self, pkt: Packet) {

@@ -33,5 +33,7 @@ pub use device::{
     DeviceConfig, PortConfig, ResourceCounts, SoftCq, SoftDevice, SoftRq, SoftSq, SoftSrq,
 };
 pub use dma::SoftDma;
-pub use portverbs_fabric::{Fabric, FabricConfig, FabricError, FabricStats, LinkFaults, Mode};
+pub use portverbs_fabric::{
+    CaptureError, CaptureStats, Fabric, FabricConfig, FabricError, FabricStats, LinkFaults, Mode,
+};
 pub use portverbs_transport::EngineStats;

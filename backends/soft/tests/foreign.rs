@@ -320,6 +320,7 @@ fn rc_with_a_foreign_device_survives_loss_and_reordering() {
                 reorder_window_ns: 50_000,
                 ..LinkFaults::NONE
             },
+            capture: None,
         });
         rc_exchange(&fabric);
         let st = fabric.stats();
