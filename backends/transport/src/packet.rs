@@ -309,7 +309,8 @@ impl Packet {
         out
     }
 
-    /// Serialises the packet as a RoCEv2 frame (IP, UDP, transport headers, payload, pad, ICRC).
+    /// Serialises the packet as a RoCEv2 frame (IP, UDP, transport headers, payload, pad, ICRC),
+    /// with the packet's own traffic class, hop limit and (IPv6) flow label in the IP header.
     ///
     /// # Errors
     /// Mixed IP families, or payload memory that can no longer be read.
@@ -320,7 +321,14 @@ impl Packet {
             .payload
             .to_vec()
             .map_err(|_| WireError::BadIpHeader("payload memory unreadable"))?;
-        wire::build_frame(
+        let opts = wire::FrameOptions {
+            traffic_class: self.traffic_class,
+            hop_limit: self.hop_limit,
+            flow_label: self.flow_label & 0xF_FFFF,
+            ..wire::FrameOptions::default()
+        };
+        wire::build_frame_with(
+            &opts,
             self.src_gid.to_ip(),
             self.dst_gid.to_ip(),
             self.udp_sport,
@@ -345,9 +353,9 @@ impl Packet {
         Ok(Some(Self {
             src_gid: gid(view.src),
             dst_gid: gid(view.dst),
-            flow_label: 0,
-            traffic_class: 0,
-            hop_limit: 64,
+            flow_label: view.flow_label,
+            traffic_class: view.traffic_class,
+            hop_limit: view.hop_limit,
             udp_sport: view.udp_sport,
             hdr: parsed.hdr,
             payload: PayloadData::from_slice(parsed.payload),

@@ -34,6 +34,8 @@ pub struct FrameView<'a> {
     pub traffic_class: u8,
     /// IPv4 TTL / IPv6 hop limit.
     pub hop_limit: u8,
+    /// IPv6 flow label (20 bits); 0 for IPv4.
+    pub flow_label: u32,
 }
 
 impl<'a> FrameView<'a> {
@@ -63,6 +65,7 @@ struct IpInfo<'a> {
     dst: IpAddr,
     traffic_class: u8,
     hop_limit: u8,
+    flow_label: u32,
 }
 
 fn parse_ipv4(frame: &[u8]) -> Result<IpInfo<'_>, WireError> {
@@ -94,6 +97,7 @@ fn parse_ipv4(frame: &[u8]) -> Result<IpInfo<'_>, WireError> {
         dst: IpAddr::V4(Ipv4Addr::from(read_4(frame, field::V4_DST)?)),
         traffic_class: read_u8(frame, field::V4_TOS)?,
         hop_limit: read_u8(frame, field::V4_TTL)?,
+        flow_label: 0,
     })
 }
 
@@ -107,6 +111,7 @@ fn parse_ipv6(frame: &[u8]) -> Result<IpInfo<'_>, WireError> {
     let total = IPV6_HEADER_LEN + usize::from(read_u16(frame, field::V6_PAYLOAD_LEN)?);
     check_len(frame, total)?;
     let vtc = read_u16(frame, 0..2)?;
+    let flow = read_u16(frame, 2..4)?;
     Ok(IpInfo {
         header: frame.get(..IPV6_HEADER_LEN).unwrap_or(&[]),
         datagram: frame.get(IPV6_HEADER_LEN..total).unwrap_or(&[]),
@@ -114,6 +119,7 @@ fn parse_ipv6(frame: &[u8]) -> Result<IpInfo<'_>, WireError> {
         dst: IpAddr::V6(Ipv6Addr::from(read_16(frame, field::V6_DST)?)),
         traffic_class: ((vtc >> 4) & 0xFF) as u8,
         hop_limit: read_u8(frame, field::V6_HOP_LIMIT)?,
+        flow_label: (u32::from(vtc & 0x000F) << 16) | u32::from(flow),
     })
 }
 
@@ -181,5 +187,6 @@ pub fn parse_frame(frame: &[u8]) -> Result<FrameView<'_>, WireError> {
         icrc_computed: computed,
         traffic_class: ip.traffic_class,
         hop_limit: ip.hop_limit,
+        flow_label: ip.flow_label,
     })
 }

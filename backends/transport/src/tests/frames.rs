@@ -40,7 +40,45 @@ fn check(bytes: &[u8]) {
     assert_eq!(again.hdr, pkt.hdr);
     assert_eq!((again.src_gid, again.dst_gid), (pkt.src_gid, pkt.dst_gid));
     assert_eq!(again.udp_sport, pkt.udp_sport);
+    assert_eq!(
+        (again.traffic_class, again.hop_limit, again.flow_label),
+        (pkt.traffic_class, pkt.hop_limit, pkt.flow_label)
+    );
     assert_eq!(again.payload.to_vec().ok(), pkt.payload.to_vec().ok());
+}
+
+#[test]
+fn the_ip_header_carries_the_packets_class_hop_limit_and_flow_label() {
+    let v6 = |last: u16| {
+        portverbs_hal::types::Gid::from_ip(std::net::IpAddr::V6(std::net::Ipv6Addr::new(
+            0xfd00, 0, 0, 0, 0, 0, 0, last,
+        )))
+    };
+    let mut pkt = request(Opcode::SendOnly, 9, true, &pattern(20, 3));
+    pkt.src_gid = v6(2);
+    pkt.dst_gid = v6(1);
+    pkt.traffic_class = 0x68;
+    pkt.hop_limit = 17;
+    pkt.flow_label = 0x1_2345;
+    let mut f = Vec::new();
+    pkt.to_frame(&mut f).expect("serialises");
+    let view = parse_frame(&f).expect("parses");
+    assert_eq!(
+        (view.traffic_class, view.hop_limit, view.flow_label),
+        (0x68, 17, 0x1_2345)
+    );
+    check(&f);
+    // IPv4 has no flow label: the TOS and TTL travel, the label stays with the sender.
+    let mut pkt = request(Opcode::SendOnly, 9, true, &pattern(20, 3));
+    pkt.traffic_class = 0x20;
+    pkt.hop_limit = 5;
+    let mut f = Vec::new();
+    pkt.to_frame(&mut f).expect("serialises");
+    let back = Packet::from_frame(&f).expect("parses").expect("ICRC");
+    assert_eq!(
+        (back.traffic_class, back.hop_limit, back.flow_label),
+        (0x20, 5, 0)
+    );
 }
 
 #[test]
