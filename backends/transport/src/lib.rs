@@ -62,7 +62,7 @@ use std::collections::VecDeque;
 
 use portverbs_hal::attr::{QpAttr, QpAttrMask};
 use portverbs_hal::error::CommandError;
-use portverbs_hal::types::{Gid, Mtu, QpState};
+use portverbs_hal::types::{Gid, Mtu, QpState, QpType};
 
 pub use hca::{Hca, RecvSource, RecvWqe, SendWqe, UdTarget, WqeFault};
 pub use memory::MemoryTable;
@@ -135,6 +135,9 @@ pub struct EngineStats {
     pub duplicates: u64,
     /// Packets dropped (bad Q_Key, unknown QP, wrong state …).
     pub dropped: u64,
+    /// Of those dropped, packets to an RC or UC QP from an address that is not the QP's
+    /// path: another sender using the QP's number.
+    pub misaddressed: u64,
 }
 
 /// Everything of an engine except the QP table, so one QP and the rest can be borrowed together.
@@ -428,6 +431,17 @@ impl Engine {
         // opcode's transport must be the destination QP's).
         if opcode.service() != requester::service(qp.init.qp_type) {
             self.core.stats.dropped += 1;
+            return;
+        }
+        // RC and UC: a connected QP takes packets from its path only (IBTA 9.6.1.1's source
+        // checks; rxe's address check does the same for RoCEv2). On a real wire anyone can
+        // send to a QP's number; such a packet is not this connection's.
+        if qp.init.qp_type != QpType::Ud
+            && !matches!(qp.state, QpState::Reset | QpState::Init)
+            && pkt.src_gid != qp.attr.ah_attr.dgid
+        {
+            self.core.stats.dropped += 1;
+            self.core.stats.misaddressed += 1;
             return;
         }
         if opcode.is_ack() || opcode.is_read_response() {

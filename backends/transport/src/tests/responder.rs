@@ -353,3 +353,21 @@ fn the_first_request_in_rtr_reports_communication_established() {
     assert!(s.has_event(QpEventKind::CommEstablished));
     assert_eq!(s.state(), QpState::Rtr);
 }
+
+#[test]
+fn a_packet_from_another_address_is_not_the_connections() {
+    let mut s = Side::rc();
+    s.post_recv(0, 64);
+    // The QP's number, a PSN in order, but another sender's address.
+    let mut spoofed = request(Opcode::SendOnly, RQ_PSN, true, &pattern(16, 1));
+    spoofed.src_gid = portverbs_hal::types::Gid::from_ip("10.9.9.9".parse().unwrap());
+    assert!(s.feed(spoofed).is_empty(), "no ACK or NAK for a stranger");
+    assert!(s.take_cqes().is_empty());
+    let stats = s.engine.stats();
+    assert_eq!((stats.misaddressed, stats.dropped), (1, 1));
+    // The same request from the path is taken: the stranger consumed nothing.
+    let out = s.feed(request(Opcode::SendOnly, RQ_PSN, true, &pattern(16, 1)));
+    assert_eq!(summary(&out), vec![(Opcode::Acknowledge, RQ_PSN)]);
+    assert_eq!(s.take_cqes().len(), 1);
+    assert_eq!(s.engine.stats().misaddressed, 1);
+}
