@@ -52,6 +52,10 @@ pub enum SkipReason {
     /// A function bound to vfio-pci could not be opened.
     #[error(transparent)]
     Vfio(#[from] portverbs_mlx4::OpenError),
+    /// A device `PORTVERBS_UDP` asked for could not be made.
+    #[cfg(target_os = "linux")]
+    #[error(transparent)]
+    Udp(#[from] crate::UdpDeviceError),
 }
 
 /// A device [`devices`] would have listed but could not open. The library prints nothing;
@@ -65,13 +69,13 @@ pub struct SkippedDevice {
 }
 
 /// The devices that could not be opened, in the order [`devices`] tried them (the embedded
-/// ones, then the VFIO-bound functions).
+/// ones, the UDP-bound ones of `PORTVERBS_UDP`, then the VFIO-bound functions).
 pub fn skipped_devices() -> Vec<&'static SkippedDevice> {
-    embedded()
-        .skipped
-        .iter()
-        .chain(hardware().1.iter())
-        .collect()
+    let mut v: Vec<&'static SkippedDevice> = embedded().skipped.iter().collect();
+    #[cfg(target_os = "linux")]
+    v.extend(crate::udp::env_devices().1.iter());
+    v.extend(hardware().1.iter());
+    v
 }
 
 /// Puts an emulated ConnectX-3 on `fabric` and brings it up with the mlx4 driver, with `ip`
@@ -180,8 +184,24 @@ pub fn embedded_fabric() -> &'static Fabric {
 /// ```
 pub fn devices() -> Vec<AnyDevice> {
     let mut v: Vec<AnyDevice> = embedded().devices.clone();
+    #[cfg(target_os = "linux")]
+    v.extend(
+        crate::udp::env_devices()
+            .0
+            .iter()
+            .map(crate::UdpDevice::any),
+    );
     v.extend(hardware().0.iter().cloned());
     v
+}
+
+/// Whether `dev` is a VFIO-bound function (not an emulated HCA).
+pub(crate) fn is_vfio(dev: &portverbs_mlx4::Mlx4Device) -> bool {
+    let name = &portverbs_hal::Device::info(dev).name;
+    hardware()
+        .0
+        .iter()
+        .any(|d| &portverbs_hal::Device::info(d).name == name)
 }
 
 /// The device with this name (`ibv_devices` prints the names), as [`devices`] lists it.

@@ -32,6 +32,15 @@ pub enum EnvError {
         /// The value found.
         value: String,
     },
+    /// An entry of `PORTVERBS_UDP` is not an IPv4 or IPv6 address.
+    #[error(
+        "PORTVERBS_UDP: {value:?} is not an IP address: set it to the addresses to bind \
+         software devices to, separated by commas (e.g. 127.0.0.1,127.0.0.2), or unset it"
+    )]
+    Udp {
+        /// The entry found.
+        value: String,
+    },
     /// `PORTVERBS_MLX4_IP` is not an IPv4 or IPv6 address.
     #[error(
         "PORTVERBS_MLX4_IP={value:?} is not an IP address: set it to the IPv4 or IPv6 address \

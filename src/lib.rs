@@ -87,6 +87,8 @@ mod any_queue;
 mod devices;
 mod env;
 mod open;
+#[cfg(target_os = "linux")]
+mod udp;
 
 pub use any::AnyDevice;
 pub use any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
@@ -100,7 +102,14 @@ pub use portverbs_hal as hal;
 pub use portverbs_mlx4 as mlx4;
 pub use portverbs_mlx4_model as mlx4_model;
 pub use portverbs_soft as soft;
+/// The UDP port: RoCEv2 over the kernel's UDP sockets (Linux).
+#[cfg(target_os = "linux")]
+pub use portverbs_udp as udp_port;
 pub use portverbs_verbs as verbs;
+#[cfg(target_os = "linux")]
+pub use udp::{
+    UdpDevice, UdpDeviceError, env_udp_device, in_process, udp_device, udp_device_on, udp_env,
+};
 
 /// The Linux platform layer: eventfds behind the event queues, for applications that run
 /// their own poll or epoll loop.

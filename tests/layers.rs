@@ -56,6 +56,14 @@ fn allowed(name: &str) -> &'static [&'static str] {
         "portverbs-dma" | "portverbs-wire" => &["portverbs-hal"],
         "portverbs-transport" => &["portverbs-hal", "portverbs-dma", "portverbs-wire"],
         "portverbs-fabric" => &["portverbs-hal", "portverbs-transport"],
+        // The UDP port routes packets between a fabric and the kernel's sockets; it knows no
+        // device.
+        "portverbs-udp" => &[
+            "portverbs-hal",
+            "portverbs-wire",
+            "portverbs-transport",
+            "portverbs-fabric",
+        ],
         "portverbs-soft" => &[
             "portverbs-hal",
             "portverbs-dma",

@@ -57,7 +57,10 @@ fn print(text: &str) -> Result<(), CliError> {
 fn check_environment() -> Result<(), CliError> {
     portverbs::hardware_env()
         .map(|_| ())
-        .map_err(CliError::usage)
+        .map_err(CliError::usage)?;
+    #[cfg(target_os = "linux")]
+    portverbs::udp_env().map_err(CliError::usage)?;
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -48,7 +48,7 @@ pub mod capture;
 mod faults;
 mod kick;
 mod node;
-mod rng;
+pub mod rng;
 mod sim;
 
 use std::net::IpAddr;
@@ -66,6 +66,7 @@ pub use capture::{CaptureError, CaptureStats, PcapCapture};
 pub use faults::{FabricStats, LinkFaults};
 pub use kick::Kicker;
 pub use node::{Joining, Node, NodeConfig, NodeCtx, NodeHandle};
+pub use rng::SplitMix64;
 
 use kick::{EngineWake, Kick};
 use sim::Sim;
@@ -132,6 +133,9 @@ pub enum FabricError {
     /// The node was detached from the fabric.
     #[error("the device was detached from the fabric")]
     Detached,
+    /// Another node already leads off this fabric ([`NodeCtx::claim_uplink`]).
+    #[error("another port is already this fabric's uplink")]
+    UplinkTaken,
 }
 
 /// State shared by the fabric handle, its nodes and the engine thread.
@@ -372,6 +376,32 @@ impl Fabric {
             (None, Some(e)) => Err(e),
             (None, None) => Ok(None),
         }
+    }
+
+    /// Whether a node leads off this fabric to a real network ([`NodeCtx::claim_uplink`]):
+    /// its devices are then reachable from outside the process.
+    pub fn has_uplink(&self) -> bool {
+        self.shared.lock().uplink.is_some()
+    }
+
+    /// Stepped mode: the time of the next scheduled event (a delayed packet or a timer), if
+    /// any. With [`Fabric::advance_to`] it lets a caller run several fabrics in lock-step.
+    pub fn next_event(&self) -> Option<u64> {
+        self.shared.lock().next_deadline()
+    }
+
+    /// Stepped mode: moves virtual time forward to `t` (never back) without doing anything
+    /// else; the next [`Fabric::step`] runs what is due then.
+    ///
+    /// # Errors
+    /// [`FabricError::WrongMode`] when free-running.
+    pub fn advance_to(&self, t: u64) -> Result<(), FabricError> {
+        if self.shared.mode != Mode::Stepped {
+            return Err(FabricError::WrongMode(Mode::Stepped));
+        }
+        let mut sim = self.shared.lock();
+        sim.now = sim.now.max(t);
+        Ok(())
     }
 
     /// Whether a capture is running.

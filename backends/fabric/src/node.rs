@@ -132,6 +132,7 @@ pub struct NodeCtx<'a, T> {
     /// Packets produced; the fabric routes them after the closure.
     pub out: &'a mut Vec<Packet>,
     routes: &'a mut Routes,
+    uplink: &'a mut Option<(NodeId, u8)>,
     id: NodeId,
 }
 
@@ -169,6 +170,22 @@ impl<T> NodeCtx<'_, T> {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Makes `port` of this node the fabric's uplink: packets for GIDs that no node owns go
+    /// there instead of being dropped as unroutable (a port onto a real network takes
+    /// everything that is not local, as a host's default route does).
+    ///
+    /// # Errors
+    /// [`FabricError::UplinkTaken`] when another node or port holds it.
+    pub fn claim_uplink(&mut self, port: u8) -> Result<(), FabricError> {
+        match *self.uplink {
+            Some(owner) if owner != (self.id, port) => Err(FabricError::UplinkTaken),
+            _ => {
+                *self.uplink = Some((self.id, port));
+                Ok(())
+            }
         }
     }
 
@@ -255,7 +272,11 @@ impl<T: Node> NodeHandle<T> {
         }
         let r = {
             let Sim {
-                now, routes, out, ..
+                now,
+                routes,
+                uplink,
+                out,
+                ..
             } = &mut *sim;
             let mut node = lock(&*self.node);
             f(&mut NodeCtx {
@@ -263,6 +284,7 @@ impl<T: Node> NodeHandle<T> {
                 now: *now,
                 out,
                 routes,
+                uplink,
                 id: self.id,
             })
         };
@@ -283,6 +305,9 @@ impl<T: Node> NodeHandle<T> {
             let mut sim = self.fabric.shared.lock();
             let me = self.id;
             sim.routes.retain(|_, (n, _)| *n != me);
+            if sim.uplink.is_some_and(|(n, _)| n == me) {
+                sim.uplink = None;
+            }
             sim.nodes.get_mut(self.id).and_then(Option::take)
         };
         // Dropped outside the lock: the node may release memory or handles of its own.

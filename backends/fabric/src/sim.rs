@@ -119,6 +119,9 @@ pub(crate) struct Sim {
     /// The kind of every node ever attached, by number (numbers default names per kind).
     pub(crate) kinds: Vec<&'static str>,
     pub(crate) routes: Routes,
+    /// Where packets for GIDs no node owns go: the port that leads off this fabric (a UDP
+    /// port onto a real network), if a node claimed it.
+    pub(crate) uplink: Option<(NodeId, u8)>,
     ready: VecDeque<Delivery>,
     /// Fault-free fast path: packets delivered in order, by reference, from the buffer the
     /// engines wrote them into (no per-packet moves).
@@ -144,6 +147,7 @@ impl Sim {
             nodes: Vec::new(),
             kinds: Vec::new(),
             routes: Routes::default(),
+            uplink: None,
             ready: VecDeque::new(),
             batch: Vec::with_capacity(256),
             spare: Vec::with_capacity(256),
@@ -209,8 +213,14 @@ impl Sim {
         }
     }
 
+    /// The node and port that own `gid`, or the uplink when none does.
+    #[inline]
+    fn lookup(&self, gid: &Gid) -> Option<(NodeId, u8)> {
+        self.routes.get(gid).copied().or(self.uplink)
+    }
+
     fn route(&mut self, pkt: Packet) {
-        let Some(&(dev, port)) = self.routes.get(&pkt.dst_gid) else {
+        let Some((dev, port)) = self.lookup(&pkt.dst_gid) else {
             self.stats.unroutable += 1;
             return;
         };
@@ -364,7 +374,7 @@ impl Sim {
             did = true;
             let batch = std::mem::replace(&mut self.batch, std::mem::take(&mut self.spare));
             for pkt in &batch {
-                let Some(&(dev, port)) = self.routes.get(&pkt.dst_gid) else {
+                let Some((dev, port)) = self.lookup(&pkt.dst_gid) else {
                     self.stats.unroutable += 1;
                     continue;
                 };
@@ -381,7 +391,9 @@ impl Sim {
             did |= n.run_timers(now, &mut self.out);
         }
         self.route_out();
-        did
+        // Packets the timers phase produced (coalesced ACKs, retransmissions) are delivered by
+        // the next step: say so, or a free-running engine would wait for a kick first.
+        did || !self.ready.is_empty() || !self.batch.is_empty()
     }
 
     /// The earliest future event (delayed packet or timer).

@@ -366,6 +366,60 @@ impl Packet {
     }
 }
 
+impl Packet {
+    /// The packet a RoCEv2 datagram received from a UDP socket carries (its ICRC already
+    /// checked by [`wire::open_datagram`]); `src_gid`/`dst_gid` are the datagram's addresses.
+    ///
+    /// # Errors
+    /// Transport headers that do not parse.
+    pub fn from_datagram(d: &wire::Datagram<'_>) -> Result<Self, WireError> {
+        let parsed = TransportHdr::parse(d.ib)?;
+        let mut pkt = Self::new(
+            Gid::from_ip(d.src),
+            Gid::from_ip(d.dst),
+            parsed.hdr,
+            PayloadData::from_slice(parsed.payload),
+        );
+        pkt.udp_sport = d.udp_sport;
+        Ok(pkt)
+    }
+
+    /// Appends the packet's transport headers, payload and pad to `out` (a RoCEv2 datagram
+    /// without its ICRC: [`wire::datagram_icrc`] computes that). A train must be split first.
+    ///
+    /// # Errors
+    /// Headers that cannot be emitted, a pad count that does not fit the payload, or payload
+    /// memory that cannot be read; `out` is then left as it was.
+    pub fn write_datagram(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        let start = out.len();
+        let result = self.append_datagram(out);
+        if result.is_err() {
+            out.truncate(start);
+        }
+        result
+    }
+
+    fn append_datagram(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        let mut hdr = [0u8; 64];
+        let n = self.hdr.emit(&mut hdr)?;
+        let len = self.payload.len();
+        let pad = wire::pad_len(len);
+        if self.train > 1 || self.hdr.bth.pad_count != pad {
+            return Err(WireError::BadPad {
+                pad: self.hdr.bth.pad_count,
+                payload: len,
+            });
+        }
+        out.extend_from_slice(hdr.get(..n).unwrap_or(&[]));
+        let at = out.len();
+        out.resize(at + len + usize::from(pad), 0);
+        let body = out.get_mut(at..at + len).unwrap_or(&mut []);
+        self.payload
+            .read(0, body)
+            .map_err(|_| WireError::BadIpHeader("payload memory unreadable"))
+    }
+}
+
 /// PSN arithmetic modulo 2^24 (facts/ib-cm-and-rocev2.md §6.1).
 pub mod psn {
     /// PSN mask.

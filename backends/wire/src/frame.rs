@@ -135,6 +135,53 @@ fn ipv6_header(
     Ok(h)
 }
 
+/// An IPv4 or IPv6 header, built on the stack.
+pub(crate) enum IpHeader {
+    V4([u8; IPV4_HEADER_LEN]),
+    V6([u8; IPV6_HEADER_LEN]),
+}
+
+impl IpHeader {
+    /// The header of a datagram of `udp_len` bytes (UDP header included) from `src` to `dst`.
+    pub(crate) fn new(
+        opts: &FrameOptions,
+        src: IpAddr,
+        dst: IpAddr,
+        udp_len: usize,
+    ) -> Result<Self, WireError> {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ok(Self::V4(ipv4_header(opts, s, d, udp_len)?)),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Ok(Self::V6(ipv6_header(opts, s, d, udp_len)?)),
+            _ => Err(WireError::BadIpHeader(
+                "source and destination addresses are of different IP families",
+            )),
+        }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::V4(h) => h,
+            Self::V6(h) => h,
+        }
+    }
+}
+
+/// The UDP header of a RoCEv2 datagram of `udp_len` bytes (checksum left zero: the ICRC masks
+/// it, and the kernel or the NIC fills it).
+pub(crate) fn udp_header(
+    sport: u16,
+    dport: u16,
+    udp_len: usize,
+) -> Result<[u8; UDP_HEADER_LEN], WireError> {
+    let udp_len16 = u16::try_from(udp_len)
+        .map_err(|_| WireError::BadUdpHeader("packet too long for a UDP length"))?;
+    let mut udp = [0u8; UDP_HEADER_LEN];
+    write_u16(&mut udp, field::UDP_SPORT, sport)?;
+    write_u16(&mut udp, field::UDP_DPORT, dport)?;
+    write_u16(&mut udp, field::UDP_LEN, udp_len16)?;
+    Ok(udp)
+}
+
 /// Builds a RoCEv2 frame with default outer headers (IPv4: ID 0, DF, TTL 64, TOS 0;
 /// IPv6: hop limit 64, traffic class and flow label 0; UDP checksum 0). See
 /// [`build_frame_with`].
@@ -184,31 +231,9 @@ pub fn build_frame_with(
     let pad_bytes = [0u8; 3].get(..usize::from(pad)).unwrap_or(&[]);
     let udp_len = UDP_HEADER_LEN + ib_headers.len() + payload.len() + pad_bytes.len() + ICRC_LEN;
 
-    let v4;
-    let v6;
-    let ip: &[u8] = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            v4 = ipv4_header(opts, s, d, udp_len)?;
-            &v4
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            v6 = ipv6_header(opts, s, d, udp_len)?;
-            &v6
-        }
-        _ => {
-            return Err(WireError::BadIpHeader(
-                "source and destination addresses are of different IP families",
-            ));
-        }
-    };
-    // Fits: the IP builders above already checked `udp_len` against 16 bits.
-    let udp_len16 = u16::try_from(udp_len)
-        .map_err(|_| WireError::BadUdpHeader("packet too long for a UDP length"))?;
-    let mut udp = [0u8; UDP_HEADER_LEN];
-    write_u16(&mut udp, field::UDP_SPORT, udp_sport)?;
-    write_u16(&mut udp, field::UDP_DPORT, ROCEV2_UDP_PORT)?;
-    write_u16(&mut udp, field::UDP_LEN, udp_len16)?;
-
+    let ip = IpHeader::new(opts, src, dst, udp_len)?;
+    let ip = ip.as_bytes();
+    let udp = udp_header(udp_sport, ROCEV2_UDP_PORT, udp_len)?;
     let crc = icrc(ip, &udp, &[ib_headers, payload, pad_bytes]);
     out.clear();
     out.reserve(ip.len() + udp_len);

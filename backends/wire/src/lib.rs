@@ -31,6 +31,7 @@
 mod aeth;
 mod bth;
 mod bytes;
+mod datagram;
 mod error;
 mod ext;
 mod frame;
@@ -48,6 +49,7 @@ pub use aeth::{
     ACK_UNLIMITED_CREDITS, Aeth, AethSyndrome, NakCode, credit_count, rnr_timer_duration,
 };
 pub use bth::{Bth, DEFAULT_PKEY, MASK_24, pad_len};
+pub use datagram::{Datagram, datagram_frame, datagram_icrc, gf2, open_datagram, seal_datagram};
 pub use error::WireError;
 pub use ext::{AtomicAckEth, AtomicEth, Deth, IMM_LEN, Reth};
 pub use frame::{

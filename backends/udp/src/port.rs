@@ -1,0 +1,446 @@
+//! The port: its configuration, its node on the fabric, and the handle that owns both and
+//! the receive thread.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Receiver;
+use portverbs_fabric::{
+    CaptureError, CaptureStats, Fabric, FabricError, Node, NodeConfig, NodeHandle, PcapCapture,
+    SplitMix64,
+};
+use portverbs_hal::types::Mtu;
+use portverbs_transport::Packet;
+use thiserror::Error;
+
+use crate::rx;
+use crate::stats::{Counters, UdpStats, add};
+use crate::sys::{self, RecvBufs};
+use crate::tx::{Sockets, TxQueue};
+
+/// Faults a test injects into the packets a port sends (seeded, so a run can be repeated).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PortFaults {
+    /// Probability an outgoing packet is dropped.
+    pub loss: f64,
+    /// Probability an outgoing packet is held back by up to `reorder_window` (later packets
+    /// overtake it).
+    pub reorder: f64,
+    /// How long a reordered packet may be held back.
+    pub reorder_window: Duration,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+/// How a [`UdpPort`] is set up.
+#[derive(Debug, Clone)]
+pub struct UdpConfig {
+    /// The address to own (IPv4 or IPv6); a software device on the same fabric takes its GID.
+    pub addr: IpAddr,
+    /// The UDP port to listen on and to send to (4791, RoCEv2's; tests may pick another).
+    pub port: u16,
+    /// Name on the fabric (`udpN` by default).
+    pub name: Option<String>,
+    /// Use UDP GSO and GRO where the kernel has them.
+    pub offload: bool,
+    /// Most flow-label source ports to open sockets for (see the crate docs).
+    pub max_source_ports: usize,
+    /// Socket buffer to ask for, in bytes.
+    pub socket_buffer: usize,
+    /// Faults injected into outgoing packets (none by default).
+    pub faults: PortFaults,
+}
+
+impl UdpConfig {
+    /// RoCEv2 on `addr`, UDP port 4791, offloads on, no faults.
+    pub fn new(addr: IpAddr) -> Self {
+        Self {
+            addr,
+            port: portverbs_wire::ROCEV2_UDP_PORT,
+            name: None,
+            offload: true,
+            max_source_ports: 64,
+            socket_buffer: 8 << 20,
+            faults: PortFaults::default(),
+        }
+    }
+}
+
+/// Why a port could not be made.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum UdpError {
+    /// The socket could not be bound (address not local, port taken …).
+    #[error("binding UDP {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A socket option could not be set.
+    #[error("configuring the UDP socket: {0}")]
+    Socket(#[source] std::io::Error),
+    /// The fabric refused the port.
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    /// The receive thread could not be started.
+    #[error("starting the receive thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// The running capture of a port (shared by the receive thread and the sending side).
+#[derive(Debug, Default)]
+pub(crate) struct CaptureSlot {
+    capture: Option<PcapCapture<BufWriter<File>>>,
+    failure: Option<CaptureError>,
+}
+
+impl CaptureSlot {
+    pub(crate) fn is_running(&self) -> bool {
+        self.capture.is_some()
+    }
+
+    /// Writes one frame stamped with the wall clock; a failure ends the capture.
+    pub(crate) fn write(&mut self, frame: &[u8]) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        if let Some(c) = self.capture.as_mut() {
+            if let Err(e) = c.write_frame(now, frame) {
+                self.capture = None;
+                self.failure = Some(e);
+            }
+        }
+    }
+
+    pub(crate) fn flush(&mut self) {
+        if let Some(c) = self.capture.as_mut() {
+            if let Err(e) = c.flush() {
+                self.capture = None;
+                self.failure = Some(e);
+            }
+        }
+    }
+}
+
+fn lock(slot: &Mutex<CaptureSlot>) -> MutexGuard<'_, CaptureSlot> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The port as the fabric drives it.
+#[derive(Debug)]
+pub(crate) struct UdpNode {
+    peer_port: u16,
+    sockets: Sockets,
+    txq: TxQueue,
+    gso: bool,
+    from_wire: Receiver<Vec<Packet>>,
+    faults: PortFaults,
+    rng: SplitMix64,
+    held: BinaryHeap<Reverse<(u64, u64)>>,
+    held_packets: Vec<Option<Packet>>,
+    stats: Arc<Counters>,
+    capture: Arc<Mutex<CaptureSlot>>,
+}
+
+impl UdpNode {
+    /// Moves what the receive thread handed over onto the fabric.
+    fn take_received(&mut self, out: &mut Vec<Packet>) -> bool {
+        let mut any = false;
+        while let Ok(batch) = self.from_wire.try_recv() {
+            any = true;
+            out.extend(batch);
+        }
+        any
+    }
+
+    fn send(&mut self, now: u64, pkt: &Packet) {
+        let f = self.faults;
+        if self.rng.chance(f.loss) {
+            add(&self.stats.injected_loss, 1);
+            return;
+        }
+        if self.rng.chance(f.reorder) {
+            add(&self.stats.injected_reorder, 1);
+            let window = f.reorder_window.as_nanos().max(1) as u64;
+            let at = now + 1 + self.rng.below(window);
+            let slot = self.held_packets.len();
+            self.held_packets.push(Some(pkt.clone()));
+            self.held.push(Reverse((at, slot as u64)));
+            return;
+        }
+        self.txq
+            .push(pkt, self.peer_port, &mut self.sockets, &self.stats);
+    }
+
+    fn release_held(&mut self, now: u64) {
+        while let Some(Reverse((at, slot))) = self.held.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.held.pop();
+            let pkt = self
+                .held_packets
+                .get_mut(slot as usize)
+                .and_then(Option::take);
+            if let Some(pkt) = pkt {
+                self.txq
+                    .push(&pkt, self.peer_port, &mut self.sockets, &self.stats);
+            }
+        }
+        if self.held.is_empty() {
+            self.held_packets.clear();
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.txq.is_empty() {
+            return;
+        }
+        let mut cap = lock(&self.capture);
+        if cap.is_running() {
+            let mut write = |frame: &[u8]| cap.write(frame);
+            self.txq
+                .flush(&self.sockets, self.gso, &self.stats, Some(&mut write));
+            cap.flush();
+        } else {
+            drop(cap);
+            self.txq.flush(&self.sockets, self.gso, &self.stats, None);
+        }
+    }
+}
+
+impl Node for UdpNode {
+    fn kick(&mut self, _now: u64, _what: u32, out: &mut Vec<Packet>) {
+        self.take_received(out);
+    }
+
+    fn rescan(&mut self, _now: u64, out: &mut Vec<Packet>) {
+        self.take_received(out);
+    }
+
+    fn run_work(&mut self, _now: u64, out: &mut Vec<Packet>) -> bool {
+        self.take_received(out)
+    }
+
+    fn receive(&mut self, now: u64, _port: u8, pkt: &Packet, _out: &mut Vec<Packet>) {
+        if pkt.train > 1 {
+            for part in pkt.clone().split() {
+                self.send(now, &part);
+            }
+        } else {
+            self.send(now, pkt);
+        }
+    }
+
+    fn run_timers(&mut self, now: u64, _out: &mut Vec<Packet>) -> bool {
+        self.release_held(now);
+        self.flush();
+        false
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        self.held.peek().map(|Reverse((at, _))| *at)
+    }
+
+    fn set_max_train(&mut self, _n: u32) {}
+}
+
+/// A UDP port on a fabric (see the crate docs). Dropping it stops its receive thread and
+/// takes it off the fabric.
+#[derive(Debug)]
+pub struct UdpPort {
+    node: NodeHandle<UdpNode>,
+    local: SocketAddr,
+    stats: Arc<Counters>,
+    capture: Arc<Mutex<CaptureSlot>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    ib_mtu: Mtu,
+}
+
+/// How often the receive thread looks at its stop flag while idle.
+const RX_POLL: Duration = Duration::from_millis(50);
+
+impl UdpPort {
+    /// Binds `config.addr:config.port`, joins `fabric` as its uplink and starts receiving.
+    ///
+    /// # Errors
+    /// [`UdpError::Bind`] when the address is not this host's or the port is taken;
+    /// [`UdpError::Fabric`] when the fabric has an uplink already; [`UdpError::Socket`],
+    /// [`UdpError::Thread`].
+    pub fn attach(fabric: &Fabric, config: UdpConfig) -> Result<Self, UdpError> {
+        let want = SocketAddr::new(config.addr, config.port);
+        let sock = UdpSocket::bind(want).map_err(|source| UdpError::Bind { addr: want, source })?;
+        let local = sock.local_addr().map_err(UdpError::Socket)?;
+        sys::set_dont_fragment(&sock, local.is_ipv6()).map_err(UdpError::Socket)?;
+        let (rcvbuf, _) = sys::set_buffers(&sock, config.socket_buffer);
+        let gro = config.offload && sys::enable_gro(&sock);
+        let gso = config.offload && sys::gso_available(&sock);
+        let rx_sock = sock.try_clone().map_err(UdpError::Socket)?;
+        rx_sock
+            .set_read_timeout(Some(RX_POLL))
+            .map_err(UdpError::Socket)?;
+        let stats = Arc::new(Counters::default());
+        add(&stats.rcvbuf, rcvbuf as u64);
+        let capture = Arc::new(Mutex::new(CaptureSlot::default()));
+        let (to_fabric, from_wire) = crossbeam_channel::bounded(64);
+        let sockets =
+            Sockets::new(sock, local.port(), config.max_source_ports).map_err(UdpError::Socket)?;
+        let node = UdpNode {
+            peer_port: config.port,
+            sockets,
+            txq: TxQueue::default(),
+            gso,
+            from_wire,
+            faults: config.faults,
+            rng: SplitMix64::new(config.faults.seed),
+            held: BinaryHeap::new(),
+            held_packets: Vec::new(),
+            stats: stats.clone(),
+            capture: capture.clone(),
+        };
+        let name = config.name.clone();
+        let handle = fabric.attach("udp", |j| {
+            let config = NodeConfig {
+                name: name.unwrap_or_else(|| format!("udp{}", j.ordinal)),
+                routes: Vec::new(),
+            };
+            (config, node)
+        })?;
+        if let Err(e) = handle.with(|c| c.claim_uplink(1)) {
+            handle.detach();
+            return Err(e.into());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        // Without GRO a buffer holds one datagram: RoCEv2 ones are at most 4 KiB of payload
+        // plus headers; with it, up to 64 KiB of one flow.
+        let bufs = if gro {
+            RecvBufs::new(16, 1 << 16)
+        } else {
+            RecvBufs::new(64, 9216)
+        };
+        let receiver = rx::Receiver {
+            sock: rx_sock,
+            local,
+            to_fabric,
+            kicker: handle.kicker().clone(),
+            stats: stats.clone(),
+            capture: capture.clone(),
+            stop: stop.clone(),
+            bufs,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("portverbs-udp-{local}"))
+            .spawn(move || receiver.run());
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                handle.detach();
+                return Err(UdpError::Thread(e));
+            }
+        };
+        let ib_mtu = sys::interface_mtu(local.ip()).map_or(Mtu::Mtu1024, ib_mtu_for);
+        Ok(Self {
+            node: handle,
+            local,
+            stats,
+            capture,
+            stop,
+            thread: Some(thread),
+            ib_mtu,
+        })
+    }
+
+    /// The address and UDP port the port listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The largest IB MTU the interface that holds the address carries (rxe's rule:
+    /// interface MTU less 80 bytes of headers, 1024 to 4096; 1024 when the interface is not
+    /// known). Loopback: 4096.
+    pub fn ib_mtu(&self) -> Mtu {
+        self.ib_mtu
+    }
+
+    /// What the port did so far.
+    pub fn stats(&self) -> UdpStats {
+        self.stats.snapshot()
+    }
+
+    /// Starts writing every datagram sent and received to a new pcap file at `path`.
+    ///
+    /// # Errors
+    /// [`CaptureError::AlreadyRunning`], or the file cannot be created.
+    pub fn start_capture(&self, path: impl AsRef<Path>) -> Result<(), CaptureError> {
+        if lock(&self.capture).is_running() {
+            return Err(CaptureError::AlreadyRunning);
+        }
+        let c = PcapCapture::create(path.as_ref())?;
+        let mut slot = lock(&self.capture);
+        if slot.is_running() {
+            return Err(CaptureError::AlreadyRunning);
+        }
+        slot.capture = Some(c);
+        slot.failure = None;
+        Ok(())
+    }
+
+    /// Ends the capture: `Ok(Some(counts))` when one ran, `Ok(None)` when none did.
+    ///
+    /// # Errors
+    /// The write error that ended the capture early, or the final flush's.
+    pub fn stop_capture(&self) -> Result<Option<CaptureStats>, CaptureError> {
+        let (c, failure) = {
+            let mut slot = lock(&self.capture);
+            (slot.capture.take(), slot.failure.take())
+        };
+        match (c, failure) {
+            (Some(c), _) => c.finish().map(|(_, s)| Some(s)),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Changes the injected faults (tests).
+    pub fn set_faults(&self, faults: PortFaults) {
+        self.node.with(|c| {
+            c.node.faults = faults;
+            c.node.rng = SplitMix64::new(faults.seed);
+        });
+    }
+}
+
+impl Drop for UdpPort {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.node.detach();
+    }
+}
+
+/// rxe's port MTU for an interface MTU: the largest IB MTU not above it less 80 bytes.
+fn ib_mtu_for(if_mtu: u32) -> Mtu {
+    let room = if_mtu.saturating_sub(80);
+    if room >= 4096 {
+        Mtu::Mtu4096
+    } else if room >= 2048 {
+        Mtu::Mtu2048
+    } else {
+        Mtu::Mtu1024
+    }
+}

@@ -1,0 +1,91 @@
+//! The port's counters, shared by the receive thread and the fabric side.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What a [`crate::UdpPort`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams sent.
+    pub tx_packets: u64,
+    /// Bytes of those datagrams (ICRC included, IP/UDP headers not).
+    pub tx_bytes: u64,
+    /// `sendmmsg` calls.
+    pub tx_calls: u64,
+    /// Datagrams handed to the kernel as GSO segments (part of `tx_packets`).
+    pub tx_gso_segments: u64,
+    /// Datagrams the kernel refused (dropped: the transport retransmits).
+    pub tx_errors: u64,
+    /// Packets that could not be serialised, or were for our own address (dropped).
+    pub tx_dropped: u64,
+    /// Packets sent from 4791 instead of their flow's source port.
+    pub sport_fallbacks: u64,
+    /// Datagrams received (after GRO is undone).
+    pub rx_packets: u64,
+    /// Bytes of those datagrams.
+    pub rx_bytes: u64,
+    /// `recvmmsg` calls that returned data.
+    pub rx_calls: u64,
+    /// Datagrams dropped because their ICRC did not match.
+    pub icrc_drops: u64,
+    /// Datagrams dropped because they were not RoCEv2 this stack can parse.
+    pub malformed: u64,
+    /// Datagrams dropped because the fabric had not taken the earlier ones yet.
+    pub rx_overflow: u64,
+    /// Outgoing packets the test faults dropped.
+    pub injected_loss: u64,
+    /// Outgoing packets the test faults held back.
+    pub injected_reorder: u64,
+    /// Receive buffer the kernel granted, in bytes.
+    pub rcvbuf: u64,
+}
+
+/// The live counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) tx_packets: AtomicU64,
+    pub(crate) tx_bytes: AtomicU64,
+    pub(crate) tx_calls: AtomicU64,
+    pub(crate) tx_gso_segments: AtomicU64,
+    pub(crate) tx_errors: AtomicU64,
+    pub(crate) tx_dropped: AtomicU64,
+    pub(crate) sport_fallbacks: AtomicU64,
+    pub(crate) rx_packets: AtomicU64,
+    pub(crate) rx_bytes: AtomicU64,
+    pub(crate) rx_calls: AtomicU64,
+    pub(crate) icrc_drops: AtomicU64,
+    pub(crate) malformed: AtomicU64,
+    pub(crate) rx_overflow: AtomicU64,
+    pub(crate) injected_loss: AtomicU64,
+    pub(crate) injected_reorder: AtomicU64,
+    pub(crate) rcvbuf: AtomicU64,
+}
+
+/// Adds `n` to a counter.
+#[inline]
+pub(crate) fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> UdpStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        UdpStats {
+            tx_packets: g(&self.tx_packets),
+            tx_bytes: g(&self.tx_bytes),
+            tx_calls: g(&self.tx_calls),
+            tx_gso_segments: g(&self.tx_gso_segments),
+            tx_errors: g(&self.tx_errors),
+            tx_dropped: g(&self.tx_dropped),
+            sport_fallbacks: g(&self.sport_fallbacks),
+            rx_packets: g(&self.rx_packets),
+            rx_bytes: g(&self.rx_bytes),
+            rx_calls: g(&self.rx_calls),
+            icrc_drops: g(&self.icrc_drops),
+            malformed: g(&self.malformed),
+            rx_overflow: g(&self.rx_overflow),
+            injected_loss: g(&self.injected_loss),
+            injected_reorder: g(&self.injected_reorder),
+            rcvbuf: g(&self.rcvbuf),
+        }
+    }
+}

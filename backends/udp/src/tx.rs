@@ -1,0 +1,240 @@
+//! The sending side: packets serialised into one arena as RoCEv2 datagrams, the sockets
+//! they leave from (one per flow-label source port), and the batched sends.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
+use portverbs_transport::Packet;
+use portverbs_wire as wire;
+
+use crate::stats::{Counters, add};
+use crate::sys::{self, GSO_MAX_SEGMENTS, Outgoing};
+
+/// The sockets packets leave from: index 0 is the port's own (bound to 4791), the others are
+/// bound to flow-label source ports on first use.
+#[derive(Debug)]
+pub(crate) struct Sockets {
+    ip: IpAddr,
+    list: Vec<(u16, UdpSocket)>,
+    by_port: HashMap<u16, usize>,
+    max: usize,
+}
+
+impl Sockets {
+    pub(crate) fn new(main: UdpSocket, port: u16, max: usize) -> io::Result<Self> {
+        let ip = main.local_addr()?.ip();
+        Ok(Self {
+            ip,
+            list: vec![(port, main)],
+            by_port: HashMap::new(),
+            max,
+        })
+    }
+
+    /// The socket for source port `sport` and the port it really has: made on first use;
+    /// the main socket when `sport` is 0, when `max` sockets exist already, or when the port
+    /// cannot be bound (the latter two counted).
+    fn for_port(&mut self, sport: u16, stats: &Counters) -> (usize, u16) {
+        let main = (0, self.list.first().map_or(0, |s| s.0));
+        if sport == 0 || sport == main.1 {
+            return main;
+        }
+        if let Some(&i) = self.by_port.get(&sport) {
+            return (i, sport);
+        }
+        if self.list.len() > self.max {
+            add(&stats.sport_fallbacks, 1);
+            return main;
+        }
+        let made = UdpSocket::bind(SocketAddr::new(self.ip, sport)).and_then(|s| {
+            sys::set_dont_fragment(&s, self.ip.is_ipv6())?;
+            Ok(s)
+        });
+        match made {
+            Ok(s) => {
+                self.list.push((sport, s));
+                let i = self.list.len() - 1;
+                self.by_port.insert(sport, i);
+                (i, sport)
+            }
+            Err(_) => {
+                // Remember the failure: the flow keeps using the main socket.
+                self.by_port.insert(sport, 0);
+                add(&stats.sport_fallbacks, 1);
+                main
+            }
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&UdpSocket> {
+        self.list.get(i).map(|s| &s.1)
+    }
+
+    /// Our address with the source port of socket `i`.
+    fn source(&self, i: usize) -> SocketAddr {
+        SocketAddr::new(self.ip, self.list.get(i).map_or(0, |s| s.0))
+    }
+}
+
+/// Where [`TxQueue::flush`] hands each frame when a capture runs.
+pub(crate) type FrameSink<'a> = dyn FnMut(&[u8]) + 'a;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    sock: usize,
+    dst: SocketAddr,
+    start: usize,
+    len: usize,
+}
+
+/// Datagrams waiting for the end of the fabric step.
+#[derive(Debug, Default)]
+pub(crate) struct TxQueue {
+    arena: Vec<u8>,
+    entries: Vec<Entry>,
+    frame: Vec<u8>,
+}
+
+/// Most bytes one GSO message carries (UDP's 16-bit length, less headers, with room).
+const GSO_MAX_BYTES: usize = 63 * 1024;
+
+impl TxQueue {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Serialises `pkt` (not a train) for `dst_port` on the peer.
+    pub(crate) fn push(
+        &mut self,
+        pkt: &Packet,
+        dst_port: u16,
+        sockets: &mut Sockets,
+        stats: &Counters,
+    ) {
+        let dst = SocketAddr::new(pkt.dst_gid.to_ip(), dst_port);
+        if dst.ip() == sockets.ip || dst.is_ipv4() != sockets.ip.is_ipv4() {
+            // Our own address (no device here owns it) or the other IP family.
+            add(&stats.tx_dropped, 1);
+            return;
+        }
+        let (sock, sport) = sockets.for_port(pkt.udp_sport, stats);
+        let start = self.arena.len();
+        let sealed = pkt.write_datagram(&mut self.arena).and_then(|()| {
+            let body = self.arena.get(start..).unwrap_or(&[]);
+            wire::datagram_icrc(SocketAddr::new(sockets.ip, sport), dst, body)
+        });
+        match sealed {
+            Ok(crc) => {
+                self.arena.extend_from_slice(&crc.to_le_bytes());
+                let len = self.arena.len() - start;
+                self.entries.push(Entry {
+                    sock,
+                    dst,
+                    start,
+                    len,
+                });
+            }
+            Err(_) => {
+                self.arena.truncate(start);
+                add(&stats.tx_dropped, 1);
+            }
+        }
+    }
+
+    /// Sends everything queued: one `sendmmsg` per run of datagrams leaving from the same
+    /// socket, runs of equal-sized datagrams to one peer merged into GSO messages when `gso`.
+    /// With a `capture`, each datagram is first handed to it as the frame that carries it.
+    pub(crate) fn flush(
+        &mut self,
+        sockets: &Sockets,
+        gso: bool,
+        stats: &Counters,
+        mut capture: Option<&mut FrameSink<'_>>,
+    ) {
+        if let Some(cap) = capture.as_mut() {
+            for e in &self.entries {
+                let bytes = self.arena.get(e.start..e.start + e.len).unwrap_or(&[]);
+                let src = sockets.source(e.sock);
+                if wire::datagram_frame(src, e.dst, 0, true, bytes, &mut self.frame).is_ok() {
+                    cap(&self.frame);
+                }
+            }
+        }
+        let mut msgs: Vec<Outgoing<'_>> = Vec::new();
+        let mut counts: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while let Some(first) = self.entries.get(i).copied() {
+            msgs.clear();
+            counts.clear();
+            while let Some(e) = self.entries.get(i).copied() {
+                if e.sock != first.sock {
+                    break;
+                }
+                let segs = if gso { self.gso_run(i) } else { 1 };
+                let total: usize = self.entries.iter().skip(i).take(segs).map(|e| e.len).sum();
+                msgs.push(Outgoing {
+                    dst: e.dst,
+                    bytes: self.arena.get(e.start..e.start + total).unwrap_or(&[]),
+                    segment: (segs > 1).then_some(e.len as u16),
+                });
+                counts.push(segs);
+                add(&stats.tx_bytes, total as u64);
+                i += segs;
+            }
+            if let Some(sock) = sockets.get(first.sock) {
+                send_all(sock, &msgs, &counts, stats);
+            }
+        }
+        self.entries.clear();
+        self.arena.clear();
+    }
+
+    /// How many datagrams from `i` on one GSO message can carry: the same socket and peer,
+    /// the same size (the last may be shorter), within the kernel's limits.
+    fn gso_run(&self, i: usize) -> usize {
+        let Some(e) = self.entries.get(i) else {
+            return 1;
+        };
+        let mut n = 1;
+        let mut total = e.len;
+        while let Some(next) = self.entries.get(i + n) {
+            let fits = next.sock == e.sock
+                && next.dst == e.dst
+                && next.len <= e.len
+                && n < GSO_MAX_SEGMENTS
+                && total + next.len <= GSO_MAX_BYTES;
+            if !fits {
+                break;
+            }
+            n += 1;
+            total += next.len;
+            if next.len < e.len {
+                break; // a shorter datagram ends a GSO message
+            }
+        }
+        n
+    }
+}
+
+/// Sends `msgs` (each standing for `counts[i]` datagrams), skipping over a message the kernel
+/// refuses so that one bad datagram does not take the rest of the batch with it.
+fn send_all(sock: &UdpSocket, msgs: &[Outgoing<'_>], counts: &[usize], stats: &Counters) {
+    let mut pos = 0;
+    while pos < msgs.len() {
+        add(&stats.tx_calls, 1);
+        let sent = sys::send_batch(sock, msgs.get(pos..).unwrap_or(&[])).unwrap_or(0);
+        for &c in counts.iter().skip(pos).take(sent) {
+            add(&stats.tx_packets, c as u64);
+            if c > 1 {
+                add(&stats.tx_gso_segments, c as u64);
+            }
+        }
+        pos += sent;
+        if let Some(&c) = counts.get(pos).filter(|_| pos < msgs.len()) {
+            // The kernel refused this message (too big for the path, no buffer …).
+            add(&stats.tx_errors, c as u64);
+            pos += 1;
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Software devices on a real network: a soft device and a UDP port on a fabric of their
+//! own, so that the device speaks RoCEv2 through the kernel's UDP sockets to other processes,
+//! other hosts and Linux rxe. [`udp_device`] is the analogue of `rdma link add rxe0 type rxe
+//! netdev eth0`; `PORTVERBS_UDP=<ip>[,<ip>…]` makes [`crate::devices`] list one per address
+//! (`udp0`, `udp1` …).
+
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+use portverbs_soft::{DeviceConfig, Fabric, FabricError, PortConfig, SoftDevice};
+use portverbs_udp::{UdpConfig, UdpError, UdpPort};
+
+use crate::{AnyDevice, SkippedDevice};
+
+/// A software device bound to an IP address: the device and the UDP port that carries its
+/// traffic. Keep it alive while the device is in use: dropping it takes the port down.
+#[derive(Debug)]
+pub struct UdpDevice {
+    device: SoftDevice,
+    port: UdpPort,
+}
+
+impl UdpDevice {
+    /// The device (open it with [`crate::open`] or [`crate::Context::open_blocking`]).
+    pub fn device(&self) -> &SoftDevice {
+        &self.device
+    }
+
+    /// The port: its address, counters and packet capture.
+    pub fn port(&self) -> &UdpPort {
+        &self.port
+    }
+
+    /// The device as [`crate::devices`] lists it.
+    pub fn any(&self) -> AnyDevice {
+        AnyDevice::Soft(self.device.clone())
+    }
+}
+
+/// Why [`udp_device`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UdpDeviceError {
+    /// The UDP port could not be made (the address is not this host's, 4791 is taken …).
+    #[error(transparent)]
+    Port(#[from] UdpError),
+    /// The device could not join its fabric.
+    #[error("attaching the device: {0}")]
+    Device(#[from] FabricError),
+}
+
+/// Makes a software device named `name` that owns `config.addr`: its GID is that address's
+/// RoCEv2 GID, its port MTU the largest the interface carries (4096 on loopback), and a
+/// [`UdpPort`] on `config.addr`:4791 carries its packets. Runs on a free-running fabric of
+/// its own.
+///
+/// ```no_run
+/// use portverbs::prelude::*;
+/// use portverbs_udp::UdpConfig;
+///
+/// let dev = portverbs::udp_device("udp0", UdpConfig::new("127.0.0.1".parse().unwrap()))?;
+/// let ctx = Context::open_blocking(dev.any(), Default::default())?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`UdpDeviceError`].
+pub fn udp_device(name: &str, config: UdpConfig) -> Result<UdpDevice, UdpDeviceError> {
+    let fabric = Fabric::threaded();
+    udp_device_on(&fabric, name, config)
+}
+
+/// [`udp_device`] on a fabric of the caller's (a stepped one, for tests that run several
+/// such fabrics in lock-step).
+///
+/// # Errors
+/// [`UdpDeviceError`].
+pub fn udp_device_on(
+    fabric: &Fabric,
+    name: &str,
+    config: UdpConfig,
+) -> Result<UdpDevice, UdpDeviceError> {
+    let addr = config.addr;
+    let port = UdpPort::attach(fabric, config)?;
+    let device = SoftDevice::attach(
+        fabric,
+        DeviceConfig {
+            name: Some(name.to_string()),
+            ports: vec![PortConfig {
+                addrs: vec![addr],
+                mtu: port.ib_mtu(),
+            }],
+        },
+    )?;
+    Ok(UdpDevice { device, port })
+}
+
+/// `PORTVERBS_UDP`: the addresses to bind software devices to (comma-separated IPv4 or IPv6
+/// addresses), `None` when unset or empty.
+///
+/// # Errors
+/// An entry that is not an IP address.
+pub fn udp_env() -> Result<Vec<IpAddr>, crate::EnvError> {
+    parse_udp_env(std::env::var("PORTVERBS_UDP").ok().as_deref())
+}
+
+fn parse_udp_env(value: Option<&str>) -> Result<Vec<IpAddr>, crate::EnvError> {
+    value
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse().map_err(|_| crate::EnvError::Udp {
+                value: s.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The devices `PORTVERBS_UDP` asks for, made once per process: `udp0`, `udp1` … in the
+/// order of the addresses; an address that would not bind is kept apart with the reason.
+pub(crate) fn env_devices() -> &'static (Vec<UdpDevice>, Vec<SkippedDevice>) {
+    static DEVS: OnceLock<(Vec<UdpDevice>, Vec<SkippedDevice>)> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let (mut made, mut failed) = (Vec::new(), Vec::new());
+        for (i, ip) in udp_env().unwrap_or_default().into_iter().enumerate() {
+            let name = format!("udp{i}");
+            match udp_device(&name, UdpConfig::new(ip)) {
+                Ok(d) => {
+                    if let Some(path) = crate::env::capture_env() {
+                        // One capture file per device: `<path>` for udp0, `<path>.udpN` else.
+                        let path = if i == 0 {
+                            path
+                        } else {
+                            path.with_extension(format!("udp{i}.pcap"))
+                        };
+                        if let Err(e) = d.port().start_capture(&path) {
+                            tracing::warn!(device = %name, error = %e, "PORTVERBS_PCAP: no capture");
+                        }
+                    }
+                    made.push(d);
+                }
+                Err(e) => {
+                    tracing::warn!(device = %name, %ip, error = %e, "PORTVERBS_UDP: no device");
+                    failed.push(SkippedDevice {
+                        name,
+                        reason: e.into(),
+                    });
+                }
+            }
+        }
+        (made, failed)
+    })
+}
+
+/// The UDP-bound device named `name` that `PORTVERBS_UDP` made (for its port's counters and
+/// capture).
+pub fn env_udp_device(name: &str) -> Option<&'static UdpDevice> {
+    env_devices()
+        .0
+        .iter()
+        .find(|d| portverbs_hal::Device::info(d.device()).name == name)
+}
+
+/// Whether the device lives on a fabric of this process only (the embedded fabric, or one the
+/// application made without an uplink): both ends of a connection must then run here. False
+/// for UDP-bound devices and VFIO hardware, which other processes and hosts can reach.
+pub fn in_process(dev: &AnyDevice) -> bool {
+    match dev {
+        AnyDevice::Soft(d) => !d.fabric().has_uplink(),
+        AnyDevice::Mlx4(d) => !crate::devices::is_vfio(d),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variable_lists_addresses() {
+        assert_eq!(parse_udp_env(None).unwrap(), Vec::<IpAddr>::new());
+        assert_eq!(parse_udp_env(Some(" ")).unwrap(), Vec::<IpAddr>::new());
+        assert_eq!(
+            parse_udp_env(Some("127.0.0.1, ::1")).unwrap(),
+            vec![
+                "127.0.0.1".parse::<IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
+        );
+        let e = parse_udp_env(Some("127.0.0.1,eth0")).unwrap_err();
+        assert!(e.to_string().contains("eth0"), "{e}");
+    }
+}
