@@ -5,14 +5,16 @@
 //! InfiniBand with no malformed packet.
 
 use std::path::{Path, PathBuf};
+#[cfg(not(windows))]
 use std::process::Command;
 
-use pcap_file::DataLink;
-use pcap_file::pcap::PcapReader;
 use portverbs::prelude::*;
 use portverbs::soft::{DeviceConfig, Fabric, FabricConfig, Mode, SoftDevice};
 use portverbs::verbs::ContextOptions;
-use portverbs_wire::{Opcode, parse_frame};
+use portverbs_wire::Opcode;
+
+mod pcap_util;
+use pcap_util::{check_icrcs, tshark_opcodes};
 
 /// Bytes of each message: several packets at the 1024-byte path MTU.
 const LEN: usize = 2500;
@@ -208,42 +210,6 @@ fn capture_path(name: &str) -> PathBuf {
     dir.join(format!("portverbs-capture-{name}.pcap"))
 }
 
-/// The ICRC checker: every record is Ethernet + a RoCEv2 frame with a good ICRC. Returns the
-/// opcodes in order.
-fn check_icrcs(path: &Path) -> Vec<Opcode> {
-    let file = std::fs::File::open(path).expect("the capture exists");
-    let mut reader = PcapReader::new(file).expect("a pcap header");
-    assert_eq!(reader.header().datalink, DataLink::ETHERNET);
-    let mut ops = Vec::new();
-    let mut last = std::time::Duration::ZERO;
-    while let Some(record) = reader.next_packet() {
-        let record = record.expect("a whole record");
-        let n = ops.len() + 1;
-        assert_eq!(
-            record.orig_len as usize,
-            record.data.len(),
-            "frame {n} whole"
-        );
-        assert!(record.timestamp >= last, "frame {n}: time runs forward");
-        last = record.timestamp;
-        let (eth, frame) = record.data.split_at(14);
-        let ethertype = u16::from_be_bytes([eth[12], eth[13]]);
-        match frame[0] >> 4 {
-            4 => assert_eq!(ethertype, 0x0800, "frame {n}"),
-            6 => assert_eq!(ethertype, 0x86dd, "frame {n}"),
-            v => panic!("frame {n}: IP version {v}"),
-        }
-        let view = parse_frame(frame).unwrap_or_else(|e| panic!("frame {n}: {e}"));
-        view.check_icrc()
-            .unwrap_or_else(|e| panic!("frame {n}: {e}"));
-        let parsed = view
-            .transport()
-            .unwrap_or_else(|e| panic!("frame {n}: {e}"));
-        ops.push(parsed.hdr.bth.opcode);
-    }
-    ops
-}
-
 /// The opcodes the traffic must put on the wire.
 const EXPECTED: [Opcode; 12] = [
     Opcode::SendFirst,
@@ -276,53 +242,7 @@ fn every_captured_frame_has_a_good_icrc() {
 fn tshark_decodes_every_frame_as_infiniband() {
     let path = capture_path("tshark");
     let frames = capture_traffic(&path);
-    // Port 4791 decodes as InfiniBand over RoCEv2 by default; `-d` says so anyway, so the
-    // check holds on builds with another default. (The RPC-over-RDMA heuristic can take a
-    // SEND payload for its own and call it malformed; these payloads do not trip it, and the
-    // check stays strict.)
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(&path)
-        .args([
-            "-d",
-            "udp.port==4791,infiniband",
-            "-T",
-            "fields",
-            "-E",
-            "separator=/t",
-            "-e",
-            "frame.number",
-            "-e",
-            "frame.protocols",
-            "-e",
-            "_ws.malformed",
-            "-e",
-            "infiniband.bth.opcode",
-        ])
-        .output()
-        .expect("tshark runs (apt-get install tshark)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut ops = Vec::new();
-    for line in stdout.lines() {
-        let fields: Vec<&str> = line.split('\t').collect();
-        let [number, protocols, malformed, opcode] = fields[..] else {
-            panic!("unexpected tshark line {line:?}");
-        };
-        assert!(
-            protocols.contains("eth:ethertype:ip") && protocols.contains("udp:infiniband"),
-            "frame {number} is not InfiniBand over RoCEv2: {protocols}"
-        );
-        assert!(malformed.is_empty(), "frame {number} is malformed: {line}");
-        let op: u8 = opcode
-            .parse()
-            .unwrap_or_else(|_| panic!("frame {number}: opcode {opcode:?}"));
-        ops.push(Opcode::from_u8(op));
-    }
+    let ops = tshark_opcodes(&path);
     assert_eq!(ops.len() as u64, frames, "tshark read every frame");
     for op in EXPECTED {
         assert!(ops.contains(&op), "{} missing from {ops:?}", op.name());

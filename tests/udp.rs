@@ -6,12 +6,17 @@
 #![cfg(target_os = "linux")]
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use portverbs::prelude::*;
 use portverbs::udp_port::{PortFaults, UdpConfig};
 use portverbs::verbs::ContextOptions;
 use portverbs::{UdpDevice, udp_device};
+use portverbs_wire::Opcode;
+
+mod pcap_util;
+use pcap_util::{check_icrcs, tshark_opcodes};
 
 /// Bytes per message: several packets at a 1024-byte path MTU.
 const LEN: usize = 5000;
@@ -107,9 +112,15 @@ fn pattern(seed: u64, i: usize) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn rc_send_write_read_and_atomics_cross_the_kernel() {
-    let (a, b) = pair(["127.0.77.1", "127.0.77.2"], [PortFaults::default(); 2]);
+/// RC SEND, WRITE, READ and fetch-and-add between two ports that capture to `name`-a.pcap
+/// and `name`-b.pcap; checks the data and the counters. Returns the captures and the number
+/// of datagrams each port saw (sent plus received).
+fn traffic(name: &str, ips: [&str; 2]) -> [(PathBuf, u64); 2] {
+    let (a, b) = pair(ips, [PortFaults::default(); 2]);
+    let path =
+        |end: &str| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{end}.pcap"));
+    a.dev.port().start_capture(path("a")).unwrap();
+    b.dev.port().start_capture(path("b")).unwrap();
     let data = pattern(1, 0);
     a.mr.write(0, &data).unwrap();
     let rkey = b.mr.rkey().unwrap();
@@ -186,6 +197,44 @@ fn rc_send_write_read_and_atomics_cross_the_kernel() {
     assert!(sa.tx_packets >= 12, "{sa:?}");
     assert_eq!(sa.tx_packets, sb.rx_packets, "a → b: {sa:?} {sb:?}");
     assert_eq!(sb.tx_packets, sa.rx_packets, "b → a: {sb:?} {sa:?}");
+    let frames = |e: &End| e.dev.port().stop_capture().unwrap().unwrap().frames;
+    let (fa, fb) = (frames(&a), frames(&b));
+    assert_eq!(
+        fa,
+        sa.tx_packets + sa.rx_packets,
+        "every datagram captured once"
+    );
+    assert_eq!(
+        fb,
+        sb.tx_packets + sb.rx_packets,
+        "every datagram captured once"
+    );
+    [(path("a"), fa), (path("b"), fb)]
+}
+
+#[test]
+fn rc_send_write_read_and_atomics_cross_the_kernel_with_good_icrcs() {
+    for (path, frames) in traffic("udp-icrc", ["127.0.77.1", "127.0.77.2"]) {
+        let ops = check_icrcs(&path);
+        assert_eq!(ops.len() as u64, frames, "{}", path.display());
+        for op in [
+            Opcode::SendFirst,
+            Opcode::WriteLast,
+            Opcode::ReadRequest,
+            Opcode::FetchAdd,
+        ] {
+            assert!(ops.contains(&op), "{} missing from {ops:?}", op.name());
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs tshark"]
+fn tshark_decodes_the_ports_captures_as_infiniband() {
+    for (path, frames) in traffic("udp-tshark", ["127.0.78.1", "127.0.78.2"]) {
+        let ops = tshark_opcodes(&path);
+        assert_eq!(ops.len() as u64, frames, "{}", path.display());
+    }
 }
 
 /// Issue 16 point 6: with loss and reordering at both ports, for 20 seeds, 32 SENDs and 32
