@@ -5,7 +5,9 @@
 //!
 //! Every case is a function `fn name(backend: Backend)` in one of the area modules; the
 //! `cases!` macro at the bottom of each module turns them into one `#[test]` per backend
-//! (`conformance::<area>::soft::<name>`, `…::mlx4::<name>` on the emulated ConnectX-3, and
+//! (`conformance::<area>::soft::<name>`, `…::mlx4::<name>` on the emulated ConnectX-3,
+//! `…::udp::<name>` on two software devices whose packets cross the kernel's UDP sockets
+//! between two loopback addresses (Linux), and
 //! `…::mlx4_hw::<name>`, ignored unless a real ConnectX-3 bound to vfio-pci is named:
 //! `PORTVERBS_MLX4_PCI=0000:01:00.0 PORTVERBS_MLX4_IP=192.0.2.1 cargo test --test conformance
 //! mlx4_hw -- --ignored --test-threads=1`; cases that need fault injection fail there by design).
@@ -28,6 +30,15 @@ macro_rules! cases {
                 #[test]
                 fn $name() {
                     super::$name(super::Backend::Mlx4);
+                }
+            )*
+        }
+        #[cfg(target_os = "linux")]
+        mod udp {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::Backend::Udp);
                 }
             )*
         }

@@ -1,7 +1,7 @@
 //! Devices, ports, GID and P_Key tables (pyverbs `test_device`).
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use portverbs::hal::{AtomicCap, CommandError, GidType, LinkLayer, QuirkId};
 use portverbs::prelude::*;
@@ -117,9 +117,12 @@ fn query_port_reflects_port_state_changes(backend: Backend) {
 
 fn gid_index_zero_is_the_devices_ip_as_a_rocev2_gid(backend: Backend) {
     let env = Env::new(backend);
-    for (ctx, ip) in [(env.a(), [10, 0, 0, 1]), (env.b(), [10, 0, 0, 2])] {
+    for (ctx, ip) in [(env.a(), env.ips[0]), (env.b(), env.ips[1])] {
+        let IpAddr::V4(ip) = ip else {
+            panic!("the environments use IPv4 addresses")
+        };
         let e = ctx.query_gid_blocking(1, 0).unwrap();
-        assert_eq!(e.gid, Gid::from_ipv4(Ipv4Addr::from(ip)));
+        assert_eq!(e.gid, Gid::from_ipv4(ip));
         assert_eq!(e.gid_type, GidType::RoceV2);
         assert!(e.gid.is_ipv4_mapped());
         assert_eq!(e.gid.to_ip(), IpAddr::from(ip));

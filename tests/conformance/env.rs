@@ -23,6 +23,10 @@ pub enum Backend {
     Soft,
     /// The mlx4 driver over the emulated HCA, on a stepped fabric.
     Mlx4,
+    /// Two software devices, each on a stepped fabric of its own with a UDP port on a
+    /// loopback address of its own: every packet crosses the kernel (Linux). The fabrics run
+    /// in lock-step virtual time.
+    Udp,
     /// The mlx4 driver on a real ConnectX-3 bound to vfio-pci (Linux; `#[ignore]`d cases).
     /// `PORTVERBS_MLX4_PCI` names the function (`0000:01:00.0`), `PORTVERBS_MLX4_IP` the
     /// port's RoCE address; both contexts open the same HCA and talk through its loopback.
@@ -33,7 +37,7 @@ impl Backend {
     /// The driver name the devices report.
     pub fn driver(self) -> &'static str {
         match self {
-            Self::Soft => "soft",
+            Self::Soft | Self::Udp => "soft",
             Self::Mlx4 | Self::Mlx4Hw => "mlx4",
         }
     }
@@ -88,11 +92,37 @@ impl DevCtl {
     }
 }
 
+/// The addresses of the two devices on the in-process backends.
+const DEFAULT_IPS: [&str; 2] = ["10.0.0.1", "10.0.0.2"];
+
 pub struct Env {
     pub backend: Backend,
+    /// The fabric (of the first device, on the UDP backend: the clocks are kept equal).
     pub fabric: Fabric,
     pub devs: Vec<DevCtl>,
+    /// The devices' addresses (their GID index 0).
+    pub ips: [std::net::IpAddr; 2],
     ctxs: Vec<Context>,
+    /// The UDP backend: the second fabric, the ports, and the lock-step driver.
+    #[cfg(target_os = "linux")]
+    udp: Option<UdpEnv>,
+}
+
+#[cfg(target_os = "linux")]
+struct UdpEnv {
+    other: Fabric,
+    lockstep: portverbs::udp_port::Lockstep,
+    _devices: Vec<portverbs::UdpDevice>,
+}
+
+/// Two loopback addresses no other environment of this process uses.
+#[cfg(target_os = "linux")]
+fn loopback_pair() -> [std::net::IpAddr; 2] {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let (x, y) = (100 + (n / 250) % 100, n % 250 + 1);
+    [1u8, 2].map(|h| std::net::IpAddr::from([127, x as u8, y as u8, h]))
 }
 
 impl Env {
@@ -110,7 +140,7 @@ impl Env {
                     faults,
                     capture: None,
                 });
-                let devs: Vec<SoftDevice> = ["10.0.0.1", "10.0.0.2"]
+                let devs: Vec<SoftDevice> = DEFAULT_IPS
                     .iter()
                     .map(|ip| {
                         SoftDevice::attach(&fabric, DeviceConfig::with_ip(ip.parse().unwrap()))
@@ -126,10 +156,14 @@ impl Env {
                     backend,
                     fabric,
                     devs: devs.into_iter().map(DevCtl::Soft).collect(),
+                    ips: DEFAULT_IPS.map(|ip| ip.parse().unwrap()),
                     ctxs,
+                    #[cfg(target_os = "linux")]
+                    udp: None,
                 }
             }
             Backend::Mlx4Hw => Self::real_hca(faults),
+            Backend::Udp => Self::udp(seed, faults),
             Backend::Mlx4 => {
                 let fabric = Fabric::new(portverbs::soft::FabricConfig {
                     mode: portverbs::soft::Mode::Stepped,
@@ -139,7 +173,7 @@ impl Env {
                 });
                 let mut devs = Vec::new();
                 let mut ctxs = Vec::new();
-                for (i, ip) in ["10.0.0.1", "10.0.0.2"].iter().enumerate() {
+                for (i, ip) in DEFAULT_IPS.iter().enumerate() {
                     let (model, function) = Mlx4Model::attach(
                         &fabric,
                         ModelConfig {
@@ -168,7 +202,10 @@ impl Env {
                     backend,
                     fabric,
                     devs,
+                    ips: DEFAULT_IPS.map(|ip| ip.parse().unwrap()),
                     ctxs,
+                    #[cfg(target_os = "linux")]
+                    udp: None,
                 }
             }
         }
@@ -199,8 +236,62 @@ impl Env {
             backend: Backend::Mlx4Hw,
             fabric: Fabric::stepped(0),
             devs: vec![DevCtl::Mlx4Hw(dev.clone()), DevCtl::Mlx4Hw(dev)],
+            ips: [ip.parse().unwrap(); 2],
             ctxs,
+            udp: None,
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn udp(seed: u64, faults: LinkFaults) -> Self {
+        use portverbs::udp_port::{Lockstep, UdpConfig};
+        let fabrics: Vec<Fabric> = (0..2u64)
+            .map(|i| {
+                Fabric::new(portverbs::soft::FabricConfig {
+                    mode: portverbs::soft::Mode::Stepped,
+                    seed: seed + 1000 * i,
+                    faults,
+                    capture: None,
+                })
+            })
+            .collect();
+        let ips = loopback_pair();
+        let devices: Vec<portverbs::UdpDevice> = ips
+            .iter()
+            .zip(&fabrics)
+            .enumerate()
+            .map(|(i, (ip, f))| {
+                portverbs::udp_device_on(f, &format!("udp{i}"), UdpConfig::new(*ip))
+                    .unwrap_or_else(|e| panic!("a UDP device on {ip}: {e}"))
+            })
+            .collect();
+        let ports: Vec<&portverbs::udp_port::UdpPort> = devices.iter().map(|d| d.port()).collect();
+        let lockstep = Lockstep::new(fabrics.clone(), &ports).unwrap();
+        let ctxs = devices
+            .iter()
+            .map(|d| Context::open_blocking(d.any(), ContextOptions::default()).unwrap())
+            .collect();
+        let devs = devices
+            .iter()
+            .map(|d| DevCtl::Soft(d.device().clone()))
+            .collect();
+        Self {
+            backend: Backend::Udp,
+            fabric: fabrics[0].clone(),
+            devs,
+            ips,
+            ctxs,
+            udp: Some(UdpEnv {
+                other: fabrics[1].clone(),
+                lockstep,
+                _devices: devices,
+            }),
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn udp(_seed: u64, _faults: LinkFaults) -> Self {
+        panic!("the UDP port is Linux-only");
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -220,6 +311,11 @@ impl Env {
 
     /// Lets every packet, timer and completion in flight run to the end.
     pub fn settle(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(u) = &self.udp {
+            u.lockstep.run_until_idle().expect("the fabrics settle");
+            return;
+        }
         match self.backend {
             Backend::Mlx4Hw => std::thread::sleep(Duration::from_millis(20)),
             _ => self.fabric.run_until_idle().expect("the fabric settles"),
@@ -228,6 +324,11 @@ impl Env {
 
     /// Lets the fabric run for `ns` of virtual time.
     pub fn run_for(&self, ns: u64) {
+        #[cfg(target_os = "linux")]
+        if let Some(u) = &self.udp {
+            u.lockstep.run_for(ns).unwrap();
+            return;
+        }
         match self.backend {
             Backend::Mlx4Hw => std::thread::sleep(Duration::from_nanos(ns)),
             _ => self.fabric.run_for(ns).unwrap(),
@@ -298,6 +399,10 @@ impl Env {
     /// Changes link behaviour (loss, duplication …) on the fabric.
     pub fn set_faults(&self, faults: LinkFaults) {
         self.fabric.set_faults(faults);
+        #[cfg(target_os = "linux")]
+        if let Some(u) = &self.udp {
+            u.other.set_faults(faults);
+        }
     }
 
     /// The GID of context `ctx` (index 0 of port 1).

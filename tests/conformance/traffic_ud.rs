@@ -85,10 +85,18 @@ fn ud_send_delivers_grh_area_and_source(backend: Backend) {
     let ip = &grh[20..];
     assert_eq!(ip[0], 0x45, "IPv4, 20-byte header");
     assert_eq!(ip[9], 17, "UDP");
-    assert_eq!(ip[12..16], [10, 0, 0, 1], "source address: the sender's IP");
+    let octets = |ip: std::net::IpAddr| match ip {
+        std::net::IpAddr::V4(v4) => v4.octets(),
+        std::net::IpAddr::V6(_) => panic!("the environments use IPv4 addresses"),
+    };
+    assert_eq!(
+        ip[12..16],
+        octets(env.ips[0]),
+        "source address: the sender's IP"
+    );
     assert_eq!(
         ip[16..20],
-        [10, 0, 0, 2],
+        octets(env.ips[1]),
         "destination address: the receiver's IP"
     );
     let mut sum = 0u32;

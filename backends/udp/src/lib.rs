@@ -40,6 +40,8 @@
 #![warn(missing_docs)]
 
 #[cfg(target_os = "linux")]
+mod lockstep;
+#[cfg(target_os = "linux")]
 mod port;
 #[cfg(target_os = "linux")]
 mod rx;
@@ -50,6 +52,8 @@ mod sys;
 #[cfg(target_os = "linux")]
 mod tx;
 
+#[cfg(target_os = "linux")]
+pub use lockstep::Lockstep;
 #[cfg(target_os = "linux")]
 pub use port::{PortFaults, UdpConfig, UdpError, UdpPort};
 #[cfg(target_os = "linux")]

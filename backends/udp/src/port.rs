@@ -262,6 +262,7 @@ impl Node for UdpNode {
 #[derive(Debug)]
 pub struct UdpPort {
     node: NodeHandle<UdpNode>,
+    pending: Receiver<Vec<Packet>>,
     local: SocketAddr,
     stats: Arc<Counters>,
     capture: Arc<Mutex<CaptureSlot>>,
@@ -285,6 +286,7 @@ impl UdpPort {
         let sock = UdpSocket::bind(want).map_err(|source| UdpError::Bind { addr: want, source })?;
         let local = sock.local_addr().map_err(UdpError::Socket)?;
         sys::set_dont_fragment(&sock, local.is_ipv6()).map_err(UdpError::Socket)?;
+        sys::enable_ip_fields(&sock, local.is_ipv6()).map_err(UdpError::Socket)?;
         let (rcvbuf, _) = sys::set_buffers(&sock, config.socket_buffer);
         let gro = config.offload && sys::enable_gro(&sock);
         let gso = config.offload && sys::gso_available(&sock);
@@ -303,7 +305,7 @@ impl UdpPort {
             sockets,
             txq: TxQueue::default(),
             gso,
-            from_wire,
+            from_wire: from_wire.clone(),
             faults: config.faults,
             rng: SplitMix64::new(config.faults.seed),
             held: BinaryHeap::new(),
@@ -354,6 +356,7 @@ impl UdpPort {
         let ib_mtu = sys::interface_mtu(local.ip()).map_or(Mtu::Mtu1024, ib_mtu_for);
         Ok(Self {
             node: handle,
+            pending: from_wire,
             local,
             stats,
             capture,
@@ -412,6 +415,11 @@ impl UdpPort {
             (None, Some(e)) => Err(e),
             (None, None) => Ok(None),
         }
+    }
+
+    /// What [`crate::Lockstep`] watches: the port's counters and its hand-over queue.
+    pub(crate) fn probe(&self) -> (Arc<Counters>, Receiver<Vec<Packet>>) {
+        (self.stats.clone(), self.pending.clone())
     }
 
     /// Changes the injected faults (tests).

@@ -40,6 +40,7 @@ impl Receiver {
                 Err(_) => continue,
             }
             let mut batch = Vec::with_capacity(self.bufs.got.len());
+            let mut seen = 0u64;
             let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
             for (got, buf) in self.bufs.got.iter().zip(&self.bufs.bufs) {
                 let Some(src) = got.src else {
@@ -49,14 +50,21 @@ impl Receiver {
                 let bytes = buf.get(..got.len).unwrap_or(&[]);
                 let seg = got.segment.unwrap_or(bytes.len()).max(1);
                 for d in bytes.chunks(seg) {
+                    seen += 1;
                     add(&self.stats.rx_packets, 1);
                     add(&self.stats.rx_bytes, d.len() as u64);
                     match accept(src, self.local, d) {
-                        Ok((pkt, id, df)) => {
+                        Ok((mut pkt, id, df)) => {
+                            pkt.traffic_class = got.ip.traffic_class;
+                            pkt.hop_limit = got.ip.hop_limit;
+                            pkt.flow_label = got.ip.flow_label;
                             if cap.is_running() {
-                                let _ =
-                                    wire::datagram_frame(src, self.local, id, df, d, &mut frame)
-                                        .map(|()| cap.write(&frame));
+                                let opts = got.ip.frame_options(id);
+                                if wire::datagram_frame(src, self.local, &opts, df, d, &mut frame)
+                                    .is_ok()
+                                {
+                                    cap.write(&frame);
+                                }
                             }
                             batch.push(pkt);
                         }
@@ -67,15 +75,15 @@ impl Receiver {
             }
             cap.flush();
             drop(cap);
-            if batch.is_empty() {
-                continue;
-            }
             let n = batch.len() as u64;
-            match self.to_fabric.try_send(batch) {
-                Ok(()) => self.kicker.kick(0),
-                Err(TrySendError::Full(_)) => add(&self.stats.rx_overflow, n),
-                Err(TrySendError::Disconnected(_)) => return,
+            if n > 0 {
+                match self.to_fabric.try_send(batch) {
+                    Ok(()) => self.kicker.kick(0),
+                    Err(TrySendError::Full(_)) => add(&self.stats.rx_overflow, n),
+                    Err(TrySendError::Disconnected(_)) => return,
+                }
             }
+            add(&self.stats.rx_settled, seen);
         }
     }
 }

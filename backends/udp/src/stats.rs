@@ -58,6 +58,9 @@ pub(crate) struct Counters {
     pub(crate) injected_loss: AtomicU64,
     pub(crate) injected_reorder: AtomicU64,
     pub(crate) rcvbuf: AtomicU64,
+    /// Datagrams the receive thread is done with (handed to the fabric or dropped): with
+    /// `tx_packets` of every port it tells when nothing is in flight ([`crate::Lockstep`]).
+    pub(crate) rx_settled: AtomicU64,
 }
 
 /// Adds `n` to a counter.

@@ -94,6 +94,20 @@ pub(crate) fn set_buffers(sock: &UdpSocket, bytes: usize) -> (usize, usize) {
     (get(libc::SO_RCVBUF), get(libc::SO_SNDBUF))
 }
 
+/// Asks the kernel to report each datagram's traffic class, hop limit and (IPv6) flow
+/// label, and to take the flow label of an outgoing IPv6 datagram from its destination.
+pub(crate) fn enable_ip_fields(sock: &UdpSocket, v6: bool) -> io::Result<()> {
+    if v6 {
+        setsockopt_int(sock, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        setsockopt_int(sock, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
+        setsockopt_int(sock, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO, 1)?;
+        setsockopt_int(sock, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO_SEND, 1)
+    } else {
+        setsockopt_int(sock, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+        setsockopt_int(sock, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)
+    }
+}
+
 /// Turns UDP GRO on for the socket: the kernel may then hand over several datagrams of one
 /// flow in one buffer ([`Received::segment`]). False when the kernel lacks it.
 pub(crate) fn enable_gro(sock: &UdpSocket) -> bool {
@@ -105,7 +119,7 @@ pub(crate) fn gso_available(sock: &UdpSocket) -> bool {
     getsockopt_int(sock, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok()
 }
 
-fn to_storage(addr: &SocketAddr) -> (sockaddr_storage, socklen_t) {
+fn to_storage(addr: &SocketAddr, flow_label: u32) -> (sockaddr_storage, socklen_t) {
     // SAFETY: sockaddr_storage is plain data for which all-zero bytes are valid.
     let mut storage: sockaddr_storage = unsafe { zeroed() };
     let len = match addr {
@@ -126,7 +140,8 @@ fn to_storage(addr: &SocketAddr) -> (sockaddr_storage, socklen_t) {
             let sin6 = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
+                // With IPV6_FLOWINFO_SEND on, the kernel takes the flow label from here.
+                sin6_flowinfo: (a.flowinfo() | (flow_label & 0x000F_FFFF)).to_be(),
                 sin6_addr: libc::in6_addr {
                     s6_addr: a.ip().octets(),
                 },
@@ -174,10 +189,46 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) dst: SocketAddr,
     pub(crate) bytes: &'a [u8],
     pub(crate) segment: Option<u16>,
+    /// The IP header's fields the packet asks for (flow label: IPv6 only).
+    pub(crate) ip: IpFields,
 }
 
-/// Room for one `UDP_SEGMENT` control message (a u16 payload, padded).
-const CMSG_ROOM: usize = 32;
+/// The IP header fields a RoCEv2 packet carries from its path (GRH): the kernel puts them
+/// in the header on send and reports them on receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IpFields {
+    pub(crate) traffic_class: u8,
+    pub(crate) hop_limit: u8,
+    pub(crate) flow_label: u32,
+}
+
+impl IpFields {
+    /// The fields as the wire crate builds a frame with them (for captures).
+    pub(crate) fn frame_options(self, ipv4_id: u16) -> portverbs_wire::FrameOptions {
+        portverbs_wire::FrameOptions {
+            traffic_class: self.traffic_class,
+            hop_limit: self.hop_limit,
+            ipv4_id,
+            flow_label: self.flow_label,
+        }
+    }
+}
+
+impl Default for IpFields {
+    fn default() -> Self {
+        Self {
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        }
+    }
+}
+
+/// Room for the control messages of one datagram, each `CMSG_SPACE` = 16 bytes of header
+/// plus its data rounded up to 8: on send UDP_SEGMENT, the traffic class and the hop limit
+/// (72 bytes); on receive UDP_GRO, the traffic class, the hop limit and the IPv6 flow
+/// information (96 bytes).
+const CMSG_ROOM: usize = 128;
 
 /// Sends the messages with as few `sendmmsg` calls as it takes; returns how many messages
 /// went out (the rest failed with the error, which is returned when none went out).
@@ -186,7 +237,7 @@ pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[Outgoing<'_>]) -> io::Result<
     let mut iovs = Vec::with_capacity(msgs.len());
     let mut cmsgs = vec![[0u64; CMSG_ROOM / 8]; msgs.len()];
     for m in msgs {
-        names.push(to_storage(&m.dst));
+        names.push(to_storage(&m.dst, m.ip.flow_label));
         iovs.push(libc::iovec {
             iov_base: m.bytes.as_ptr().cast_mut().cast::<c_void>(),
             iov_len: m.bytes.len(),
@@ -203,19 +254,49 @@ pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[Outgoing<'_>]) -> io::Result<
         h.msg_hdr.msg_namelen = name_len;
         h.msg_hdr.msg_iov = iovs.as_mut_ptr().wrapping_add(i);
         h.msg_hdr.msg_iovlen = 1;
-        if let (Some(seg), Some(room)) = (m.segment, cmsgs.get_mut(i)) {
-            let buf = room.as_mut_ptr().cast::<u8>();
-            // SAFETY: CMSG_SPACE(2) fits in CMSG_ROOM bytes of the u64-aligned buffer `room`;
-            // the header and data pointers the CMSG macros return stay inside it.
+        if let Some(room) = cmsgs.get_mut(i) {
+            let v6 = m.dst.is_ipv6();
+            let (tc_level, tc_name, hl_name) = if v6 {
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS, libc::IPV6_HOPLIMIT)
+            } else {
+                (libc::IPPROTO_IP, libc::IP_TOS, libc::IP_TTL)
+            };
+            let ints = [
+                (tc_level, tc_name, c_int::from(m.ip.traffic_class)),
+                (tc_level, hl_name, c_int::from(m.ip.hop_limit.max(1))),
+            ];
+            h.msg_hdr.msg_control = room.as_mut_ptr().cast::<c_void>();
+            h.msg_hdr.msg_controllen = CMSG_ROOM;
+            // SAFETY: the control buffer is CMSG_ROOM bytes and u64-aligned; the messages
+            // written take 3 × CMSG_SPACE(4) = 72 bytes at most (checked by `fits` before each
+            // write); CMSG_FIRSTHDR and CMSG_NXTHDR stay inside msg_controllen.
             unsafe {
-                let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
-                h.msg_hdr.msg_control = buf.cast::<c_void>();
-                h.msg_hdr.msg_controllen = space;
-                let c = libc::CMSG_FIRSTHDR(&raw const h.msg_hdr);
-                (*c).cmsg_level = libc::SOL_UDP;
-                (*c).cmsg_type = libc::UDP_SEGMENT;
-                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
-                libc::CMSG_DATA(c).cast::<u16>().write_unaligned(seg);
+                let mut used = 0usize;
+                let fits = |used: usize, data: usize| {
+                    used + libc::CMSG_SPACE(data as u32) as usize <= CMSG_ROOM
+                };
+                let mut c = libc::CMSG_FIRSTHDR(&raw const h.msg_hdr);
+                for (level, name, value) in ints {
+                    if c.is_null() || !fits(used, size_of::<c_int>()) {
+                        break;
+                    }
+                    (*c).cmsg_level = level;
+                    (*c).cmsg_type = name;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<c_int>() as u32) as usize;
+                    libc::CMSG_DATA(c).cast::<c_int>().write_unaligned(value);
+                    used += libc::CMSG_SPACE(size_of::<c_int>() as u32) as usize;
+                    c = libc::CMSG_NXTHDR(&raw const h.msg_hdr, c);
+                }
+                if let Some(seg) = m.segment {
+                    if !c.is_null() && fits(used, size_of::<u16>()) {
+                        (*c).cmsg_level = libc::SOL_UDP;
+                        (*c).cmsg_type = libc::UDP_SEGMENT;
+                        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                        libc::CMSG_DATA(c).cast::<u16>().write_unaligned(seg);
+                        used += libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+                    }
+                }
+                h.msg_hdr.msg_controllen = used;
             }
         }
         hdrs.push(h);
@@ -253,6 +334,9 @@ pub(crate) struct Received {
     /// With GRO: the buffer holds datagrams of this size back to back (the last may be
     /// shorter).
     pub(crate) segment: Option<usize>,
+    /// The IP header's traffic class, hop limit and (IPv6) flow label, as the kernel
+    /// reported them ([`enable_ip_fields`]).
+    pub(crate) ip: IpFields,
 }
 
 /// Buffers for [`recv_batch`], reused across calls.
@@ -329,14 +413,32 @@ pub(crate) fn recv_batch(sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<us
     };
     for (i, h) in hdrs.iter().take(rc).enumerate() {
         let mut segment = None;
+        let mut ip = IpFields::default();
         // SAFETY: the kernel filled `msg_control`/`msg_controllen` of this header; the CMSG
-        // macros walk inside that buffer only.
+        // macros walk inside that buffer only, and each read is of the size the kernel
+        // writes for that message (IP_TOS: one byte; the others an int or a be32).
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(&raw const h.msg_hdr);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                    let v = libc::CMSG_DATA(c).cast::<c_int>().read_unaligned();
-                    segment = usize::try_from(v).ok().filter(|&s| s > 0);
+                let data = libc::CMSG_DATA(c);
+                let int = || data.cast::<c_int>().read_unaligned();
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::SOL_UDP, libc::UDP_GRO) => {
+                        segment = usize::try_from(int()).ok().filter(|&s| s > 0);
+                    }
+                    (libc::IPPROTO_IP, libc::IP_TOS) => ip.traffic_class = data.read(),
+                    (libc::IPPROTO_IP, libc::IP_TTL)
+                    | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                        ip.hop_limit = u8::try_from(int()).unwrap_or(u8::MAX);
+                    }
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                        ip.traffic_class = u8::try_from(int()).unwrap_or(0);
+                    }
+                    (libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO) => {
+                        let v = u32::from_be(data.cast::<u32>().read_unaligned());
+                        ip.flow_label = v & 0x000F_FFFF;
+                    }
+                    _ => {}
                 }
                 c = libc::CMSG_NXTHDR(&raw const h.msg_hdr, c);
             }
@@ -345,6 +447,7 @@ pub(crate) fn recv_batch(sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<us
             src: bufs.names.get(i).and_then(from_storage),
             len: h.msg_len as usize,
             segment,
+            ip,
         });
     }
     Ok(rc)

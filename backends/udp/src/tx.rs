@@ -9,7 +9,7 @@ use portverbs_transport::Packet;
 use portverbs_wire as wire;
 
 use crate::stats::{Counters, add};
-use crate::sys::{self, GSO_MAX_SEGMENTS, Outgoing};
+use crate::sys::{self, GSO_MAX_SEGMENTS, IpFields, Outgoing};
 
 /// The sockets packets leave from: index 0 is the port's own (bound to 4791), the others are
 /// bound to flow-label source ports on first use.
@@ -49,6 +49,7 @@ impl Sockets {
         }
         let made = UdpSocket::bind(SocketAddr::new(self.ip, sport)).and_then(|s| {
             sys::set_dont_fragment(&s, self.ip.is_ipv6())?;
+            sys::enable_ip_fields(&s, self.ip.is_ipv6())?;
             Ok(s)
         });
         match made {
@@ -84,6 +85,7 @@ pub(crate) type FrameSink<'a> = dyn FnMut(&[u8]) + 'a;
 struct Entry {
     sock: usize,
     dst: SocketAddr,
+    ip: IpFields,
     start: usize,
     len: usize,
 }
@@ -128,9 +130,15 @@ impl TxQueue {
             Ok(crc) => {
                 self.arena.extend_from_slice(&crc.to_le_bytes());
                 let len = self.arena.len() - start;
+                let ip = IpFields {
+                    traffic_class: pkt.traffic_class,
+                    hop_limit: pkt.hop_limit,
+                    flow_label: pkt.flow_label,
+                };
                 self.entries.push(Entry {
                     sock,
                     dst,
+                    ip,
                     start,
                     len,
                 });
@@ -156,7 +164,8 @@ impl TxQueue {
             for e in &self.entries {
                 let bytes = self.arena.get(e.start..e.start + e.len).unwrap_or(&[]);
                 let src = sockets.source(e.sock);
-                if wire::datagram_frame(src, e.dst, 0, true, bytes, &mut self.frame).is_ok() {
+                let opts = e.ip.frame_options(0);
+                if wire::datagram_frame(src, e.dst, &opts, true, bytes, &mut self.frame).is_ok() {
                     cap(&self.frame);
                 }
             }
@@ -175,6 +184,7 @@ impl TxQueue {
                 let total: usize = self.entries.iter().skip(i).take(segs).map(|e| e.len).sum();
                 msgs.push(Outgoing {
                     dst: e.dst,
+                    ip: e.ip,
                     bytes: self.arena.get(e.start..e.start + total).unwrap_or(&[]),
                     segment: (segs > 1).then_some(e.len as u16),
                 });
@@ -201,6 +211,7 @@ impl TxQueue {
         while let Some(next) = self.entries.get(i + n) {
             let fits = next.sock == e.sock
                 && next.dst == e.dst
+                && next.ip == e.ip
                 && next.len <= e.len
                 && n < GSO_MAX_SEGMENTS
                 && total + next.len <= GSO_MAX_BYTES;

@@ -62,25 +62,21 @@ pub fn datagram_icrc(src: SocketAddr, dst: SocketAddr, ib: &[u8]) -> Result<u32,
 }
 
 /// The whole frame (IP and UDP headers, then `datagram` with its ICRC) that carried
-/// `datagram` from `src` to `dst`, for packet captures: IPv4 with the identification and DF
-/// flag given (TTL 64), IPv6 with hop limit 64.
+/// `datagram` from `src` to `dst`, for packet captures: the IP fields of `opts` (traffic
+/// class, hop limit, IPv4 identification, IPv6 flow label) and, for IPv4, the DF flag given.
 ///
 /// # Errors
 /// As [`seal_datagram`].
 pub fn datagram_frame(
     src: SocketAddr,
     dst: SocketAddr,
-    ipv4_id: u16,
+    opts: &FrameOptions,
     ipv4_df: bool,
     datagram: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), WireError> {
     let udp_len = UDP_HEADER_LEN + datagram.len();
-    let opts = FrameOptions {
-        ipv4_id,
-        ..FrameOptions::default()
-    };
-    let mut ip = IpHeader::new(&opts, src.ip(), dst.ip(), udp_len)?;
+    let mut ip = IpHeader::new(opts, src.ip(), dst.ip(), udp_len)?;
     if let IpHeader::V4(h) = &mut ip {
         if !ipv4_df {
             if let Some(b) = h.get_mut(6) {
@@ -393,7 +389,11 @@ mod tests {
             let got = open_datagram(src, dst, &d).unwrap();
             assert_eq!((got.ipv4_id, got.ipv4_df), (Some(id), df));
             let mut frame = Vec::new();
-            datagram_frame(src, dst, id, df, &d, &mut frame).unwrap();
+            let opts = FrameOptions {
+                ipv4_id: id,
+                ..FrameOptions::default()
+            };
+            datagram_frame(src, dst, &opts, df, &d, &mut frame).unwrap();
             let view = crate::parse_frame(&frame).unwrap();
             assert!(view.icrc_ok, "the rebuilt frame carries a valid ICRC");
             assert_eq!(got.ib, &hello()[..]);

@@ -77,7 +77,16 @@ pub(crate) struct DevState {
 impl DevState {
     pub(crate) fn new(name: String, index: usize, ports: Vec<(Vec<Gid>, Mtu)>) -> Self {
         use limits::*;
-        let node_guid = 0x5076_00ff_fe00_0000 | index as u64;
+        // Like rxe's GUID, which embeds the netdev's MAC: the low 24 bits are the last three
+        // bytes of port 1's first address, so devices on different fabrics (UDP-bound ones,
+        // each on a fabric of its own) differ too; the device's number when it has none.
+        let low = ports
+            .first()
+            .and_then(|(gids, _)| gids.first())
+            .map_or(index as u64, |g| {
+                u64::from(u32::from_be_bytes([0, g.0[13], g.0[14], g.0[15]]))
+            });
+        let node_guid = 0x5076_00ff_fe00_0000 | low;
         let attr = DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").to_string(),
             node_guid,

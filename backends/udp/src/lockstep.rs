@@ -1,0 +1,141 @@
+//! Several stepped fabrics whose UDP ports talk to each other over real sockets, run in
+//! lock-step on one virtual clock — how tests (the conformance suite's UDP backend) get the
+//! stepped fabric's determinism of *time* while every packet crosses the kernel.
+//!
+//! A round steps every fabric at the current virtual time until none has work left and every
+//! datagram any port sent has been received and handed over by its peer's receive thread;
+//! only then does the clock of every fabric jump to the earliest next event among them. So a
+//! retransmission timer never fires because a packet was still in the kernel, and all
+//! fabrics' clocks stay equal. The ports must only talk among themselves.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use portverbs_fabric::{Fabric, FabricError, Mode};
+use portverbs_transport::Packet;
+
+use crate::UdpPort;
+use crate::stats::Counters;
+
+/// How long a round waits for datagrams still in the kernel before it counts them lost.
+const WIRE_WAIT: Duration = Duration::from_millis(200);
+
+/// Stepped fabrics with UDP ports, driven together (see the module docs).
+#[derive(Debug)]
+pub struct Lockstep {
+    fabrics: Vec<Fabric>,
+    probes: Vec<(Arc<Counters>, Receiver<Vec<Packet>>)>,
+}
+
+impl Lockstep {
+    /// Drives `fabrics` (all stepped) whose traffic leaves through `ports`. Sets every
+    /// fabric's clock to the latest of them.
+    ///
+    /// # Errors
+    /// [`FabricError::WrongMode`] for a free-running fabric.
+    pub fn new(fabrics: Vec<Fabric>, ports: &[&UdpPort]) -> Result<Self, FabricError> {
+        if fabrics.iter().any(|f| f.mode() != Mode::Stepped) {
+            return Err(FabricError::WrongMode(Mode::Stepped));
+        }
+        let now = fabrics.iter().map(Fabric::now_ns).max().unwrap_or(0);
+        for f in &fabrics {
+            f.advance_to(now)?;
+        }
+        Ok(Self {
+            fabrics,
+            probes: ports.iter().map(|p| p.probe()).collect(),
+        })
+    }
+
+    /// Runs (advancing virtual time) until nothing is left to do; gives up after 10 minutes
+    /// of virtual time.
+    ///
+    /// # Errors
+    /// [`FabricError::StillBusy`] at the limit.
+    pub fn run_until_idle(&self) -> Result<(), FabricError> {
+        self.run(None)
+    }
+
+    /// Runs for `ns` of virtual time (or until idle, whichever is first), then sets every
+    /// clock to the end of that interval.
+    ///
+    /// # Errors
+    /// As [`Lockstep::run_until_idle`].
+    pub fn run_for(&self, ns: u64) -> Result<(), FabricError> {
+        let end = self.now().saturating_add(ns);
+        self.run(Some(end))?;
+        for f in &self.fabrics {
+            f.advance_to(end)?;
+        }
+        Ok(())
+    }
+
+    /// The common virtual time.
+    pub fn now(&self) -> u64 {
+        self.fabrics.iter().map(Fabric::now_ns).max().unwrap_or(0)
+    }
+
+    fn run(&self, until: Option<u64>) -> Result<(), FabricError> {
+        let start = self.now();
+        let mut steps = 0u64;
+        loop {
+            // Everything due now, on every fabric and on the wire.
+            loop {
+                let mut did = false;
+                for f in &self.fabrics {
+                    while f.step() {
+                        did = true;
+                        steps += 1;
+                    }
+                }
+                if !did && self.wire_quiet() {
+                    break;
+                }
+            }
+            let next = self.fabrics.iter().filter_map(Fabric::next_event).min();
+            let now = self.now();
+            match next {
+                Some(t) if until.is_none_or(|u| t <= u) => {
+                    for f in &self.fabrics {
+                        f.advance_to(t.max(now))?;
+                    }
+                }
+                _ => return Ok(()),
+            }
+            if self.now().saturating_sub(start) >= 600_000_000_000 {
+                return Err(FabricError::StillBusy {
+                    steps,
+                    now_ns: self.now(),
+                });
+            }
+        }
+    }
+
+    /// True when every datagram sent was received and handed over, and nothing waits to be
+    /// taken by a fabric; false as soon as something waits (a step will take it). Datagrams
+    /// that do not arrive within [`WIRE_WAIT`] count as lost.
+    fn wire_quiet(&self) -> bool {
+        let deadline = Instant::now() + WIRE_WAIT;
+        loop {
+            if self.probes.iter().any(|(_, q)| !q.is_empty()) {
+                return false;
+            }
+            let sent: u64 = self
+                .probes
+                .iter()
+                .map(|(c, _)| c.tx_packets.load(Ordering::Acquire))
+                .sum();
+            let settled: u64 = self
+                .probes
+                .iter()
+                .map(|(c, _)| c.rx_settled.load(Ordering::Acquire))
+                .sum();
+            if settled >= sent || Instant::now() >= deadline {
+                return self.probes.iter().all(|(_, q)| q.is_empty());
+            }
+            std::thread::yield_now();
+        }
+    }
+}
