@@ -323,3 +323,103 @@ fn rc_survives_loss_and_reordering_at_the_ports_for_20_seeds() {
         assert_eq!(sa.icrc_drops + sb.icrc_drops, 0);
     }
 }
+
+/// Issue 16 point 5 on the socket path: datagrams from a stranger — garbage, truncated
+/// headers, bad ICRCs, well-formed packets for the connected QP from the wrong address or
+/// with another partition's P_Key — are dropped and counted, nothing panics, and the
+/// connection then works as before.
+#[test]
+fn a_hostile_peer_is_dropped_and_counted_and_the_connection_survives() {
+    use portverbs_wire::{Bth, TransportHdr, seal_datagram};
+    let (a, b) = pair(["127.0.79.1", "127.0.79.2"], [PortFaults::default(); 2]);
+    let port_b = b.dev.port().local_addr();
+    let stranger = std::net::UdpSocket::bind("127.0.79.9:0").unwrap();
+    let from = stranger.local_addr().unwrap();
+    let send = |bytes: &[u8]| {
+        stranger.send_to(bytes, port_b).unwrap();
+    };
+    // Garbage and truncated headers.
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for len in [0usize, 1, 11, 12, 15, 16, 40, 300, 1500] {
+        let junk: Vec<u8> = (0..len)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng as u8
+            })
+            .collect();
+        send(&junk);
+    }
+    // A well-formed RDMA WRITE ONLY to b's QP, sealed with a good ICRC, from the stranger's
+    // address (not the QP's path), then with a corrupted ICRC, then from a's address but
+    // another partition.
+    let forged = |pkey: u16| {
+        let mut hdr = TransportHdr::new(Bth {
+            opcode: Opcode::WriteOnly,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            tver: 0,
+            pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: b.qp.qp_num(),
+            ack_req: true,
+            psn: 0,
+        });
+        hdr.reth = Some(portverbs_wire::Reth {
+            va: b.mr.addr(),
+            rkey: b.mr.rkey().unwrap(),
+            dma_len: 8,
+        });
+        let mut d = vec![0u8; 64];
+        let n = hdr.emit(&mut d).unwrap();
+        d.truncate(n);
+        d.extend_from_slice(b"hostile!");
+        d
+    };
+    let mut good = forged(0xffff);
+    seal_datagram(from, port_b, &mut good).unwrap();
+    send(&good);
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x40;
+    send(&bad);
+    let before = completions(&a.cq, 0).len();
+    assert_eq!(before, 0);
+
+    // Give the receive thread and the engine a moment, then check the counters.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = b.dev.port().stats();
+        let e = b.dev.device().engine_stats();
+        if s.malformed + s.icrc_drops >= 10 && e.misaddressed >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{s:?} {e:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let s = b.dev.port().stats();
+    assert!(s.icrc_drops >= 1, "the corrupted ICRC: {s:?}");
+    let mut word = [0u8; 8];
+    b.mr.read(0, &mut word).unwrap();
+    assert_ne!(&word, b"hostile!", "the forged WRITE touched nothing");
+
+    // The connection is unharmed.
+    let data = pattern(9, 0);
+    a.mr.write(0, &data).unwrap();
+    let sges = [a.mr.sge(0, LEN).unwrap()];
+    let remote = RemoteAddr {
+        addr: b.mr.addr() + LEN as u64,
+        rkey: b.mr.rkey().unwrap(),
+    };
+    a.qp.post_send(&[SendWr::new(7, SendOp::RdmaWrite { remote })
+        .sges(&sges)
+        .flags(SendFlags::SIGNALED)])
+        .unwrap();
+    assert_eq!(completions(&a.cq, 1)[0].wr_id, 7);
+    let mut got = vec![0u8; LEN];
+    b.mr.read(LEN, &mut got).unwrap();
+    assert_eq!(got, data);
+}

@@ -110,6 +110,7 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
     // Anything at or beyond what was sent is bogus.
     if psn::diff(p, qp.req.sent_end) >= 0 {
         core.stats.dropped += 1;
+        core.stats.psn_out_of_window += 1;
         return;
     }
     let opcode = pkt.hdr.bth.opcode;

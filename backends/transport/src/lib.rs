@@ -138,6 +138,13 @@ pub struct EngineStats {
     /// Of those dropped, packets to an RC or UC QP from an address that is not the QP's
     /// path: another sender using the QP's number.
     pub misaddressed: u64,
+    /// Of those dropped, packets whose P_Key is not the port's (requests and responses).
+    pub bad_pkey: u64,
+    /// Of those dropped, UD datagrams whose Q_Key is not the QP's.
+    pub bad_qkey: u64,
+    /// Of those dropped, responses (ACK, NAK, READ response, atomic ACK) whose PSN is outside
+    /// the requests in flight: stale, or forged.
+    pub psn_out_of_window: u64,
 }
 
 /// Everything of an engine except the QP table, so one QP and the rest can be borrowed together.
@@ -442,6 +449,13 @@ impl Engine {
         {
             self.core.stats.dropped += 1;
             self.core.stats.misaddressed += 1;
+            return;
+        }
+        // The port's one P_Key is the default full-membership 0xFFFF: a packet matches when
+        // its low 15 bits agree (full or limited membership; IBTA 10.9.3).
+        if pkt.hdr.bth.pkey & 0x7fff != 0x7fff {
+            self.core.stats.dropped += 1;
+            self.core.stats.bad_pkey += 1;
             return;
         }
         if opcode.is_ack() || opcode.is_read_response() {

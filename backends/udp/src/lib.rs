@@ -40,6 +40,8 @@
 #![warn(missing_docs)]
 
 #[cfg(target_os = "linux")]
+pub mod baseline;
+#[cfg(target_os = "linux")]
 mod lockstep;
 #[cfg(target_os = "linux")]
 mod port;

@@ -48,6 +48,13 @@ impl Receiver {
                     continue;
                 };
                 let bytes = buf.get(..got.len).unwrap_or(&[]);
+                if bytes.is_empty() {
+                    // An empty datagram: nothing to parse.
+                    seen += 1;
+                    add(&self.stats.rx_packets, 1);
+                    add(&self.stats.malformed, 1);
+                    continue;
+                }
                 let seg = got.segment.unwrap_or(bytes.len()).max(1);
                 for d in bytes.chunks(seg) {
                     seen += 1;

@@ -20,9 +20,12 @@ pub(super) fn on_ud<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut 
         core.stats.dropped += 1;
         return;
     };
-    if deth.qkey != qp.attr.qkey
-        || !matches!(pkt.hdr.bth.opcode.position(), Some(Position::Only) | None)
-    {
+    if deth.qkey != qp.attr.qkey {
+        core.stats.dropped += 1;
+        core.stats.bad_qkey += 1;
+        return;
+    }
+    if !matches!(pkt.hdr.bth.opcode.position(), Some(Position::Only) | None) {
         core.stats.dropped += 1;
         return;
     }

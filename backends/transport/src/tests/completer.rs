@@ -249,10 +249,12 @@ fn rnr_retry_exhaustion_completes_with_rnr_retry_exc_err() {
 fn an_ack_beyond_what_was_sent_is_dropped() {
     let mut s = Side::rc();
     s.post(s.wqe(SendOp::Send, 0, 16));
-    let dropped = s.engine.stats().dropped;
+    let before = s.engine.stats();
     s.feed(ack(SQ_PSN + 1));
     assert!(s.take_cqes().is_empty());
-    assert_eq!(s.engine.stats().dropped, dropped + 1);
+    let after = s.engine.stats();
+    assert_eq!(after.dropped, before.dropped + 1);
+    assert_eq!(after.psn_out_of_window, before.psn_out_of_window + 1);
     // A stale ACK (before anything outstanding) changes nothing either.
     s.feed(ack(SQ_PSN - 1));
     assert!(s.take_cqes().is_empty());
@@ -269,4 +271,24 @@ fn posting_to_a_qp_in_error_flushes_at_once() {
     let out = s.post(s.wqe(SendOp::Send, 0, 16));
     assert!(out.is_empty());
     assert_eq!(statuses(&mut s), [(1, WcStatus::WrFlushErr)]);
+}
+
+#[test]
+fn a_response_with_another_partitions_p_key_is_dropped_and_counted() {
+    let mut s = Side::rc();
+    s.post(s.wqe(SendOp::Send, 0, 16));
+    let mut forged = ack(SQ_PSN);
+    forged.hdr.bth.pkey = 0x8001;
+    s.feed(forged);
+    assert!(
+        s.take_cqes().is_empty(),
+        "a foreign partition's ACK completes nothing"
+    );
+    assert_eq!(s.engine.stats().bad_pkey, 1);
+    // Limited membership of the default partition (0x7fff) matches the port's full key.
+    let mut limited = ack(SQ_PSN);
+    limited.hdr.bth.pkey = 0x7fff;
+    s.feed(limited);
+    assert_eq!(statuses(&mut s), [(0, WcStatus::Success)]);
+    assert_eq!(s.engine.stats().bad_pkey, 1);
 }

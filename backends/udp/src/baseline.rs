@@ -1,0 +1,130 @@
+//! The machine's raw UDP rates, measured with the same system calls the port uses: the
+//! baseline the port's own figures are compared with (BENCHMARKS.md). [`blast`] sends
+//! datagrams of one size to a peer as fast as `sendmmsg` (or one GSO message per batch)
+//! goes; [`sink`] counts what arrives through `recvmmsg` (with GRO when asked).
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::sys::{self, GSO_MAX_SEGMENTS, IpFields, Outgoing, RecvBufs};
+
+/// Datagrams per `sendmmsg` (and segments per GSO message).
+const BATCH: usize = GSO_MAX_SEGMENTS;
+
+/// What one side of a raw run counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RawFigures {
+    /// Datagrams (after GRO is undone on receive).
+    pub datagrams: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// How long the side ran.
+    pub elapsed: Duration,
+}
+
+impl RawFigures {
+    /// Payload bits per second.
+    pub fn gbit_per_s(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.elapsed.as_secs_f64().max(1e-9) / 1e9
+    }
+
+    /// Datagrams per second, in millions.
+    pub fn mpps(&self) -> f64 {
+        self.datagrams as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e6
+    }
+}
+
+/// Sends `size`-byte datagrams from `from` to `to` for `duration`: batches of 64 through
+/// `sendmmsg`, or with `gso` one 64-segment GSO message per call (fewer when 64 would pass
+/// 63 KiB). Counts what the kernel accepted.
+///
+/// # Errors
+/// The socket cannot be bound or set up.
+pub fn blast(
+    from: SocketAddr,
+    to: SocketAddr,
+    size: usize,
+    gso: bool,
+    duration: Duration,
+) -> io::Result<RawFigures> {
+    let sock = UdpSocket::bind(from)?;
+    sys::set_dont_fragment(&sock, from.is_ipv6())?;
+    sys::set_buffers(&sock, 8 << 20);
+    let segs = if gso {
+        (63 * 1024 / size.max(1)).clamp(1, BATCH)
+    } else {
+        1
+    };
+    let buf = vec![0x5au8; size * BATCH];
+    let msgs: Vec<Outgoing<'_>> = if gso {
+        vec![Outgoing {
+            dst: to,
+            bytes: buf.get(..size * segs).unwrap_or(&[]),
+            segment: u16::try_from(size).ok(),
+            ip: IpFields::default(),
+        }]
+    } else {
+        buf.chunks(size.max(1))
+            .map(|bytes| Outgoing {
+                dst: to,
+                bytes,
+                segment: None,
+                ip: IpFields::default(),
+            })
+            .collect()
+    };
+    let start = Instant::now();
+    let mut fig = RawFigures::default();
+    while start.elapsed() < duration {
+        let sent = sys::send_batch(&sock, &msgs).unwrap_or(0);
+        let n = if gso { sent * segs } else { sent };
+        fig.datagrams += n as u64;
+        fig.bytes += (n * size) as u64;
+    }
+    fig.elapsed = start.elapsed();
+    Ok(fig)
+}
+
+/// Counts datagrams arriving at `at` until `stop` is set (or `limit` passes), from the first
+/// one on; with `gro` the kernel may coalesce them.
+///
+/// # Errors
+/// The socket cannot be bound or set up.
+pub fn sink(
+    at: SocketAddr,
+    gro: bool,
+    stop: Arc<AtomicBool>,
+    limit: Duration,
+) -> io::Result<RawFigures> {
+    let sock = UdpSocket::bind(at)?;
+    sys::set_buffers(&sock, 8 << 20);
+    let gro = gro && sys::enable_gro(&sock);
+    sock.set_read_timeout(Some(Duration::from_millis(20)))?;
+    let mut bufs = if gro {
+        RecvBufs::new(16, 1 << 16)
+    } else {
+        RecvBufs::new(64, 9216)
+    };
+    let begun = Instant::now();
+    let mut first: Option<Instant> = None;
+    let mut last = Instant::now();
+    let mut fig = RawFigures::default();
+    while !stop.load(Ordering::Acquire) && begun.elapsed() < limit {
+        if sys::recv_batch(&sock, &mut bufs).unwrap_or(0) == 0 {
+            continue;
+        }
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = now;
+        for got in &bufs.got {
+            let seg = got.segment.unwrap_or(got.len).max(1);
+            fig.datagrams += got.len.div_ceil(seg) as u64;
+            fig.bytes += got.len as u64;
+        }
+    }
+    fig.elapsed = first.map_or(Duration::ZERO, |f| last.duration_since(f));
+    Ok(fig)
+}
