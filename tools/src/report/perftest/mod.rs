@@ -17,6 +17,7 @@
 mod address;
 mod json;
 mod table;
+pub(crate) mod wire;
 
 use std::fmt::Write as _;
 
