@@ -36,6 +36,10 @@ struct Cli {
 /// The subcommands. Their help texts come from the argument structs (plain comments here:
 /// a doc comment on a variant would replace them).
 #[derive(Debug, Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at startup; boxing would only move the bytes"
+)]
 enum Command {
     // `portverbs devices`.
     Devices(devices::DevicesArgs),

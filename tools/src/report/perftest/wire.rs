@@ -334,7 +334,9 @@ mod tests {
         assert_eq!(&msg[..], &want[..]);
         assert_eq!(parse_keys(&msg, true), Ok(keys(Some(gid))));
         assert!(gid_is_v4_mapped(&gid));
-        assert!(!gid_is_v4_mapped(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]));
+        assert!(!gid_is_v4_mapped(&[
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1
+        ]));
     }
 
     #[test]
