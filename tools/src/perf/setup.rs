@@ -1,5 +1,7 @@
 //! Resources of a `perf` run: both sides (client and in-process server), each with its PD,
 //! CQs, QPs and one registered buffer, connected QP to QP; plus the device-dependent checks.
+//! A cross-process run ([`super::remote`]) builds its one side with [`side`], [`resolve`],
+//! [`slot_size`] and [`connect_options`], and connects it to the peer's exchanged addresses.
 //!
 //! Buffer layout of a side: for QP `i`, a send region at `2 i × slot` and a receive region
 //! right after it, `slot` bytes each (the largest message, plus the 40-byte GRH area on UD,

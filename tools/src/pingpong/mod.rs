@@ -89,7 +89,8 @@ pub(crate) struct PingpongArgs {
     validate: bool,
     /// Seconds to wait for the other side of the TCP address exchange (connecting, each
     /// message) before giving up with "no reply from <host> within N s" (not in
-    /// ibv_rc_pingpong, which waits as long as the TCP stack does).
+    /// ibv_rc_pingpong, which waits as long as the TCP stack does). A server waits for its
+    /// client to connect as long as it takes, as ibv_rc_pingpong's does.
     #[arg(long = "timeout", value_name = "SECS", default_value_t = 10)]
     timeout: u64,
     /// Connect to this server (portverbs or ibv_rc_pingpong).
