@@ -402,6 +402,36 @@ mod tests {
         assert!(parse_mtu(*b"\0\0").is_err());
     }
 
+    /// Whatever a peer sends, reading it never panics.
+    #[test]
+    fn garbage_never_panics() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let alphabet = b"0123456789abcdefABCDEF:.\0xg\xff";
+        for _ in 0..20_000 {
+            let len = (next() % 120) as usize;
+            let msg: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            for with_gid in [false, true] {
+                if let Ok(k) = parse_keys(&msg, with_gid) {
+                    // What parses, formats back into a message that parses the same.
+                    assert_eq!(parse_keys(&format_keys(&k), with_gid), Ok(k));
+                }
+            }
+            let _ = parse_version(&msg);
+            let _ = parse_mtu([
+                msg.first().copied().unwrap_or(0),
+                msg.get(1).copied().unwrap_or(0),
+            ]);
+        }
+    }
+
     #[test]
     fn bw_reports_are_big_endian() {
         let r = BwReport {
