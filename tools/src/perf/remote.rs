@@ -406,6 +406,7 @@ mod tests {
 
     use super::*;
     use crate::perf::args::PerfArgs;
+    use crate::report::perftest::wire;
 
     #[derive(Debug, clap::Parser)]
     struct Cli {
@@ -429,11 +430,44 @@ mod tests {
 
     /// [`pair`] with the server on `server` and the client on `client`.
     fn pair_on(line: &[&str], server: &'static str, client: &'static str) -> (String, String) {
+        let (c, s, _) = pair_recorded(line, server, client);
+        (c, s)
+    }
+
+    /// What passed through the TCP connection, each direction.
+    struct Transcript {
+        to_server: Vec<u8>,
+        to_client: Vec<u8>,
+    }
+
+    /// Copies `from` to `to` until `from` ends, keeping a copy; then ends `to`'s writing half.
+    fn relay(mut from: std::net::TcpStream, mut to: std::net::TcpStream) -> Vec<u8> {
+        use std::io::Read as _;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = from.read(&mut buf) {
+            seen.extend_from_slice(&buf[..n]);
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+        seen
+    }
+
+    /// [`pair_on`], the connection going through a relay that records it.
+    fn pair_recorded(
+        line: &[&str],
+        server: &'static str,
+        client: &'static str,
+    ) -> (String, String, Transcript) {
         let _alone = crate::perf::DEVICE_TRAFFIC
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
         let port = listener.local_addr().expect("bound").port();
+        let relay_listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let relay_port = relay_listener.local_addr().expect("bound").port();
         let client_done = AtomicBool::new(false);
         let with = |dev: &'static str| {
             let mut v = line.to_vec();
@@ -451,10 +485,24 @@ mod tests {
                 );
                 (r, out)
             });
+            let relay = s.spawn(move || {
+                let (c, _) = relay_listener.accept().expect("the client connects");
+                let to_server = std::net::TcpStream::connect(("127.0.0.1", port)).expect("server");
+                let (c2, s2) = (
+                    c.try_clone().expect("clone"),
+                    to_server.try_clone().expect("clone"),
+                );
+                let up = std::thread::spawn(move || relay(c, to_server));
+                let to_client = relay(s2, c2);
+                Transcript {
+                    to_server: up.join().expect("relay"),
+                    to_client,
+                }
+            });
             let mut out = Vec::new();
             let link = PeerLink::Connect {
                 host: "127.0.0.1",
-                port,
+                port: relay_port,
             };
             let r = run(client_cfg, link, &mut out);
             client_done.store(true, Ordering::Release);
@@ -465,8 +513,89 @@ mod tests {
             );
             assert!(r.is_ok(), "client: {r:?}\n{cout}\nserver:\n{sout}");
             assert!(sr.is_ok(), "server: {sr:?}\n{sout}\nclient:\n{cout}");
-            (cout, sout)
+            (cout, sout, relay.join().expect("the relay ends"))
         })
+    }
+
+    /// One message of perftest's side channel.
+    #[derive(Debug, Clone, Copy)]
+    enum Msg {
+        /// Version, cycle buffer, cache line, MTU.
+        Params,
+        /// A destination with GID (the soft devices are RoCE).
+        Dest,
+        /// The five BW report messages.
+        Report,
+        /// `done`.
+        Done,
+    }
+
+    /// Splits one direction of a transcript by `script` (perftest 4.5-0.20's order, read off
+    /// its programs' main functions) and checks every message's form; nothing may be left.
+    fn follows(stream: &[u8], script: &[Msg]) {
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let part = stream.get(at..at + n).unwrap_or_else(|| {
+                panic!("the transcript ends at {at}, {n} more bytes expected for {script:?}")
+            });
+            at += n;
+            part
+        };
+        for m in script {
+            match m {
+                Msg::Params => {
+                    assert_eq!(take(16), &wire::version_msg(wire::PROTOCOL_VERSION));
+                    assert_eq!(take(4), &wire::int_msg(wire::PAGE_SIZE));
+                    assert_eq!(take(4), &wire::int_msg(wire::CACHE_LINE_SIZE));
+                    assert!(wire::parse_mtu([take(1)[0], take(1)[0]]).is_ok());
+                }
+                Msg::Dest => {
+                    let k = take(wire::KEY_MSG_SIZE_GID);
+                    assert!(wire::parse_keys(k, true).is_ok(), "{k:?}");
+                }
+                Msg::Report => {
+                    take(40);
+                }
+                Msg::Done => assert_eq!(take(5), wire::DONE),
+            }
+        }
+        assert_eq!(at, stream.len(), "bytes left after {script:?}");
+    }
+
+    /// Both directions of each test carry perftest's messages in perftest's order.
+    #[test]
+    fn the_exchange_follows_perftests_order() {
+        use Msg::{Dest as H, Done as D, Params as P, Report as R};
+        let cases: [(&[&str], &[Msg]); 5] = [
+            // write_bw, read_bw: dests, dests (printed), the post-RTR hand shake; at the end a
+            // hand shake, the report, the closing hand shake and done.
+            (
+                &["write_bw", "-q", "2", "-n", "20"],
+                &[P, H, H, H, H, H, H, R, H, D],
+            ),
+            (&["read_bw", "-n", "20"], &[P, H, H, H, H, R, H, D]),
+            // send_bw: dests, a hand shake, dests (printed); a hand shake per size (and one
+            // after every size with -a); the closing hand shake and done.
+            (&["send_bw", "-n", "20"], &[P, H, H, H, H, H, D]),
+            // write_lat: a hand shake, dests, dests (printed), the post-RTR hand shake; no
+            // closing.
+            (&["write_lat", "-n", "20"], &[P, H, H, H, H]),
+            // send_lat: as send_bw without the -a hand shakes.
+            (&["send_lat", "-n", "20"], &[P, H, H, H, H, H, D]),
+        ];
+        for (line, script) in cases {
+            let (_, _, t) = pair_recorded(line, "soft1", "soft0");
+            follows(&t.to_server, script);
+            follows(&t.to_client, script);
+        }
+        let (_, _, t) = pair_recorded(&["send_bw", "-a", "-n", "5"], "soft1", "soft0");
+        let mut script = vec![P, H, H, H];
+        for _ in 0..23 {
+            script.extend([H, H]);
+        }
+        script.extend([H, D]);
+        follows(&t.to_server, &script);
+        follows(&t.to_client, &script);
     }
 
     /// The result rows of an output (the lines between the header and the closing rule that
