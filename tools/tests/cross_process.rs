@@ -119,6 +119,8 @@ fn pingpong_server_answers_the_c_tools_message() {
     drop(s);
     let (code, stdout, stderr) = finish(child);
     assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    // The local address is printed before the server waits, as ibv_rc_pingpong does.
+    assert!(stdout.starts_with("  local address:  LID 0x"), "{stdout}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 

@@ -149,7 +149,15 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
         let dev = verbs::pick_device(args.device.as_deref())?;
         if args.force_server || !verbs::in_process(&dev) {
             let listener = exchange::listen_all(args.port)?;
-            return serve(args, cfg, dev, &listener, &AtomicBool::new(false));
+            // The local address right away, as ibv_rc_pingpong prints it before it waits.
+            return serve(
+                args,
+                cfg,
+                dev,
+                &listener,
+                &AtomicBool::new(false),
+                &mut |t| crate::print(t),
+            );
         }
     }
     let (cdev, sdev) = match &args.server {
@@ -205,24 +213,26 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
     Ok(out)
 }
 
-/// The server role: waits on `listener` for one client (until `abort` is set), connects to it
-/// and answers its messages; returns what `ibv_rc_pingpong`'s server prints.
+/// The server role: gives `early` its local address line, waits on `listener` for one client
+/// (until `abort` is set), connects to it and answers its messages; returns the rest of what
+/// `ibv_rc_pingpong`'s server prints.
 fn serve(
     args: &PingpongArgs,
     cfg: PpConfig,
     dev: portverbs::AnyDevice,
     listener: &std::net::TcpListener,
     abort: &AtomicBool,
+    early: &mut dyn FnMut(&str) -> Result<(), CliError>,
 ) -> Result<String, CliError> {
     let timeout = Duration::from_secs(args.timeout);
     let side = PpSide::new(&verbs::open(dev)?, args.ib_port, cfg)?;
     let mine = side.dest();
+    early(&format_address(PingpongSide::Local, &mine))?;
     let remote = exchange::serve(listener, abort, None, timeout, |remote| {
         side.connect(remote)?;
         Ok(mine)
     })?;
-    let mut out = format_address(PingpongSide::Local, &mine);
-    out += &format_address(PingpongSide::Remote, &remote);
+    let mut out = format_address(PingpongSide::Remote, &remote);
     let elapsed = side.run(false, &AtomicBool::new(false))?;
     out += &format_results(cfg.size as u64, cfg.iters, elapsed);
     Ok(out)
@@ -263,7 +273,12 @@ mod tests {
             let server = s.spawn(|| {
                 let cfg = server_args.config()?;
                 let dev = verbs::pick_device(Some("soft1"))?;
-                serve(&server_args, cfg, dev, &listener, &client_done)
+                let mut out = String::new();
+                let rest = serve(&server_args, cfg, dev, &listener, &client_done, &mut |t| {
+                    out += t;
+                    Ok(())
+                })?;
+                Ok::<_, CliError>(out + &rest)
             });
             let c = run(&client_args);
             client_done.store(true, Ordering::Release);
