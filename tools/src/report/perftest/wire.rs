@@ -1,6 +1,8 @@
 //! perftest's TCP side channel (its default, non-rdma_cm exchange), as pure encode/decode
-//! functions, so that `portverbs perf` and a real `ib_write_bw` (perftest 4.5-0.20, protocol
-//! version 6.10, and later releases) can be each other's peer.
+//! functions, so that `portverbs perf` and a real `ib_write_bw` can be each other's peer: the
+//! exchange is the same in perftest 4.5-0.17 (Debian 12's package, protocol version 6.06),
+//! 4.5-0.20 (6.10) and later releases (which add messages only for options or peer versions
+//! this side does not use).
 //!
 //! The conversation, always the client first in every exchange (the client writes then reads,
 //! the server reads then writes, each message a fixed number of bytes):
