@@ -4,6 +4,8 @@
 //! The sender runs on the calling thread. Send tests also need a receiver: a scoped thread on
 //! the server side keeps `rx_depth` receives posted on each QP, reposting in batches, and
 //! counts what arrives; send rows are computed from those arrivals (see [`run`]).
+//! Across processes ([`super::remote`]) one side runs here: the client's sender
+//! ([`run_sender`]) or a send test server's receiver ([`run_receiver`]).
 //! Nothing in the loops allocates: requests are built on the stack from a prepared plan, post
 //! lists go through a vector reserved up front, completions are polled into an array, and the
 //! completion marks for the peak go into a vector sized for the whole run.

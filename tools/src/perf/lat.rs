@@ -8,6 +8,7 @@
 //!
 //! The client stamps the clock before every iteration and once after the last; a sample is the
 //! difference of consecutive stamps. Ping-pong samples are halved (half the round trip).
+//! Across processes ([`run_remote`]) both sides stamp their iterations, as perftest's do.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
