@@ -4,9 +4,13 @@
 //! * `portverbs perf <TEST>`: perftest's bandwidth and latency tests (`ib_write_bw` …).
 //! * `portverbs pingpong`: `ibv_rc_pingpong`.
 //!
-//! The devices are those of Portverbs' embedded in-process fabric, so `perf` and `pingpong`
-//! run both ends of the connection in this process. Errors go to stderr with a non-zero exit
-//! code (2 for bad usage, 1 for failures while running).
+//! `perf` and `pingpong` run one end of the connection, as the C tools do — a client with a
+//! HOST/SERVERNAME, a server without one on a device other processes can reach (UDP-bound,
+//! VFIO hardware) — exchanging the QP information over TCP in perftest's and
+//! `ibv_rc_pingpong`'s formats, so either end can be the C tool. On a device of the embedded
+//! in-process fabric (the default) and without a HOST they run both ends in this process.
+//! Errors go to stderr with a non-zero exit code (2 for bad usage, 1 for failures while
+//! running).
 
 mod devices;
 mod error;
@@ -36,6 +40,10 @@ struct Cli {
 /// The subcommands. Their help texts come from the argument structs (plain comments here:
 /// a doc comment on a variant would replace them).
 #[derive(Debug, Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at startup; boxing would only move the bytes"
+)]
 enum Command {
     // `portverbs devices`.
     Devices(devices::DevicesArgs),

@@ -47,6 +47,28 @@ pub(crate) fn pick_devices(name: Option<&str>) -> Result<(AnyDevice, AnyDevice),
     Ok((client, server))
 }
 
+/// The device named `name`, or the first device.
+pub(crate) fn pick_device(name: Option<&str>) -> Result<AnyDevice, CliError> {
+    let all = portverbs::devices();
+    match name {
+        Some(n) => all
+            .into_iter()
+            .find(|d| d.info().name == n)
+            .ok_or_else(|| CliError::NoDevice(n.to_owned())),
+        None => all
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError::Failed("No IB devices found".into())),
+    }
+}
+
+/// Whether `dev` can only be reached from this process (a device of the embedded in-process
+/// fabric): `perf` and `pingpong` then run both ends here unless told otherwise.
+// TODO(lead): replace with portverbs::in_process
+pub(crate) fn in_process(dev: &AnyDevice) -> bool {
+    !dev.info().name.starts_with("udp")
+}
+
 /// Opens a device by handle.
 pub(crate) fn open(dev: AnyDevice) -> Result<Context, CliError> {
     let name = dev.info().name.clone();

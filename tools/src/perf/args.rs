@@ -10,9 +10,17 @@ use clap::Args;
     about = "Measure bandwidth or latency like perftest (ib_write_bw, ib_send_lat, ...)",
     long_about = "Measure bandwidth or latency with perftest's flags, defaults and output \
                   (banner, address lines, result table, --out_json).\n\n\
-                  Both ends run in this process on the embedded fabric: the client on the first \
-                  device (or -d), the server on the other device; a server thread plays the peer \
-                  where the test needs one (ping-pong latency, receivers of send tests).\n\n\
+                  Three modes, as perftest's: with HOST, a client that connects to a server \
+                  (portverbs or perftest's own ib_write_bw ...) on HOST:PORT and exchanges the \
+                  QP information over TCP in perftest's format; without HOST on a device other \
+                  processes can reach (a UDP-bound device, VFIO hardware), a server that \
+                  listens on port PORT of every address and waits for one client; without HOST \
+                  on a device of the embedded in-process fabric (soft0, soft1, mlx4_0, mlx4_1), \
+                  both ends in this process: the client on the first device (or -d), the server \
+                  on the other device, a server thread playing the peer where the test needs one \
+                  (ping-pong latency, receivers of send tests). Across processes the tests are \
+                  write_bw, read_bw, send_bw, write_lat and send_lat over RC, in iterations \
+                  mode; both sides must get the same flags, as with perftest.\n\n\
                   TEST is one of write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, \
                   atomic_bw, atomic_lat (perftest program names such as ib_write_bw work too).\n\n\
                   BW tests keep up to --tx-depth requests outstanding per QP, ask for a \
@@ -21,7 +29,9 @@ use clap::Args;
                   message rate. Latency tests time every iteration: send and write report half \
                   the round trip of a ping-pong, read and atomic the whole operation.",
     after_help = "Examples:\n  portverbs perf write_bw\n  portverbs perf ib_send_lat -s 64 -n 10000\n  \
-                  portverbs perf read_bw -a -n 100\n  portverbs perf send_bw -c UD -D 5 -f 1"
+                  portverbs perf read_bw -a -n 100\n  portverbs perf send_bw -c UD -D 5 -f 1\n  \
+                  portverbs perf write_bw -d udp0            (server)\n  \
+                  portverbs perf write_bw -d udp1 127.0.0.1  (client)"
 )]
 pub(crate) struct PerfArgs {
     /// Test to run: write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, atomic_bw,
@@ -29,7 +39,25 @@ pub(crate) struct PerfArgs {
     #[arg(value_name = "TEST")]
     pub(crate) test: String,
 
-    /// Client device (default: the first device); the server uses the other one.
+    /// Run as a client of the server on HOST (portverbs or perftest).
+    #[arg(value_name = "HOST")]
+    pub(crate) host: Option<String>,
+
+    /// TCP port of the QP information exchange (server: listen on it; client: connect to it).
+    #[arg(
+        short = 'p',
+        long = "port",
+        value_name = "PORT",
+        default_value_t = 18515
+    )]
+    pub(crate) port: u16,
+
+    /// Testing: run the server role even on an in-process device.
+    #[arg(long = "server", hide = true)]
+    pub(crate) server: bool,
+
+    /// Device (default: the first device). In-process, the client's; the server uses the other
+    /// one.
     #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
     pub(crate) device: Option<String>,
 

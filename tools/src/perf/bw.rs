@@ -4,6 +4,8 @@
 //! The sender runs on the calling thread. Send tests also need a receiver: a scoped thread on
 //! the server side keeps `rx_depth` receives posted on each QP, reposting in batches, and
 //! counts what arrives; send rows are computed from those arrivals (see [`run`]).
+//! Across processes ([`super::remote`]) one side runs here: the client's sender
+//! ([`run_sender`]) or a send test server's receiver ([`run_receiver`]).
 //! Nothing in the loops allocates: requests are built on the stack from a prepared plan, post
 //! lists go through a vector reserved up front, completions are polled into an array, and the
 //! completion marks for the peak go into a vector sized for the whole run.
@@ -13,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use portverbs::prelude::*;
 
-use super::config::RunMode;
-use super::ops::{OpPlan, RecvPlan, check_wc, split_wr_id};
+use super::config::{PerfConfig, RunMode};
+use super::ops::{OpPlan, PeerQp, RecvPlan, check_wc, peer_of, split_wr_id};
 use super::setup::{Setup, Side};
 use super::tracker::Tracker;
 use crate::error::{CliError, Context as _};
-use crate::report::{BwResult, CompletionMark, Verb, bw_result};
+use crate::report::{BwResult, BwUnits, CompletionMark, Verb, bw_result};
 use crate::wait::Waiter;
 
 /// Completions taken per poll call.
@@ -95,18 +97,19 @@ pub(crate) fn run(
     tracker: &mut Tracker,
 ) -> Result<BwRun, CliError> {
     let cfg = &setup.cfg;
+    let peer = peer_of(&setup.server);
     let plan = OpPlan::new(
         &setup.client,
-        &setup.server,
+        &peer,
         cfg.test.verb,
         cfg.atomic,
         size,
         cfg.inline,
     )?;
     if cfg.test.verb != Verb::Send {
-        let s = send_loop(setup, &plan, tracker)?;
+        let s = send_loop(cfg, &setup.client, &plan, tracker)?;
         return Ok(BwRun {
-            result: s.measured().result(setup, size),
+            result: s.measured().result(cfg.units, size),
             lost: None,
         });
     }
@@ -116,7 +119,7 @@ pub(crate) fn run(
         .map(|i| vec![recv_plan.wr(i); depth as usize])
         .collect();
     recv.top_up(&setup.server, &batches, depth)?;
-    let goal = RecvGoal::new(setup);
+    let goal = RecvGoal::new(cfg, setup.client.qps.len());
     // The receiver ends after the last expected message, or (UC, UD, duration mode) once the
     // sender is done and nothing more arrives; either side's failure stops the other.
     let sender_done = AtomicBool::new(false);
@@ -137,7 +140,14 @@ pub(crate) fn run(
             receiver_failed.store(r.is_err(), Ordering::Release);
             r
         });
-        let sent = send_loop_watching(setup, &plan, tracker, &receiver_failed, Some(&arrivals));
+        let sent = send_loop_watching(
+            cfg,
+            &setup.client,
+            &plan,
+            tracker,
+            &receiver_failed,
+            Some(&arrivals),
+        );
         sender_failed.store(sent.is_err(), Ordering::Release);
         sender_done.store(true, Ordering::Release);
         let received = receiver
@@ -151,7 +161,9 @@ pub(crate) fn run(
         arrived: a.count,
     });
     Ok(BwRun {
-        result: s.measured_arrivals(a, pipeline(setup)).result(setup, size),
+        result: s
+            .measured_arrivals(a, pipeline(cfg, setup.client.qps.len()))
+            .result(cfg.units, size),
         lost,
     })
 }
@@ -177,14 +189,14 @@ struct Measured {
 }
 
 impl Measured {
-    fn result(&self, setup: &Setup, size: u64) -> BwResult {
+    fn result(&self, units: BwUnits, size: u64) -> BwResult {
         bw_result(
             size,
             self.messages,
             1,
             self.elapsed,
             self.marks.as_deref(),
-            setup.cfg.units,
+            units,
         )
     }
 }
@@ -272,13 +284,71 @@ impl SenderRun {
 }
 
 /// Requests outstanding at once over all QPs: the shortest interval the peak is measured over.
-fn pipeline(setup: &Setup) -> u64 {
-    u64::from(setup.cfg.tx_depth) * setup.client.qps.len() as u64
+fn pipeline(cfg: &PerfConfig, qps: usize) -> u64 {
+    u64::from(cfg.tx_depth) * qps as u64
 }
 
-fn send_loop(setup: &Setup, plan: &OpPlan<'_>, t: &mut Tracker) -> Result<SenderRun, CliError> {
+fn send_loop(
+    cfg: &PerfConfig,
+    side: &Side,
+    plan: &OpPlan<'_>,
+    t: &mut Tracker,
+) -> Result<SenderRun, CliError> {
     let never = AtomicBool::new(false);
-    send_loop_watching(setup, plan, t, &never, None)
+    send_loop_watching(cfg, side, plan, t, &never, None)
+}
+
+/// One size of a cross-process BW test's sending side (the client): `side` posts toward
+/// `peer`, and the row counts the send completions, as perftest's client does (over RC every
+/// send completes after its message arrived).
+pub(crate) fn run_sender(
+    cfg: &PerfConfig,
+    side: &Side,
+    peer: &[PeerQp],
+    size: u64,
+    tracker: &mut Tracker,
+) -> Result<BwResult, CliError> {
+    let plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    Ok(send_loop(cfg, side, &plan, tracker)?
+        .measured()
+        .result(cfg.units, size))
+}
+
+/// One size of a cross-process send test's receiving side (the server): tops the receives
+/// up, calls `ready` (the hand shake that lets the client start), then counts arrivals until
+/// every expected message arrived. The row runs from the first arrival to the last, as
+/// perftest's server measures.
+pub(crate) fn run_receiver(
+    cfg: &PerfConfig,
+    side: &Side,
+    recv: &mut RecvState,
+    size: u64,
+    ready: impl FnOnce() -> Result<(), CliError>,
+) -> Result<BwResult, CliError> {
+    let recv_plan = RecvPlan::new(side)?;
+    let depth = cfg.rx_depth;
+    let batches: Vec<Vec<RecvWr<'_>>> = (0..side.qps.len())
+        .map(|i| vec![recv_plan.wr(i); depth as usize])
+        .collect();
+    recv.top_up(side, &batches, depth)?;
+    ready()?;
+    let goal = RecvGoal::new(cfg, side.qps.len());
+    let never = AtomicBool::new(false);
+    let counter = AtomicU64::new(0);
+    let a = receive_loop(side, recv, &batches, &goal, &never, &never, &counter)?;
+    let start = a.first.unwrap_or_else(Instant::now);
+    let run = SenderRun {
+        start,
+        last: start,
+        posted: a.count,
+        completed: a.count,
+        marks: None,
+        window: None,
+        iterations: true,
+    };
+    Ok(run
+        .measured_arrivals(a, pipeline(cfg, side.qps.len()))
+        .result(cfg.units, size))
 }
 
 /// The sender: posts, polls, and measures (and gives up when `peer_failed` is set). With
@@ -286,14 +356,13 @@ fn send_loop(setup: &Setup, plan: &OpPlan<'_>, t: &mut Tracker) -> Result<Sender
 /// arrived messages instead of the send completions, and no completion marks are kept (the
 /// receiver keeps them).
 fn send_loop_watching(
-    setup: &Setup,
+    cfg: &PerfConfig,
+    side: &Side,
     plan: &OpPlan<'_>,
     tracker: &mut Tracker,
     peer_failed: &AtomicBool,
     arrivals: Option<&AtomicU64>,
 ) -> Result<SenderRun, CliError> {
-    let cfg = &setup.cfg;
-    let side = &setup.client;
     let nqp = side.qps.len();
     let (limit, window) = match cfg.mode {
         RunMode::Iters(n) => (Some(n), None),
@@ -400,7 +469,7 @@ fn send_loop_watching(
         }
     }
     if let Some(m) = marks.as_mut() {
-        thin_marks(m, pipeline(setup));
+        thin_marks(m, pipeline(cfg, nqp));
     }
     Ok(SenderRun {
         start,
@@ -450,10 +519,9 @@ struct RecvGoal {
 }
 
 impl RecvGoal {
-    fn new(setup: &Setup) -> Self {
-        let cfg = &setup.cfg;
+    fn new(cfg: &PerfConfig, qps: usize) -> Self {
         let expected = match cfg.mode {
-            RunMode::Iters(n) => Some(n * setup.client.qps.len() as u64),
+            RunMode::Iters(n) => Some(n * qps as u64),
             RunMode::Duration { .. } => None,
         };
         let every = u64::from(cfg.cq_mod.min(cfg.tx_depth)).max(1);
@@ -472,6 +540,8 @@ impl RecvGoal {
 struct Arrivals {
     /// Receive completions.
     count: u64,
+    /// The poll that found the first of them.
+    first: Option<Instant>,
     /// The poll that found the last of them.
     last: Option<Instant>,
     /// Peak: `(when, arrived so far)` about every `cq_mod` arrivals.
@@ -494,6 +564,7 @@ fn receive_loop(
     let depth = batches.first().map_or(0, Vec::len) as u32;
     let refill = (depth / 4).max(1);
     let mut received = 0u64;
+    let mut first = None;
     let mut last = None;
     let (mark_every, mark_room) = goal.marks.unwrap_or((u64::MAX, 0));
     let mut marks = goal.marks.map(|_| Vec::with_capacity(mark_room));
@@ -523,6 +594,7 @@ fn receive_loop(
             }
         }
         received += n as u64;
+        first.get_or_insert(now);
         last = Some(now);
         arrivals.store(received, Ordering::Release);
         if received >= next_mark {
@@ -542,6 +614,7 @@ fn receive_loop(
     }
     Ok(Arrivals {
         count: received,
+        first,
         last,
         marks,
     })
@@ -596,6 +669,7 @@ mod tests {
         };
         let arrived = |count, last: Instant, marks| Arrivals {
             count,
+            first: None,
             last: Some(last),
             marks,
         };
@@ -615,6 +689,7 @@ mod tests {
         // Nothing arrived: nothing counted, and no division by a zero time either.
         let none = Arrivals {
             count: 0,
+            first: None,
             last: None,
             marks: Some(Vec::new()),
         };
@@ -638,6 +713,9 @@ mod tests {
     #[test]
     fn uc_send_with_one_receive_counts_only_what_arrived() {
         const N: u64 = 300;
+        let _alone = crate::perf::DEVICE_TRAFFIC
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let n = N.to_string();
         for (conn, size) in [("UC", 1024u64), ("UC", 65536), ("RC", 4096)] {
             let s = size.to_string();

@@ -8,14 +8,15 @@
 //!
 //! The client stamps the clock before every iteration and once after the last; a sample is the
 //! difference of consecutive stamps. Ping-pong samples are halved (half the round trip).
+//! Across processes ([`run_remote`]) both sides stamp their iterations, as perftest's do.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use portverbs::prelude::*;
 
 use super::bw::RecvState;
-use super::config::RunMode;
-use super::ops::{OpPlan, RecvPlan, check_wc};
+use super::config::{PerfConfig, RunMode};
+use super::ops::{OpPlan, PeerQp, RecvPlan, check_wc, peer_of};
 use super::recorder::{LatOutcome, Recorder};
 use super::setup::{Setup, Side};
 use super::tracker::Tracker;
@@ -32,8 +33,9 @@ pub(crate) fn run(
 ) -> Result<LatOutcome, CliError> {
     let cfg = &setup.cfg;
     let (client, server) = (&setup.client, &setup.server);
-    let mut cplan = OpPlan::new(client, server, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
-    let mut splan = OpPlan::new(server, client, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let (cpeer, speer) = (peer_of(server), peer_of(client));
+    let mut cplan = OpPlan::new(client, &cpeer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let mut splan = OpPlan::new(server, &speer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
     let mut rec = Recorder::new(cfg.mode);
     let half = matches!(cfg.test.verb, Verb::Send | Verb::Write);
     if !half {
@@ -70,7 +72,7 @@ pub(crate) fn run(
     let server_failed = AtomicBool::new(false);
     let (c, s) = std::thread::scope(|sc| {
         let peer = sc.spawn(|| {
-            let r = pingpong.serve(server, &mut splan, &srecv, &client_done);
+            let r = pingpong.serve(server, &mut splan, &srecv, &client_done, None);
             server_failed.store(r.is_err(), Ordering::Release);
             r
         });
@@ -90,6 +92,46 @@ pub(crate) fn run(
     });
     CliError::merge(c, s)?;
     Ok(rec.outcome(half))
+}
+
+/// One size of a cross-process ping-pong latency test (send or write): the client pings
+/// `peer`, the server answers; each side times every iteration, as perftest's two sides do.
+/// Receives (send tests) are topped up before `ready` (the hand shake after which the client
+/// starts).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_remote(
+    cfg: &PerfConfig,
+    side: &Side,
+    peer: &[PeerQp],
+    size: u64,
+    client: bool,
+    recv: &mut RecvState,
+    tracker: &mut Tracker,
+    ready: impl FnOnce() -> Result<(), CliError>,
+) -> Result<LatOutcome, CliError> {
+    let mut plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let rplan = RecvPlan::new(side)?;
+    if cfg.test.verb == Verb::Send {
+        let depth = cfg.rx_depth as usize;
+        let batches: Vec<_> = (0..side.qps.len())
+            .map(|i| vec![rplan.wr(i); depth])
+            .collect();
+        recv.top_up(side, &batches, cfg.rx_depth)?;
+    }
+    ready()?;
+    let pingpong = Pingpong {
+        verb: cfg.test.verb,
+        size: size as usize,
+        mode: cfg.mode,
+    };
+    let mut rec = Recorder::new(cfg.mode);
+    let never = AtomicBool::new(false);
+    if client {
+        pingpong.ping(side, &mut plan, &rplan, &mut rec, tracker, &never)?;
+    } else {
+        pingpong.serve(side, &mut plan, &rplan, &never, Some(&mut rec))?;
+    }
+    Ok(rec.outcome(true))
 }
 
 /// One operation at a time from the client (read and atomic latency).
@@ -157,11 +199,20 @@ impl Pingpong {
         plan: &mut OpPlan<'_>,
         recv: &RecvPlan,
         peer_done: &AtomicBool,
+        mut rec: Option<&mut Recorder>,
     ) -> Result<(), CliError> {
         let mut wc = [WorkCompletion::default(); 1];
         let mut waiter = Waiter::new("waiting for the client's message", Some(peer_done));
         let mut k = 0u64;
-        while !matches!(self.mode, RunMode::Iters(n) if k >= n) {
+        loop {
+            if let Some(r) = rec.as_deref_mut() {
+                if !r.tick(k) {
+                    break;
+                }
+            }
+            if matches!(self.mode, RunMode::Iters(n) if k >= n) {
+                break;
+            }
             k += 1;
             match self.receive(side, recv, k, &mut wc, &mut waiter) {
                 Err(CliError::PeerStopped(_)) => return Ok(()),

@@ -1,4 +1,5 @@
-//! `portverbs perf`: perftest's bandwidth and latency tests, both ends in this process.
+//! `portverbs perf`: perftest's bandwidth and latency tests, both ends in this process, or one
+//! end here and the other in another process ([`remote`]: client of a HOST, or server).
 //!
 //! Flow: check the flags ([`config`]) and open the `--out_json` file ([`json_file`]), open both
 //! devices and connect the QPs ([`setup`]), print the banner and the address lines, then run
@@ -7,16 +8,20 @@
 
 mod args;
 mod bw;
+mod channel;
 mod config;
 mod json_file;
 mod lat;
 mod ops;
 mod output;
 mod recorder;
+mod remote;
 mod setup;
 mod tracker;
 
 use std::io::Write;
+use std::net::TcpListener;
+use std::sync::atomic::AtomicBool;
 
 pub(crate) use args::PerfArgs;
 
@@ -24,6 +29,7 @@ use bw::RecvState;
 use config::{PEAK_WARNING, PerfConfig, RunMode};
 use json_file::JsonFile;
 use recorder::LatOutcome;
+use remote::PeerLink;
 use setup::Setup;
 use tracker::Tracker;
 
@@ -33,10 +39,19 @@ use crate::report::{
     json_document, lat_duration_header, lat_duration_results, lat_duration_row, lat_header,
     lat_results, lat_row, latency_stats, result_rule,
 };
+use crate::verbs;
+
+/// Serializes the unit tests that drive traffic through the in-process devices: some read a
+/// device's engine counters and must see only their own traffic.
+#[cfg(test)]
+pub(crate) static DEVICE_TRAFFIC: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `portverbs perf`, printing to stdout as results arrive.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
     let cfg = PerfConfig::from_args(args)?;
+    if cross_process(args) {
+        return run_cross_process(args, cfg);
+    }
     // Before anything runs: a report file that cannot be written fails the command now.
     let mut json_file = cfg.json.as_deref().map(JsonFile::open).transpose()?;
     if cfg.peak_warning {
@@ -114,6 +129,36 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
     }
     tracker.clear();
     emit(&result_rule())
+}
+
+/// Whether this run is one side of a cross-process test: a HOST is given (client), the
+/// server role is forced, or the device can be reached from other processes (server).
+fn cross_process(args: &PerfArgs) -> bool {
+    args.host.is_some()
+        || args.server
+        || verbs::pick_device(args.device.as_deref()).is_ok_and(|d| !verbs::in_process(&d))
+}
+
+/// One side of a cross-process test: a client of HOST, or a server listening on every
+/// address (as perftest's server does).
+fn run_cross_process(args: &PerfArgs, cfg: PerfConfig) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match &args.host {
+        Some(host) => remote::run(
+            cfg,
+            PeerLink::Connect {
+                host,
+                port: args.port,
+            },
+            &mut out,
+        ),
+        None => {
+            let listener = TcpListener::bind(("0.0.0.0", args.port))
+                .io_ctx(format_args!("couldn't listen to port {}", args.port))?;
+            let never = AtomicBool::new(false);
+            remote::run(cfg, PeerLink::Accept(&listener, &never), &mut out)
+        }
+    }
 }
 
 /// The stderr note of a send test whose receiver got fewer messages than were sent.

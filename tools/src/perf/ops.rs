@@ -27,6 +27,31 @@ pub(crate) fn split_wr_id(id: u64) -> (usize, u64) {
     ((id >> SEQ_BITS) as usize, id & ((1 << SEQ_BITS) - 1))
 }
 
+/// What a side's requests need to know about one QP of the peer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerQp {
+    /// The peer QP's number.
+    pub(crate) qpn: u32,
+    /// Where RDMA writes and atomics go.
+    pub(crate) write_to: RemoteAddr,
+    /// Where RDMA reads read from.
+    pub(crate) read_from: RemoteAddr,
+}
+
+/// The peer view of every QP of an in-process side: writes and atomics into its receive
+/// regions, reads from its send regions.
+pub(crate) fn peer_of(side: &Side) -> Vec<PeerQp> {
+    side.qps
+        .iter()
+        .enumerate()
+        .map(|(i, qp)| PeerQp {
+            qpn: qp.qp_num(),
+            write_to: side.remote(side.recv_off(i)),
+            read_from: side.remote(side.send_off(i)),
+        })
+        .collect()
+}
+
 /// The requests one side posts toward its peer.
 #[derive(Debug)]
 pub(crate) struct OpPlan<'a> {
@@ -45,25 +70,31 @@ impl<'a> OpPlan<'a> {
     /// A request's range does not fit the registered buffer.
     pub(crate) fn new(
         from: &'a Side,
-        to: &Side,
+        to: &[PeerQp],
         verb: Verb,
         atomic: AtomicOp,
         size: u64,
         inline_max: u32,
     ) -> Result<Self, CliError> {
         let n = from.qps.len();
+        if to.len() < n {
+            return Err(CliError::Failed(format!(
+                "the peer described {} QPs, this side has {n}",
+                to.len()
+            )));
+        }
         let mut sges = Vec::with_capacity(n);
         let mut ops = Vec::with_capacity(n);
-        for i in 0..n {
+        for (i, peer) in to.iter().enumerate().take(n) {
             let (sge, op) = match verb {
                 Verb::Read => (
                     from.sge(from.recv_off(i), size)?,
                     SendOp::RdmaRead {
-                        remote: to.remote(to.send_off(i)),
+                        remote: peer.read_from,
                     },
                 ),
                 Verb::Atomic => {
-                    let remote = to.remote(to.recv_off(i));
+                    let remote = peer.write_to;
                     let op = match atomic {
                         AtomicOp::FetchAndAdd => SendOp::AtomicFetchAdd { remote, add: 1 },
                         AtomicOp::CmpAndSwap => SendOp::AtomicCmpSwp {
@@ -77,7 +108,7 @@ impl<'a> OpPlan<'a> {
                 Verb::Write => (
                     from.sge(from.send_off(i), size)?,
                     SendOp::RdmaWrite {
-                        remote: to.remote(to.recv_off(i)),
+                        remote: peer.write_to,
                     },
                 ),
                 Verb::Send => (from.sge(from.send_off(i), size)?, SendOp::Send),
@@ -90,7 +121,7 @@ impl<'a> OpPlan<'a> {
         Ok(Self {
             sges,
             ops,
-            remote_qpns: to.qps.iter().map(Qp::qp_num).collect(),
+            remote_qpns: to.iter().take(n).map(|p| p.qpn).collect(),
             av: from.ah.as_ref().map(AddressHandle::av),
             inline,
         })

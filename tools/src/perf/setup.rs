@@ -1,5 +1,7 @@
 //! Resources of a `perf` run: both sides (client and in-process server), each with its PD,
 //! CQs, QPs and one registered buffer, connected QP to QP; plus the device-dependent checks.
+//! A cross-process run ([`super::remote`]) builds its one side with [`side`], [`resolve`],
+//! [`slot_size`] and [`connect_options`], and connects it to the peer's exchanged addresses.
 //!
 //! Buffer layout of a side: for QP `i`, a send region at `2 i × slot` and a receive region
 //! right after it, `slot` bytes each (the largest message, plus the 40-byte GRH area on UD,
@@ -116,34 +118,8 @@ impl Setup {
         // The server uses port 1 with the same GID index as the client.
         let sport = verbs::port_info(&sctx, 1, cport.gid_index.map(u32::from))?;
         let res = resolve(&cfg, &cctx, &sctx, &cport, &sport)?;
-        let max = *res.sizes.iter().max().unwrap_or(&1);
-        let grh = if cfg.conn == QpType::Ud { GRH_BYTES } else { 0 };
-        let slot = usize::try_from((max + grh).max(64).next_multiple_of(64))
-            .map_err(|_| CliError::usage("the message size does not fit in memory"))?;
-        // perftest's values: its access rights, -u's ACK timeout, 7 retries, 7 RNR retries, RNR
-        // timer 12, the resolved MTU and outstanding reads, hop limit 1.
-        let copts = ConnectOptions {
-            mtu: Some(res.mtu),
-            access: match cfg.conn {
-                QpType::Rc => {
-                    AccessFlags::LOCAL_WRITE
-                        | AccessFlags::REMOTE_WRITE
-                        | AccessFlags::REMOTE_READ
-                        | AccessFlags::REMOTE_ATOMIC
-                }
-                QpType::Uc => AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-                QpType::Ud => AccessFlags::empty(),
-            },
-            sl: cfg.sl,
-            hop_limit: 1,
-            timeout: cfg.timeout,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 12,
-            max_rd_atomic: res.outs,
-            max_dest_rd_atomic: res.outs,
-            ..verbs::options(&cport)
-        };
+        let slot = slot_size(&cfg, &res, 0)?;
+        let copts = connect_options(&cfg, &res, &cport);
         let mut client = side(&cfg, cctx, cport, slot)?;
         let mut server = side(&cfg, sctx, sport, slot)?;
         let sopts = ConnectOptions {
@@ -176,14 +152,51 @@ impl Setup {
     }
 }
 
+/// perftest's connection values: its access rights, `-u`'s ACK timeout, 7 retries, 7 RNR
+/// retries, RNR timer 12, the resolved MTU and outstanding reads, hop limit 1.
+pub(crate) fn connect_options(cfg: &PerfConfig, res: &Resolved, port: &PortInfo) -> ConnectOptions {
+    ConnectOptions {
+        mtu: Some(res.mtu),
+        access: match cfg.conn {
+            QpType::Rc => {
+                AccessFlags::LOCAL_WRITE
+                    | AccessFlags::REMOTE_WRITE
+                    | AccessFlags::REMOTE_READ
+                    | AccessFlags::REMOTE_ATOMIC
+            }
+            QpType::Uc => AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            QpType::Ud => AccessFlags::empty(),
+        },
+        sl: cfg.sl,
+        hop_limit: 1,
+        timeout: cfg.timeout,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: res.outs,
+        max_dest_rd_atomic: res.outs,
+        ..verbs::options(port)
+    }
+}
+
+/// The bytes of each buffer region for the largest of `res`' sizes (plus the GRH area on UD),
+/// at least `min` bytes, rounded up to 64 bytes.
+pub(crate) fn slot_size(cfg: &PerfConfig, res: &Resolved, min: u64) -> Result<usize, CliError> {
+    let max = *res.sizes.iter().max().unwrap_or(&1);
+    let grh = if cfg.conn == QpType::Ud { GRH_BYTES } else { 0 };
+    usize::try_from((max + grh).max(64).max(min).next_multiple_of(64))
+        .map_err(|_| CliError::usage("the message size does not fit in memory"))
+}
+
 fn ah(side: &Side, opts: &ConnectOptions, remote: &QpEndpoint) -> Result<AddressHandle, CliError> {
     side.pd
         .create_ah_blocking(opts.address_vector(remote, side.port.gid_index))
         .ctx("creating the address handle")
 }
 
-/// Checks the flags against both devices and resolves sizes, MTU and outstanding reads.
-fn resolve(
+/// Checks the flags against both devices and resolves sizes, MTU and outstanding reads (a
+/// cross-process run passes its one device as both).
+pub(crate) fn resolve(
     cfg: &PerfConfig,
     cctx: &Context,
     sctx: &Context,
@@ -264,7 +277,12 @@ fn resolve(
 }
 
 /// Creates one side's objects (QPs in RESET).
-fn side(cfg: &PerfConfig, ctx: Context, port: PortInfo, slot: usize) -> Result<Side, CliError> {
+pub(crate) fn side(
+    cfg: &PerfConfig,
+    ctx: Context,
+    port: PortInfo,
+    slot: usize,
+) -> Result<Side, CliError> {
     let name = ctx.device().info().name.clone();
     let qps = cfg.qps as usize;
     let receives = cfg.test.verb == Verb::Send;

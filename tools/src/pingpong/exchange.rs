@@ -32,19 +32,26 @@ pub(crate) fn listen(port: u16) -> Result<(TcpListener, u16), CliError> {
     Ok((listener, actual))
 }
 
-/// Server side: accepts one client (giving up when `abort` is set or after `timeout`), reads
-/// its message, then lets `connect` bring the QP up and answers with `mine`; returns after the
-/// client's `done`. Each wait on the client is bounded by `timeout`.
+/// Listens on `port` of every address, as `ibv_rc_pingpong`'s server does.
+pub(crate) fn listen_all(port: u16) -> Result<TcpListener, CliError> {
+    TcpListener::bind(("0.0.0.0", port)).io_ctx(format_args!("couldn't listen to port {port}"))
+}
+
+/// Server side: accepts one client (giving up when `abort` is set, or after `accept_timeout`
+/// when there is one), reads its message, then lets `connect` bring the QP up and answers
+/// with `mine`; returns after the client's `done`. Each wait on the client's messages is
+/// bounded by `timeout`.
 pub(crate) fn serve(
     listener: &TcpListener,
     abort: &AtomicBool,
+    accept_timeout: Option<Duration>,
     timeout: Duration,
     connect: impl FnOnce(&Dest) -> Result<Dest, CliError>,
 ) -> Result<Dest, CliError> {
     listener
         .set_nonblocking(true)
         .io_ctx("configuring the listening socket")?;
-    let deadline = Instant::now() + timeout;
+    let deadline = accept_timeout.map(|t| (Instant::now() + t, t));
     let (mut stream, peer) = loop {
         match listener.accept() {
             Ok(accepted) => break accepted,
@@ -52,11 +59,13 @@ pub(crate) fn serve(
                 if abort.load(Ordering::Acquire) {
                     return Err(CliError::PeerStopped("waiting for the client to connect"));
                 }
-                if Instant::now() >= deadline {
-                    return Err(CliError::Failed(format!(
-                        "no client connected within {}",
-                        secs(timeout)
-                    )));
+                if let Some((deadline, t)) = deadline {
+                    if Instant::now() >= deadline {
+                        return Err(CliError::Failed(format!(
+                            "no client connected within {}",
+                            secs(t)
+                        )));
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -224,7 +233,8 @@ mod tests {
     fn no_client_within_the_timeout() {
         let (listener, _) = listen(0).unwrap();
         let never = AtomicBool::new(false);
-        let err = serve(&listener, &never, Duration::from_millis(50), |_| Ok(dest())).unwrap_err();
+        let fifty = Duration::from_millis(50);
+        let err = serve(&listener, &never, Some(fifty), fifty, |_| Ok(dest())).unwrap_err();
         assert_eq!(err.to_string(), "no client connected within 50 ms");
     }
 }

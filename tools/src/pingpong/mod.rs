@@ -1,9 +1,15 @@
-//! `portverbs pingpong`: `ibv_rc_pingpong` with both sides in this process.
+//! `portverbs pingpong`: `ibv_rc_pingpong`, one side in this process or both.
 //!
-//! Without SERVERNAME a server thread listens on localhost (`-p`, 18515 by default, or an
-//! ephemeral port when that one is taken), the client connects to it, and the two exchange
-//! `LID:QPN:PSN:GID` messages over that real TCP connection before ping-ponging sends over
-//! the embedded fabric. The client prints what `ibv_rc_pingpong` prints.
+//! * With SERVERNAME: the client; it connects to SERVERNAME:PORT (a `portverbs pingpong` or
+//!   `ibv_rc_pingpong` server) and the two exchange `LID:QPN:PSN:GID` messages.
+//! * Without SERVERNAME, on a device other processes can reach (or with the hidden
+//!   `--server`): the server; it listens on PORT of every address for one client.
+//! * Without SERVERNAME on a device of the embedded in-process fabric: both sides here; a
+//!   server thread listens on localhost (`-p`, 18515 by default, or an ephemeral port when
+//!   that one is taken), the client connects to it, and the two exchange their messages over
+//!   that real TCP connection before ping-ponging sends over the embedded fabric.
+//!
+//! Each side prints what `ibv_rc_pingpong` prints (both sides in one process: the client's).
 
 mod exchange;
 mod session;
@@ -23,20 +29,27 @@ use session::{PpConfig, PpSide};
 /// `portverbs pingpong`: the options of `ibv_rc_pingpong`.
 #[derive(Debug, Args)]
 #[command(
-    about = "RC send ping-pong like ibv_rc_pingpong (both sides in this process)",
+    about = "RC send ping-pong like ibv_rc_pingpong",
     long_about = "Ping-pong of RC sends in the manner of ibv_rc_pingpong, with its options, QP \
-                  parameters and output.\n\nWithout SERVERNAME both sides run in this process: a \
-                  server thread on the other device listens on localhost:PORT, the client (on \
-                  -d, or the first device) connects to it, and the two exchange their \
-                  LID:QPN:PSN:GID over that TCP connection, in the C tool's wire format. With \
-                  SERVERNAME only the client runs and connects to SERVERNAME:PORT, which needs \
-                  a device the server can reach (not the in-process soft devices)."
+                  parameters, TCP exchange (LID:QPN:PSN:GID, in the C tool's wire format) and \
+                  output.\n\nWith SERVERNAME: a client that connects to SERVERNAME:PORT (a \
+                  portverbs pingpong or ibv_rc_pingpong server). Without SERVERNAME on a device \
+                  other processes can reach (a UDP-bound device, VFIO hardware): a server that \
+                  listens on PORT of every address for one client. Without SERVERNAME on a \
+                  device of the embedded in-process fabric (soft0, soft1, mlx4_0, mlx4_1): both \
+                  sides in this process, a server thread on the other device listening on \
+                  localhost:PORT and the client (on -d, or the first device) connecting to it; \
+                  the client's lines are printed.",
+    after_help = "Examples:\n  portverbs pingpong -n 1000 -c\n  \
+                  portverbs pingpong -d udp0 -c               (server)\n  \
+                  portverbs pingpong -d udp1 -c 127.0.0.1     (client)"
 )]
 pub(crate) struct PingpongArgs {
-    /// TCP port of the address exchange.
+    /// TCP port of the address exchange (server: listen on it; client: connect to it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     port: u16,
-    /// Client device (default: the first device); the server uses the other one.
+    /// Device (default: the first device). In-process, the client's; the server uses the other
+    /// one.
     #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
     device: Option<String>,
     /// Port of the device.
@@ -69,17 +82,23 @@ pub(crate) struct PingpongArgs {
     /// Local GID index (RoCE always uses a GID; default 0 there).
     #[arg(short = 'g', long = "gid-idx", value_name = "INDEX")]
     gid_index: Option<u32>,
-    /// Validate the contents of every received message.
+    /// Validate the buffer, as ibv_rc_pingpong -c: the first byte of every 4 KiB page of a
+    /// message is 0, the rest 0x7b; here every received message is checked (the C tool checks
+    /// the server's last one) and a bad one fails the run with "invalid data in page N".
     #[arg(short = 'c', long = "chk")]
     validate: bool,
     /// Seconds to wait for the other side of the TCP address exchange (connecting, each
     /// message) before giving up with "no reply from <host> within N s" (not in
-    /// ibv_rc_pingpong, which waits as long as the TCP stack does).
+    /// ibv_rc_pingpong, which waits as long as the TCP stack does). A server waits for its
+    /// client to connect as long as it takes, as ibv_rc_pingpong's does.
     #[arg(long = "timeout", value_name = "SECS", default_value_t = 10)]
     timeout: u64,
-    /// Connect to this server instead of starting one in-process.
+    /// Connect to this server (portverbs or ibv_rc_pingpong).
     #[arg(value_name = "SERVERNAME")]
     server: Option<String>,
+    /// Testing: run the server role even on an in-process device.
+    #[arg(long = "server", hide = true)]
+    force_server: bool,
 }
 
 impl PingpongArgs {
@@ -126,13 +145,28 @@ impl PingpongArgs {
 pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
     let cfg = args.config()?;
     let timeout = Duration::from_secs(args.timeout);
-    let (cdev, sdev) = verbs::pick_devices(args.device.as_deref())?;
-    if args.server.is_some() && cdev.as_soft().is_some() {
-        return Err(CliError::usage(
-            "SERVERNAME: a remote server cannot reach this client, because the soft devices \
-             exist only inside this process; run without SERVERNAME to start both sides here",
-        ));
+    if args.server.is_none() {
+        let dev = verbs::pick_device(args.device.as_deref())?;
+        if args.force_server || !verbs::in_process(&dev) {
+            let listener = exchange::listen_all(args.port)?;
+            // The local address right away, as ibv_rc_pingpong prints it before it waits.
+            return serve(
+                args,
+                cfg,
+                dev,
+                &listener,
+                &AtomicBool::new(false),
+                &mut |t| crate::print(t),
+            );
+        }
     }
+    let (cdev, sdev) = match &args.server {
+        Some(_) => {
+            let dev = verbs::pick_device(args.device.as_deref())?;
+            (dev.clone(), dev)
+        }
+        None => verbs::pick_devices(args.device.as_deref())?,
+    };
     let client = PpSide::new(&verbs::open(cdev)?, args.ib_port, cfg)?;
     let mine = client.dest();
     let mut out = format_address(PingpongSide::Local, &mine);
@@ -152,7 +186,8 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
             let server_failed = AtomicBool::new(false);
             let (c, s) = std::thread::scope(|sc| {
                 let peer = sc.spawn(|| {
-                    let r = exchange::serve(&listener, &client_failed, timeout, |remote| {
+                    let accept = Some(timeout);
+                    let r = exchange::serve(&listener, &client_failed, accept, timeout, |remote| {
                         server.connect(remote)?;
                         Ok(server.dest())
                     })
@@ -176,4 +211,101 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
     };
     out += &format_results(cfg.size as u64, cfg.iters, elapsed);
     Ok(out)
+}
+
+/// The server role: gives `early` its local address line, waits on `listener` for one client
+/// (until `abort` is set), connects to it and answers its messages; returns the rest of what
+/// `ibv_rc_pingpong`'s server prints.
+fn serve(
+    args: &PingpongArgs,
+    cfg: PpConfig,
+    dev: portverbs::AnyDevice,
+    listener: &std::net::TcpListener,
+    abort: &AtomicBool,
+    early: &mut dyn FnMut(&str) -> Result<(), CliError>,
+) -> Result<String, CliError> {
+    let timeout = Duration::from_secs(args.timeout);
+    let side = PpSide::new(&verbs::open(dev)?, args.ib_port, cfg)?;
+    let mine = side.dest();
+    early(&format_address(PingpongSide::Local, &mine))?;
+    let remote = exchange::serve(listener, abort, None, timeout, |remote| {
+        side.connect(remote)?;
+        Ok(mine)
+    })?;
+    let mut out = format_address(PingpongSide::Remote, &remote);
+    let elapsed = side.run(false, &AtomicBool::new(false))?;
+    out += &format_results(cfg.size as u64, cfg.iters, elapsed);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: PingpongArgs,
+    }
+
+    fn args(line: &[&str]) -> PingpongArgs {
+        use clap::Parser as _;
+        let argv = std::iter::once("pingpong").chain(line.iter().copied());
+        Cli::try_parse_from(argv).expect("flags parse").args
+    }
+
+    /// A server thread on soft1 and a client thread on soft0 (both on the in-process fabric)
+    /// over a real TCP connection on 127.0.0.1; returns the client's and the server's output.
+    fn pair(line: &[&str]) -> (String, String) {
+        let _alone = crate::perf::DEVICE_TRAFFIC
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("bound").port().to_string();
+        let mut sline = line.to_vec();
+        sline.extend(["-d", "soft1", "--server"]);
+        let server_args = args(&sline);
+        let mut cline = line.to_vec();
+        cline.extend(["-d", "soft0", "-p", &port, "127.0.0.1"]);
+        let client_args = args(&cline);
+        let client_done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let server = s.spawn(|| {
+                let cfg = server_args.config()?;
+                let dev = verbs::pick_device(Some("soft1"))?;
+                let mut out = String::new();
+                let rest = serve(&server_args, cfg, dev, &listener, &client_done, &mut |t| {
+                    out += t;
+                    Ok(())
+                })?;
+                Ok::<_, CliError>(out + &rest)
+            });
+            let c = run(&client_args);
+            client_done.store(true, Ordering::Release);
+            let s = server.join().expect("the server thread ends");
+            (c.expect("the client runs"), s.expect("the server runs"))
+        })
+    }
+
+    #[test]
+    fn server_and_client_exchange_and_ping_pong() {
+        let (client, server) = pair(&["-n", "100", "-s", "10000", "-c"]);
+        let lines = |out: &str| out.lines().map(str::to_owned).collect::<Vec<_>>();
+        let (c, s) = (lines(&client), lines(&server));
+        assert_eq!(c.len(), 4, "{client}");
+        assert_eq!(s.len(), 4, "{server}");
+        // Each side's local address is the other's remote address.
+        assert_eq!(
+            c[0].replace("local address: ", ""),
+            s[1].replace("remote address:", "")
+        );
+        assert_eq!(
+            s[0].replace("local address: ", ""),
+            c[1].replace("remote address:", "")
+        );
+        for out in [&c, &s] {
+            assert!(out[2].starts_with("2000000 bytes in "), "{out:?}");
+            assert!(out[3].starts_with("100 iters in "), "{out:?}");
+        }
+    }
 }

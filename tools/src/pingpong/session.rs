@@ -19,6 +19,14 @@ use crate::wait::Waiter;
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 
+/// `-c`: the page size of `ibv_rc_pingpong`'s check; the first byte of every page of a
+/// message is 0.
+const CHECK_PAGE: usize = 4096;
+
+/// `-c`: what the rest of the buffer holds (`ibv_rc_pingpong` fills its buffer with it), and
+/// what a checked page start is reset to, so that the next message must overwrite it.
+const FILL: u8 = 0x7b;
+
 /// Options shared by both sides.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PpConfig {
@@ -131,6 +139,14 @@ impl PpSide {
             mr,
             channel,
         };
+        if cfg.validate {
+            // ibv_rc_pingpong's -c: the buffer holds 0x7b, the client's message has a 0 at the
+            // start of every page. Both sides send that here (the C server echoes it).
+            side.buf.fill(0, len, FILL).ctx("filling the buffer")?;
+            for at in (0..cfg.size).step_by(CHECK_PAGE) {
+                side.buf.write(at, &[0]).ctx("filling the send buffer")?;
+            }
+        }
         side.post_receives(cfg.rx_depth as usize)?;
         Ok(side)
     }
@@ -171,32 +187,36 @@ impl PpSide {
         Ok(())
     }
 
-    fn post_send(&self, count: u64) -> Result<(), CliError> {
+    fn post_send(&self) -> Result<(), CliError> {
         let size = self.cfg.size;
-        if self.cfg.validate {
-            self.buf
-                .fill(0, size, count as u8)
-                .ctx("filling the send buffer")?;
-        }
         let sge = [self.mr.sge(0, size).ctx("building the send entry")?];
         self.qp
             .post_send(&[SendWr::new(SEND_WRID, SendOp::Send).sges(&sge).signaled()])
             .ctx("posting a send")
     }
 
-    /// Checks that received message `count` holds its expected byte everywhere.
-    fn check_data(&self, count: u64, scratch: &mut [u8]) -> Result<(), CliError> {
-        self.buf
-            .read(self.cfg.size, scratch)
-            .ctx("reading the receive buffer")?;
-        let want = count as u8;
-        match scratch.iter().position(|&b| b != want) {
-            None => Ok(()),
-            Some(at) => Err(CliError::Failed(format!(
-                "invalid data in message {count} at byte {at}: expected {want:#04x}, found {:#04x}",
-                scratch[at]
-            ))),
+    /// `-c`: checks that received message `count` has a 0 at the start of every page, as
+    /// `ibv_rc_pingpong`'s server checks its last message, then puts 0x7b back there so that
+    /// the next message must overwrite it.
+    fn check_data(&self, count: u64) -> Result<(), CliError> {
+        let base = self.cfg.size;
+        for at in (0..self.cfg.size).step_by(CHECK_PAGE) {
+            let mut byte = [0u8; 1];
+            self.buf
+                .read(base + at, &mut byte)
+                .ctx("reading the receive buffer")?;
+            if byte[0] != 0 {
+                return Err(CliError::Failed(format!(
+                    "invalid data in page {} of message {count}: found {:#04x} where 0 was sent",
+                    at / CHECK_PAGE,
+                    byte[0]
+                )));
+            }
+            self.buf
+                .write(base + at, &[FILL])
+                .ctx("resetting the receive buffer")?;
         }
+        Ok(())
     }
 
     /// Waits for the next event of the completion channel and re-arms the CQ.
@@ -225,7 +245,6 @@ impl PpSide {
         let mut routs = depth;
         let (mut scnt, mut rcnt) = (0u64, 0u64);
         let mut wcs = [WorkCompletion::default(); 2];
-        let mut scratch = vec![0u8; if self.cfg.validate { self.cfg.size } else { 0 }];
         let mut waiter = Waiter::new("waiting for the peer", Some(peer_failed));
         if self.channel.is_some() {
             self.cq.req_notify(false);
@@ -233,7 +252,7 @@ impl PpSide {
         let start = Instant::now();
         let mut pending = RECV_WRID;
         if client {
-            self.post_send(1)?;
+            self.post_send()?;
             pending |= SEND_WRID;
         }
         while scnt < iters || rcnt < iters {
@@ -263,7 +282,7 @@ impl PpSide {
                         }
                         rcnt += 1;
                         if self.cfg.validate {
-                            self.check_data(rcnt, &mut scratch)?;
+                            self.check_data(rcnt)?;
                         }
                     }
                     other => {
@@ -274,11 +293,57 @@ impl PpSide {
                 }
                 pending &= !wc.wr_id;
                 if scnt < iters && pending == 0 {
-                    self.post_send(scnt + 1)?;
+                    self.post_send()?;
                     pending = RECV_WRID | SEND_WRID;
                 }
             }
         }
         Ok(start.elapsed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `-c`: a message whose page starts are not 0 is refused, naming the page; a checked page
+    /// start is reset so that a message that never arrives cannot pass.
+    #[test]
+    fn check_finds_the_bad_page() {
+        let dev = verbs::pick_device(Some("soft0")).expect("soft0");
+        let cfg = PpConfig {
+            size: 3 * CHECK_PAGE,
+            mtu: Mtu::Mtu1024,
+            rx_depth: 2,
+            iters: 1,
+            sl: 0,
+            events: false,
+            gid_index: None,
+            validate: true,
+        };
+        let side = PpSide::new(&verbs::open(dev).expect("open"), 1, cfg).expect("side");
+        let recv = cfg.size;
+        // What a peer's message leaves: 0 at every page start.
+        for page in 0..3 {
+            side.buf
+                .write(recv + page * CHECK_PAGE, &[0])
+                .expect("write");
+        }
+        side.check_data(1).expect("a good message");
+        // Nothing new arrived: the page starts hold 0x7b again.
+        let err = side.check_data(2).expect_err("stale buffer");
+        assert!(
+            err.to_string()
+                .starts_with("invalid data in page 0 of message 2"),
+            "{err}"
+        );
+        side.buf.write(recv, &[0]).expect("write");
+        side.buf.write(recv + CHECK_PAGE, &[0]).expect("write");
+        let err = side.check_data(3).expect_err("bad page 2");
+        assert!(
+            err.to_string()
+                .starts_with("invalid data in page 2 of message 3"),
+            "{err}"
+        );
     }
 }

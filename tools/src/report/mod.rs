@@ -6,7 +6,9 @@
 //!
 //! * [`devinfo`]: `portverbs devices`, laid out like rdma-core's `ibv_devinfo` (`-l`, `-v`).
 //! * [`perftest`]: `portverbs perf`, laid out like linux-rdma/perftest (`ib_write_bw`, …):
-//!   banner, address lines, result tables and the `--out_json` document.
+//!   banner, address lines, result tables and the `--out_json` document; and the messages of
+//!   perftest's TCP side channel ([`perftest::wire`]), so that a perftest program can be the
+//!   other end.
 //! * [`stats`]: the numbers behind the perftest tables (latency percentiles, bandwidth, peak),
 //!   with perftest's semantics.
 //! * [`pingpong`]: `portverbs pingpong`, interoperable with `ibv_rc_pingpong` (TCP exchange

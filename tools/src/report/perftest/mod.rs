@@ -17,11 +17,12 @@
 mod address;
 mod json;
 mod table;
+pub(crate) mod wire;
 
 use std::fmt::Write as _;
 
 pub(crate) use address::{AddressSide, GidLine, PerftestDest, RdmaBuffer, format_address};
-pub(crate) use json::{bw_results, json_document, lat_duration_results, lat_results};
+pub(crate) use json::{JsonResults, bw_results, json_document, lat_duration_results, lat_results};
 pub(crate) use table::{
     RESULT_RULE, bw_header, bw_row, lat_duration_header, lat_duration_row, lat_header, lat_row,
     result_rule,

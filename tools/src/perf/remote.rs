@@ -1,0 +1,693 @@
+//! `portverbs perf` across processes: one side of the test here, the other in another process
+//! (another `portverbs perf`, or perftest's own `ib_write_bw` …), the QP information exchanged
+//! over TCP in perftest's format ([`super::channel`]).
+//!
+//! Flow, as perftest's: connect (client) or accept one client (server); exchange versions,
+//! system data and MTU; build this side ([`super::setup::side`]); print the banner; exchange the
+//! destinations and connect the QPs, in the order of hand shakes the test's perftest program
+//! uses; print the address lines and the table header; run. Write and read BW: the client runs
+//! and prints its rows, then sends its last row to the server, which prints it (perftest's
+//! server posts nothing). Send BW: the server counts the arrivals and prints its own rows.
+//! Latency: both sides ping-pong and both print their rows.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use portverbs::prelude::*;
+
+use super::bw::{self, RecvState};
+use super::channel::Channel;
+use super::config::{PerfConfig, RunMode, Sizes};
+use super::json_file::JsonFile;
+use super::lat;
+use super::ops::PeerQp;
+use super::output;
+use super::recorder::LatOutcome;
+use super::setup::{self, Side};
+use super::tracker::Tracker;
+use crate::error::{CliError, IoContext as _};
+use crate::report::perftest::wire::{BwReport, KeyMsg, gid_is_v4_mapped};
+use crate::report::perftest::{BannerRole, JsonResults, PerftestBanner};
+use crate::report::{
+    AddressSide, BwResult, TestKind, Verb, bw_header, bw_results, bw_row, format_address,
+    format_banner, json_document, lat_header, lat_results, lat_row, latency_stats, result_rule,
+};
+use crate::verbs;
+
+/// How long the client tries to connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// perftest's banner on a server before a client connects.
+const WAITING: &str = "\n************************************\n\
+                       * Waiting for client to connect... *\n\
+                       ************************************\n";
+
+/// How this side reaches its peer.
+#[derive(Debug)]
+pub(crate) enum PeerLink<'a> {
+    /// Client: connect to `host:port`.
+    Connect {
+        /// Server name or address.
+        host: &'a str,
+        /// TCP port.
+        port: u16,
+    },
+    /// Server: accept one client on the listener (giving up when the flag is set).
+    Accept(&'a TcpListener, &'a AtomicBool),
+}
+
+/// Refuses what the cross-process mode does not run (yet): other transports than RC, read
+/// and atomic latency, atomics, duration mode.
+fn check(cfg: &PerfConfig) -> Result<(), CliError> {
+    let supported = matches!(
+        (cfg.test.verb, cfg.test.kind),
+        (Verb::Write | Verb::Send, _) | (Verb::Read, TestKind::Bw)
+    );
+    if !supported {
+        return Err(CliError::usage(format_args!(
+            "{} is not supported across processes (write_bw, read_bw, send_bw, write_lat and \
+             send_lat are)",
+            cfg.test.name()
+        )));
+    }
+    if cfg.conn != QpType::Rc {
+        return Err(CliError::usage(format_args!(
+            "only RC is supported across processes, not {}",
+            cfg.conn
+        )));
+    }
+    if matches!(cfg.mode, RunMode::Duration { .. }) {
+        return Err(CliError::usage(
+            "duration mode (-D) is not supported across processes",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs one side of a cross-process test, writing what perftest prints to `out`.
+pub(crate) fn run(
+    cfg: PerfConfig,
+    link: PeerLink<'_>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    check(&cfg)?;
+    let json_file = cfg.json.as_deref().map(JsonFile::open).transpose()?;
+    let ctx = verbs::open(verbs::pick_device(cfg.device.as_deref())?)?;
+    let port = verbs::port_info(&ctx, cfg.ib_port, cfg.gid_index)?;
+    let mut res = setup::resolve(&cfg, &ctx, &ctx, &port, &port)?;
+    let client = matches!(link, PeerLink::Connect { .. });
+    let mut chan = match link {
+        PeerLink::Connect { host, port } => Channel::connect(host, port, CONNECT_TIMEOUT)?,
+        PeerLink::Accept(listener, abort) => {
+            emit(out, WAITING)?;
+            Channel::accept(listener, abort)?
+        }
+    };
+    let params = chan.params(res.mtu as u8)?;
+    res.mtu = Mtu::from_code(params.mtu_enum).unwrap_or(res.mtu);
+    let slot = setup::slot_size(&cfg, &res, u64::from(params.cycle_buffer))?;
+    let side = setup::side(&cfg, ctx, port, slot)?;
+    let copts = setup::connect_options(&cfg, &res, &side.port);
+    for qp in &side.qps {
+        verbs::init(qp, &copts)?;
+    }
+    let mine: Vec<KeyMsg> = (0..side.qps.len())
+        .map(|i| KeyMsg {
+            lid: side.port.lid,
+            out_reads: u16::from(res.outs),
+            qpn: side.qps[i].qp_num(),
+            psn: side.psns[i],
+            rkey: side.mr.rkey().unwrap_or(0),
+            vaddr: side.mr.addr() + side.recv_off(i) as u64,
+            gid: side.port.gid_index.map(|_| side.port.gid.0),
+            srqn: 0,
+        })
+        .collect();
+    let mut banner = output::banner_of(&cfg, &res, &side);
+    banner.role = if client {
+        BannerRole::Client
+    } else {
+        BannerRole::Server
+    };
+    emit(out, &format_banner(&banner))?;
+
+    let verb = cfg.test.verb;
+    let (kind, send) = (cfg.test.kind, verb == Verb::Send);
+    let all = |chan: &mut Channel| -> Result<Vec<KeyMsg>, CliError> {
+        mine.iter().map(|m| chan.hand_shake(m)).collect()
+    };
+    // The hand shakes before the QPs connect.
+    if kind == TestKind::Lat && !send {
+        chan.hand_shake(&mine[0])?;
+    }
+    let remote = all(&mut chan)?;
+    check_gids(&mine[0], &remote[0])?;
+    for (i, r) in remote.iter().enumerate() {
+        let endpoint = QpEndpoint {
+            lid: r.lid,
+            qpn: r.qpn,
+            psn: r.psn,
+            gid: Gid(r.gid.unwrap_or([0; 16])),
+        };
+        let opts = ConnectOptions {
+            psn: side.psns[i],
+            max_rd_atomic: res
+                .outs
+                .min(u8::try_from(r.out_reads).unwrap_or(u8::MAX).max(1)),
+            ..copts
+        };
+        verbs::connect(&side.qps[i], &endpoint, &opts)?;
+    }
+    if send {
+        chan.hand_shake(&mine[0])?;
+    }
+    let mut text = String::new();
+    for i in 0..side.qps.len() {
+        let off = side.recv_off(i);
+        text += &format_address(
+            AddressSide::Local,
+            &output::dest_at(verb, res.outs, &side, i, off),
+        );
+    }
+    let remote = all(&mut chan)?;
+    for r in &remote {
+        text += &format_address(AddressSide::Remote, &output::remote_dest(verb, r));
+    }
+    if !send {
+        chan.hand_shake(&mine[0])?;
+    }
+    text += &match kind {
+        TestKind::Bw => bw_header(cfg.units, false),
+        TestKind::Lat => lat_header(false),
+    };
+    emit(out, &text)?;
+
+    let peer: Vec<PeerQp> = remote
+        .iter()
+        .map(|r| {
+            let at = RemoteAddr {
+                addr: r.vaddr,
+                rkey: r.rkey,
+            };
+            PeerQp {
+                qpn: r.qpn,
+                write_to: at,
+                read_from: at,
+            }
+        })
+        .collect();
+    let run = Run {
+        cfg: &cfg,
+        side: &side,
+        peer: &peer,
+        mine: &mine[0],
+        client,
+        sizes: res.sizes.clone(),
+    };
+    let mut rows = Rows {
+        out,
+        banner,
+        results: Vec::new(),
+        json_file,
+    };
+    match (kind, verb) {
+        (TestKind::Bw, Verb::Send) => run.send_bw(&mut chan, &mut rows),
+        (TestKind::Bw, _) => run.rdma_bw(&mut chan, &mut rows),
+        (TestKind::Lat, _) => run.lat(&mut chan, &mut rows),
+    }
+}
+
+/// Where the rows go: the output, and the `--out_json` document rewritten after every row.
+struct Rows<'o> {
+    out: &'o mut dyn Write,
+    banner: PerftestBanner,
+    results: Vec<JsonResults>,
+    json_file: Option<JsonFile>,
+}
+
+impl Rows<'_> {
+    fn row(&mut self, text: &str, json: JsonResults) -> Result<(), CliError> {
+        emit(self.out, text)?;
+        self.results.push(json);
+        if let Some(file) = self.json_file.as_mut() {
+            file.write(&json_document(&self.banner, &self.results))?;
+        }
+        Ok(())
+    }
+
+    fn text(&mut self, text: &str) -> Result<(), CliError> {
+        emit(self.out, text)
+    }
+}
+
+/// perftest's check that both GIDs are of the same IP version.
+fn check_gids(mine: &KeyMsg, theirs: &KeyMsg) -> Result<(), CliError> {
+    let v4 = |k: &KeyMsg| k.gid.is_some_and(|g| gid_is_v4_mapped(&g));
+    if v4(mine) != v4(theirs) {
+        return Err(CliError::Failed(
+            "found incompatibility issue with GID types: one side uses an IPv4 address, the \
+             other IPv6; use the same IP version on both"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What the test loops need.
+struct Run<'a> {
+    cfg: &'a PerfConfig,
+    side: &'a Side,
+    peer: &'a [PeerQp],
+    mine: &'a KeyMsg,
+    client: bool,
+    sizes: Vec<u64>,
+}
+
+impl Run<'_> {
+    fn tracker(&self, per_size: u64) -> Tracker {
+        Tracker::new(self.cfg.test.name(), per_size * self.sizes.len() as u64)
+    }
+
+    fn iters(&self) -> u64 {
+        match self.cfg.mode {
+            RunMode::Iters(n) => n,
+            RunMode::Duration { .. } => 0,
+        }
+    }
+
+    /// Write and read BW: the client runs every size; the server waits for its last row.
+    fn rdma_bw(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        if !self.client {
+            // perftest's server posts nothing: it waits for the client's end, then prints the
+            // client's last row.
+            chan.set_timeout(None)?;
+            chan.hand_shake(self.mine)?;
+            let r = chan.bw_reports(&BwReport::default())?;
+            let row = BwResult {
+                msg_size: r.size,
+                iterations: r.iters,
+                bw_peak: r.bw_peak,
+                bw_average: r.bw_avg,
+                msg_rate_mpps: r.msg_rate,
+                units: self.cfg.units,
+            };
+            rows.row(&bw_row(&row, None), bw_results(&row, None))?;
+            chan.close(self.mine)?;
+            return rows.text(&result_rule());
+        }
+        let per_size = self.iters() * self.side.qps.len() as u64;
+        let mut tracker = self.tracker(per_size);
+        let mut last = None;
+        for &size in &self.sizes {
+            let r = bw::run_sender(self.cfg, self.side, self.peer, size, &mut tracker)?;
+            tracker.clear();
+            rows.row(&bw_row(&r, None), bw_results(&r, None))?;
+            tracker.next_size(per_size);
+            last = Some(r);
+        }
+        tracker.clear();
+        rows.text(&result_rule())?;
+        chan.hand_shake(self.mine)?;
+        let r = last.map_or_else(BwReport::default, |r| BwReport {
+            size: r.msg_size,
+            iters: r.iterations,
+            bw_peak: r.bw_peak,
+            bw_avg: r.bw_average,
+            msg_rate: r.msg_rate_mpps,
+        });
+        chan.bw_reports(&r)?;
+        chan.close(self.mine)
+    }
+
+    /// Send BW: per size, the server posts its receives, a hand shake starts the client, each
+    /// side prints its own row; with `-a` a hand shake after every size.
+    fn send_bw(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        let per_size = self.iters() * self.side.qps.len() as u64;
+        let mut tracker = self.tracker(per_size);
+        let mut recv = RecvState::new(self.side.qps.len());
+        let every_size = matches!(self.cfg.sizes, Sizes::All);
+        for &size in &self.sizes {
+            let r = if self.client {
+                chan.hand_shake(self.mine)?;
+                bw::run_sender(self.cfg, self.side, self.peer, size, &mut tracker)?
+            } else {
+                let mine = self.mine;
+                bw::run_receiver(self.cfg, self.side, &mut recv, size, || {
+                    chan.hand_shake(mine).map(|_| ())
+                })?
+            };
+            tracker.clear();
+            rows.row(&bw_row(&r, None), bw_results(&r, None))?;
+            tracker.next_size(per_size);
+            if every_size {
+                chan.hand_shake(self.mine)?;
+            }
+        }
+        tracker.clear();
+        rows.text(&result_rule())?;
+        chan.close(self.mine)
+    }
+
+    /// Latency: both sides ping-pong every size and print their rows; send tests post their
+    /// receives and hand-shake before every size and close the connection at the end.
+    fn lat(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        let send = self.cfg.test.verb == Verb::Send;
+        let per_size = self.iters();
+        let mut tracker = self.tracker(per_size);
+        let mut recv = RecvState::new(self.side.qps.len());
+        for &size in &self.sizes {
+            let mine = self.mine;
+            let outcome = lat::run_remote(
+                self.cfg,
+                self.side,
+                self.peer,
+                size,
+                self.client,
+                &mut recv,
+                &mut tracker,
+                || {
+                    if send {
+                        chan.hand_shake(mine)?;
+                    }
+                    Ok(())
+                },
+            )?;
+            tracker.clear();
+            if let LatOutcome::Samples(samples) = outcome {
+                let stats = latency_stats(&samples);
+                let iters = samples.len() as u64;
+                rows.row(
+                    &lat_row(size, iters, &stats, None),
+                    lat_results(size, iters, &stats, None),
+                )?;
+            }
+            tracker.next_size(per_size);
+        }
+        tracker.clear();
+        rows.text(&result_rule())?;
+        if send {
+            chan.close(self.mine)?;
+        }
+        Ok(())
+    }
+}
+
+fn emit(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .io_ctx("writing to stdout")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::perf::args::PerfArgs;
+    use crate::report::perftest::wire;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: PerfArgs,
+    }
+
+    fn cfg(line: &[&str]) -> PerfConfig {
+        use clap::Parser as _;
+        let argv = std::iter::once("perf").chain(line.iter().copied());
+        PerfConfig::from_args(&Cli::try_parse_from(argv).expect("flags parse").args)
+            .expect("valid flags")
+    }
+
+    /// Runs `perf <line> -d soft1` as a server in one thread and `perf <line> -d soft0` as its
+    /// client in another (both devices are on the in-process fabric, so their QPs can talk),
+    /// over a real TCP connection on 127.0.0.1; returns the client's and the server's output.
+    fn pair(line: &[&str]) -> (String, String) {
+        pair_on(line, "soft1", "soft0")
+    }
+
+    /// [`pair`] with the server on `server` and the client on `client`.
+    fn pair_on(line: &[&str], server: &'static str, client: &'static str) -> (String, String) {
+        let (c, s, _) = pair_recorded(line, server, client);
+        (c, s)
+    }
+
+    /// What passed through the TCP connection, each direction.
+    struct Transcript {
+        to_server: Vec<u8>,
+        to_client: Vec<u8>,
+    }
+
+    /// Copies `from` to `to` until `from` ends, keeping a copy; then ends `to`'s writing half.
+    fn relay(mut from: std::net::TcpStream, mut to: std::net::TcpStream) -> Vec<u8> {
+        use std::io::Read as _;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = from.read(&mut buf) {
+            seen.extend_from_slice(&buf[..n]);
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+        seen
+    }
+
+    /// [`pair_on`], the connection going through a relay that records it.
+    fn pair_recorded(
+        line: &[&str],
+        server: &'static str,
+        client: &'static str,
+    ) -> (String, String, Transcript) {
+        let _alone = crate::perf::DEVICE_TRAFFIC
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("bound").port();
+        let relay_listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let relay_port = relay_listener.local_addr().expect("bound").port();
+        let client_done = AtomicBool::new(false);
+        let with = |dev: &'static str| {
+            let mut v = line.to_vec();
+            v.extend(["-d", dev]);
+            cfg(&v)
+        };
+        let (server_cfg, client_cfg) = (with(server), with(client));
+        std::thread::scope(|s| {
+            let server = s.spawn(|| {
+                let mut out = Vec::new();
+                let r = run(
+                    server_cfg,
+                    PeerLink::Accept(&listener, &client_done),
+                    &mut out,
+                );
+                (r, out)
+            });
+            let relay = s.spawn(move || {
+                let (c, _) = relay_listener.accept().expect("the client connects");
+                let to_server = std::net::TcpStream::connect(("127.0.0.1", port)).expect("server");
+                let (c2, s2) = (
+                    c.try_clone().expect("clone"),
+                    to_server.try_clone().expect("clone"),
+                );
+                let up = std::thread::spawn(move || relay(c, to_server));
+                let to_client = relay(s2, c2);
+                Transcript {
+                    to_server: up.join().expect("relay"),
+                    to_client,
+                }
+            });
+            let mut out = Vec::new();
+            let link = PeerLink::Connect {
+                host: "127.0.0.1",
+                port: relay_port,
+            };
+            let r = run(client_cfg, link, &mut out);
+            client_done.store(true, Ordering::Release);
+            let (sr, sout) = server.join().expect("the server thread ends");
+            let (cout, sout) = (
+                String::from_utf8(out).expect("UTF-8"),
+                String::from_utf8(sout).expect("UTF-8"),
+            );
+            assert!(r.is_ok(), "client: {r:?}\n{cout}\nserver:\n{sout}");
+            assert!(sr.is_ok(), "server: {sr:?}\n{sout}\nclient:\n{cout}");
+            (cout, sout, relay.join().expect("the relay ends"))
+        })
+    }
+
+    /// One message of perftest's side channel.
+    #[derive(Debug, Clone, Copy)]
+    enum Msg {
+        /// Version, cycle buffer, cache line, MTU.
+        Params,
+        /// A destination with GID (the soft devices are RoCE).
+        Dest,
+        /// The five BW report messages.
+        Report,
+        /// `done`.
+        Done,
+    }
+
+    /// Splits one direction of a transcript by `script` (perftest 4.5-0.20's order, read off
+    /// its programs' main functions) and checks every message's form; nothing may be left.
+    fn follows(stream: &[u8], script: &[Msg]) {
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let part = stream.get(at..at + n).unwrap_or_else(|| {
+                panic!("the transcript ends at {at}, {n} more bytes expected for {script:?}")
+            });
+            at += n;
+            part
+        };
+        for m in script {
+            match m {
+                Msg::Params => {
+                    assert_eq!(take(16), &wire::version_msg(wire::PROTOCOL_VERSION));
+                    assert_eq!(take(4), &wire::int_msg(wire::PAGE_SIZE));
+                    assert_eq!(take(4), &wire::int_msg(wire::CACHE_LINE_SIZE));
+                    assert!(wire::parse_mtu([take(1)[0], take(1)[0]]).is_ok());
+                }
+                Msg::Dest => {
+                    let k = take(wire::KEY_MSG_SIZE_GID);
+                    assert!(wire::parse_keys(k, true).is_ok(), "{k:?}");
+                }
+                Msg::Report => {
+                    take(40);
+                }
+                Msg::Done => assert_eq!(take(5), wire::DONE),
+            }
+        }
+        assert_eq!(at, stream.len(), "bytes left after {script:?}");
+    }
+
+    /// Both directions of each test carry perftest's messages in perftest's order.
+    #[test]
+    fn the_exchange_follows_perftests_order() {
+        use Msg::{Dest as H, Done as D, Params as P, Report as R};
+        let cases: [(&[&str], &[Msg]); 5] = [
+            // write_bw, read_bw: dests, dests (printed), the post-RTR hand shake; at the end a
+            // hand shake, the report, the closing hand shake and done.
+            (
+                &["write_bw", "-q", "2", "-n", "20"],
+                &[P, H, H, H, H, H, H, R, H, D],
+            ),
+            (&["read_bw", "-n", "20"], &[P, H, H, H, H, R, H, D]),
+            // send_bw: dests, a hand shake, dests (printed); a hand shake per size (and one
+            // after every size with -a); the closing hand shake and done.
+            (&["send_bw", "-n", "20"], &[P, H, H, H, H, H, D]),
+            // write_lat: a hand shake, dests, dests (printed), the post-RTR hand shake; no
+            // closing.
+            (&["write_lat", "-n", "20"], &[P, H, H, H, H]),
+            // send_lat: as send_bw without the -a hand shakes.
+            (&["send_lat", "-n", "20"], &[P, H, H, H, H, H, D]),
+        ];
+        for (line, script) in cases {
+            let (_, _, t) = pair_recorded(line, "soft1", "soft0");
+            follows(&t.to_server, script);
+            follows(&t.to_client, script);
+        }
+        let (_, _, t) = pair_recorded(&["send_bw", "-a", "-n", "5"], "soft1", "soft0");
+        let mut script = vec![P, H, H, H];
+        for _ in 0..23 {
+            script.extend([H, H]);
+        }
+        script.extend([H, D]);
+        follows(&t.to_server, &script);
+        follows(&t.to_client, &script);
+    }
+
+    /// The result rows of an output (the lines between the header and the closing rule that
+    /// start with a size).
+    fn rows(out: &str) -> Vec<Vec<f64>> {
+        out.lines()
+            .filter(|l| {
+                l.starts_with(' ') && l.trim_start().starts_with(|c: char| c.is_ascii_digit())
+            })
+            .map(|l| {
+                l.split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn write_bw_server_prints_the_clients_row() {
+        let (client, server) = pair(&["write_bw", "-s", "4096", "-n", "200"]);
+        assert!(
+            server.contains("* Waiting for client to connect... *"),
+            "{server}"
+        );
+        for out in [&client, &server] {
+            assert!(out.contains("RDMA_Write BW Test"), "{out}");
+            assert!(out.contains(" local address: LID"), "{out}");
+            assert!(out.contains(" remote address: LID"), "{out}");
+            assert!(out.contains("BW average[MiB/sec]"), "{out}");
+        }
+        let (c, s) = (rows(&client), rows(&server));
+        assert_eq!(c.len(), 1, "{client}");
+        assert_eq!(c[0][..2], [4096.0, 200.0], "{client}");
+        // The server prints the row the client sent it.
+        assert_eq!(c, s, "{client}\n{server}");
+    }
+
+    #[test]
+    fn read_bw_and_send_bw_run_across_the_connection() {
+        let (client, server) = pair(&["read_bw", "-s", "1024", "-n", "100"]);
+        assert_eq!(rows(&client), rows(&server), "{client}\n{server}");
+        assert!(client.contains("RDMA_Read BW Test"), "{client}");
+        // Send BW: each side prints its own row; with -a a row per size on both.
+        let (client, server) = pair(&["send_bw", "-a", "-n", "5"]);
+        let (c, s) = (rows(&client), rows(&server));
+        assert_eq!(c.len(), 23, "{client}");
+        assert_eq!(s.len(), 23, "{server}");
+        for (c, s) in c.iter().zip(&s) {
+            // Same size, and every message arrived.
+            assert_eq!(c[..2], s[..2], "{client}\n{server}");
+            assert_eq!(c[1], 5.0);
+        }
+    }
+
+    #[test]
+    fn latency_tests_report_on_both_sides() {
+        for test in ["write_lat", "send_lat"] {
+            let (client, server) = pair(&[test, "-s", "64", "-n", "100"]);
+            for out in [&client, &server] {
+                let r = rows(out);
+                assert_eq!(r.len(), 1, "{out}");
+                assert_eq!(r[0][..2], [64.0, 100.0], "{out}");
+                assert!(r[0][2] > 0.0, "{out}");
+            }
+        }
+    }
+
+    /// The emulated ConnectX-3s (the mlx4 driver over its model) run it too.
+    #[test]
+    fn mlx4_devices_run_across_the_connection() {
+        let (client, server) = pair_on(&["write_bw", "-s", "512", "-n", "50"], "mlx4_1", "mlx4_0");
+        assert_eq!(rows(&client), rows(&server), "{client}\n{server}");
+        assert!(client.contains("Device         : mlx4_0"), "{client}");
+    }
+
+    #[test]
+    fn unsupported_cross_process_tests_are_refused() {
+        for line in [
+            &["atomic_bw"][..],
+            &["read_lat"],
+            &["write_bw", "-c", "UC"],
+            &["write_bw", "-D", "5"],
+        ] {
+            let never = AtomicBool::new(false);
+            let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+            let err = run(
+                cfg(line),
+                PeerLink::Accept(&listener, &never),
+                &mut Vec::new(),
+            )
+            .expect_err("refused");
+            assert!(matches!(err, CliError::Usage(_)), "{line:?}: {err}");
+        }
+    }
+}
