@@ -63,10 +63,18 @@ pub(crate) fn pick_device(name: Option<&str>) -> Result<AnyDevice, CliError> {
 }
 
 /// Whether `dev` can only be reached from this process (a device of the embedded in-process
-/// fabric): `perf` and `pingpong` then run both ends here unless told otherwise.
-// TODO(lead): replace with portverbs::in_process
+/// fabric): `perf` and `pingpong` then run both ends here unless told otherwise. UDP-bound
+/// devices (`PORTVERBS_UDP`) and VFIO hardware are reachable from other processes.
 pub(crate) fn in_process(dev: &AnyDevice) -> bool {
-    !dev.info().name.starts_with("udp")
+    #[cfg(target_os = "linux")]
+    {
+        portverbs::in_process(dev)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dev;
+        true
+    }
 }
 
 /// Opens a device by handle.

@@ -124,22 +124,41 @@ fn pingpong_server_answers_the_c_tools_message() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// The UDP-bound devices of two processes on one machine (issue 16).
-const UDP: (&str, &str) = ("PORTVERBS_UDP", "127.0.0.1,127.0.0.2");
+/// The UDP-bound devices of two processes on one machine (issue 16): each process binds its
+/// own loopback address (`127.0.<net>.1` the server, `.2` the client; one `net` per test, as
+/// tests run at the same time), and both call their device `udp0`. The client reaches the
+/// server's TCP side channel at the server's address.
+fn udp_pair(net: u8) -> [String; 2] {
+    [format!("127.0.{net}.1"), format!("127.0.{net}.2")]
+}
 
+#[cfg(target_os = "linux")]
 #[test]
-#[ignore = "needs the UDP device (issue 16)"]
 fn pingpong_server_and_client_in_two_processes() {
+    let [server_ip, client_ip] = udp_pair(88);
+    let server_host = &server_ip;
+    let (server_udp, client_udp) = (
+        ("PORTVERBS_UDP", server_ip.as_str()),
+        ("PORTVERBS_UDP", client_ip.as_str()),
+    );
     for size in ["4096", "10000"] {
         let p = free_port().to_string();
         let flags = ["-c", "-s", size, "-n", "500", "-p", &p];
-        let server = spawn(&[&["pingpong", "-d", "udp0"][..], &flags].concat(), &[UDP]);
+        let server = spawn(
+            &[&["pingpong", "-d", "udp0"][..], &flags].concat(),
+            &[server_udp],
+        );
         // Let the server listen before the client connects (ibv_rc_pingpong's client does
         // not retry either).
         std::thread::sleep(Duration::from_millis(500));
         let client = spawn(
-            &[&["pingpong", "-d", "udp1"][..], &flags, &["127.0.0.1"]].concat(),
-            &[UDP],
+            &[
+                &["pingpong", "-d", "udp0"][..],
+                &flags,
+                &[server_host.as_str()],
+            ]
+            .concat(),
+            &[client_udp],
         );
         let (ccode, cout, cerr) = finish(client);
         let (scode, sout, serr) = finish(server);
@@ -155,15 +174,21 @@ fn pingpong_server_and_client_in_two_processes() {
     }
 }
 
+#[cfg(target_os = "linux")]
 #[test]
-#[ignore = "needs the UDP device (issue 16)"]
 fn perf_write_bw_server_and_client_in_two_processes() {
+    let [server_ip, client_ip] = udp_pair(89);
+    let server_host = &server_ip;
+    let (server_udp, client_udp) = (
+        ("PORTVERBS_UDP", server_ip.as_str()),
+        ("PORTVERBS_UDP", client_ip.as_str()),
+    );
     let p = free_port().to_string();
     let server = spawn(
         &[
             "perf", "write_bw", "-d", "udp0", "-s", "65536", "-n", "200", "-p", &p,
         ],
-        &[UDP],
+        &[server_udp],
     );
     std::thread::sleep(Duration::from_millis(500));
     let client = spawn(
@@ -171,16 +196,16 @@ fn perf_write_bw_server_and_client_in_two_processes() {
             "perf",
             "write_bw",
             "-d",
-            "udp1",
+            "udp0",
             "-s",
             "65536",
             "-n",
             "200",
             "-p",
             &p,
-            "127.0.0.1",
+            server_host,
         ],
-        &[UDP],
+        &[client_udp],
     );
     let (ccode, cout, cerr) = finish(client);
     let (scode, sout, serr) = finish(server);
