@@ -31,9 +31,8 @@ fn udp_masked(i: usize) -> bool {
 }
 
 /// BTH: byte 4 (FECN, BECN, reserved).
-fn bth_masked(i: usize) -> bool {
-    i == 4
-}
+/// The BTH byte the ICRC masks (FECN, BECN and the reserved bits).
+const BTH_MASKED_BYTE: usize = 4;
 
 /// Feeds `bytes` (found at offset `base` of its header) to `h`, replacing masked bytes.
 /// Works through a small stack buffer so no allocation is needed.
@@ -71,9 +70,21 @@ pub fn icrc(ip_header: &[u8], udp_header: &[u8], ib: &[&[u8]]) -> u32 {
         _ => h.update(ip_header),
     }
     feed_masked(&mut h, udp_header, 0, udp_masked);
+    // Of the IB bytes only BTH byte 4 is masked: everything else (the payload above all)
+    // goes to the CRC as it is, at the CRC's full speed.
     let mut off = 0;
     for piece in ib {
-        feed_masked(&mut h, piece, off, bth_masked);
+        match BTH_MASKED_BYTE
+            .checked_sub(off)
+            .filter(|&i| i < piece.len())
+        {
+            Some(i) => {
+                h.update(piece.get(..i).unwrap_or(&[]));
+                h.update(&[0xFF]);
+                h.update(piece.get(i + 1..).unwrap_or(&[]));
+            }
+            None => h.update(piece),
+        }
         off += piece.len();
     }
     h.finalize()
