@@ -60,6 +60,7 @@ fn allowed(name: &str) -> &'static [&'static str] {
         // device.
         "portverbs-udp" => &[
             "portverbs-hal",
+            "portverbs-dma",
             "portverbs-wire",
             "portverbs-transport",
             "portverbs-fabric",

@@ -66,7 +66,7 @@ use portverbs_hal::types::{Gid, Mtu, QpState, QpType};
 
 pub use hca::{Hca, RecvSource, RecvWqe, SendWqe, UdTarget, WqeFault};
 pub use memory::MemoryTable;
-pub use packet::{MemSeg, Packet, PayloadData};
+pub use packet::{INLINE_PAYLOAD, MemSeg, Packet, PayloadData};
 pub use qp::QpInit;
 pub use table::Table;
 pub use vec_hca::VecHca;

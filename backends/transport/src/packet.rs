@@ -373,12 +373,24 @@ impl Packet {
     /// # Errors
     /// Transport headers that do not parse.
     pub fn from_datagram(d: &wire::Datagram<'_>) -> Result<Self, WireError> {
+        Self::from_datagram_with(d, PayloadData::from_slice)
+    }
+
+    /// [`Packet::from_datagram`], with the payload bytes placed by `place` (a receiver that
+    /// keeps payloads in pooled memory instead of one allocation each).
+    ///
+    /// # Errors
+    /// Transport headers that do not parse.
+    pub fn from_datagram_with(
+        d: &wire::Datagram<'_>,
+        place: impl FnOnce(&[u8]) -> PayloadData,
+    ) -> Result<Self, WireError> {
         let parsed = TransportHdr::parse(d.ib)?;
         let mut pkt = Self::new(
             Gid::from_ip(d.src),
             Gid::from_ip(d.dst),
             parsed.hdr,
-            PayloadData::from_slice(parsed.payload),
+            place(parsed.payload),
         );
         pkt.udp_sport = d.udp_sport;
         Ok(pkt)

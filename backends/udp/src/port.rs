@@ -342,6 +342,7 @@ impl UdpPort {
             capture: capture.clone(),
             stop: stop.clone(),
             bufs,
+            pool: rx::PayloadPool::default(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("portverbs-udp-{local}"))

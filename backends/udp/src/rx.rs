@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Sender, TrySendError};
+use portverbs_dma::SoftDma;
 use portverbs_fabric::Kicker;
-use portverbs_transport::Packet;
+use portverbs_hal::DmaMemory as _;
+use portverbs_transport::{INLINE_PAYLOAD, MemSeg, Packet, PayloadData};
 use portverbs_wire::{self as wire, WireError};
 
 use crate::port::CaptureSlot;
@@ -24,6 +26,7 @@ pub(crate) struct Receiver {
     pub(crate) capture: Arc<Mutex<CaptureSlot>>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) bufs: RecvBufs,
+    pub(crate) pool: PayloadPool,
 }
 
 impl Receiver {
@@ -60,7 +63,7 @@ impl Receiver {
                     seen += 1;
                     add(&self.stats.rx_packets, 1);
                     add(&self.stats.rx_bytes, d.len() as u64);
-                    match accept(src, self.local, d) {
+                    match accept(src, self.local, d, &mut self.pool) {
                         Ok((mut pkt, id, df)) => {
                             pkt.traffic_class = got.ip.traffic_class;
                             pkt.hop_limit = got.ip.hop_limit;
@@ -95,10 +98,79 @@ impl Receiver {
     }
 }
 
-/// Checks a datagram and parses its packet; with the IPv4 identification and DF flag its
-/// sender used (for the capture).
-fn accept(src: SocketAddr, local: SocketAddr, d: &[u8]) -> Result<(Packet, u16, bool), WireError> {
+/// Checks a datagram and parses its packet, its payload placed in `pool`; with the IPv4
+/// identification and DF flag its sender used (for the capture).
+fn accept(
+    src: SocketAddr,
+    local: SocketAddr,
+    d: &[u8],
+    pool: &mut PayloadPool,
+) -> Result<(Packet, u16, bool), WireError> {
     let view = wire::open_datagram(src, local, d)?;
-    let pkt = Packet::from_datagram(&view)?;
+    let pkt = Packet::from_datagram_with(&view, |bytes| pool.place(bytes))?;
     Ok((pkt, view.ipv4_id.unwrap_or(0), view.ipv4_df))
+}
+
+/// Where received payloads live until the engine has copied them into their memory: chunks
+/// of DMA memory filled one payload after the other and reused once no packet refers to them
+/// any more — no allocation per packet, and a bounded amount of memory (beyond
+/// [`POOL_CHUNKS`] chunks in use, payloads get one allocation each).
+#[derive(Debug, Default)]
+pub(crate) struct PayloadPool {
+    chunks: Vec<Arc<SoftDma>>,
+    /// The chunk being filled (an index into `chunks`) and the next free offset.
+    current: Option<(usize, usize)>,
+}
+
+/// Bytes of one pool chunk.
+const POOL_CHUNK: usize = 256 << 10;
+/// Most chunks a pool holds (16 MiB).
+const POOL_CHUNKS: usize = 64;
+
+impl PayloadPool {
+    fn place(&mut self, bytes: &[u8]) -> PayloadData {
+        if bytes.len() <= INLINE_PAYLOAD || bytes.len() > POOL_CHUNK {
+            return PayloadData::from_slice(bytes);
+        }
+        let Some((i, at)) = self.room(bytes.len()) else {
+            return PayloadData::from_slice(bytes);
+        };
+        let Some(chunk) = self.chunks.get(i) else {
+            return PayloadData::from_slice(bytes);
+        };
+        if chunk.write(at, bytes).is_err() {
+            return PayloadData::from_slice(bytes);
+        }
+        self.current = Some((i, at + bytes.len().next_multiple_of(64)));
+        PayloadData::Mem(smallvec::smallvec![MemSeg {
+            mem: chunk.clone(),
+            offset: at,
+            len: bytes.len() as u32,
+        }])
+    }
+
+    /// A chunk and offset with `len` bytes free: the current chunk, else a chunk no packet
+    /// holds any more, else a new one (up to [`POOL_CHUNKS`]).
+    fn room(&mut self, len: usize) -> Option<(usize, usize)> {
+        if let Some((i, at)) = self.current {
+            if at + len <= POOL_CHUNK {
+                return Some((i, at));
+            }
+        }
+        let current = self.current.map(|(i, _)| i);
+        if let Some(i) = self
+            .chunks
+            .iter()
+            .enumerate()
+            .position(|(i, c)| Some(i) != current && Arc::strong_count(c) == 1)
+        {
+            return Some((i, 0));
+        }
+        if self.chunks.len() < POOL_CHUNKS {
+            let chunk = SoftDma::alloc(POOL_CHUNK).ok()?;
+            self.chunks.push(chunk);
+            return Some((self.chunks.len() - 1, 0));
+        }
+        None
+    }
 }

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# BENCHMARKS.md "RoCEv2 over UDP": Portverbs' UDP-bound software devices in two processes
+# over loopback, beside the raw UDP rates this machine reaches in the same run with the same
+# datagram sizes (a plain sendmmsg/recvmmsg pair and a UDP GSO/GRO pair).
+#
+#   benches/udp.sh [runs]      # default 3 runs of each; prints the best and every run
+#
+# Datagram sizes: a 64 KiB RDMA WRITE at the loopback's 4096-byte path MTU is 16 datagrams
+# of 4112 bytes (BTH 12 + payload 4096 + ICRC 4; the first also carries a 16-byte RETH); a
+# 64-byte SEND is one datagram of 80 bytes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-3}
+cargo build --release -q -p portverbs-cli
+cargo build --release -q -p portverbs-udp --example udp_raw
+RAW=target/release/examples/udp_raw
+PV=target/release/portverbs
+SECS=3
+PORT=18700
+
+raw() { # size gso(0/1) -> "gbps mpps" of what arrived
+    local size=$1 gso=$2 flags=() sflags=()
+    if [ "$gso" = 1 ]; then flags=(--gso); sflags=(--gro); fi
+    "$RAW" sink 127.0.95.2:4791 "${sflags[@]}" --secs "$SECS" > /tmp/udp-bench-sink.txt &
+    local pid=$!
+    sleep 0.3
+    "$RAW" blast 127.0.95.1:4791 127.0.95.2:4791 "$size" "${flags[@]}" --secs "$SECS" > /dev/null
+    wait "$pid"
+    sed -E 's/.*mpps=([0-9.]+) gbps=([0-9.]+).*/\2 \1/' /tmp/udp-bench-sink.txt
+}
+
+pv() { # test size iterations -> "gbps mpps" from the client's row
+    local test=$1 size=$2 n=$3
+    PORT=$((PORT + 1))
+    PORTVERBS_UDP=127.0.96.1 timeout 120 "$PV" perf "$test" -d udp0 -s "$size" -n "$n" \
+        -p "$PORT" > /tmp/udp-bench-server.txt 2>&1 &
+    local pid=$!
+    sleep 0.5
+    PORTVERBS_UDP=127.0.96.2 timeout 120 "$PV" perf "$test" -d udp0 -s "$size" -n "$n" \
+        -p "$PORT" 127.0.96.1 > /tmp/udp-bench-client.txt 2>&1
+    wait "$pid"
+    # Row: bytes iterations peak avg(MiB/s) rate(Mpps)
+    awk -v s="$size" '$1 == s && NF == 5 { printf "%.3f %.3f\n", $4 * 1048576 * 8 / 1e9, $5 }' \
+        /tmp/udp-bench-client.txt
+}
+
+best() { sort -g -k"$1" | tail -1; }
+
+declare -A runs
+for r in $(seq "$RUNS"); do
+    runs[raw4112]+="$(raw 4112 0)"$'\n'
+    runs[gso4112]+="$(raw 4112 1)"$'\n'
+    runs[raw80]+="$(raw 80 0)"$'\n'
+    runs[gso80]+="$(raw 80 1)"$'\n'
+    runs[write]+="$(pv write_bw 65536 20000)"$'\n'
+    runs[send]+="$(pv send_bw 64 300000)"$'\n'
+done
+
+line() { # label key column(1=gbps,2=mpps)
+    local b
+    b=$(printf '%s' "${runs[$2]}" | grep . | best "$3")
+    printf '%-44s %10s Gbit/s %8s Mpps   runs: %s\n' "$1" "${b% *}" "${b#* }" \
+        "$(printf '%s' "${runs[$2]}" | grep . | awk -v c="$3" '{printf "%s ", $c}')"
+}
+echo "RoCEv2 over UDP, two processes over loopback, best of $RUNS ($(nproc) cores)"
+line "raw UDP 4112 B, sendmmsg/recvmmsg" raw4112 1
+line "raw UDP 4112 B, GSO/GRO" gso4112 1
+line "Portverbs 64 KiB RDMA WRITE (write_bw)" write 1
+line "raw UDP 80 B, sendmmsg/recvmmsg" raw80 2
+line "raw UDP 80 B, GSO/GRO" gso80 2
+line "Portverbs 64 B SEND (send_bw)" send 2
