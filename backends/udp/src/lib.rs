@@ -26,10 +26,16 @@
 //!   frame that carried it, in the fabric's pcap format;
 //! * **faults for tests** ([`PortFaults`]): seeded loss and reordering of outgoing packets.
 //!
+//! Two more pieces serve tests and figures: [`Lockstep`] runs several stepped fabrics whose
+//! ports talk over real sockets on one virtual clock (the conformance suite's UDP backend),
+//! and [`baseline`] measures the machine's raw UDP rates with the same system calls
+//! (BENCHMARKS.md compares the port with them; `examples/udp_raw.rs`, `benches/udp.sh`).
+//!
 //! Threads: one receive thread per port, blocked in `recvmmsg`; it parses and checks the
-//! datagrams and hands them to the fabric through a bounded channel (full: dropped and
-//! counted, so a flood costs bounded memory). Sending happens on the thread that steps the
-//! fabric, at the end of each step.
+//! datagrams, puts their payloads in a pool of reused DMA chunks, and hands the packets to the
+//! fabric through a bounded channel (full: dropped and counted). So a flood costs bounded
+//! memory: 64 batches in the channel, 16 MiB of pooled payload. Sending happens on the thread
+//! that steps the fabric, at the end of each step.
 //!
 //! Layering: `wire` → `transport` → `fabric` → this crate. It must never know a device's
 //! queues or formats (it only routes packets), never depend on `verbs-core` or a device crate,
