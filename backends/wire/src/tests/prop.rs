@@ -118,6 +118,23 @@ proptest! {
     }
 
     #[test]
+    fn datagram_open_never_panics(
+        bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        v6 in any::<bool>(),
+        sport in any::<u16>(),
+    ) {
+        let (src, dst): (std::net::SocketAddr, std::net::SocketAddr) = if v6 {
+            (([0xfd, 0, 0, 0, 0, 0, 0, 1], sport).into(), ([0xfd, 0, 0, 0, 0, 0, 0, 2], 4791).into())
+        } else {
+            (([10, 0, 0, 1], sport).into(), ([10, 0, 0, 2], 4791).into())
+        };
+        if let Ok(d) = crate::open_datagram(src, dst, &bytes) {
+            prop_assert!(d.ib.len() + 4 == bytes.len());
+            let _ = TransportHdr::parse(d.ib);
+        }
+    }
+
+    #[test]
     fn frame_parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         if let Ok(v) = parse_frame(&bytes) {
             let _ = v.transport();
