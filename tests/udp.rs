@@ -626,3 +626,33 @@ fn two_process_peer() {
     let mut wc = [WorkCompletion::default(); 4];
     assert_eq!(b.cq.poll(&mut wc).unwrap(), 0, "no late completion");
 }
+
+/// IPv6: the same traffic between two IPv6 addresses this test adds to the loopback interface
+/// (root only: CI runs it), every datagram's ICRC checked in the captures.
+#[test]
+#[ignore = "needs root: adds fd00:77::1 and fd00:77::2 to lo (CI runs it)"]
+fn rc_over_ipv6_between_two_addresses() {
+    for ip in ["fd00:77::1", "fd00:77::2"] {
+        let out = std::process::Command::new("ip")
+            .args([
+                "-6",
+                "addr",
+                "replace",
+                &format!("{ip}/128"),
+                "dev",
+                "lo",
+                "nodad",
+            ])
+            .output()
+            .expect("iproute2's ip runs");
+        assert!(
+            out.status.success(),
+            "adding {ip}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for (path, frames) in traffic("udp-ipv6", ["fd00:77::1", "fd00:77::2"]) {
+        let ops = check_icrcs(&path);
+        assert_eq!(ops.len() as u64, frames, "{}", path.display());
+    }
+}
