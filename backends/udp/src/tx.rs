@@ -6,7 +6,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 use portverbs_transport::Packet;
-use portverbs_wire as wire;
+use portverbs_wire::{self as wire, ICRC_LEN};
 
 use crate::stats::{Counters, add};
 use crate::sys::{self, GSO_MAX_SEGMENTS, IpFields, Outgoing};
@@ -95,6 +95,8 @@ struct Entry {
 pub(crate) struct TxQueue {
     arena: Vec<u8>,
     entries: Vec<Entry>,
+    /// The GSO messages of a flush: (first entry, datagrams it carries).
+    runs: Vec<(usize, usize)>,
     frame: Vec<u8>,
 }
 
@@ -160,28 +162,48 @@ impl TxQueue {
         stats: &Counters,
         mut capture: Option<&mut FrameSink<'_>>,
     ) {
+        // The messages: (first entry, datagrams it carries).
+        self.runs.clear();
+        let mut i = 0;
+        while i < self.entries.len() {
+            let segs = if gso { self.gso_run(i) } else { 1 };
+            self.runs.push((i, segs));
+            i += segs;
+        }
+        self.number_segments();
         if let Some(cap) = capture.as_mut() {
-            for e in &self.entries {
-                let bytes = self.arena.get(e.start..e.start + e.len).unwrap_or(&[]);
-                let src = sockets.source(e.sock);
-                let opts = e.ip.frame_options(0);
-                if wire::datagram_frame(src, e.dst, &opts, true, bytes, &mut self.frame).is_ok() {
-                    cap(&self.frame);
+            for &(first, segs) in &self.runs {
+                for (k, e) in self.entries.iter().skip(first).take(segs).enumerate() {
+                    let bytes = self.arena.get(e.start..e.start + e.len).unwrap_or(&[]);
+                    let src = sockets.source(e.sock);
+                    let opts = e.ip.frame_options(k as u16);
+                    if wire::datagram_frame(src, e.dst, &opts, true, bytes, &mut self.frame).is_ok()
+                    {
+                        cap(&self.frame);
+                    }
                 }
             }
         }
         let mut msgs: Vec<Outgoing<'_>> = Vec::new();
         let mut counts: Vec<usize> = Vec::new();
-        let mut i = 0;
-        while let Some(first) = self.entries.get(i).copied() {
+        let mut r = 0;
+        while let Some(&(head, _)) = self.runs.get(r) {
+            let Some(sock) = self.entries.get(head).map(|e| e.sock) else {
+                break;
+            };
             msgs.clear();
             counts.clear();
-            while let Some(e) = self.entries.get(i).copied() {
-                if e.sock != first.sock {
+            while let Some(&(first, segs)) = self.runs.get(r) {
+                let Some(e) = self.entries.get(first).filter(|e| e.sock == sock) else {
                     break;
-                }
-                let segs = if gso { self.gso_run(i) } else { 1 };
-                let total: usize = self.entries.iter().skip(i).take(segs).map(|e| e.len).sum();
+                };
+                let total: usize = self
+                    .entries
+                    .iter()
+                    .skip(first)
+                    .take(segs)
+                    .map(|e| e.len)
+                    .sum();
                 msgs.push(Outgoing {
                     dst: e.dst,
                     ip: e.ip,
@@ -190,14 +212,51 @@ impl TxQueue {
                 });
                 counts.push(segs);
                 add(&stats.tx_bytes, total as u64);
-                i += segs;
+                r += 1;
             }
-            if let Some(sock) = sockets.get(first.sock) {
+            if let Some(sock) = sockets.get(sock) {
                 send_all(sock, &msgs, &counts, stats);
             }
         }
         self.entries.clear();
         self.arena.clear();
+        self.runs.clear();
+    }
+
+    /// The kernel numbers the IPv4 packets a GSO message becomes: segment `k` of a message
+    /// sent with identification 0 (an unconnected socket with DF) leaves with identification
+    /// `k`. Each segment's ICRC was sealed for 0 in [`Self::push`]; correct it for `k`
+    /// ([`wire::Ipv4IdShift`]). IPv6 has no identification.
+    fn number_segments(&mut self) {
+        for &(first, segs) in &self.runs {
+            let Some(head) = self.entries.get(first) else {
+                continue;
+            };
+            if segs < 2 || !head.dst.is_ipv4() {
+                continue;
+            }
+            let mut shift = (head.len, wire::Ipv4IdShift::new(head.len));
+            for (k, e) in self
+                .entries
+                .iter()
+                .enumerate()
+                .skip(first)
+                .take(segs)
+                .skip(1)
+            {
+                if e.len != shift.0 {
+                    shift = (e.len, wire::Ipv4IdShift::new(e.len));
+                }
+                let at = e.start + e.len - ICRC_LEN;
+                let Some(slot) = self.arena.get_mut(at..at + ICRC_LEN) else {
+                    continue;
+                };
+                let mut icrc = [0u8; ICRC_LEN];
+                icrc.copy_from_slice(slot);
+                let id = (k - first) as u16;
+                slot.copy_from_slice(&shift.1.icrc(u32::from_le_bytes(icrc), id).to_le_bytes());
+            }
+        }
     }
 
     /// How many datagrams from `i` on one GSO message can carry: the same socket and peer,

@@ -61,6 +61,37 @@ pub fn datagram_icrc(src: SocketAddr, dst: SocketAddr, ib: &[u8]) -> Result<u32,
     icrc_with(src, dst, ib, FrameOptions::default())
 }
 
+/// The ICRC of a datagram of one length when the kernel gives its IPv4 packet an
+/// identification other than 0.
+///
+/// A UDP GSO send (`UDP_SEGMENT`) is one IPv4 header that the kernel copies into every
+/// segment, numbering the copies: segment `k` of a message sent with identification 0 leaves
+/// with identification `k`. Its ICRC must cover that number, so [`seal_datagram`]'s value
+/// (identification 0) is corrected for it; the CRC is linear, so the correction depends only
+/// on the identification and the datagram's length, and costs one GF(2) product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4IdShift {
+    /// x^(8·n) mod P, n the number of covered bytes after the identification.
+    factor: u32,
+}
+
+impl Ipv4IdShift {
+    /// For datagrams of `len` bytes (BTH … pad and the ICRC, without IP and UDP headers).
+    pub fn new(len: usize) -> Self {
+        // After the 2 identification bytes: the rest of the IPv4 header (bytes 6 to 19), the
+        // UDP header and the IB packet without its ICRC.
+        let after = 14 + UDP_HEADER_LEN + len.saturating_sub(ICRC_LEN);
+        Self {
+            factor: gf2::advance(gf2::ONE, after),
+        }
+    }
+
+    /// The ICRC for identification `id`, from `icrc0`, the ICRC for identification 0.
+    pub fn icrc(&self, icrc0: u32, id: u16) -> u32 {
+        icrc0 ^ gf2::mul(gf2::raw_crc(&id.to_be_bytes()), self.factor)
+    }
+}
+
 /// The whole frame (IP and UDP headers, then `datagram` with its ICRC) that carried
 /// `datagram` from `src` to `dst`, for packet captures: the IP fields of `opts` (traffic
 /// class, hop limit, IPv4 identification, IPv6 flow label) and, for IPv4, the DF flag given.
@@ -170,7 +201,7 @@ pub mod gf2 {
     /// The CRC-32 polynomial, reflected.
     const POLY: u32 = 0xEDB8_8320;
     /// x^0.
-    const ONE: u32 = 0x8000_0000;
+    pub const ONE: u32 = 0x8000_0000;
 
     /// `a · x mod P`.
     fn times_x(a: u32) -> u32 {
@@ -339,6 +370,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(&frame[28..], &ib[..]);
+    }
+
+    /// Segment `k` of a GSO send leaves with identification `k`: its shifted ICRC checks in
+    /// the whole frame the kernel builds, for short and long datagrams.
+    #[test]
+    fn the_identification_shift_seals_gso_segments() {
+        let (src, dst) = (sa("10.77.0.1:49458"), sa("10.77.0.2:4791"));
+        for payload in [0usize, 5, 1024, 4096] {
+            let mut ib = hello();
+            ib.resize(12 + payload, 0x7b);
+            let len = ib.len() + ICRC_LEN;
+            let icrc0 = datagram_icrc(src, dst, &ib).unwrap();
+            let shift = Ipv4IdShift::new(len);
+            assert_eq!(shift.icrc(icrc0, 0), icrc0);
+            for id in [1u16, 2, 63, 0x8000, 0xffff] {
+                let mut datagram = ib.clone();
+                datagram.extend_from_slice(&shift.icrc(icrc0, id).to_le_bytes());
+                let opts = FrameOptions {
+                    ipv4_id: id,
+                    ..FrameOptions::default()
+                };
+                let mut frame = Vec::new();
+                datagram_frame(src, dst, &opts, true, &datagram, &mut frame).unwrap();
+                let view = crate::parse_frame(&frame).unwrap();
+                assert!(view.icrc_ok, "payload {payload}, id {id}");
+                let opened = open_datagram(src, dst, &datagram).unwrap();
+                assert_eq!((opened.ipv4_id, opened.ipv4_df), (Some(id), true));
+            }
+        }
     }
 
     /// A frame as another stack would send it (any identification, DF or not), seen through a

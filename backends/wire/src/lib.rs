@@ -49,7 +49,9 @@ pub use aeth::{
     ACK_UNLIMITED_CREDITS, Aeth, AethSyndrome, NakCode, credit_count, rnr_timer_duration,
 };
 pub use bth::{Bth, DEFAULT_PKEY, MASK_24, pad_len};
-pub use datagram::{Datagram, datagram_frame, datagram_icrc, gf2, open_datagram, seal_datagram};
+pub use datagram::{
+    Datagram, Ipv4IdShift, datagram_frame, datagram_icrc, gf2, open_datagram, seal_datagram,
+};
 pub use error::WireError;
 pub use ext::{AtomicAckEth, AtomicEth, Deth, IMM_LEN, Reth};
 pub use frame::{
