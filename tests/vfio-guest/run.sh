@@ -31,16 +31,14 @@ mkdir -p "$work"
 now_ms() { date +%s%3N; }
 t_start=$(now_ms)
 die() { echo "vfio-guest: $*" >&2; exit 1; }
+# shellcheck source=../guest-lib.sh
+source "$repo/tests/guest-lib.sh"
 
 for tool in qemu-system-x86_64 cpio gzip; do
     command -v "$tool" >/dev/null || die "$tool is missing (apt-get install qemu-system-x86 cpio)"
 done
 busybox=${BUSYBOX:-/bin/busybox}
-[[ -x $busybox ]] || die "$busybox is missing (apt-get install busybox-static)"
-# ldd succeeds only on dynamically linked programs.
-if command -v ldd >/dev/null && ldd "$busybox" >/dev/null 2>&1; then
-    die "$busybox is dynamically linked; the initramfs needs busybox-static"
-fi
+guest_check_busybox "$busybox"
 
 # --- 1. the static test binary -------------------------------------------------------------
 echo "==> building the guest binary (static)"
@@ -52,50 +50,7 @@ bin=$target_dir/x86_64-unknown-linux-gnu/release/vfio-guest
 t_build=$(($(now_ms) - t0))
 
 # --- 2. the kernel ------------------------------------------------------------------------
-has_vfio() { [[ -f $1/modules.dep ]] && grep -q 'vfio-pci\.ko' "$1/modules.dep"; }
-
-kernel=${VFIO_GUEST_KERNEL:-}
-moddir=${VFIO_GUEST_MODULES:-}
-if [[ -n $kernel || -n $moddir ]]; then
-    [[ -f $kernel ]] || die "VFIO_GUEST_KERNEL=$kernel is not a file"
-    has_vfio "$moddir" || die "VFIO_GUEST_MODULES=$moddir has no modules.dep listing vfio-pci"
-else
-    for k in $(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -rV); do
-        v=${k#/boot/vmlinuz-}
-        if has_vfio "/lib/modules/$v"; then kernel=$k moddir=/lib/modules/$v; break; fi
-    done
-fi
-if [[ -z $kernel ]]; then
-    kroot=$work/kernel/root
-    for k in $(ls -1 "$kroot"/boot/vmlinuz-* 2>/dev/null | sort -rV); do
-        v=${k##*/vmlinuz-}
-        if has_vfio "$kroot/lib/modules/$v"; then kernel=$k moddir=$kroot/lib/modules/$v; break; fi
-    done
-fi
-if [[ -z $kernel ]]; then
-    for tool in apt-get apt-cache dpkg-deb depmod; do
-        command -v "$tool" >/dev/null ||
-            die "no kernel found and $tool is missing to fetch one (apt-get install kmod, or set VFIO_GUEST_KERNEL and VFIO_GUEST_MODULES)"
-    done
-    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-        awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
-    [[ -n $pkg ]] || die "apt-cache knows no linux-image-amd64; run apt-get update"
-    echo "==> fetching $pkg (apt-get download + dpkg-deb -x, no install)"
-    t0=$(now_ms)
-    rm -rf "$work/kernel"
-    mkdir -p "$work/kernel"
-    (cd "$work/kernel" && apt-get download -q "$pkg" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
-    deb=$(ls -1 "$work/kernel"/"$pkg"_*.deb 2>/dev/null | head -n1)
-    [[ -f $deb ]] || die "apt-get download $pkg produced no .deb"
-    dpkg-deb -x "$deb" "$kroot"
-    rm -f "$deb"
-    k=$(ls -1 "$kroot"/boot/vmlinuz-* | head -n1)
-    v=${k##*/vmlinuz-}
-    depmod -b "$kroot" "$v"
-    kernel=$k moddir=$kroot/lib/modules/$v
-    has_vfio "$moddir" || die "$pkg has no vfio-pci module"
-    echo "    kernel $v ready in $(($(now_ms) - t0)) ms"
-fi
+guest_find_kernel "$target_dir/guest-kernel" vfio-pci "${VFIO_GUEST_KERNEL:-}" "${VFIO_GUEST_MODULES:-}"
 echo "==> kernel $kernel"
 
 # --- 3. the initramfs ---------------------------------------------------------------------
@@ -109,31 +64,9 @@ cp "$bin" "$root/bin/vfio-guest"
 cp tests/vfio-guest/init "$root/init"
 chmod 755 "$root/init"
 
-# Modules in load order: modules.dep lists every (transitive) dependency of a module so that
-# loading the list from its end works; each module comes after what it needs.
-declare -A seen=()
-order=()
-add_module() {
-    local path=$1
-    [[ -n ${seen[$path]:-} ]] && return
-    seen[$path]=1
-    order+=("$path")
-}
-for want in vfio vfio_iommu_type1 vfio-pci; do
-    line=$(grep -E "(^|/)$want\.ko(\.[a-z]+)?:" "$moddir/modules.dep" | head -n1) ||
-        die "$want is not in $moddir/modules.dep"
-    self=${line%%:*}
-    read -r -a deps <<<"${line#*:}"
-    for ((i = ${#deps[@]} - 1; i >= 0; i--)); do add_module "${deps[i]}"; done
-    add_module "$self"
-done
-: >"$root/modules.order"
-for m in "${order[@]}"; do
-    cp "$moddir/$m" "$root/lib/modules/"
-    echo "${m##*/}" >>"$root/modules.order"
-done
+guest_pack_modules "$moddir" "$root" vfio vfio_iommu_type1 vfio-pci
 initrd=$work/initramfs.cpio.gz
-(cd "$root" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 >"$initrd"
+guest_pack_initramfs "$root" "$initrd"
 t_initrd=$(($(now_ms) - t0))
 echo "    modules: $(tr '\n' ' ' <"$root/modules.order")($(du -h "$initrd" | cut -f1))"
 
