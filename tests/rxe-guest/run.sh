@@ -1,0 +1,293 @@
+#!/usr/bin/env bash
+# Interop with Linux Soft-RoCE: Portverbs' UDP-bound software device on the host against
+# rdma_rxe, rdma-core and perftest in a QEMU guest, in both directions.
+#
+#   tests/rxe-guest/run.sh          (as root: it makes a network namespace and a tap device)
+#
+# 1. Builds the CLI (the host side) and rxe-check (the capture check) in release mode.
+# 2. Finds a Debian kernel with rdma_rxe (tests/guest-lib.sh: the one the VFIO guest test
+#    uses, fetched with apt-get download if none is installed).
+# 3. Fetches Debian's rdma-core, perftest and iproute2 packages (apt-get download, unpacked
+#    with dpkg-deb -x, never installed) and packs an initramfs: busybox-static, the modules
+#    rdma_rxe and virtio-net need, the tools with the shared libraries ldd finds for them, and
+#    tests/rxe-guest/init with the list of checks.
+# 4. Makes a network namespace with a tap device (host 10.77.0.1/24) and boots
+#    qemu-system-x86_64 under TCG inside it, the guest's virtio NIC on the tap (guest
+#    10.77.0.2, rxe0 on eth0). Nothing leaves the namespace; it is removed on exit.
+# 5. Runs every check below, one at a time, the host's Portverbs (`PORTVERBS_UDP=10.77.0.1`,
+#    device udp0) against the guest's tool: the guest as server and Portverbs as client, then
+#    the other way round. Every run has a time limit; both sides' exit codes and outputs are
+#    checked (pingpong: the bytes and iterations lines with the right counts; ib_write_bw:
+#    the result row of 65536-byte messages), and every host run's capture
+#    (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, and tshark decodes every
+#    frame as InfiniBand over RoCEv2 with none malformed.
+#
+# Needs root, qemu-system-x86, busybox-static, cpio, kmod, iproute2, tshark and apt-get (for
+# the packages). Output goes to $CARGO_TARGET_DIR/rxe-guest (default target/). Environment:
+# RXE_GUEST_TIMEOUT (seconds for the whole guest run, default 420), RXE_GUEST_KERNEL and
+# RXE_GUEST_MODULES (a kernel image and its module directory, instead of finding one).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo"
+target_dir=${CARGO_TARGET_DIR:-$repo/target}
+work=$target_dir/rxe-guest
+timeout_s=${RXE_GUEST_TIMEOUT:-420}
+host_ip=10.77.0.1
+guest_ip=10.77.0.2
+ns=portverbs-rxe-$$
+mkdir -p "$work"
+
+now_ms() { date +%s%3N; }
+t_start=$(now_ms)
+die() { echo "rxe-guest: $*" >&2; exit 1; }
+# shellcheck source=../guest-lib.sh
+source "$repo/tests/guest-lib.sh"
+
+((EUID == 0)) || die "needs root (a network namespace and a tap device)"
+for tool in qemu-system-x86_64 cpio gzip ip tshark apt-get dpkg-deb ldd; do
+    command -v "$tool" >/dev/null ||
+        die "$tool is missing (apt-get install qemu-system-x86 cpio iproute2 tshark)"
+done
+busybox=${BUSYBOX:-/bin/busybox}
+guest_check_busybox "$busybox"
+
+# --- the checks -----------------------------------------------------------------------------
+# name | guest role | guest command (@GIDX@: rxe0's RoCEv2 GID index) | host command (portverbs)
+# Sizes: one packet, four packets and 64 packets of the 1024-byte path MTU, and an odd size.
+checks=(
+    "pp-64-gs|server|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 64 -n 50|pingpong -d udp0 -g 0 -c -s 64 -n 50 $guest_ip"
+    "pp-4096-gs|server|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 4096 -n 50|pingpong -d udp0 -g 0 -c -s 4096 -n 50 $guest_ip"
+    "pp-65536-gs|server|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 65536 -n 20|pingpong -d udp0 -g 0 -c -s 65536 -n 20 $guest_ip"
+    "wbw-gs|server|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F $guest_ip"
+    "pp-64-hs|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 64 -n 50 $host_ip|pingpong -d udp0 -g 0 -c -s 64 -n 50"
+    "pp-10000-hs|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 10000 -n 50 $host_ip|pingpong -d udp0 -g 0 -c -s 10000 -n 50"
+    "pp-65536-hs|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 65536 -n 20 $host_ip|pingpong -d udp0 -g 0 -c -s 65536 -n 20"
+    "wbw-hs|client|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F $host_ip|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F"
+)
+
+# --- 1. host binaries -----------------------------------------------------------------------
+echo "==> building the host side (portverbs CLI, rxe-check)"
+t0=$(now_ms)
+cargo build --release --quiet -p portverbs-cli -p portverbs-rxe-guest
+cli=$target_dir/release/portverbs
+checker=$target_dir/release/rxe-check
+[[ -x $cli && -x $checker ]] || die "no binaries in $target_dir/release"
+t_build=$(($(now_ms) - t0))
+
+# --- 2. the kernel --------------------------------------------------------------------------
+guest_find_kernel "$target_dir/guest-kernel" rdma_rxe "${RXE_GUEST_KERNEL:-}" "${RXE_GUEST_MODULES:-}"
+echo "==> kernel $kernel"
+
+# --- 3. userland and initramfs --------------------------------------------------------------
+echo "==> packing the initramfs"
+t0=$(now_ms)
+pkgs=(ibverbs-utils perftest ibverbs-providers libibverbs1 librdmacm1 rdmacm-utils iproute2
+    libnl-3-200 libnl-route-3-200 libpci3 libmnl0 libbsd0 libmd0 libcap2 libudev1)
+debs=$work/debs
+stage=$work/userland
+if [[ ! -f $stage/.complete ]]; then
+    rm -rf "$debs" "$stage"
+    mkdir -p "$debs" "$stage"
+    (cd "$debs" && apt-get download -q "${pkgs[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+    for p in "${pkgs[@]}"; do
+        deb=$(ls -1 "$debs/${p}"_*.deb 2>/dev/null | head -n1)
+        [[ -f $deb ]] || die "apt-get download $p produced no .deb (run apt-get update)"
+        dpkg-deb -x "$deb" "$stage"
+    done
+    touch "$stage/.complete"
+fi
+root=$work/initramfs
+rm -rf "$root"
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,etc/libibverbs.d,usr/bin,lib64,lib/x86_64-linux-gnu}
+mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs"
+cp "$busybox" "$root/bin/busybox"
+cp tests/rxe-guest/init "$root/init"
+chmod 755 "$root/init"
+cp "$stage/etc/libibverbs.d/rxe.driver" "$root/etc/libibverbs.d/"
+provider=$stage/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+[[ -f $provider ]] || die "ibverbs-providers has no librxe-rdmav34.so"
+cp "$provider" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
+stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
+tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/rping usr/bin/rdma)
+for t in "${tools[@]}"; do
+    [[ -f $stage/$t ]] || die "the packages have no /$t"
+    cp "$stage/$t" "$root/usr/bin/"
+done
+# Every shared library the tools and the provider load, from the unpacked packages first,
+# else from the host (glibc: the host is the same Debian release).
+for f in "${tools[@]/#/$stage/}" "$provider"; do
+    LD_LIBRARY_PATH=$stage_libs ldd "$f"
+done | awk '/=> not found/ { print "MISSING " $1; next } /=> \// { print $3 } /^\t\/lib64\// { print $1 }' |
+    sort -u >"$work/libs.txt"
+if grep -q '^MISSING' "$work/libs.txt"; then
+    die "libraries not found for the guest tools: $(grep '^MISSING' "$work/libs.txt" | tr '\n' ' ')"
+fi
+while read -r lib; do
+    case $lib in
+    /lib64/*) cp -L "$lib" "$root/lib64/" ;;
+    *) cp -L "$lib" "$root/lib/x86_64-linux-gnu/" ;;
+    esac
+done <"$work/libs.txt"
+guest_pack_modules "$moddir" "$root" crc32_generic rdma_rxe virtio_net virtio_pci
+: >"$root/checks"
+for c in "${checks[@]}"; do
+    IFS='|' read -r name role gcmd _ <<<"$c"
+    echo "$name $role $gcmd" >>"$root/checks"
+done
+initrd=$work/initramfs.cpio.gz
+guest_pack_initramfs "$root" "$initrd"
+t_initrd=$(($(now_ms) - t0))
+echo "    modules: $(tr '\n' ' ' <"$root/modules.order")($(du -h "$initrd" | cut -f1))"
+
+# --- 4. network namespace, tap, QEMU --------------------------------------------------------
+qemu_pid=
+cleanup() {
+    [[ -n $qemu_pid ]] && kill "$qemu_pid" 2>/dev/null
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+    return 0
+}
+trap cleanup EXIT
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ip -n "$ns" tuntap add dev tap0 mode tap
+ip -n "$ns" addr add "$host_ip/24" dev tap0
+ip -n "$ns" link set tap0 up
+
+log=$work/console.log
+: >"$log"
+rm -f "$work"/*.pcap "$work"/host-*.out
+echo "==> booting QEMU (TCG, 2 vCPUs, virtio-net on a tap in netns $ns); timeout ${timeout_s}s"
+t0=$(now_ms)
+ip netns exec "$ns" timeout -k 5 "$timeout_s" qemu-system-x86_64 \
+    -accel tcg -M q35 -cpu max -m 512 -smp 2 \
+    -nographic -nodefaults -serial stdio -no-reboot \
+    -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
+    -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:02 \
+    -kernel "$kernel" -initrd "$initrd" \
+    -append "console=ttyS0 panic=-1 loglevel=3 rxe_guest_ip=$guest_ip" \
+    </dev/null >"$log" 2>"$work/qemu.stderr" &
+qemu_pid=$!
+
+# Waits until the console log has a line matching the extended regex $1, for at most $2
+# seconds or until QEMU is gone.
+wait_for() {
+    local deadline=$((SECONDS + $2))
+    while ! grep -qE "$1" "$log"; do
+        ((SECONDS < deadline)) || return 1
+        kill -0 "$qemu_pid" 2>/dev/null || { grep -qE "$1" "$log"; return; }
+        sleep 0.2
+    done
+}
+
+# The host's side of one check, in the namespace, capturing to $work/<name>.pcap.
+host_run() {
+    local name=$1
+    shift
+    ip netns exec "$ns" env PORTVERBS_UDP=$host_ip PORTVERBS_PCAP="$work/$name.pcap" \
+        timeout -k 5 90 "$cli" "$@" </dev/null >"$work/host-$name.out" 2>&1
+}
+
+# True when the output file $1 has the result lines of tool $2 run with size $3 and $4
+# iterations.
+output_ok() {
+    local out=$1 tool=$2 size=$3 iters=$4
+    case $tool in
+    pingpong)
+        grep -qE "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec" "$out" &&
+            grep -qE "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter" "$out"
+        ;;
+    write_bw)
+        grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){3}[[:space:]]*\$" "$out"
+        ;;
+    esac
+}
+
+failures=()
+fail() {
+    echo "rxe-guest: FAIL $1: $2" >&2
+    failures+=("$1")
+}
+
+results=()
+if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
+    grep -m1 '^\[rxe\] UP' "$log"
+    for c in "${checks[@]}"; do
+        IFS='|' read -r name role _ hcmd <<<"$c"
+        read -r -a hargs <<<"$hcmd"
+        tool=${hargs[0]}
+        [[ $tool == perf ]] && tool=${hargs[1]}
+        size=$(sed -E 's/.* -s ([0-9]+).*/\1/' <<<"$hcmd")
+        iters=$(sed -E 's/.* -n ([0-9]+).*/\1/' <<<"$hcmd")
+        t1=$(now_ms)
+        if ! wait_for "^\\[rxe\\] BEGIN $name " 120; then
+            fail "$name" "the guest never began it"
+            break
+        fi
+        host_rc=0
+        if [[ $role == server ]]; then
+            wait_for "^\\[rxe\\] LISTENING $name.?\$" 30 || fail "$name" "the guest's server never listened"
+            host_run "$name" "${hargs[@]}" || host_rc=$?
+        else
+            host_run "$name" "${hargs[@]}" || host_rc=$?
+        fi
+        if ! wait_for "^\\[rxe\\] END $name rc=" 120; then
+            fail "$name" "the guest's side never ended"
+            break
+        fi
+        guest_rc=$(sed -nE "s/^\\[rxe\\] END $name rc=([0-9]+).*/\\1/p" "$log" | head -n1)
+        grep "^\\[rxe:$name\\] " "$log" | sed -e "s/^\\[rxe:$name\\] //" -e 's/\r$//' >"$work/guest-$name.out"
+        ms=$(($(now_ms) - t1))
+        ok=1
+        ((host_rc == 0)) || { fail "$name" "Portverbs exited with status $host_rc"; ok=0; }
+        ((guest_rc == 0)) || { fail "$name" "the guest's tool exited with status $guest_rc"; ok=0; }
+        output_ok "$work/host-$name.out" "$tool" "$size" "$iters" ||
+            { fail "$name" "Portverbs printed no result for $size B x $iters"; ok=0; }
+        output_ok "$work/guest-$name.out" "$tool" "$size" "$iters" ||
+            { fail "$name" "the guest's tool printed no result for $size B x $iters"; ok=0; }
+        if [[ -f $work/$name.pcap ]]; then
+            "$checker" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
+        else
+            fail "$name" "no capture at $work/$name.pcap"
+            ok=0
+        fi
+        if ((ok)); then
+            results+=("PASS $name (${ms} ms)")
+        else
+            results+=("FAIL $name (${ms} ms)")
+            for side in host guest; do
+                echo "--- $side output of $name:"
+                cat "$work/$side-$name.out" 2>/dev/null || true
+            done
+        fi
+    done
+    wait_for '^\[rxe\] ALL DONE' 60 || fail guest "never finished"
+else
+    fail guest "rxe0 did not come up"
+fi
+wait "$qemu_pid" 2>/dev/null && qemu_rc=0 || qemu_rc=$?
+qemu_pid=
+t_boot=$(($(now_ms) - t0))
+if ((qemu_rc == 124 || qemu_rc == 137)); then
+    fail qemu "hit the ${timeout_s}s timeout and was killed"
+elif ((qemu_rc != 0)); then
+    fail qemu "exited with status $qemu_rc"
+fi
+if [[ -s $work/qemu.stderr ]]; then
+    echo "--- QEMU stderr:"
+    cat "$work/qemu.stderr"
+fi
+
+echo
+echo "==> results"
+printf '%s\n' "${results[@]}"
+tr -d '\r' <"$log" | grep '^\[init\]   ' | grep -vE ' 0$' | sed 's/^\[init\]   /    guest rxe counter /' || true
+t_total=$(($(now_ms) - t_start))
+printf 'rxe-guest: build %d ms, initramfs %d ms, boot+checks %d ms, total %d ms\n' \
+    "$t_build" "$t_initrd" "$t_boot" "$t_total"
+if ((${#failures[@]} || ${#results[@]} != ${#checks[@]})); then
+    echo "rxe-guest: FAILED (${failures[*]:-missing checks}; console log: $log)" >&2
+    exit 1
+fi
+echo "rxe-guest: PASSED (${#results[@]} checks)"

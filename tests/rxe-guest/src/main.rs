@@ -1,0 +1,172 @@
+//! `rxe-check CAPTURE.pcap...`: the capture check of the Soft-RoCE interop test
+//! (tests/rxe-guest/run.sh), also usable on any capture of RoCEv2 traffic.
+//!
+//! For every capture: every record is a whole Ethernet frame carrying a RoCEv2 packet whose
+//! ICRC is good (our own parser, `portverbs-wire`); tshark decodes every frame as InfiniBand
+//! over RoCEv2 with no malformed packet, and reads the same BTH opcodes in the same order;
+//! both hosts sent something. One line per capture says what it held; any failure names the
+//! capture and the frame, and the exit status is 1.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::{Command, ExitCode};
+
+use pcap_file::DataLink;
+use pcap_file::pcap::PcapReader;
+use portverbs_wire::parse_frame;
+
+/// What one capture held.
+#[derive(Debug, Default)]
+struct Summary {
+    /// BTH opcodes in capture order.
+    opcodes: Vec<u8>,
+    /// Frames per IP source address.
+    by_source: BTreeMap<IpAddr, usize>,
+}
+
+fn main() -> ExitCode {
+    let paths: Vec<String> = std::env::args().skip(1).collect();
+    if paths.is_empty() {
+        eprintln!("usage: rxe-check CAPTURE.pcap...");
+        return ExitCode::from(2);
+    }
+    let mut failed = false;
+    for path in &paths {
+        match check(Path::new(path)) {
+            Ok(line) => println!("rxe-check: {path}: {line}"),
+            Err(e) => {
+                eprintln!("rxe-check: {path}: FAILED: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn check(path: &Path) -> Result<String, String> {
+    let ours = read_capture(path)?;
+    if ours.opcodes.is_empty() {
+        return Err("the capture holds no frame".into());
+    }
+    if ours.by_source.len() < 2 {
+        return Err(format!(
+            "frames from one host only ({:?}): the peer never answered",
+            ours.by_source
+        ));
+    }
+    let theirs = tshark_opcodes(path)?;
+    if theirs != ours.opcodes {
+        return Err(format!(
+            "tshark read {} opcodes, we read {}; first difference at frame {}",
+            theirs.len(),
+            ours.opcodes.len(),
+            theirs
+                .iter()
+                .zip(&ours.opcodes)
+                .position(|(a, b)| a != b)
+                .map_or(theirs.len().min(ours.opcodes.len()), |i| i)
+                + 1
+        ));
+    }
+    let mut counts: BTreeMap<u8, usize> = BTreeMap::new();
+    for op in &ours.opcodes {
+        *counts.entry(*op).or_default() += 1;
+    }
+    let mut line = format!(
+        "{} frames, every ICRC good, tshark: all InfiniBand over RoCEv2, none malformed; from",
+        ours.opcodes.len()
+    );
+    for (ip, n) in &ours.by_source {
+        let _ = write!(line, " {ip}: {n}");
+    }
+    line.push_str("; opcodes");
+    for (op, n) in &counts {
+        let _ = write!(line, " 0x{op:02x}: {n}");
+    }
+    Ok(line)
+}
+
+/// Every record: a whole Ethernet frame whose RoCEv2 packet has a good ICRC and a transport
+/// header that parses.
+fn read_capture(path: &Path) -> Result<Summary, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let mut reader = PcapReader::new(file).map_err(|e| format!("not a pcap file: {e}"))?;
+    if reader.header().datalink != DataLink::ETHERNET {
+        return Err(format!(
+            "link type {:?}, not Ethernet",
+            reader.header().datalink
+        ));
+    }
+    let mut summary = Summary::default();
+    while let Some(record) = reader.next_packet() {
+        let n = summary.opcodes.len() + 1;
+        let record = record.map_err(|e| format!("frame {n}: {e}"))?;
+        if record.orig_len as usize != record.data.len() {
+            return Err(format!(
+                "frame {n}: truncated ({} of {} bytes)",
+                record.data.len(),
+                record.orig_len
+            ));
+        }
+        if record.data.len() < 14 {
+            return Err(format!("frame {n}: shorter than an Ethernet header"));
+        }
+        let (eth, frame) = record.data.split_at(14);
+        let ethertype = u16::from_be_bytes([eth[12], eth[13]]);
+        if ethertype != 0x0800 && ethertype != 0x86dd {
+            return Err(format!("frame {n}: ethertype {ethertype:#06x}, not IP"));
+        }
+        let view = parse_frame(frame).map_err(|e| format!("frame {n}: {e}"))?;
+        view.check_icrc().map_err(|e| format!("frame {n}: {e}"))?;
+        let parsed = view.transport().map_err(|e| format!("frame {n}: {e}"))?;
+        summary.opcodes.push(parsed.hdr.bth.opcode.to_u8());
+        *summary.by_source.entry(view.src).or_default() += 1;
+    }
+    Ok(summary)
+}
+
+/// tshark's reading of the capture: every frame InfiniBand over RoCEv2, none malformed; the
+/// BTH opcodes in order.
+fn tshark_opcodes(path: &Path) -> Result<Vec<u8>, String> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(["-d", "udp.port==4791,infiniband", "-T", "fields"])
+        .args(["-E", "separator=/t", "-e", "frame.number", "-e"])
+        .args(["frame.protocols", "-e", "_ws.malformed", "-e"])
+        .arg("infiniband.bth.opcode")
+        .output()
+        .map_err(|e| format!("cannot run tshark (apt-get install tshark): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "tshark failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut ops = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [number, protocols, malformed, opcode] = fields[..] else {
+            return Err(format!("unexpected tshark line {line:?}"));
+        };
+        if !(protocols.contains("eth:ethertype:ip") && protocols.contains("udp:infiniband")) {
+            return Err(format!(
+                "tshark frame {number} is not InfiniBand over RoCEv2: {protocols}"
+            ));
+        }
+        if !malformed.is_empty() {
+            return Err(format!("tshark frame {number} is malformed: {line}"));
+        }
+        let op = opcode
+            .parse()
+            .map_err(|_| format!("tshark frame {number}: opcode {opcode:?}"))?;
+        ops.push(op);
+    }
+    Ok(ops)
+}
