@@ -92,7 +92,7 @@ fn allowed(name: &str) -> &'static [&'static str] {
         "portverbs-linux" => &["portverbs-hal", "portverbs-verbs"],
         "portverbs-test-support" => &["portverbs-hal", "portverbs-soft"],
         // Only the facade, the CLI and the test programs know every crate.
-        "portverbs" | "portverbs-cli" | "portverbs-vfio-guest" => &["*"],
+        "portverbs" | "portverbs-cli" | "portverbs-vfio-guest" | "portverbs-rxe-guest" => &["*"],
         other => panic!("{other}: a new crate — add its place in the layers to this test"),
     }
 }
