@@ -69,6 +69,7 @@ mod conformance {
     mod error_classes;
     mod errors_rc;
     mod events;
+    mod gsi;
     mod mr;
     mod mw;
     mod mw_access;

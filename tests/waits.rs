@@ -113,6 +113,7 @@ impl Link {
                         max_inline_data: 64,
                     },
                     sq_sig_all: false,
+                    special: None,
                 })
                 .unwrap();
             let mr = pd

@@ -47,6 +47,7 @@ fn side(dev: &AnyDevice, buf_len: usize, depth: u32) -> Side {
                 max_inline_data: 64,
             },
             sq_sig_all: false,
+            special: None,
         })
         .expect("qp");
     let buf = ctx.alloc_buffer(buf_len).expect("buffer");

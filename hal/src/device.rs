@@ -16,7 +16,7 @@ use crate::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use crate::error::CommandError;
 use crate::notify::InterruptSink;
 use crate::queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
-use crate::types::{AccessFlags, MwType, QpType};
+use crate::types::{AccessFlags, MwType, QpType, SpecialQp};
 
 /// What an event queue carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +86,11 @@ pub struct QpCreateParams {
     pub srqn: Option<u32>,
     /// Requested capacities.
     pub caps: QpCaps,
+    /// Create this special QP (its number fixed, [`SpecialQp::qpn`]) instead of one from the
+    /// pool; `qp_type` must be its [`SpecialQp::qp_type`]. A device without it answers
+    /// [`CommandError::Unsupported`](crate::CommandError::Unsupported); one whose special QP
+    /// exists already, [`CommandError::Busy`](crate::CommandError::Busy).
+    pub special: Option<SpecialQp>,
 }
 
 /// A created queue pair: its number, what was granted, and its hot-path queue objects (the

@@ -83,6 +83,8 @@ pub use error::{CommandError, CqeError, EqeError, WqeError};
 pub use event::{CqErrorSyndrome, DeviceEvent, PortEventKind, QpEventKind, SrqEventKind};
 pub use notify::{InterruptSink, NullSink, WakerSet};
 pub use queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
-pub use types::{AccessFlags, Gid, LinkLayer, Mtu, MwType, PortState, QpState, QpType, Transport};
+pub use types::{
+    AccessFlags, Gid, LinkLayer, Mtu, MwType, PortState, QpState, QpType, SpecialQp, Transport,
+};
 pub use wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 pub use wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendOps, SendWr, Sge, UdDest};

@@ -60,6 +60,39 @@ impl fmt::Display for QpType {
     }
 }
 
+/// A queue pair with a number and a role fixed by IBA, created on purpose rather than drawn
+/// from the device's pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SpecialQp {
+    /// The General Services Interface QP (IBA 13.5.1): QP number 1, unreliable datagram,
+    /// Q_Key [`SpecialQp::GSI_QKEY`]; the connection manager's MADs travel on it. One per
+    /// device port; on RoCE it is reached like any UD QP, at QP number 1 of the peer's GID.
+    Gsi,
+}
+
+impl SpecialQp {
+    /// The GSI QP's number.
+    pub const GSI_QPN: u32 = 1;
+    /// The well-known Q_Key of QP1 (IBA 13.5.1.1): its receives accept only this one, and a
+    /// sender's work request names it (its high bit set means "the QP's own Q_Key", which
+    /// for QP1 is this value as well).
+    pub const GSI_QKEY: u32 = 0x8001_0000;
+
+    /// The QP number this special QP has.
+    pub const fn qpn(self) -> u32 {
+        match self {
+            Self::Gsi => Self::GSI_QPN,
+        }
+    }
+
+    /// The transport it runs (GSI: UD).
+    pub const fn qp_type(self) -> QpType {
+        match self {
+            Self::Gsi => QpType::Ud,
+        }
+    }
+}
+
 /// Queue-pair state (IBA 10.3.1; `enum ibv_qp_state` values). `Display` prints the IBA name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]

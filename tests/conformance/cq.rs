@@ -244,6 +244,7 @@ fn destroy_cq_used_by_a_qp_is_busy(backend: Backend) {
             srq: None,
             caps: CAPS,
             sq_sig_all: false,
+            special: None,
         })
         .unwrap();
     let cq = match cq.destroy().map_err(|r| r.into_parts()) {

@@ -28,6 +28,7 @@ pub fn side_on(ctx: &Context, cq: Cq, access: AccessFlags) -> Side {
             srq: None,
             caps: CAPS,
             sq_sig_all: false,
+            special: None,
         })
         .unwrap();
     let buf = ctx.alloc_buffer(1 << 16).unwrap();

@@ -17,6 +17,7 @@ fn qp_init<'a>(cq: &'a Cq) -> QpInit<'a, AnyDevice> {
         srq: None,
         caps: CAPS,
         sq_sig_all: false,
+        special: None,
     }
 }
 

@@ -95,6 +95,7 @@ fn create_qp_beyond_device_limits_is_refused(backend: Backend) {
                 srq: None,
                 caps,
                 sq_sig_all: false,
+                special: None,
             });
             match r {
                 Err(CreateQpError::CapTooLarge {
@@ -531,6 +532,7 @@ fn qp_with_zero_send_wr_gets_what_the_device_grants(backend: Backend) {
                 ..CAPS
             },
             sq_sig_all: false,
+            special: None,
         })
         .expect("max_send_wr = 0 is allowed");
     let granted = qp.caps().max_send_wr;

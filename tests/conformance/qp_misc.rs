@@ -136,6 +136,7 @@ fn create_qp_with_objects_of_another_device_is_refused(backend: Backend) {
             srq,
             caps: CAPS,
             sq_sig_all: false,
+            special: None,
         });
         match r {
             Err(CreateQpError::ForeignObject { what }) => assert_eq!(what, name),

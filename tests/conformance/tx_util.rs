@@ -112,6 +112,7 @@ pub fn make_qp(pd: &Pd, cq: &Cq, t: QpType, srq: Option<&Srq>, sq_sig_all: bool)
         srq,
         caps: CAPS,
         sq_sig_all,
+        special: None,
     })
     .unwrap()
 }

@@ -177,6 +177,7 @@ impl Side {
                 srq: None,
                 caps,
                 sq_sig_all: false,
+                special: None,
             })
             .unwrap();
         let buf = ctx.alloc_buffer(buf_len).unwrap();

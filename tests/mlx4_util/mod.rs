@@ -60,6 +60,7 @@ pub(crate) fn ud_qp(pd: &Pd, cq: &Cq, max_send_wr: u32) -> Qp {
                 max_inline_data: 220,
             },
             sq_sig_all: false,
+            special: None,
         })
         .unwrap();
     qp.ready_ud_blocking(&ConnectOptions {

@@ -8,7 +8,7 @@
 use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask};
 use portverbs_hal::block_on;
 use portverbs_hal::device::Device;
-use portverbs_hal::types::{AccessFlags, Gid, LinkLayer, Mtu, QpState, QpType};
+use portverbs_hal::types::{AccessFlags, Gid, LinkLayer, Mtu, QpState, QpType, SpecialQp};
 use thiserror::Error;
 
 use crate::error::{ModifyQpError, QueryError};
@@ -304,8 +304,8 @@ impl<D: Device> Qp<D> {
         block_on(self.connect_uc(remote, opts))
     }
 
-    /// Makes a UD QP ready to send and receive: RESET → INIT (port, P_Key index, Q_Key) → RTR
-    /// → RTS (first PSN). Its peers are reached through address handles
+    /// Makes a UD QP ready to send and receive: RESET → INIT (port, P_Key index, Q_Key — for
+    /// the GSI QP always [`SpecialQp::GSI_QKEY`]) → RTR → RTS (first PSN). Its peers are reached through address handles
     /// ([`ConnectOptions::address_vector`]).
     ///
     /// # Errors
@@ -340,7 +340,11 @@ impl<D: Device> Qp<D> {
             qp_state: QpState::Init,
             port_num: opts.port,
             pkey_index: opts.pkey_index,
-            qkey: opts.qkey,
+            // The GSI QP has one Q_Key (IBA 13.5.1.1), whatever the options say.
+            qkey: match self.special() {
+                Some(SpecialQp::Gsi) => SpecialQp::GSI_QKEY,
+                None => opts.qkey,
+            },
             qp_access_flags: access,
             ..QpAttr::default()
         };

@@ -7,7 +7,7 @@ use std::fmt;
 use portverbs_hal::attr::QpAttrMask;
 use portverbs_hal::dma::DmaError;
 use portverbs_hal::error::{CommandError, CqeError, EqeError, WqeError};
-use portverbs_hal::types::{AccessFlags, Mtu, MwType, QpState, QpType};
+use portverbs_hal::types::{AccessFlags, Mtu, MwType, QpState, QpType, SpecialQp};
 use thiserror::Error;
 
 /// Opening a device.
@@ -330,6 +330,14 @@ pub enum CreateQpError {
         /// Which object.
         what: &'static str,
     },
+    /// A special QP asked for with another transport than its own (GSI: UD).
+    #[error("a {special:?} QP is {}, not {qp_type}", special.qp_type())]
+    SpecialType {
+        /// The special QP.
+        special: SpecialQp,
+        /// The transport asked for.
+        qp_type: QpType,
+    },
     /// The device refused.
     #[error(transparent)]
     Device(#[from] CommandError),
@@ -422,6 +430,12 @@ pub enum ModifyQpError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum QpAttrError {
+    /// The GSI QP's Q_Key is fixed (IBA 13.5.1.1).
+    #[error("qkey {qkey:#x}: the GSI QP's Q_Key is 0x80010000")]
+    GsiQkey {
+        /// The value given.
+        qkey: u32,
+    },
     /// `port_num` is not a port of the device.
     #[error("port_num {port} (the device has ports 1 to {ports})")]
     Port {
@@ -502,6 +516,7 @@ impl QpAttrError {
         match *self {
             Self::Port { .. } => QpAttrMask::PORT,
             Self::PkeyIndex { .. } => QpAttrMask::PKEY_INDEX,
+            Self::GsiQkey { .. } => QpAttrMask::QKEY,
             Self::Over24Bits { attr, .. }
             | Self::AboveMax { attr, .. }
             | Self::AltPathUnsupported { attr } => attr,

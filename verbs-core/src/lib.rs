@@ -90,6 +90,8 @@ pub use wc::WorkCompletion;
 
 pub use portverbs_hal as hal;
 pub use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
-pub use portverbs_hal::types::{AccessFlags, Gid, Mtu, MwType, PortState, QpState, QpType};
+pub use portverbs_hal::types::{
+    AccessFlags, Gid, Mtu, MwType, PortState, QpState, QpType, SpecialQp,
+};
 pub use portverbs_hal::wc::{WcFlags, WcOpcode, WcStatus};
 pub use portverbs_hal::wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};

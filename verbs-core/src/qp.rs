@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::device::{Device, QpCreateParams};
 use portverbs_hal::queue::{RecvQueue, SendQueue};
-use portverbs_hal::types::{AccessFlags, LinkLayer, MwType, QpState, QpType};
+use portverbs_hal::types::{AccessFlags, LinkLayer, MwType, QpState, QpType, SpecialQp};
 use portverbs_hal::wr::{MwBind, SendFlags, SendOp, SendWr, Sge};
 use portverbs_hal::{BlockingDevice, CommandError, block_on};
 
@@ -55,6 +55,8 @@ pub struct QpInit<'a, D: Device> {
     pub caps: QpCaps,
     /// Every send generates a completion, whatever its flags.
     pub sq_sig_all: bool,
+    /// Create this special QP instead of one from the device's pool: [`QpInit::gsi`].
+    pub special: Option<SpecialQp>,
 }
 
 impl<'a, D: Device> QpInit<'a, D> {
@@ -76,6 +78,25 @@ impl<'a, D: Device> QpInit<'a, D> {
                 max_inline_data: 0,
             },
             sq_sig_all: false,
+            special: None,
+        }
+    }
+
+    /// The device's General Services Interface QP (QP1, IBA 13.5.1), whose sends and
+    /// receives complete on `cq`: a UD QP numbered 1, the one the connection manager's MADs
+    /// use. Its Q_Key is [`SpecialQp::GSI_QKEY`] (modify it to INIT with that value); one per
+    /// device, so a second one fails with [`CommandError::Busy`] until the first is
+    /// destroyed. Room for 64 send and 64 receive requests of one SGE each.
+    pub fn gsi(cq: &'a Cq<D>) -> Self {
+        let init = Self::new(QpType::Ud, cq);
+        Self {
+            caps: QpCaps {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                ..init.caps
+            },
+            special: Some(SpecialQp::Gsi),
+            ..init
         }
     }
 }
@@ -99,6 +120,7 @@ pub(crate) struct QpInner<D: Device> {
     srq: Option<Srq<D>>,
     qpn: u32,
     qp_type: QpType,
+    special: Option<SpecialQp>,
     caps: QpCaps,
     sq_sig_all: bool,
     send_rules: SendRules,
@@ -150,6 +172,14 @@ impl<D: Device> Pd<D> {
                 return Err(CreateQpError::ForeignObject { what: "SRQ" });
             }
         }
+        if let Some(special) = init.special {
+            if init.qp_type != special.qp_type() {
+                return Err(CreateQpError::SpecialType {
+                    special,
+                    qp_type: init.qp_type,
+                });
+            }
+        }
         let a = &ctx.attr;
         let c = &init.caps;
         let limits = [
@@ -177,8 +207,22 @@ impl<D: Device> Pd<D> {
                 recv_cqn: init.recv_cq.cqn(),
                 srqn: init.srq.map(Srq::srqn),
                 caps: init.caps,
+                special: init.special,
             })
             .await?;
+        if let Some(special) = init.special {
+            if res.qpn != special.qpn() {
+                // The device broke the contract: what it created is not the special QP, and
+                // destroying it would go wrong with the queues unreleased; say so.
+                return Err(CreateQpError::Device(CommandError::InvalidArgument {
+                    what: format!(
+                        "{special:?} QP created with number {:#x}, not {:#x}",
+                        res.qpn,
+                        special.qpn()
+                    ),
+                }));
+            }
+        }
         let shared = Arc::new(QpShared {
             qpn: res.qpn,
             sq: WrRing::new(res.sq.depth()),
@@ -197,6 +241,7 @@ impl<D: Device> Pd<D> {
                 srq: init.srq.cloned(),
                 qpn: res.qpn,
                 qp_type: init.qp_type,
+                special: init.special,
                 caps: res.caps,
                 sq_sig_all: init.sq_sig_all,
                 send_rules: SendRules::new(init.qp_type, &res.caps),
@@ -235,6 +280,11 @@ impl<D: Device> Qp<D> {
     /// Transport.
     pub fn qp_type(&self) -> QpType {
         self.inner.qp_type
+    }
+
+    /// The special QP this is ([`QpInit::gsi`]), if it is one.
+    pub fn special(&self) -> Option<SpecialQp> {
+        self.inner.special
     }
 
     /// Granted capacities (≥ requested).
@@ -441,6 +491,12 @@ impl<D: Device> Qp<D> {
         if mask.contains(QpAttrMask::PORT) && !port_ok(attr.port_num) {
             let port = attr.port_num;
             return Err(E::Port { port, ports });
+        }
+        if self.inner.special == Some(SpecialQp::Gsi)
+            && mask.contains(QpAttrMask::QKEY)
+            && attr.qkey != SpecialQp::GSI_QKEY
+        {
+            return Err(E::GsiQkey { qkey: attr.qkey });
         }
         if mask.contains(QpAttrMask::PKEY_INDEX) && attr.pkey_index >= a.max_pkeys {
             let (index, table) = (attr.pkey_index, a.max_pkeys);

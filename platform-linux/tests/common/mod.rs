@@ -63,6 +63,7 @@ impl Node {
                     max_inline_data: 64,
                 },
                 sq_sig_all: false,
+                special: None,
             })
             .unwrap()
     }

@@ -77,6 +77,7 @@ impl HalPeer {
                     max_recv_sge: 1,
                     max_inline_data: 64,
                 },
+                special: None,
             })
             .expect("a QP");
         let buf = Device::alloc_dma(&dev, PEER_MR_LEN).expect("DMA memory");

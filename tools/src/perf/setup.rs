@@ -329,6 +329,7 @@ pub(crate) fn side(
                 srq: None,
                 caps,
                 sq_sig_all: false,
+                special: None,
             })
             .ctx(format_args!("creating a {} QP on {name}", cfg.conn))?;
         qp_list.push(qp);

@@ -117,6 +117,7 @@ impl PpSide {
                     max_inline_data: 0,
                 },
                 sq_sig_all: false,
+                special: None,
             })
             .ctx("creating the QP")?;
         // rc_pingpong's values (the library's defaults): no remote access, ACK timeout 14,

@@ -71,6 +71,13 @@ impl Mlx4Device {
         params: QpCreateParams,
     ) -> Result<QpResources<Mlx4Sq, Mlx4Rq>, CommandError> {
         self.0.check_alive()?;
+        if params.special.is_some() {
+            // QP1 on mlx4 is the special QP pair CONF_SPECIAL_QP sets aside, driven with
+            // MLX-transport WQEs whose headers the driver builds: not written yet.
+            return Err(CommandError::Unsupported {
+                what: "the GSI QP on mlx4 (CONF_SPECIAL_QP and MLX-transport WQEs)",
+            });
+        }
         let caps = &self.0.caps;
         let c = params.caps;
         let max_wr = (1u32 << caps.log_max_qp_sz.min(15)) - 64;

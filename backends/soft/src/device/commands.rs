@@ -433,6 +433,15 @@ impl Device for SoftDevice {
     ) -> Result<QpResources<SoftSq, SoftRq>, CommandError> {
         self.check_alive()?;
         let caps = params.caps;
+        if let Some(special) = params.special {
+            if params.qp_type != special.qp_type() {
+                return Err(invalid(format!(
+                    "a {special:?} QP is {}, not {}",
+                    special.qp_type(),
+                    params.qp_type
+                )));
+            }
+        }
         if caps.max_send_wr > MAX_QP_WR || caps.max_recv_wr > MAX_QP_WR {
             return Err(invalid(format!(
                 "max_send_wr {} / max_recv_wr {} above {MAX_QP_WR}",
@@ -492,7 +501,17 @@ impl Device for SoftDevice {
                     return Err(no("SRQ", srqn));
                 }
             }
-            let qpn = d.hw.qps.free_number(FIRST_QPN);
+            // The pool starts above the special QPs' numbers; a special QP takes its own.
+            let qpn = match params.special {
+                None => d.hw.qps.free_number(FIRST_QPN),
+                Some(special) if d.hw.qps.contains(special.qpn()) => {
+                    return Err(CommandError::Busy {
+                        object: "GSI QP",
+                        reason: format!("QP {:#x} exists; destroy it first", special.qpn()),
+                    });
+                }
+                Some(special) => special.qpn(),
+            };
             d.engine.create_qp(
                 qpn,
                 QpInit {
