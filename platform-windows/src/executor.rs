@@ -69,6 +69,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    // Wine 8 deviation avoided (§3.2, b2): the executor's port is never closed to end a wait;
+    // a wake is a posted packet.
     #[test]
     fn a_wake_from_another_thread_ends_the_sleep() {
         let flag = Arc::new(AtomicBool::new(false));

@@ -149,7 +149,7 @@ mod windows_impl {
     pub use crate::executor::block_on_port;
     pub use crate::overlapped::{Overlapped, status};
     pub use crate::port::{CompletionPort, Dequeued, Packet};
-    pub use crate::sinks::{PortSink, WindowsSinks};
+    pub use crate::sinks::{PortSink, WindowsSinks, port_sleeps};
 
     use portverbs_hal::device::Device;
     use portverbs_verbs::{Context, ContextOptions, OpenError};

@@ -2,6 +2,10 @@
 //! `GetOverlappedResult`), the low-bit event that never reaches the port, an APC to the
 //! requesting thread — and cancellation, CQ destruction and device removal, each completing
 //! a request exactly once with a typed status.
+//!
+//! Wine 8 deviation avoided (§3.2, i1): an event is never turned into a port packet by
+//! `NtAssociateWaitCompletionPacket`, which Wine 8 lacks; the device's doorbell (an event and a
+//! posted packet) does that job, and the event-only and APC tests wait on that event.
 #![cfg(windows)]
 
 mod common;
