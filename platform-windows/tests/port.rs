@@ -134,3 +134,47 @@ fn async_verbs_complete_to_the_port_with_their_typed_result() {
         Some(Err(CqError::BadSize { requested: 0, .. }))
     ));
 }
+
+/// A future that is pending until another thread (standing in for a device command that
+/// finishes later) wakes it.
+fn later(value: u32) -> impl std::future::Future<Output = Result<u32, std::io::Error>> + Send {
+    let mut started = false;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::future::poll_fn(move |cx| {
+        if done.load(std::sync::atomic::Ordering::Acquire) {
+            return std::task::Poll::Ready(Ok(value));
+        }
+        if !started {
+            started = true;
+            let (waker, done) = (cx.waker().clone(), done.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                done.store(true, std::sync::atomic::Ordering::Release);
+                waker.wake();
+            });
+        }
+        std::task::Poll::Pending
+    })
+}
+
+#[test]
+fn a_pending_operation_is_polled_again_when_its_waker_rings_the_doorbell() {
+    let net = Net::stepped(4);
+    let port = net.port_for_b();
+    let w = &net.b.win;
+    let (ov, cancelled) = (Overlapped::new(), Overlapped::new());
+    let op = w.start(&ov, later(5)).unwrap();
+    let gone = w.start(&cancelled, later(6)).unwrap();
+    assert_eq!(w.in_flight(), 2);
+    assert!(ov.is_pending());
+    w.cancel(&cancelled).unwrap();
+    let got = collect(&port, w, 2);
+    assert_eq!(which(&got, &[&ov, &cancelled]), [0, 1]);
+    assert_eq!(op.take().unwrap().unwrap(), 5);
+    assert!(matches!(
+        cancelled.result(),
+        Some(Err(RequestError::Cancelled))
+    ));
+    assert!(gone.take().is_none(), "a cancelled operation has no result");
+    assert_eq!(w.in_flight(), 0);
+}
