@@ -51,7 +51,10 @@
 //! [`Overlapped`] makes that hold by construction: it is reference-counted, its block never
 //! moves, and the crate holds a reference while a request is in flight. The addresses in
 //! packets are only compared ([`Overlapped::is`]), never dereferenced. A request completes
-//! exactly once: completed, cancelled or failed, whichever comes first.
+//! exactly once: completed, cancelled or failed, whichever comes first, and always through
+//! its route — a request that finishes at once still queues its packet, as on a handle
+//! without `FILE_SKIP_COMPLETION_PORT_ON_SUCCESS`; only a refused request (an error
+//! returned by the call) is never announced.
 //!
 //! ## Wine 8
 //! CI runs every test under Wine 8.0, which differs from Windows in three ways the code does
