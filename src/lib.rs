@@ -58,7 +58,10 @@
 //! On Linux each has a pollable fd too ([`CompletionChannel::as_fd`](verbs::CompletionChannel::as_fd),
 //! [`Context::async_fd`](verbs::Context::async_fd)) for an application's own epoll loop; see
 //! [`linux`]. Awaiting works on any executor; with hardware behind VFIO it needs feature
-//! `tokio` (the fds then sit in tokio's reactor).
+//! `tokio` (the fds then sit in tokio's reactor). On Windows, blocking waits sleep on a
+//! completion port, and `portverbs::windows` (crate `portverbs-windows`) adds the Windows
+//! ways to wait: OVERLAPPED requests completing to the application's completion port, to an
+//! event, or to an APC.
 //!
 //! ## Backends
 //! * **soft** — the software RDMA device ([`soft`]). [`devices`] lists the devices of an
@@ -115,6 +118,11 @@ pub use udp::{
 /// their own poll or epoll loop.
 #[cfg(target_os = "linux")]
 pub use portverbs_linux as linux;
+
+/// The Windows platform layer: OVERLAPPED requests completing to an I/O completion port, an
+/// event or an APC.
+#[cfg(windows)]
+pub use portverbs_windows as windows;
 
 /// An opened device.
 pub type Context = portverbs_verbs::Context<AnyDevice>;

@@ -8,18 +8,24 @@ use crate::{AnyDevice, Context};
 
 /// The interrupt sinks of this OS: an eventfd per event queue on Linux
 /// ([`linux::LinuxSinks`](crate::linux::LinuxSinks)), so that threads block in poll(2), tasks
-/// wake from tokio's reactor (feature `tokio`) and VFIO hardware signals the same fds; a latch
-/// per event queue elsewhere ([`portverbs_verbs::LatchSinks`]), which blocks and wakes with
-/// the software and emulated devices.
+/// wake from tokio's reactor (feature `tokio`) and VFIO hardware signals the same fds; a
+/// private I/O completion port per event queue on Windows (`portverbs_windows::WindowsSinks`),
+/// so that threads sleep in `GetQueuedCompletionStatusEx`; a latch per event queue elsewhere
+/// ([`portverbs_verbs::LatchSinks`]), which blocks and wakes with the software and emulated
+/// devices.
 ///
 /// # Errors
-/// The OS could not provide them ([`OpenError::Sinks`]: out of file descriptors).
+/// The OS could not provide them ([`OpenError::Sinks`]: out of file descriptors or handles).
 pub fn platform_sinks() -> Result<Arc<dyn SinkFactory>, OpenError> {
     #[cfg(target_os = "linux")]
     {
         Ok(portverbs_linux::LinuxSinks::new().map_err(OpenError::Sinks)?)
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    {
+        Ok(portverbs_windows::WindowsSinks::new().map_err(OpenError::Sinks)?)
+    }
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         Ok(Arc::new(portverbs_verbs::LatchSinks))
     }

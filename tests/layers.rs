@@ -89,7 +89,7 @@ fn allowed(name: &str) -> &'static [&'static str] {
             "portverbs-fabric",
         ],
         // Platform crates implement the notification contract; they never name a backend.
-        "portverbs-linux" => &["portverbs-hal", "portverbs-verbs"],
+        "portverbs-linux" | "portverbs-windows" => &["portverbs-hal", "portverbs-verbs"],
         "portverbs-test-support" => &["portverbs-hal", "portverbs-soft"],
         // Only the facade, the CLI and the test programs know every crate.
         "portverbs" | "portverbs-cli" | "portverbs-vfio-guest" | "portverbs-rxe-guest" => &["*"],
