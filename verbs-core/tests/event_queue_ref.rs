@@ -43,6 +43,7 @@ fn processing_the_queue_completes_requests_and_does_not_pin_the_cq() {
             srq: None,
             caps,
             sq_sig_all: false,
+            special: None,
         })
         .unwrap()
     };

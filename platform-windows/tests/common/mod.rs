@@ -71,6 +71,7 @@ impl Node {
                     max_inline_data: 64,
                 },
                 sq_sig_all: false,
+                special: None,
             })
             .unwrap()
     }
