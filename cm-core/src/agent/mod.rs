@@ -177,7 +177,10 @@ impl CmAgent {
         let (old, user) = (c.state, c.user);
         debug_assert!(old != new || old == CmState::Timewait, "{old} => {new}");
         self.table.set_state(index, new);
-        if new == CmState::Timewait || new == CmState::Idle {
+        // Like Linux, an endpoint leaves the duplicate/stale lookups when it enters TIMEWAIT
+        // or is freed: one that fell back to IDLE still swallows duplicates of its REQ. A
+        // SIDR request leaves its lookup once answered.
+        if new == CmState::Timewait || old == CmState::SidrReqRcvd {
             self.unmap(index);
         }
         if new == CmState::Idle && !user {
