@@ -1,8 +1,8 @@
 //! Arbitrary bytes never panic the MAD parser or the agent, and whatever parses is emitted
 //! canonically: parse → emit → parse gives the same message.
 
-use portverbs_cm::wire::{AttrId, Mad};
-use portverbs_cm::{AgentConfig, CmAgent};
+use portverbs_cm::wire::{AttrId, CmMessage, Mad};
+use portverbs_cm::{AgentConfig, CmAgent, CmEvent, CmOutput, ConnectParams, PathParams};
 use portverbs_hal::Gid;
 use proptest::prelude::*;
 
@@ -37,6 +37,43 @@ proptest! {
             prop_assert_eq!(again.as_ref(), Ok(&mad));
             prop_assert!(AttrId::from_u16(u16::from_be_bytes([bytes[16], bytes[17]])).is_some());
         }
+    }
+
+    /// The body of the `cm_mad` fuzz target (fuzz/), on stable: an agent with a listener and
+    /// an active connection fed arbitrary MADs frees everything once destroyed.
+    #[test]
+    fn the_agent_frees_everything_after_any_mads(mads in proptest::collection::vec(cm_mad(), 1..12)) {
+        let peer = Gid([9; 16]);
+        let mut agent = CmAgent::new(AgentConfig::new(1, 0x5eed));
+        let listener = agent.create_id().expect("id");
+        let active = agent.create_id().expect("id");
+        let mut ids = vec![listener, active];
+        let params = ConnectParams::new(7, 0x11, 0, PathParams::roce(Gid([1; 16]), peer));
+        agent.connect(0, active, &params, &[]).expect("connect");
+        let mut now = 0;
+        for (i, mad) in mads.iter().enumerate() {
+            if let Ok(Mad { msg: CmMessage::Req(r), .. }) = Mad::parse(mad) {
+                let _ = agent.listen(listener, r.service_id);
+            }
+            now = i as u64 * 1_000_000;
+            let _ = agent.handle_mad(now, peer, mad);
+            agent.handle_timeout(now);
+            while let Some(out) = agent.poll_output() {
+                match out {
+                    CmOutput::Event(CmEvent::ConnectRequest { id, .. })
+                    | CmOutput::Event(CmEvent::SidrRequest { id, .. }) => ids.push(id),
+                    _ => {}
+                }
+            }
+        }
+        for id in ids {
+            let _ = agent.destroy(now, id);
+        }
+        while let Some(t) = agent.poll_timeout() {
+            agent.handle_timeout(t);
+        }
+        prop_assert_eq!(agent.live_endpoints(), 0);
+        prop_assert_eq!(agent.map_entries(), 0);
     }
 
     #[test]
