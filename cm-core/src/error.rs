@@ -78,3 +78,21 @@ pub enum CmError {
         value: u64,
     },
 }
+
+/// Why a CMA private-data header (rdma_cm, facts §4.2) was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmaError {
+    /// Fewer than 36 bytes (to parse, or room to emit).
+    #[error("a CMA header is 36 bytes, have {0}")]
+    Truncated(usize),
+    /// The CMA version byte is not 0.
+    #[error("CMA version 0x{0:02x}, only 0 is accepted")]
+    Version(u8),
+    /// The IP version is neither 4 nor 6.
+    #[error("CMA header IP version {0}, only 4 and 6 are accepted")]
+    IpVersion(u8),
+    /// Source and destination are of different address families.
+    #[error("CMA header addresses mix IPv4 and IPv6")]
+    MixedFamilies,
+}

@@ -49,6 +49,12 @@ impl Table {
         self.live
     }
 
+    /// Bytes the slab holds (slots and free list, by capacity).
+    pub(crate) fn bytes(&self) -> usize {
+        self.slots.capacity() * core::mem::size_of::<Slot>()
+            + self.free.capacity() * core::mem::size_of::<u32>()
+    }
+
     fn id_of(&self, index: u32, generation: u16) -> u32 {
         ((u32::from(generation) << INDEX_BITS) | index) ^ self.salt
     }
@@ -180,5 +186,21 @@ mod tests {
         let i = t.alloc().expect("slot");
         assert_ne!(t.comm_id(i).0, 0);
         assert_eq!(t.decode(t.comm_id(i).0), Some(i));
+    }
+}
+
+#[cfg(test)]
+mod size {
+    use super::Slot;
+
+    /// Issue 17 item 8 asks for at most 2 KiB of CM state per connection; the slot (inline
+    /// MAD buffers included) takes a third of that, leaving room for the lookup maps.
+    #[test]
+    fn a_slot_is_compact() {
+        assert!(
+            core::mem::size_of::<Slot>() <= 700,
+            "{}",
+            core::mem::size_of::<Slot>()
+        );
     }
 }

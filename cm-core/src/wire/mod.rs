@@ -1,18 +1,24 @@
 //! CM MAD wire formats (facts/ib-cm-and-rocev2.md §1.2, §2): a checked view of the 24-byte MAD
 //! common header ([`MadView`]) and one representation per CM message ([`Req`], [`Mra`],
-//! [`Rej`], [`Rep`], [`Rtu`], [`Dreq`], [`Drep`], [`SidrReq`], [`SidrRep`]).
+//! [`Rej`], [`Rep`], [`Rtu`], [`Dreq`], [`Drep`], [`SidrReq`], [`SidrRep`]), and rdma_cm's
+//! CMA private-data header and service IDs ([`CmaHeader`], [`service_id`]).
 //!
 //! [`Mad::parse`] takes exactly 256 bytes and never panics; [`Mad::emit`] writes 256 bytes,
 //! masking values wider than their field and zeroing every reserved bit. Private data is kept
 //! at its full fixed size, as Linux reports it (trailing zeros are indistinguishable from data).
 
 mod bits;
+mod cma;
 mod conn;
 mod header;
 mod reject;
 mod req;
 mod sidr;
 
+pub use cma::{
+    CMA_HEADER_LEN, CmaHeader, IP_CM_SERVICE_ID, IP_CM_SERVICE_MASK, PortSpace, service_id,
+    split_service_id,
+};
 pub use conn::{Drep, Dreq, Mra, REP_PRIVATE_DATA, Rep, Rtu};
 pub use header::{
     AttrId, BASE_VERSION, CLASS_CM, CM_CLASS_VERSION, METHOD_SEND, MadHeader, MadView,
