@@ -211,7 +211,7 @@ impl Sim {
                 );
                 assert!(fresh.is_none(), "an ID handed out twice: {id:?}");
             }
-            CmEvent::Established { id } => {
+            CmEvent::Established { id, .. } => {
                 self.stats.established += 1;
                 let t = self.track(n, id);
                 assert!(

@@ -105,7 +105,7 @@ fn run(count: u32) -> [usize; 2] {
     let ids: Vec<_> = t.events[0]
         .iter()
         .filter_map(|e| match e {
-            CmEvent::Established { id } => Some(*id),
+            CmEvent::Established { id, .. } => Some(*id),
             _ => None,
         })
         .collect();

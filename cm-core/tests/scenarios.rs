@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{MS, Pair, SERVICE, is, rej_reason};
+use common::{MS, Pair, SERVICE, established, is, rej_reason, rejected};
 use portverbs_cm::time::timeout_ns;
 use portverbs_cm::wire::{AttrId, CmMessage, Dreq, Mad, MsgKind, RejReason, Rep, Rtu};
 use portverbs_cm::{AcceptParams, CmError, CmEvent, CmState, QpTarget, SidrParams};
@@ -60,13 +60,7 @@ fn no_listener_is_rejected_with_invalid_service_id() {
         (r.reason, r.msg_rejected),
         (RejReason::InvalidServiceId, MsgKind::Req)
     );
-    assert_eq!(
-        t.take_events(0),
-        [CmEvent::Rejected {
-            id: a,
-            reason: RejReason::InvalidServiceId
-        }]
-    );
+    assert_eq!(t.take_shapes(0), [rejected(a, RejReason::InvalidServiceId)]);
     assert_eq!(t.nodes[0].agent.state(a), Some(CmState::Idle));
     assert_eq!(t.nodes[1].agent.live_endpoints(), 0);
 }
@@ -79,12 +73,14 @@ fn consumer_reject_reaches_the_active_side() {
     t.deliver();
     let rej = t.sent(1, AttrId::Rej);
     assert_eq!(rej_reason(&rej[0].1), Some(RejReason::ConsumerReject));
-    let ev = t.take_events(0);
+    let mut data = vec![0u8; 148];
+    data[..2].copy_from_slice(b"no");
     assert_eq!(
-        ev,
+        t.take_events(0),
         [CmEvent::Rejected {
             id: a,
-            reason: RejReason::ConsumerReject
+            reason: RejReason::ConsumerReject,
+            private_data: data
         }]
     );
     // The active QP goes to ERROR.
@@ -144,7 +140,7 @@ fn mra_pushes_the_req_timer_out() {
         .accept(t.now, p, &AcceptParams::new(0x22, 2), &[])
         .expect("accept");
     t.deliver();
-    assert_eq!(t.take_events(0), [CmEvent::Established { id: a }]);
+    assert_eq!(t.take_shapes(0), [established(a)]);
 }
 
 #[test]
@@ -197,8 +193,8 @@ fn lost_rtu_is_recovered_by_rep_retransmission() {
     // REP interval: convert(REQ local response timeout 13) = 32 ms.
     let reps = t.sent(1, AttrId::Rep);
     assert_eq!(reps[1].0 - reps[0].0, 32 * MS);
-    assert_eq!(t.take_events(0), [CmEvent::Established { id: a }]);
-    assert_eq!(t.take_events(1), [CmEvent::Established { id: p }]);
+    assert_eq!(t.take_shapes(0), [established(a)]);
+    assert_eq!(t.take_shapes(1), [established(p)]);
 }
 
 #[test]
@@ -304,11 +300,8 @@ fn dreq_before_rtu_completes_the_accept_first() {
     t.nodes[0].agent.disconnect(t.now, a, &[]).expect("dreq");
     t.deliver();
     assert_eq!(
-        t.take_events(1),
-        [
-            CmEvent::Established { id: p },
-            CmEvent::Disconnected { id: p }
-        ]
+        t.take_shapes(1),
+        [established(p), CmEvent::Disconnected { id: p }]
     );
 }
 
@@ -458,10 +451,10 @@ fn a_req_from_a_live_qp_is_stale() {
     t.deliver();
     let rej = t.sent(1, AttrId::Rej);
     assert_eq!(rej_reason(&rej[0].1), Some(RejReason::StaleConnection));
-    assert!(t.take_events(0).contains(&CmEvent::Rejected {
-        id: b,
-        reason: RejReason::StaleConnection
-    }));
+    assert!(
+        t.take_shapes(0)
+            .contains(&rejected(b, RejReason::StaleConnection))
+    );
     // The old connection is disconnected with a DREQ.
     assert_eq!(t.sent(1, AttrId::Dreq).len(), 1);
     assert!(t.take_events(1).contains(&CmEvent::Disconnected { id: p }));
@@ -483,13 +476,7 @@ fn destroy_while_waiting_for_rep_sends_rej_timeout() {
     };
     assert_eq!((r.reason, r.ari_len), (RejReason::Timeout, 8));
     assert_eq!(r.ari[..8], (0x0200_00ff_fe00_0001u64).to_be_bytes());
-    assert_eq!(
-        t.take_events(1),
-        [CmEvent::Rejected {
-            id: p,
-            reason: RejReason::Timeout
-        }]
-    );
+    assert_eq!(t.take_shapes(1), [rejected(p, RejReason::Timeout)]);
     assert_eq!(t.nodes[1].agent.state(p), Some(CmState::Idle));
 }
 
@@ -499,13 +486,7 @@ fn destroy_of_a_request_rejects_it() {
     let (_, a, p) = t.request();
     t.nodes[1].agent.destroy(t.now, p).expect("destroy");
     t.deliver();
-    assert_eq!(
-        t.take_events(0),
-        [CmEvent::Rejected {
-            id: a,
-            reason: RejReason::ConsumerReject
-        }]
-    );
+    assert_eq!(t.take_shapes(0), [rejected(a, RejReason::ConsumerReject)]);
 }
 
 #[test]

@@ -206,7 +206,13 @@ impl CmAgent {
                 self.send(from, tid, CmMessage::Rej(rej));
                 self.qp(index, QpTarget::Error);
                 let reason = RejReason::StaleConnection;
-                self.finish_outcome(index, CmEvent::Rejected { id, reason });
+                let private_data = Vec::new();
+                let ev = CmEvent::Rejected {
+                    id,
+                    reason,
+                    private_data,
+                };
+                self.finish_outcome(index, ev);
                 self.drop_stale(old, now);
                 self.enter_timewait(index, now);
                 return;
@@ -261,7 +267,8 @@ impl CmAgent {
             c.has_reply = true;
         }
         self.set_state(index, CmState::Established);
-        self.finish_outcome(index, CmEvent::Established { id });
+        let private_data = r.private_data.to_vec();
+        self.finish_outcome(index, CmEvent::Established { id, private_data });
     }
 
     fn on_rtu(&mut self, r: &Rtu) {
@@ -274,7 +281,8 @@ impl CmAgent {
                 self.cancel(index);
                 self.set_state(index, CmState::Established);
                 let id = self.table.comm_id(index);
-                self.finish_outcome(index, CmEvent::Established { id });
+                let private_data = r.private_data.to_vec();
+                self.finish_outcome(index, CmEvent::Established { id, private_data });
             }
             CmState::Established => self.stats.duplicates += 1,
             _ => self.stats.unmatched += 1,
@@ -348,11 +356,16 @@ impl CmAgent {
                     self.qp(index, QpTarget::Error);
                 }
                 let pending = self.table.conn(index).is_some_and(|c| c.outcome_pending);
+                let ev = CmEvent::Rejected {
+                    id,
+                    reason,
+                    private_data: r.private_data.to_vec(),
+                };
                 if pending {
-                    self.finish_outcome(index, CmEvent::Rejected { id, reason });
+                    self.finish_outcome(index, ev);
                 } else {
                     // A request the application has not answered yet was withdrawn.
-                    self.event(index, CmEvent::Rejected { id, reason });
+                    self.event(index, ev);
                 }
                 if reason == RejReason::StaleConnection {
                     self.enter_timewait(index, now);
@@ -399,7 +412,8 @@ impl CmAgent {
                     // accept completed before the teardown.
                     self.set_state(index, CmState::Established);
                     let id = self.table.comm_id(index);
-                    self.finish_outcome(index, CmEvent::Established { id });
+                    let private_data = Vec::new();
+                    self.finish_outcome(index, CmEvent::Established { id, private_data });
                 }
                 self.set_state(index, CmState::DreqRcvd);
                 self.report_disconnect(index);

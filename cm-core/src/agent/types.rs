@@ -335,6 +335,9 @@ pub enum CmEvent {
     Established {
         /// The endpoint.
         id: CmId,
+        /// The REP's private data (active side), the RTU's (passive side), or none when a
+        /// DREQ completed the accept.
+        private_data: Vec<u8>,
     },
     /// `connect` or `accept` ended with a REJ from the peer (or the peer withdrew a REQ
     /// the application had not answered yet).
@@ -343,6 +346,8 @@ pub enum CmEvent {
         id: CmId,
         /// The peer's reason.
         reason: RejReason,
+        /// The REJ's private data (empty when this CM gave up on a stale connection).
+        private_data: Vec<u8>,
     },
     /// `connect`, `accept` or `sidr_request` ended without an answer: the CM retries ran out.
     Unreachable {

@@ -166,6 +166,11 @@ impl Pair {
         std::mem::take(&mut self.nodes[n].events)
     }
 
+    /// Node `n`'s events with the private data left out (see [`shape`]).
+    pub fn take_shapes(&mut self, n: usize) -> Vec<CmEvent> {
+        self.take_events(n).into_iter().map(shape).collect()
+    }
+
     /// Node 1 listens; node 0 connects; returns (listener, active id, passive id) once node 1
     /// got the request.
     pub fn request(&mut self) -> (CmId, CmId, CmId) {
@@ -199,8 +204,22 @@ impl Pair {
             .accept(self.now, p, &accept, b"welcome")
             .expect("accept");
         self.deliver();
-        assert_eq!(self.take_events(0), [CmEvent::Established { id: a }]);
-        assert_eq!(self.take_events(1), [CmEvent::Established { id: p }]);
+        let mut rep_data = vec![0u8; 196];
+        rep_data[..7].copy_from_slice(b"welcome");
+        assert_eq!(
+            self.take_events(0),
+            [CmEvent::Established {
+                id: a,
+                private_data: rep_data
+            }]
+        );
+        assert_eq!(
+            self.take_events(1),
+            [CmEvent::Established {
+                id: p,
+                private_data: vec![0; 224]
+            }]
+        );
         (l, a, p)
     }
 }
@@ -213,5 +232,29 @@ pub fn rej_reason(m: &Mad) -> Option<portverbs_cm::wire::RejReason> {
     match &m.msg {
         CmMessage::Rej(r) => Some(r.reason),
         _ => None,
+    }
+}
+
+/// An event with its private data emptied, to compare what happened, not what was carried.
+pub fn shape(ev: CmEvent) -> CmEvent {
+    match ev {
+        CmEvent::Established { id, .. } => established(id),
+        CmEvent::Rejected { id, reason, .. } => rejected(id, reason),
+        other => other,
+    }
+}
+
+pub fn established(id: CmId) -> CmEvent {
+    CmEvent::Established {
+        id,
+        private_data: Vec::new(),
+    }
+}
+
+pub fn rejected(id: CmId, reason: portverbs_cm::wire::RejReason) -> CmEvent {
+    CmEvent::Rejected {
+        id,
+        reason,
+        private_data: Vec::new(),
     }
 }
