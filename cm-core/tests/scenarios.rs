@@ -620,3 +620,77 @@ fn sidr_resolves_and_reports_missing_services() {
         }]
     ));
 }
+
+// ---- LAP / APR and stale REPs --------------------------------------------------------------
+
+#[test]
+fn lap_and_apr_are_ignored_as_on_a_linux_roce_port() {
+    let mut t = Pair::new();
+    let (_, a, p) = t.establish();
+    let from = t.nodes[0].gid;
+    for attr in [AttrId::Lap, AttrId::Apr] {
+        let m = Mad::new(
+            1,
+            CmMessage::AltPath {
+                attr,
+                local_comm_id: a.comm_id(),
+                remote_comm_id: p.comm_id(),
+            },
+        );
+        t.nodes[1]
+            .agent
+            .handle_mad(t.now, from, &m.emit())
+            .expect("parses");
+    }
+    t.drain(1);
+    assert_eq!(
+        t.sent(1, AttrId::Apr).len() + t.sent(1, AttrId::Rej).len(),
+        0
+    );
+    assert!(t.take_events(1).is_empty());
+    assert_eq!(t.nodes[1].agent.state(p), Some(CmState::Established));
+    assert_eq!(t.nodes[1].agent.stats().unmatched, 2);
+}
+
+#[test]
+fn a_rep_from_a_live_qp_is_rejected_as_stale() {
+    let mut t = Pair::new();
+    let (_, a, p) = t.establish();
+    // A second connection whose REP names the passive QP of the live one.
+    let b = t.nodes[0].agent.create_id().expect("id");
+    let mut params = t.params(0, 0x12, 0x400);
+    params.service_id = SERVICE;
+    t.nodes[0]
+        .agent
+        .connect(t.now, b, &params, &[])
+        .expect("connect");
+    t.deliver();
+    let ev = t.take_events(1);
+    let [CmEvent::ConnectRequest { id: q, .. }] = ev.as_slice() else {
+        panic!("{ev:?}");
+    };
+    t.nodes[1]
+        .agent
+        .accept(t.now, *q, &AcceptParams::new(0x22, 9), &[])
+        .expect("accept");
+    t.deliver();
+    let rej = t.sent(0, AttrId::Rej);
+    assert_eq!(rej_reason(&rej[0].1), Some(RejReason::StaleConnection));
+    let CmMessage::Rej(r) = &rej[0].1.msg else {
+        unreachable!()
+    };
+    assert_eq!(r.msg_rejected, MsgKind::Rep);
+    let ev = t.take_shapes(0);
+    assert!(
+        ev.contains(&rejected(b, RejReason::StaleConnection)),
+        "{ev:?}"
+    );
+    assert!(ev.contains(&CmEvent::Disconnected { id: a }), "{ev:?}");
+    assert_eq!(t.nodes[0].agent.state(b), Some(CmState::Timewait));
+    // The REJ reaches the passive side of the new connection.
+    assert!(
+        t.take_shapes(1)
+            .contains(&rejected(*q, RejReason::StaleConnection))
+    );
+    let _ = p;
+}

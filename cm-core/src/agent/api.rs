@@ -170,7 +170,7 @@ impl CmAgent {
         c.retry_count = p.retry_count;
         c.max_cm_retries = p.max_cm_retries;
         c.packet_life_time = plt;
-        c.av_timeout = plt + 1;
+        c.av_timeout = (plt + 1).min(31);
         c.outcome_pending = true;
         c.retx = Mad::new(tid, CmMessage::Req(req)).emit();
         self.set_state(index, CmState::ReqSent);

@@ -68,7 +68,15 @@ pub struct AgentStats {
     pub retransmits: u64,
 }
 
-/// The IB CM of one port, sans-IO. See the module docs for the calling order.
+/// The IB CM of one port, sans-IO.
+///
+/// Calling order: feed API calls, received MADs ([`CmAgent::handle_mad`]) and expired timers
+/// ([`CmAgent::handle_timeout`]) with the current time in nanoseconds, which must never go
+/// backwards; after each, drain [`CmAgent::poll_output`] and act on the outputs in order
+/// (send the MAD, apply the QP transition, deliver the event); then wait until
+/// [`CmAgent::poll_timeout`] or the next MAD. Endpoints are addressed by [`CmId`] handles;
+/// each call does work bounded by its own endpoint, except `handle_timeout`, bounded by the
+/// timers due.
 #[derive(Debug)]
 pub struct CmAgent {
     cfg: AgentConfig,

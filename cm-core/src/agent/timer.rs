@@ -17,6 +17,16 @@ impl CmAgent {
         c.timer = Some((deadline, kind));
         let seq = c.timer_seq;
         self.timers.push(Reverse((deadline, index, seq)));
+        // Cancelled and re-armed timers leave stale entries behind until their deadline; keep
+        // them to a bounded multiple of the endpoints (amortised O(1) per arm).
+        if self.timers.len() > 64 && self.timers.len() > 4 * self.table.live() {
+            let table = &self.table;
+            self.timers.retain(|&Reverse((d, i, s))| {
+                table
+                    .conn(i)
+                    .is_some_and(|c| c.timer_seq == s && c.timer.is_some_and(|(t, _)| t == d))
+            });
+        }
     }
 
     pub(super) fn cancel(&mut self, index: u32) {
