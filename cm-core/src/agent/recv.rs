@@ -42,7 +42,9 @@ impl CmAgent {
     /// A REJ to a REQ that created no endpoint (no listener, stale, unsupported).
     fn reject_req(&mut self, from: Gid, tid: u64, req: &Req, reason: RejReason) {
         let rej = Rej {
-            local_comm_id: 0,
+            // Linux copies the REQ's bytes 4..8 (reserved + ECE vendor ID, normally 0) here:
+            // it reads the "remote communication ID" slot every other message has there.
+            local_comm_id: req.vendor_id,
             remote_comm_id: req.local_comm_id,
             msg_rejected: MsgKind::Req,
             ari_len: 0,
