@@ -6,7 +6,8 @@
 //! `connect`/`accept` ends in exactly one of Established, Rejected or Unreachable unless it was
 //! destroyed first; every successful `disconnect` gets exactly one Disconnected unless
 //! destroyed first; no event for a destroyed endpoint; and once everything is destroyed and
-//! TIMEWAIT is over, every agent's tables are empty.
+//! TIMEWAIT is over, every agent's tables are empty. `PORTVERBS_CM_SEEDS=50000` runs more
+//! seeds (about 4 s in a release build).
 
 use std::collections::{BTreeMap, BinaryHeap};
 
@@ -19,7 +20,13 @@ use portverbs_hal::Gid;
 
 const MS: u64 = 1_000_000;
 const SERVICE: u64 = 0x0000_0000_0106_4e20;
-const SEEDS: u64 = 1_000;
+/// Seeds per run; `PORTVERBS_CM_SEEDS` raises it for a longer hunt.
+fn seeds() -> u64 {
+    std::env::var("PORTVERBS_CM_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000)
+}
 
 /// splitmix64: small, seedable, good enough to pick actions.
 #[derive(Debug)]
@@ -112,6 +119,9 @@ struct Stats {
     disconnected: u64,
     destroyed: u64,
     mads: u64,
+    retransmits: u64,
+    duplicates: u64,
+    unmatched: u64,
 }
 
 fn gid(n: usize) -> Gid {
@@ -210,6 +220,18 @@ impl Sim {
                     },
                 );
                 assert!(fresh.is_none(), "an ID handed out twice: {id:?}");
+                // Half the servers answer at once, like an rdma_cm accept in the callback.
+                if self.rng.chance(50) {
+                    let qpn = self.next_qpn;
+                    self.next_qpn += 1;
+                    let now = self.now;
+                    self.agents[n]
+                        .accept(now, id, &AcceptParams::new(qpn, 7), b"at once")
+                        .expect("accept right after the request");
+                    let t = self.track(n, id);
+                    t.request_pending = false;
+                    t.asked = true;
+                }
             }
             CmEvent::Established { id, .. } => {
                 self.stats.established += 1;
@@ -472,6 +494,12 @@ fn run(seed: u64) -> Stats {
         sim.net.is_empty(),
         "seed {seed}: traffic after a minute of virtual time"
     );
+    for agent in &sim.agents {
+        let st = agent.stats();
+        sim.stats.retransmits += st.retransmits;
+        sim.stats.duplicates += st.duplicates;
+        sim.stats.unmatched += st.unmatched;
+    }
     for (n, agent) in sim.agents.iter_mut().enumerate() {
         assert_eq!(
             agent.poll_timeout(),
@@ -513,8 +541,9 @@ fn run(seed: u64) -> Stats {
 
 #[test]
 fn a_thousand_seeded_interleavings_leak_nothing() {
+    let seeds = seeds();
     let mut total = Stats::default();
-    for seed in 0..SEEDS {
+    for seed in 0..seeds {
         let s = run(seed);
         total.established += s.established;
         total.rejected += s.rejected;
@@ -522,11 +551,17 @@ fn a_thousand_seeded_interleavings_leak_nothing() {
         total.disconnected += s.disconnected;
         total.destroyed += s.destroyed;
         total.mads += s.mads;
+        total.retransmits += s.retransmits;
+        total.duplicates += s.duplicates;
+        total.unmatched += s.unmatched;
     }
     // The runs must actually exercise every outcome, or the invariants above prove little.
-    assert!(total.established > SEEDS, "{total:?}");
+    assert!(total.established > seeds, "{total:?}");
     assert!(total.rejected > 100, "{total:?}");
     assert!(total.unreachable > 10, "{total:?}");
     assert!(total.disconnected > 100, "{total:?}");
-    eprintln!("{SEEDS} seeds: {total:?}");
+    assert!(total.retransmits > 1000, "{total:?}");
+    assert!(total.duplicates > 1000, "{total:?}");
+    assert!(total.unmatched > 100, "{total:?}");
+    eprintln!("{seeds} seeds: {total:?}");
 }
