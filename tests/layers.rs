@@ -53,6 +53,8 @@ fn allowed(name: &str) -> &'static [&'static str] {
     match name {
         "portverbs-hal" => &[],
         "portverbs-verbs" => &["portverbs-hal"],
+        // The CM core is sans-IO: it knows the HAL's types (GIDs) and nothing else.
+        "portverbs-cm" => &["portverbs-hal"],
         "portverbs-dma" | "portverbs-wire" => &["portverbs-hal"],
         "portverbs-transport" => &["portverbs-hal", "portverbs-dma", "portverbs-wire"],
         "portverbs-fabric" => &["portverbs-hal", "portverbs-transport"],

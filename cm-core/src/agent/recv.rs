@@ -1,0 +1,531 @@
+//! Received MADs: matching by communication IDs as Linux does (facts §3.1), the per-state
+//! handling of §3.3 and the answers to duplicates and unmatched messages of §3.4.
+
+use portverbs_hal::Gid;
+
+use super::conn::TimerKind;
+use super::{CmAgent, CmEvent, CmState, ConnectRequest, QpTarget, RtrAttrs, RtsAttrs};
+use crate::MadError;
+use crate::time::{ack_timeout, timeout_ns};
+use crate::wire::{
+    AttrId, CmMessage, Drep, Dreq, Mad, Mra, MsgKind, Rej, RejReason, Rep, Req, Rtu, SidrRep,
+    SidrReq, SidrStatus,
+};
+
+impl CmAgent {
+    /// Takes one MAD received from `from` (the peer's GID). A MAD that does not parse is
+    /// dropped with its [`MadError`]; nothing changes then. Anything well-formed is handled or
+    /// silently dropped as Linux would.
+    pub fn handle_mad(&mut self, now: u64, from: Gid, bytes: &[u8]) -> Result<(), MadError> {
+        let mad = Mad::parse(bytes).inspect_err(|_| self.stats.malformed += 1)?;
+        let tid = mad.tid;
+        match mad.msg {
+            CmMessage::Req(m) => self.on_req(now, from, tid, &m),
+            CmMessage::Mra(m) => self.on_mra(now, &m),
+            CmMessage::Rej(m) => self.on_rej(now, &m),
+            CmMessage::Rep(m) => self.on_rep(now, from, &m),
+            CmMessage::Rtu(m) => self.on_rtu(&m),
+            CmMessage::Dreq(m) => self.on_dreq(now, from, tid, &m),
+            CmMessage::Drep(m) => self.on_drep(now, &m),
+            CmMessage::SidrReq(m) => self.on_sidr_req(from, tid, &m),
+            CmMessage::SidrRep(m) => self.on_sidr_rep(&m),
+            // LAP and APR: ignored on RoCE ports, as Linux does.
+            CmMessage::AltPath { .. } => self.stats.unmatched += 1,
+        }
+        Ok(())
+    }
+
+    fn state_of(&self, index: u32) -> CmState {
+        self.table.conn(index).map_or(CmState::Idle, |c| c.state)
+    }
+
+    /// A REJ to a REQ that created no endpoint (no listener, stale, unsupported).
+    fn reject_req(&mut self, from: Gid, tid: u64, req: &Req, reason: RejReason) {
+        let rej = Rej {
+            // Linux copies the REQ's bytes 4..8 (reserved + ECE vendor ID, normally 0) here:
+            // it reads the "remote communication ID" slot every other message has there.
+            local_comm_id: req.vendor_id,
+            remote_comm_id: req.local_comm_id,
+            msg_rejected: MsgKind::Req,
+            ari_len: 0,
+            reason,
+            ari: [0; 72],
+            private_data: [0; 148],
+        };
+        self.send(from, tid, CmMessage::Rej(rej));
+    }
+
+    fn on_req(&mut self, now: u64, from: Gid, tid: u64, r: &Req) {
+        if let Some(&index) = self.by_remote.get(&(r.local_comm_id, r.local_ca_guid)) {
+            self.stats.duplicates += 1;
+            // Only MRA_REQ_SENT answers (with the MRA); REQ_RCVD, REP_SENT and later stay
+            // silent: the REP is re-sent by its own timer, never on a duplicate REQ.
+            if let Some(c) = self.table.conn(index) {
+                if c.state == CmState::MraReqSent && c.has_reply {
+                    let (to, mad) = (c.path.remote_gid, c.reply);
+                    self.send_raw(to, mad);
+                }
+            }
+            return;
+        }
+        if let Some(&old) = self.by_remote_qpn.get(&(r.local_qpn, r.local_ca_guid)) {
+            self.reject_req(from, tid, r, RejReason::StaleConnection);
+            self.drop_stale(old, now);
+            return;
+        }
+        let Some(&listener) = self.listeners.get(&r.service_id) else {
+            self.stats.unmatched += 1;
+            self.reject_req(from, tid, r, RejReason::InvalidServiceId);
+            return;
+        };
+        if r.transport > 1 {
+            self.reject_req(from, tid, r, RejReason::InvalidTransportType);
+            return;
+        }
+        let Some(index) = self.table.alloc() else {
+            self.reject_req(from, tid, r, RejReason::NoResources);
+            return;
+        };
+        let id = self.table.comm_id(index);
+        let mra = self.cfg.request_mra_timeout.map(|t| {
+            let mra = Mra {
+                local_comm_id: id.0,
+                remote_comm_id: r.local_comm_id,
+                msg_mraed: MsgKind::Req,
+                service_timeout: t,
+                private_data: [0; 222],
+            };
+            Mad::new(tid, CmMessage::Mra(mra)).emit()
+        });
+        let Some(c) = self.table.conn_mut(index) else {
+            return;
+        };
+        c.user = true;
+        c.remote_id = r.local_comm_id;
+        c.remote_guid = r.local_ca_guid;
+        c.remote_qpn = r.local_qpn;
+        c.service_id = r.service_id;
+        c.tid = tid;
+        c.path.local_gid = r.primary.remote_gid;
+        c.path.remote_gid = from;
+        c.path.flow_label = r.primary.flow_label;
+        c.path.traffic_class = r.primary.traffic_class;
+        c.path.hop_limit = r.primary.hop_limit;
+        c.path.sl = r.primary.sl;
+        c.path.path_mtu = r.path_mtu;
+        c.path.pkey = r.pkey;
+        c.sq_psn = r.starting_psn;
+        c.retry_count = r.retry_count;
+        c.rnr_retry = r.rnr_retry_count;
+        c.max_cm_retries = r.max_cm_retries;
+        c.av_timeout = r.primary.local_ack_timeout;
+        c.packet_life_time = r.primary.local_ack_timeout.saturating_sub(1);
+        c.peer_response_timeout = r.local_cm_response_timeout;
+        c.in_remote_map = true;
+        c.in_qpn_map = true;
+        if let Some(mad) = mra {
+            c.reply = mad;
+            c.has_reply = true;
+        }
+        self.by_remote
+            .insert((r.local_comm_id, r.local_ca_guid), index);
+        self.by_remote_qpn
+            .insert((r.local_qpn, r.local_ca_guid), index);
+        let next = if mra.is_some() {
+            CmState::MraReqSent
+        } else {
+            CmState::ReqRcvd
+        };
+        self.set_state(index, next);
+        let request = ConnectRequest {
+            listener: self.table.comm_id(listener),
+            service_id: r.service_id,
+            peer: from,
+            remote_qpn: r.local_qpn,
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            srq: r.srq,
+            private_data: r.private_data,
+        };
+        self.event(
+            index,
+            CmEvent::ConnectRequest {
+                id,
+                request: Box::new(request),
+            },
+        );
+    }
+
+    /// A new REQ or REP names the QP of a connection we still hold: that connection is
+    /// stale; Linux disconnects it (DREQ) if it is established.
+    fn drop_stale(&mut self, old: u32, now: u64) {
+        if self.state_of(old) == CmState::Established {
+            self.qp(old, QpTarget::Error);
+            self.send_dreq(old, now, [0; 220], true);
+            self.report_disconnect(old);
+        }
+    }
+
+    fn on_rep(&mut self, now: u64, from: Gid, r: &Rep) {
+        let waiting = self
+            .table
+            .by_wire(r.remote_comm_id, 0)
+            .filter(|&i| matches!(self.state_of(i), CmState::ReqSent | CmState::MraReqRcvd));
+        let Some(index) = waiting else {
+            // Duplicate REP: the RTU was lost. Answer from ESTABLISHED with the stored RTU.
+            match self.table.by_wire(r.remote_comm_id, r.local_comm_id) {
+                Some(i) if self.state_of(i) == CmState::Established => {
+                    self.stats.duplicates += 1;
+                    if let Some(c) = self.table.conn(i) {
+                        if c.has_reply {
+                            let (to, mad) = (c.path.remote_gid, c.reply);
+                            self.send_raw(to, mad);
+                        }
+                    }
+                }
+                _ => self.stats.unmatched += 1,
+            }
+            return;
+        };
+        let id = self.table.comm_id(index);
+        self.cancel(index);
+        if let Some(&old) = self.by_remote_qpn.get(&(r.local_qpn, r.local_ca_guid)) {
+            if old != index {
+                let Some(c) = self.table.conn_mut(index) else {
+                    return;
+                };
+                c.remote_id = r.local_comm_id;
+                let rej = Rej {
+                    local_comm_id: id.0,
+                    remote_comm_id: r.local_comm_id,
+                    msg_rejected: MsgKind::Rep,
+                    ari_len: 0,
+                    reason: RejReason::StaleConnection,
+                    ari: [0; 72],
+                    private_data: [0; 148],
+                };
+                let tid = c.tid;
+                self.send(from, tid, CmMessage::Rej(rej));
+                self.qp(index, QpTarget::Error);
+                let reason = RejReason::StaleConnection;
+                let private_data = Vec::new();
+                let ev = CmEvent::Rejected {
+                    id,
+                    reason,
+                    private_data,
+                };
+                self.finish_outcome(index, ev);
+                self.drop_stale(old, now);
+                self.enter_timewait(index, now);
+                return;
+            }
+        }
+        let Some(c) = self.table.conn_mut(index) else {
+            return;
+        };
+        c.remote_id = r.local_comm_id;
+        c.remote_guid = r.local_ca_guid;
+        c.remote_qpn = r.local_qpn;
+        c.sq_psn = r.starting_psn;
+        c.rnr_retry = r.rnr_retry_count;
+        c.av_timeout = ack_timeout(r.target_ack_delay, c.packet_life_time);
+        c.in_qpn_map = true;
+        let rtr = RtrAttrs {
+            dest_qpn: r.local_qpn,
+            rq_psn: c.rq_psn,
+            path_mtu: c.path.path_mtu,
+            max_dest_rd_atomic: r.initiator_depth,
+            min_rnr_timer: 0,
+            remote_read_atomic: r.initiator_depth > 0,
+            sgid: c.path.local_gid,
+            dgid: c.path.remote_gid,
+            flow_label: c.path.flow_label,
+            traffic_class: c.path.traffic_class,
+            hop_limit: c.path.hop_limit,
+            sl: c.path.sl,
+        };
+        let rts = RtsAttrs {
+            sq_psn: r.starting_psn,
+            retry_cnt: c.retry_count,
+            rnr_retry: r.rnr_retry_count,
+            max_rd_atomic: r.responder_resources,
+            timeout: c.av_timeout,
+        };
+        let rtu = Rtu {
+            local_comm_id: id.0,
+            remote_comm_id: r.local_comm_id,
+            private_data: [0; 224],
+        };
+        let (to, tid) = (c.path.remote_gid, c.tid);
+        self.by_remote_qpn
+            .insert((r.local_qpn, r.local_ca_guid), index);
+        self.set_state(index, CmState::RepRcvd);
+        // rdma_cm's active side: QP to RTR and RTS, then the RTU, at once.
+        self.qp(index, QpTarget::Rtr(rtr));
+        self.qp(index, QpTarget::Rts(rts));
+        let mad = self.send(to, tid, CmMessage::Rtu(rtu));
+        if let Some(c) = self.table.conn_mut(index) {
+            c.reply = mad;
+            c.has_reply = true;
+        }
+        self.set_state(index, CmState::Established);
+        let private_data = r.private_data.to_vec();
+        self.finish_outcome(index, CmEvent::Established { id, private_data });
+    }
+
+    fn on_rtu(&mut self, r: &Rtu) {
+        let Some(index) = self.table.by_wire(r.remote_comm_id, r.local_comm_id) else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        match self.state_of(index) {
+            CmState::RepSent | CmState::MraRepRcvd => {
+                self.cancel(index);
+                self.set_state(index, CmState::Established);
+                let id = self.table.comm_id(index);
+                let private_data = r.private_data.to_vec();
+                self.finish_outcome(index, CmEvent::Established { id, private_data });
+            }
+            CmState::Established => self.stats.duplicates += 1,
+            _ => self.stats.unmatched += 1,
+        }
+    }
+
+    fn on_mra(&mut self, now: u64, m: &Mra) {
+        let (key_remote, want, next) = match m.msg_mraed {
+            MsgKind::Req => (0, CmState::ReqSent, CmState::MraReqRcvd),
+            MsgKind::Rep => (m.local_comm_id, CmState::RepSent, CmState::MraRepRcvd),
+            MsgKind::Other | MsgKind::Reserved => {
+                self.stats.unmatched += 1;
+                return;
+            }
+        };
+        let Some(index) = self.table.by_wire(m.remote_comm_id, key_remote) else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        let state = self.state_of(index);
+        if state == next {
+            self.stats.duplicates += 1;
+            return;
+        }
+        if state != want {
+            self.stats.unmatched += 1;
+            return;
+        }
+        // The peer needs longer: the outstanding message's timer is pushed out by the
+        // service timeout plus the path's ACK timeout; its retries are not reset.
+        let Some(c) = self.table.conn(index) else {
+            return;
+        };
+        let extra = timeout_ns(m.service_timeout).saturating_add(timeout_ns(c.av_timeout));
+        self.set_state(index, next);
+        self.arm(index, now.saturating_add(extra), TimerKind::Retransmit);
+    }
+
+    fn on_rej(&mut self, now: u64, r: &Rej) {
+        let index = if r.reason == RejReason::Timeout {
+            // The active side gave up before knowing our ID: find us by its ID and GUID.
+            let mut guid = [0u8; 8];
+            guid.copy_from_slice(&r.ari[..8]);
+            self.by_remote
+                .get(&(r.local_comm_id, u64::from_be_bytes(guid)))
+                .copied()
+        } else if r.msg_rejected == MsgKind::Req {
+            self.table.by_wire(r.remote_comm_id, 0)
+        } else {
+            self.table.by_wire(r.remote_comm_id, r.local_comm_id)
+        };
+        let Some(index) = index else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        let id = self.table.comm_id(index);
+        let reason = r.reason;
+        let state = self.state_of(index);
+        match state {
+            CmState::ReqSent
+            | CmState::MraReqRcvd
+            | CmState::RepSent
+            | CmState::MraRepRcvd
+            | CmState::ReqRcvd
+            | CmState::MraReqSent
+            | CmState::RepRcvd
+            | CmState::MraRepSent => {
+                self.cancel(index);
+                let bound = !matches!(state, CmState::ReqRcvd | CmState::MraReqSent);
+                if bound {
+                    self.qp(index, QpTarget::Error);
+                }
+                let pending = self.table.conn(index).is_some_and(|c| c.outcome_pending);
+                let ev = CmEvent::Rejected {
+                    id,
+                    reason,
+                    private_data: r.private_data.to_vec(),
+                };
+                if pending {
+                    self.finish_outcome(index, ev);
+                } else {
+                    // A request the application has not answered yet was withdrawn.
+                    self.event(index, ev);
+                }
+                if reason == RejReason::StaleConnection {
+                    self.enter_timewait(index, now);
+                } else {
+                    self.set_state(index, CmState::Idle);
+                }
+            }
+            CmState::Established | CmState::DreqSent => {
+                self.cancel(index);
+                self.qp(index, QpTarget::Error);
+                self.report_disconnect(index);
+                self.enter_timewait(index, now);
+            }
+            _ => self.stats.unmatched += 1,
+        }
+    }
+
+    fn on_dreq(&mut self, now: u64, from: Gid, tid: u64, d: &Dreq) {
+        let Some(index) = self.table.by_wire(d.remote_comm_id, d.local_comm_id) else {
+            // Linux answers a DREQ for an unknown connection with a DREP all the same.
+            self.stats.unmatched += 1;
+            let drep = Drep {
+                local_comm_id: d.remote_comm_id,
+                remote_comm_id: d.local_comm_id,
+                private_data: [0; 224],
+            };
+            self.send(from, tid, CmMessage::Drep(drep));
+            return;
+        };
+        let Some(c) = self.table.conn_mut(index) else {
+            return;
+        };
+        if c.local_qpn != d.remote_qpn {
+            self.stats.unmatched += 1;
+            return;
+        }
+        let state = c.state;
+        match state {
+            CmState::RepSent | CmState::MraRepRcvd | CmState::Established => {
+                c.dreq_tid = tid;
+                self.cancel(index);
+                if state != CmState::Established {
+                    // The RTU was lost but the peer is connected (it disconnects): the
+                    // accept completed before the teardown.
+                    self.set_state(index, CmState::Established);
+                    let id = self.table.comm_id(index);
+                    let private_data = Vec::new();
+                    self.finish_outcome(index, CmEvent::Established { id, private_data });
+                }
+                self.set_state(index, CmState::DreqRcvd);
+                self.report_disconnect(index);
+            }
+            CmState::DreqSent => {
+                // Both sides disconnect at once: answer, and our disconnect is complete.
+                c.dreq_tid = tid;
+                self.cancel(index);
+                self.send_drep(index, [0; 224]);
+                self.report_disconnect(index);
+                self.enter_timewait(index, now);
+            }
+            CmState::DreqRcvd => self.stats.duplicates += 1,
+            CmState::Timewait => {
+                // Our DREP was lost: send it again (a fresh one if we never sent one).
+                self.stats.duplicates += 1;
+                let stored = c.has_reply
+                    && u16::from_be_bytes([c.reply[16], c.reply[17]]) == AttrId::Drep.to_u16();
+                if stored {
+                    let (to, mad) = (c.path.remote_gid, c.reply);
+                    self.send_raw(to, mad);
+                } else {
+                    c.dreq_tid = tid;
+                    self.send_drep(index, [0; 224]);
+                }
+            }
+            _ => self.stats.unmatched += 1,
+        }
+    }
+
+    fn on_drep(&mut self, now: u64, d: &Drep) {
+        let Some(index) = self.table.by_wire(d.remote_comm_id, d.local_comm_id) else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        if self.state_of(index) == CmState::DreqSent {
+            self.cancel(index);
+            self.report_disconnect(index);
+            self.enter_timewait(index, now);
+        } else {
+            self.stats.unmatched += 1;
+        }
+    }
+
+    fn on_sidr_req(&mut self, from: Gid, tid: u64, r: &SidrReq) {
+        if self.by_sidr.contains_key(&(r.request_id, from)) {
+            self.stats.duplicates += 1;
+            return;
+        }
+        let Some(&listener) = self.listeners.get(&r.service_id) else {
+            self.stats.unmatched += 1;
+            let rep = SidrRep {
+                request_id: r.request_id,
+                status: SidrStatus::ServiceNotSupported,
+                info_len: 0,
+                vendor_id: 0,
+                qpn: 0,
+                service_id: r.service_id,
+                qkey: 0,
+                info: [0; 72],
+                private_data: [0; 136],
+            };
+            self.send(from, tid, CmMessage::SidrRep(rep));
+            return;
+        };
+        let Some(index) = self.table.alloc() else {
+            return;
+        };
+        let Some(c) = self.table.conn_mut(index) else {
+            return;
+        };
+        c.user = true;
+        c.remote_id = r.request_id;
+        c.path.remote_gid = from;
+        c.service_id = r.service_id;
+        c.tid = tid;
+        c.in_sidr_map = true;
+        self.by_sidr.insert((r.request_id, from), index);
+        self.set_state(index, CmState::SidrReqRcvd);
+        let id = self.table.comm_id(index);
+        let listener = self.table.comm_id(listener);
+        let service_id = r.service_id;
+        self.event(
+            index,
+            CmEvent::SidrRequest {
+                id,
+                listener,
+                service_id,
+            },
+        );
+    }
+
+    fn on_sidr_rep(&mut self, r: &SidrRep) {
+        let index = self
+            .table
+            .by_wire(r.request_id, 0)
+            .filter(|&i| self.state_of(i) == CmState::SidrReqSent);
+        let Some(index) = index else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        self.cancel(index);
+        let id = self.table.comm_id(index);
+        let ev = CmEvent::SidrResolved {
+            id,
+            status: r.status,
+            qpn: r.qpn,
+            qkey: r.qkey,
+        };
+        self.finish_outcome(index, ev);
+        self.set_state(index, CmState::Idle);
+    }
+}
