@@ -18,6 +18,7 @@ mod events;
 mod perf;
 mod pingpong;
 mod report;
+mod rping;
 mod verbs;
 mod wait;
 
