@@ -30,6 +30,7 @@ use portverbs_mlx4_layout::status::Status;
 use portverbs_transport::{Engine, Packet, Table};
 use zerocopy::FromBytes;
 
+use crate::caps;
 use crate::shared::{Shared, Stats};
 use cq::Cq;
 use eq::Eq;
@@ -297,6 +298,22 @@ impl Hw {
 
     /// Delivers an event to the EQ its type is mapped to (completion events go through
     /// [`Hw::write_eqe`] directly).
+    /// CONF_SPECIAL_QP (facts §2.8): the base of a naturally aligned block of 8 QPNs above the
+    /// firmware's, fixed while a special QP lives.
+    fn conf_special_qp(&mut self, cmd: &Command) -> CmdResult {
+        let base = cmd.in_mod & 0xff_ffff;
+        let l = self.layout()?;
+        if base % 8 != 0 || base < 1 << caps::LOG_RSVD_QP || base + 8 > 1 << l.log_qp {
+            return Err(Status::BadParam);
+        }
+        let gsi = portverbs_hal::types::SpecialQp::GSI_QPN;
+        if self.special_qp_base.is_some_and(|b| b != base) && self.qps.contains(gsi) {
+            return Err(Status::BadResState);
+        }
+        self.special_qp_base = Some(base);
+        Ok(None)
+    }
+
     pub(crate) fn post_event(&mut self, ev: DeviceEvent) {
         let bytes = eqe::encode(&ev, false);
         match self.event_eq[usize::from(bytes[1] & 0x3f)] {
@@ -447,10 +464,7 @@ impl Hw {
             op::QUERY_PORT | op::INIT_PORT | op::CLOSE_PORT | op::SET_PORT => {
                 self.port_command(engine, cmd)
             }
-            op::CONF_SPECIAL_QP => {
-                self.special_qp_base = Some(cmd.in_mod & 0xff_ffff);
-                Ok(None)
-            }
+            op::CONF_SPECIAL_QP => self.conf_special_qp(cmd),
             op::SW2HW_EQ | op::HW2SW_EQ | op::QUERY_EQ | op::MAP_EQ => self.eq_command(cmd),
             op::SW2HW_CQ | op::HW2SW_CQ | op::QUERY_CQ | op::MODIFY_CQ => self.cq_command(cmd),
             op::SW2HW_SRQ | op::HW2SW_SRQ | op::QUERY_SRQ | op::ARM_SRQ => self.srq_command(cmd),

@@ -5,8 +5,9 @@
 //! [`WqeFault`], never a panic.
 
 use portverbs_hal::attr::AddressVector;
-use portverbs_hal::types::{AccessFlags, Gid, MwType, QpType};
+use portverbs_hal::types::{AccessFlags, Gid, MwType, QpType, SpecialQp};
 use portverbs_hal::wr::{MwBind, RemoteAddr, SendFlags, SendOp, Sge};
+use portverbs_mlx4_layout::mlx::{self, UdHeader};
 use portverbs_mlx4_layout::wqe::{
     AtomicSeg, BindSeg, CtrlSeg, DataSeg, DatagramSeg, INLINE_ALIGN, INLINE_SEG, INVALID_LKEY,
     LocalInvalSeg, RaddrSeg, STAMP, bind, ctrl, opcode as wop,
@@ -237,6 +238,109 @@ fn decode_inline(wqe: &[u8], mut p: usize, out: &mut SendWqe) -> Result<(), WqeF
             break;
         }
     }
+    Ok(())
+}
+
+/// Decodes an MLX-transport send WQE of a special QP (facts §5.10): the MLX control segment,
+/// inline segments holding the packet header software built, then the payload's data
+/// segments. The header is checked against the control segment and the payload: a WQE whose
+/// header the HCA could not send as it stands is a fault (an error completion), as is any
+/// operation but a UD SEND from QP 1.
+pub(super) fn decode_mlx_send(wqe: &[u8], out: &mut SendWqe) -> Result<(), WqeFault> {
+    let c: CtrlSeg = seg(wqe, 0)?;
+    if (c.owner_opcode.get() & ctrl::OPCODE_MASK) as u8 != wop::SEND {
+        return Err(fault("MLX WQE with an opcode other than SEND"));
+    }
+    let f = c.srcrb_flags.get();
+    if f & mlx::flags::VL15 != 0 {
+        return Err(fault("VL15 on the GSI QP (only QP0 uses it)"));
+    }
+    let rlid = (c.imm.get() >> 16) as u16;
+    // Inline segments (the header) back to back, never across a 64-byte boundary.
+    let mut hdr = [0u8; mlx::MAX_HEADER];
+    let mut hlen = 0;
+    let mut p = 16;
+    while let Some(d) = be32(wqe, p) {
+        if d & INLINE_SEG == 0 {
+            break;
+        }
+        let len = (d & !INLINE_SEG) as usize;
+        if p % INLINE_ALIGN + 4 + len > INLINE_ALIGN {
+            return Err(fault("inline segment crosses a 64-byte boundary"));
+        }
+        let data = wqe
+            .get(p + 4..p + 4 + len)
+            .ok_or(fault("inline data beyond the WQE"))?;
+        hdr.get_mut(hlen..hlen + len)
+            .ok_or(fault("MLX header longer than LRH+GRH+BTH+DETH"))?
+            .copy_from_slice(data);
+        hlen += len;
+        p += 4 + len;
+        if p % INLINE_ALIGN != 0 {
+            break;
+        }
+    }
+    out.sges.clear();
+    out.inline_data.clear();
+    let mut payload = 0usize;
+    for chunk in wqe
+        .get(p.next_multiple_of(16)..)
+        .unwrap_or(&[])
+        .chunks_exact(16)
+    {
+        let d: DataSeg = seg(chunk, 0)?;
+        if d.byte_count.get() & INLINE_SEG != 0 {
+            return Err(fault("inline payload after an MLX header"));
+        }
+        let length = d.byte_count.get();
+        payload = payload.saturating_add(length as usize);
+        out.sges.push(Sge {
+            addr: d.addr.get(),
+            length,
+            lkey: d.lkey.get(),
+        });
+    }
+    let (h, used) = UdHeader::decode(&hdr[..hlen], payload).map_err(|e| {
+        tracing::debug!(error = %e, "bad MLX header");
+        fault("malformed MLX header")
+    })?;
+    if used != hlen {
+        return Err(fault("bytes after the DETH in the MLX header"));
+    }
+    if h.src_qp != SpecialQp::GSI_QPN {
+        return Err(fault("DETH source QP is not QP1"));
+    }
+    if h.dlid != rlid || u32::from(h.sl) != (f >> mlx::flags::SL_SHIFT) & 0xf {
+        return Err(fault("LRH DLID or SL differs from the control segment"));
+    }
+    let g = h.grh.unwrap_or_default();
+    out.ud = Some(UdTarget {
+        av: AddressVector {
+            dgid: Gid(g.dgid),
+            sgid_index: 0,
+            flow_label: g.flow_label,
+            hop_limit: g.hop_limit,
+            traffic_class: g.traffic_class,
+            is_global: h.grh.is_some(),
+            dlid: h.dlid,
+            sl: h.sl,
+            src_path_bits: 0,
+            static_rate: ((f >> 12) & 0xf) as u8,
+            port_num: 1,
+        },
+        remote_qpn: h.dest_qp,
+        remote_qkey: h.qkey,
+    });
+    out.op = SendOp::Send;
+    out.signaled = f & ctrl::CQ_UPDATE == ctrl::CQ_UPDATE;
+    let mut flags = SendFlags::empty();
+    if out.signaled {
+        flags |= SendFlags::SIGNALED;
+    }
+    if h.solicited {
+        flags |= SendFlags::SOLICITED;
+    }
+    out.flags = flags;
     Ok(())
 }
 

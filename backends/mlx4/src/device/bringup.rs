@@ -216,6 +216,11 @@ impl Mlx4Device {
         } else {
             self.0.objects().parked_eqs.push(eq);
         }
+        // The special QPs' block (facts §2.8, bring-up step 18); QP1 lives there.
+        self.0
+            .hcr
+            .exec(Cmd::new(opcode::CONF_SPECIAL_QP).in_mod(self.0.special_qp_base()))
+            .await?;
         for port in 1..=self.0.caps.num_ports {
             let gids = self
                 .0
