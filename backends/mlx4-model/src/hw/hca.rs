@@ -38,7 +38,12 @@ impl Hca for Hw {
     }
 
     fn read_send_wqe(&mut self, qpn: u32, counter: u32, out: &mut SendWqe) -> Result<(), WqeFault> {
-        let Self { qps, scratch, .. } = self;
+        let Self {
+            qps,
+            scratch,
+            gsi_gids,
+            ..
+        } = self;
         let qp = qps.get_mut(qpn).ok_or(fault("no such QP"))?;
         let (qp_type, mlx) = (qp.qp_type, qp.mlx);
         let sq = qp.sq.as_ref().ok_or(fault("QP has no send queue"))?;
@@ -60,7 +65,7 @@ impl Hca for Hw {
         }
         qp.sq_read = counter.wrapping_add(1);
         if mlx {
-            decode_mlx_send(scratch, out)
+            decode_mlx_send(scratch, gsi_gids, out)
         } else {
             decode_send(scratch, qp_type, out)
         }

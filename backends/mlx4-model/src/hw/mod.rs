@@ -103,6 +103,8 @@ pub(crate) struct Hw {
     event_eq: [Option<u32>; 64],
     port_up: [bool; 2],
     special_qp_base: Option<u32>,
+    /// Port 1's GID table as SET_PORT gave it: the source GIDs an MLX header may carry.
+    gsi_gids: Vec<portverbs_hal::types::Gid>,
     /// Set when the fabric routes of every port must go (reset, CLOSE_HCA, removal).
     drop_routes: bool,
     /// QPs in ERR whose receive doorbell records the HCA watches: mlx4 has no receive
@@ -133,6 +135,7 @@ impl Hw {
             event_eq: [None; 64],
             port_up: [false; 2],
             special_qp_base: None,
+            gsi_gids: Vec::new(),
             drop_routes: false,
             errored: Vec::new(),
             scratch: Vec::new(),
@@ -177,6 +180,7 @@ impl Hw {
         self.event_eq = [None; 64];
         self.port_up = [false; 2];
         self.special_qp_base = None;
+        self.gsi_gids.clear();
         self.drop_routes = true;
     }
 
