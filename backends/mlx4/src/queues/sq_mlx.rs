@@ -105,3 +105,166 @@ impl Mlx4Sq {
         Ok((opcode::SEND, u32::from(av.dlid) << 16, end))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    use portverbs_hal::attr::AddressVector;
+    use portverbs_hal::mmio::MemRegisters;
+    use portverbs_hal::queue::SendQueue;
+    use portverbs_hal::types::QpType;
+    use portverbs_hal::wr::{Sge, UdDest};
+
+    use crate::dma::Slots;
+    use crate::layout::mlx::flags;
+    use crate::layout::wqe::ctrl;
+    use crate::queues::Geometry;
+    use crate::queues::rq::tests::ring;
+
+    const SGID: [u8; 16] = [0x5a; 16];
+    const DGID: [u8; 16] = [0xa5; 16];
+
+    /// A GSI send queue of two 256-byte slots, as `do_create_qp` shapes it for one SGE.
+    fn gsi_sq() -> Mlx4Sq {
+        let geom = Geometry {
+            base: 0,
+            shift: 8,
+            cnt: 2,
+        };
+        let mut sq = Mlx4Sq {
+            qpn: 0x4a,
+            qp_type: QpType::Ud,
+            buf: Slots::new(ring(geom.bytes()), geom).unwrap(),
+            // The slot after the one written gets stamped.
+            spare: 1,
+            max_sge: 4,
+            max_inline: 0,
+            bar2: Arc::new(MemRegisters::new(4096)),
+            db_offset: 0x14,
+            bf: None,
+            bf_half: 0,
+            fatal: Arc::new(AtomicBool::new(false)),
+            rung: 0,
+            bf_len: 0,
+            mlx: Some(Box::new(MlxSend {
+                gids: vec![Gid([0; 16]), Gid(SGID)],
+                pkey: DEFAULT_PKEY,
+            })),
+        };
+        sq.init_slots();
+        sq
+    }
+
+    fn av() -> AddressVector {
+        AddressVector {
+            dgid: Gid(DGID),
+            sgid_index: 1,
+            is_global: true,
+            sl: 5,
+            dlid: 0x21,
+            hop_limit: 64,
+            port_num: 1,
+            ..AddressVector::default()
+        }
+    }
+
+    fn bytes(sq: &Mlx4Sq) -> Vec<u8> {
+        let mut out = vec![0u8; 256];
+        assert!(sq.buf.at(0).read_at(0, &mut out));
+        out
+    }
+
+    #[test]
+    fn a_mad_send_is_an_mlx_wqe_with_the_header_inline() {
+        let mut sq = gsi_sq();
+        let a = av();
+        let sge = [Sge {
+            addr: 0x9000,
+            length: 256,
+            lkey: 0x77,
+        }];
+        let wr = SendWr::new(1, SendOp::Send).sges(&sge).ud(UdDest {
+            av: &a,
+            remote_qpn: 1,
+            // The high bit: the QP's own Q_Key, which for QP1 is the GSI one.
+            remote_qkey: 0x8000_0000,
+        });
+        sq.write_wqe(0, &wr, true).unwrap();
+        let w = bytes(&sq);
+        let be32 = |at: usize| u32::from_be_bytes(w[at..at + 4].try_into().unwrap());
+        assert_eq!(w[3], opcode::SEND);
+        // ctrl (1) + inline 44 bytes to the boundary, inline 24 more, pad, one data segment.
+        assert_eq!(w[7], 7, "ds");
+        assert_eq!(
+            be32(8),
+            ctrl::CQ_UPDATE | (5 << flags::SL_SHIFT),
+            "C and SL in the MLX flags"
+        );
+        assert_eq!(be32(12), 0x21 << 16, "DLID");
+        assert_eq!(be32(16), INLINE_SEG | 44);
+        assert_eq!(be32(64), INLINE_SEG | 24);
+        let mut hdr = w[20..64].to_vec();
+        hdr.extend_from_slice(&w[68..92]);
+        let (h, n) = UdHeader::decode(&hdr, 256).unwrap();
+        assert_eq!(n, MAX_HEADER);
+        let g = h.grh.unwrap();
+        assert_eq!((g.sgid, g.dgid, g.hop_limit), (SGID, DGID, 64));
+        assert_eq!((h.sl, h.dlid, h.dest_qp, h.src_qp), (5, 0x21, 1, 1));
+        assert_eq!((h.qkey, h.pkey), (SpecialQp::GSI_QKEY, DEFAULT_PKEY));
+        assert_eq!(
+            &w[96..112],
+            &[
+                &256u32.to_be_bytes()[..],
+                &0x77u32.to_be_bytes(),
+                &0x9000u64.to_be_bytes()
+            ]
+            .concat()[..]
+        );
+    }
+
+    #[test]
+    fn what_qp1_cannot_send_is_refused() {
+        let mut sq = gsi_sq();
+        let a = av();
+        let sge = [Sge {
+            addr: 0,
+            length: 8,
+            lkey: 1,
+        }];
+        let dest = UdDest {
+            av: &a,
+            remote_qpn: 1,
+            remote_qkey: SpecialQp::GSI_QKEY,
+        };
+        let no_ah = SendWr::new(1, SendOp::Send).sges(&sge);
+        assert!(matches!(
+            sq.write_wqe(0, &no_ah, true),
+            Err(WqeError::BadDestination { .. })
+        ));
+        let imm = SendWr::new(1, SendOp::SendWithImm { imm: 3 })
+            .sges(&sge)
+            .ud(dest);
+        assert!(matches!(
+            sq.write_wqe(0, &imm, true),
+            Err(WqeError::OpNotSupported { .. })
+        ));
+        let inline = SendWr::new(1, SendOp::Send).inline(b"mad").ud(dest);
+        assert!(matches!(
+            sq.write_wqe(0, &inline, true),
+            Err(WqeError::OpNotSupported { .. })
+        ));
+        let bad_sgid = AddressVector { sgid_index: 9, ..a };
+        let wr = SendWr::new(1, SendOp::Send).sges(&sge).ud(UdDest {
+            av: &bad_sgid,
+            ..dest
+        });
+        assert!(matches!(
+            sq.write_wqe(0, &wr, true),
+            Err(WqeError::BadDestination { .. })
+        ));
+    }
+}
