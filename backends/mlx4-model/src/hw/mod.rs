@@ -300,8 +300,6 @@ impl Hw {
 
     // ---- events ----------------------------------------------------------------------------
 
-    /// Delivers an event to the EQ its type is mapped to (completion events go through
-    /// [`Hw::write_eqe`] directly).
     /// CONF_SPECIAL_QP (facts §2.8): the base of a naturally aligned block of 8 QPNs above the
     /// firmware's, fixed while a special QP lives.
     fn conf_special_qp(&mut self, cmd: &Command) -> CmdResult {
@@ -318,7 +316,17 @@ impl Hw {
         Ok(None)
     }
 
+    /// Delivers an event to the EQ its type is mapped to (completion events go through
+    /// [`Hw::write_eqe`] directly).
     pub(crate) fn post_event(&mut self, ev: DeviceEvent) {
+        // EQEs carry the hardware QPN; the engine knows the GSI QP as QP 1.
+        let ev = match ev {
+            DeviceEvent::Qp { qpn, kind } => DeviceEvent::Qp {
+                qpn: self.hw_qpn(qpn),
+                kind,
+            },
+            ev => ev,
+        };
         let bytes = eqe::encode(&ev, false);
         match self.event_eq[usize::from(bytes[1] & 0x3f)] {
             Some(eqn) => {
