@@ -161,6 +161,7 @@ impl Mlx4Device {
             bf_next: 0,
             // Vector 0 is the command EQ's; every other EQ gets one of its own.
             vectors: Numbers::new(1, pci.num_vectors()),
+            gsi: false,
         };
         let inner = Arc::new(Inner {
             pci: pci.clone(),

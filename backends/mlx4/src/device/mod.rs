@@ -58,6 +58,8 @@ pub(crate) struct Nums {
     /// MSI-X vectors of the EQs: one each, so that each EQ's interrupt reaches its own sink
     /// (a VFIO vector signals exactly one eventfd).
     pub(crate) vectors: Numbers,
+    /// The GSI QP exists (or is being created): there is one per device.
+    pub(crate) gsi: bool,
 }
 
 /// Everything of an opened device.

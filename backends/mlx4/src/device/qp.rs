@@ -46,6 +46,13 @@ fn sq_shape(qp_type: QpType, caps: &QpCaps, max_sg: u32) -> Result<(u32, u32, u3
     Ok((stride.trailing_zeros(), sge, inl))
 }
 
+fn gsi_busy() -> CommandError {
+    CommandError::Busy {
+        object: "GSI QP",
+        reason: "QP 0x1 exists; destroy it first".into(),
+    }
+}
+
 /// The GSI QP's send-queue shape: the MLX control segment, up to two inline headers around
 /// the 68-byte LRH+GRH+BTH+DETH (split at the 64-byte boundary), then the MAD's gather list;
 /// no inline payload.
@@ -101,11 +108,8 @@ impl Mlx4Device {
             if params.qp_type != sp.qp_type() {
                 return Err(invalid(format!("a {sp:?} QP is {}", sp.qp_type())));
             }
-            if self.0.objects().qps.contains_key(&sp.qpn()) {
-                return Err(CommandError::Busy {
-                    object: "GSI QP",
-                    reason: format!("QP {:#x} exists; destroy it first", sp.qpn()),
-                });
+            if self.0.nums().gsi {
+                return Err(gsi_busy());
             }
         }
         let caps = &self.0.caps;
@@ -170,7 +174,17 @@ impl Mlx4Device {
         let db = self.0.dbs.alloc(&*self.0.pci)?;
         // The GSI QP is port 1's QP1 of the special block; verbs see it as QP 1.
         let (qpn, hw_qpn) = match params.special {
-            Some(sp) => (sp.qpn(), self.0.gsi_hw_qpn()),
+            Some(sp) => {
+                // Taken under the lock, so that two creations cannot both pass the check.
+                let mut n = self.0.nums();
+                if n.gsi {
+                    drop(n);
+                    self.0.dbs.free(&db);
+                    return Err(gsi_busy());
+                }
+                n.gsi = true;
+                (sp.qpn(), self.0.gsi_hw_qpn())
+            }
             None => {
                 let Some(n) = self.0.nums().qp.alloc() else {
                     self.0.dbs.free(&db);
@@ -187,7 +201,9 @@ impl Mlx4Device {
         {
             Ok(m) => m,
             Err(e) => {
-                if !special {
+                if special {
+                    self.0.nums().gsi = false;
+                } else {
                     self.0.nums().qp.free(qpn);
                 }
                 self.0.dbs.free(&db);
@@ -335,7 +351,9 @@ impl Mlx4Device {
             }
             None => false,
         };
-        if !special {
+        if special {
+            self.0.nums().gsi = false;
+        } else {
             self.0.nums().qp.free(qpn);
         }
         Ok(())
