@@ -3,7 +3,8 @@
 //! This crate is what an mlx4 driver and an emulated mlx4 HCA must agree on, and nothing else:
 //! register offsets ([`hcr`], [`uar`]), command opcodes and status codes ([`opcode`],
 //! [`status`]), mailbox and context layouts ([`mailbox`], [`ctx`], [`av`], [`keys`]), WQE
-//! segments, CQEs and EQEs ([`wqe`], [`cqe`], [`eqe`]) (facts/mlx4-hardware.md), and the PCI
+//! segments, the special QPs' MLX headers, CQEs and EQEs ([`wqe`], [`mlx`], [`cqe`], [`eqe`])
+//! (facts/mlx4-hardware.md), and the PCI
 //! seam ([`pci`]: the [`PciFunction`] trait a driver drives and an emulated or VFIO-bound
 //! function implements, [`PciError`], the vendor/device IDs).
 //!
@@ -32,6 +33,7 @@ pub mod eqe;
 pub mod hcr;
 pub mod keys;
 pub mod mailbox;
+pub mod mlx;
 pub mod opcode;
 pub mod pci;
 pub mod status;

@@ -13,8 +13,10 @@
 //!   IOMMU table; every device access goes through it.
 //! * **Transport** — the shared engine (`portverbs-transport`), the model being one
 //!   [`portverbs_fabric::Node`] on a [`portverbs_fabric::Fabric`]: an mlx4 model and soft
-//!   devices exchange RC, UC and UD traffic, stepped (virtual time, seeded faults) or
-//!   free-running. The model reads the driver's WQEs (owner bits, stamps, no producer index)
+//!   devices exchange RC, UC and UD traffic and MADs between GSI QPs, stepped (virtual time,
+//!   seeded faults) or free-running. The GSI special QP (CONF_SPECIAL_QP's base + 2) is QP 1 to
+//!   the engine; its MLX WQEs' headers are checked and become the datagram's address. The
+//!   model reads the driver's WQEs (owner bits, stamps, no producer index)
 //!   and writes CQEs and EQEs in the mlx4 formats. It depends on the transport and the fabric,
 //!   never on the soft device (the two only meet on a fabric).
 //! * **Faults** — command timeout, a corrupt CQE, catastrophic error, surprise removal

@@ -3,7 +3,9 @@
 //! This crate implements the HAL ([`portverbs_hal::Device`]) for an mlx4-style HCA reached
 //! through its PCI BARs ([`PciFunction`]): the HCR firmware command interface in polling and
 //! event mode ([`cmd`]), bring-up and teardown in Linux's order with ICM donated to the HCA
-//! ([`Mlx4Device::open`]), EQs, CQs, QPs (RC, UC, UD) with a QP context per transition, SRQs,
+//! ([`Mlx4Device::open`]), EQs, CQs, QPs (RC, UC, UD) with a QP context per transition, the GSI
+//! QP (QP1: the special QP CONF_SPECIAL_QP sets aside, whose sends are MLX-transport WQEs with a
+//! header the driver builds), SRQs,
 //! MPT/MTT memory registration with hardware-formed keys, memory windows, and the hot-path
 //! queue objects with owner bits, stamping, spare WQEs, UAR doorbells and BlueFlame.
 //!

@@ -12,7 +12,7 @@ use portverbs_hal::wc::Cqe;
 use portverbs_mlx4_layout::wqe::ctrl;
 use portverbs_transport::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
 
-use super::wqe::{decode_scatter, decode_send};
+use super::wqe::{decode_mlx_send, decode_scatter, decode_send};
 use super::{Hw, ModelNode};
 use crate::shared::Stats;
 
@@ -38,9 +38,14 @@ impl Hca for Hw {
     }
 
     fn read_send_wqe(&mut self, qpn: u32, counter: u32, out: &mut SendWqe) -> Result<(), WqeFault> {
-        let Self { qps, scratch, .. } = self;
+        let Self {
+            qps,
+            scratch,
+            gsi_gids,
+            ..
+        } = self;
         let qp = qps.get_mut(qpn).ok_or(fault("no such QP"))?;
-        let qp_type = qp.qp_type;
+        let (qp_type, mlx) = (qp.qp_type, qp.mlx);
         let sq = qp.sq.as_ref().ok_or(fault("QP has no send queue"))?;
         let off = sq.offset(counter);
         let mut head = [0u8; 8];
@@ -59,7 +64,11 @@ impl Hca for Hw {
             return Err(fault("send WQE unreadable"));
         }
         qp.sq_read = counter.wrapping_add(1);
-        decode_send(scratch, qp_type, out)
+        if mlx {
+            decode_mlx_send(scratch, gsi_gids, out)
+        } else {
+            decode_send(scratch, qp_type, out)
+        }
     }
 
     fn take_recv_wqe(&mut self, source: RecvSource, out: &mut RecvWqe) -> Result<bool, WqeFault> {
@@ -115,6 +124,13 @@ impl Hca for Hw {
                     qp.sq_read = qp.sq_read.wrapping_add(ahead as u32);
                 }
             }
+        }
+        // CQEs carry the hardware QPN; the engine knows the GSI QP as QP 1.
+        let hw = self.hw_qpn(cqe.qpn);
+        if hw != cqe.qpn {
+            let mut c = *cqe;
+            c.qpn = hw;
+            return self.write_cqe(cqn, &c, solicited);
         }
         self.write_cqe(cqn, cqe, solicited)
     }
@@ -188,8 +204,14 @@ impl Hw {
         if self.shared.removed() {
             return;
         }
-        let qpn = what & 0xff_ffff;
+        let hw = what & 0xff_ffff;
         let page = what >> 24;
+        // The GSI QP rings with its hardware QPN; its engine number (1) is no doorbell's.
+        let qpn = if hw == portverbs_hal::types::SpecialQp::GSI_QPN {
+            u32::MAX
+        } else {
+            self.engine_qpn(hw)
+        };
         match self.qps.get(qpn) {
             Some(qp) if qp.in_engine && qp.usr_page == page => {
                 engine.doorbell(now, qpn, self, out);

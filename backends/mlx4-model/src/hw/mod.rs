@@ -30,6 +30,7 @@ use portverbs_mlx4_layout::status::Status;
 use portverbs_transport::{Engine, Packet, Table};
 use zerocopy::FromBytes;
 
+use crate::caps;
 use crate::shared::{Shared, Stats};
 use cq::Cq;
 use eq::Eq;
@@ -102,6 +103,8 @@ pub(crate) struct Hw {
     event_eq: [Option<u32>; 64],
     port_up: [bool; 2],
     special_qp_base: Option<u32>,
+    /// Port 1's GID table as SET_PORT gave it: the source GIDs an MLX header may carry.
+    gsi_gids: Vec<portverbs_hal::types::Gid>,
     /// Set when the fabric routes of every port must go (reset, CLOSE_HCA, removal).
     drop_routes: bool,
     /// QPs in ERR whose receive doorbell records the HCA watches: mlx4 has no receive
@@ -132,6 +135,7 @@ impl Hw {
             event_eq: [None; 64],
             port_up: [false; 2],
             special_qp_base: None,
+            gsi_gids: Vec::new(),
             drop_routes: false,
             errored: Vec::new(),
             scratch: Vec::new(),
@@ -176,6 +180,7 @@ impl Hw {
         self.event_eq = [None; 64];
         self.port_up = [false; 2];
         self.special_qp_base = None;
+        self.gsi_gids.clear();
         self.drop_routes = true;
     }
 
@@ -295,9 +300,33 @@ impl Hw {
 
     // ---- events ----------------------------------------------------------------------------
 
+    /// CONF_SPECIAL_QP (facts §2.8): the base of a naturally aligned block of 8 QPNs above the
+    /// firmware's, fixed while a special QP lives.
+    fn conf_special_qp(&mut self, cmd: &Command) -> CmdResult {
+        let base = cmd.in_mod & 0xff_ffff;
+        let l = self.layout()?;
+        if base % 8 != 0 || base < 1 << caps::LOG_RSVD_QP || base + 8 > 1 << l.log_qp {
+            return Err(Status::BadParam);
+        }
+        let gsi = portverbs_hal::types::SpecialQp::GSI_QPN;
+        if self.special_qp_base.is_some_and(|b| b != base) && self.qps.contains(gsi) {
+            return Err(Status::BadResState);
+        }
+        self.special_qp_base = Some(base);
+        Ok(None)
+    }
+
     /// Delivers an event to the EQ its type is mapped to (completion events go through
     /// [`Hw::write_eqe`] directly).
     pub(crate) fn post_event(&mut self, ev: DeviceEvent) {
+        // EQEs carry the hardware QPN; the engine knows the GSI QP as QP 1.
+        let ev = match ev {
+            DeviceEvent::Qp { qpn, kind } => DeviceEvent::Qp {
+                qpn: self.hw_qpn(qpn),
+                kind,
+            },
+            ev => ev,
+        };
         let bytes = eqe::encode(&ev, false);
         match self.event_eq[usize::from(bytes[1] & 0x3f)] {
             Some(eqn) => {
@@ -447,10 +476,7 @@ impl Hw {
             op::QUERY_PORT | op::INIT_PORT | op::CLOSE_PORT | op::SET_PORT => {
                 self.port_command(engine, cmd)
             }
-            op::CONF_SPECIAL_QP => {
-                self.special_qp_base = Some(cmd.in_mod & 0xff_ffff);
-                Ok(None)
-            }
+            op::CONF_SPECIAL_QP => self.conf_special_qp(cmd),
             op::SW2HW_EQ | op::HW2SW_EQ | op::QUERY_EQ | op::MAP_EQ => self.eq_command(cmd),
             op::SW2HW_CQ | op::HW2SW_CQ | op::QUERY_CQ | op::MODIFY_CQ => self.cq_command(cmd),
             op::SW2HW_SRQ | op::HW2SW_SRQ | op::QUERY_SRQ | op::ARM_SRQ => self.srq_command(cmd),

@@ -135,6 +135,9 @@ pub(super) fn set_gid_table(ctx: &mut Ctx<'_>, cmd: &Command) -> CmdResult {
         }
         added.push(*g);
     }
+    if port == 1 {
+        ctx.node.hw.gsi_gids.clone_from(&table);
+    }
     if let Some(p) = ctx.node.engine.ports_mut().get_mut(usize::from(port - 1)) {
         p.gids = table;
     }

@@ -27,10 +27,15 @@ use super::wqe::Wq;
 use super::{CmdResult, Command, Hw, check_number};
 use crate::caps;
 
+/// Offset of port 1's GSI QP in the special block (facts §2.8).
+const GSI_OFFSET: u32 = 2;
+
 /// A QP that is not in RESET.
 #[derive(Debug)]
 pub(super) struct Qp {
     pub(super) qp_type: QpType,
+    /// A special QP (service type MLX): its send WQEs carry the packet headers (facts §5.10).
+    pub(super) mlx: bool,
     /// The RST2INIT context: the fields that never change afterwards.
     ctx: QpContext,
     /// The engine holds the QP (false only for RESET → ERR without a context).
@@ -61,11 +66,14 @@ impl Qp {
     }
 }
 
-fn qp_type(flags: u32) -> Result<QpType, Status> {
+/// The transport of a service type, and whether it is MLX (a special QP, which the engine runs
+/// as UD: its datagrams are what the WQE headers describe).
+fn qp_type(flags: u32) -> Result<(QpType, bool), Status> {
     match (flags >> 16) & 0xf {
-        service::RC => Ok(QpType::Rc),
-        service::UC => Ok(QpType::Uc),
-        service::UD => Ok(QpType::Ud),
+        service::RC => Ok((QpType::Rc, false)),
+        service::UC => Ok((QpType::Uc, false)),
+        service::UD => Ok((QpType::Ud, false)),
+        service::MLX => Ok((QpType::Ud, true)),
         _ => Err(Status::BadParam),
     }
 }
@@ -187,6 +195,23 @@ fn engine_err(e: &CommandError) -> Status {
 }
 
 impl Hw {
+    /// The engine's number of hardware QPN `hw`: 1 for the GSI QP of port 1 (the special
+    /// block's base + 2, facts §2.8), `hw` itself for every other QP.
+    pub(super) fn engine_qpn(&self, hw: u32) -> u32 {
+        match self.special_qp_base {
+            Some(base) if hw == base + GSI_OFFSET => portverbs_hal::types::SpecialQp::GSI_QPN,
+            _ => hw,
+        }
+    }
+
+    /// The hardware QPN of engine QP `qpn` (what CQEs and contexts carry).
+    pub(super) fn hw_qpn(&self, qpn: u32) -> u32 {
+        match self.special_qp_base {
+            Some(base) if qpn == portverbs_hal::types::SpecialQp::GSI_QPN => base + GSI_OFFSET,
+            _ => qpn,
+        }
+    }
+
     fn qpc_addr(&self, qpn: u32) -> Result<u64, Status> {
         let l = self.layout()?;
         check_number(qpn, l.log_qp, 1 << caps::LOG_RSVD_QP)?;
@@ -209,11 +234,13 @@ impl Hw {
         out: &mut Vec<Packet>,
         cmd: &Command,
     ) -> CmdResult {
-        let qpn = cmd.in_mod & 0xff_ffff;
-        let at = self.qpc_addr(qpn)?;
+        let hw_qpn = cmd.in_mod & 0xff_ffff;
+        let at = self.qpc_addr(hw_qpn)?;
         if !self.icm.is_mapped(at) {
             return Err(Status::IcmError);
         }
+        // The engine knows a special QP by the number its packets carry.
+        let qpn = self.engine_qpn(hw_qpn);
         if cmd.opcode == op::QUERY_QP {
             let mut mb = QpMailbox {
                 ctx: self.qp_context(engine, qpn, at)?,
@@ -253,7 +280,7 @@ impl Hw {
                 self.qps.insert(qpn, Qp::errored());
                 Ok(None)
             }
-            (op::RST2INIT_QP, Some(mb)) => self.rst2init(engine, now, out, qpn, at, &mb),
+            (op::RST2INIT_QP, Some(mb)) => self.rst2init(engine, now, out, hw_qpn, at, &mb),
             (_, mb) => {
                 let t = self.qps.get(qpn).map_or(QpType::Rc, |q| q.qp_type);
                 let (mut a, mut m) = match &mb {
@@ -281,12 +308,18 @@ impl Hw {
         engine: &mut Engine,
         now: u64,
         out: &mut Vec<Packet>,
-        qpn: u32,
+        hw_qpn: u32,
         at: u64,
         mb: &QpMailbox,
     ) -> CmdResult {
         let c = &mb.ctx;
-        let t = qp_type(c.flags.get())?;
+        let (t, mlx) = qp_type(c.flags.get())?;
+        let qpn = self.engine_qpn(hw_qpn);
+        // Service type MLX belongs to the special QPs CONF_SPECIAL_QP set aside, and only to
+        // them; this HCA runs the GSI QP of port 1 (QP0 and port 2 are not modelled).
+        if mlx != (qpn != hw_qpn) {
+            return Err(Status::BadParam);
+        }
         let pd = c.pd.get() & 0xff_ffff;
         let srq = c.srqn.get();
         let srqn = (srq & (1 << 24) != 0).then_some(srq & 0xff_ffff);
@@ -369,6 +402,7 @@ impl Hw {
             qpn,
             Qp {
                 qp_type: t,
+                mlx,
                 ctx: c.to_owned(),
                 in_engine: true,
                 usr_page,
@@ -431,7 +465,7 @@ impl Hw {
         };
         c.flags = ((state << 28) | (svc << 16) | PM_MIGRATED).into();
         c.mtu_msgmax = ((a.path_mtu as u8) << 5) | (c.mtu_msgmax & 0x1f);
-        c.local_qpn = qpn.into();
+        c.local_qpn = self.hw_qpn(qpn).into();
         c.remote_qpn = a.dest_qp_num.into();
         let av = a.ah_attr;
         let p = &mut c.pri_path;
@@ -480,6 +514,7 @@ impl Qp {
     fn errored() -> Self {
         Self {
             qp_type: QpType::Rc,
+            mlx: false,
             ctx: QpContext::default(),
             in_engine: false,
             usr_page: u32::MAX,

@@ -5,8 +5,9 @@
 //! [`WqeFault`], never a panic.
 
 use portverbs_hal::attr::AddressVector;
-use portverbs_hal::types::{AccessFlags, Gid, MwType, QpType};
+use portverbs_hal::types::{AccessFlags, Gid, MwType, QpType, SpecialQp};
 use portverbs_hal::wr::{MwBind, RemoteAddr, SendFlags, SendOp, Sge};
+use portverbs_mlx4_layout::mlx::{self, UdHeader};
 use portverbs_mlx4_layout::wqe::{
     AtomicSeg, BindSeg, CtrlSeg, DataSeg, DatagramSeg, INLINE_ALIGN, INLINE_SEG, INVALID_LKEY,
     LocalInvalSeg, RaddrSeg, STAMP, bind, ctrl, opcode as wop,
@@ -240,6 +241,117 @@ fn decode_inline(wqe: &[u8], mut p: usize, out: &mut SendWqe) -> Result<(), WqeF
     Ok(())
 }
 
+/// Decodes an MLX-transport send WQE of a special QP (facts §5.10): the MLX control segment,
+/// inline segments holding the packet header software built, then the payload's data
+/// segments. The header is checked against the control segment and the payload: a WQE whose
+/// header the HCA could not send as it stands is a fault (an error completion), as is any
+/// operation but a UD SEND from QP 1 and a GRH whose source GID is not in `gids` (port 1's
+/// table; its index becomes the send's sgid_index).
+pub(super) fn decode_mlx_send(wqe: &[u8], gids: &[Gid], out: &mut SendWqe) -> Result<(), WqeFault> {
+    let c: CtrlSeg = seg(wqe, 0)?;
+    if (c.owner_opcode.get() & ctrl::OPCODE_MASK) as u8 != wop::SEND {
+        return Err(fault("MLX WQE with an opcode other than SEND"));
+    }
+    let f = c.srcrb_flags.get();
+    if f & mlx::flags::VL15 != 0 {
+        return Err(fault("VL15 on the GSI QP (only QP0 uses it)"));
+    }
+    let rlid = (c.imm.get() >> 16) as u16;
+    // Inline segments (the header) back to back, never across a 64-byte boundary.
+    let mut hdr = [0u8; mlx::MAX_HEADER];
+    let mut hlen = 0;
+    let mut p = 16;
+    while let Some(d) = be32(wqe, p) {
+        if d & INLINE_SEG == 0 {
+            break;
+        }
+        let len = (d & !INLINE_SEG) as usize;
+        if p % INLINE_ALIGN + 4 + len > INLINE_ALIGN {
+            return Err(fault("inline segment crosses a 64-byte boundary"));
+        }
+        let data = wqe
+            .get(p + 4..p + 4 + len)
+            .ok_or(fault("inline data beyond the WQE"))?;
+        hdr.get_mut(hlen..hlen + len)
+            .ok_or(fault("MLX header longer than LRH+GRH+BTH+DETH"))?
+            .copy_from_slice(data);
+        hlen += len;
+        p += 4 + len;
+        if p % INLINE_ALIGN != 0 {
+            break;
+        }
+    }
+    out.sges.clear();
+    out.inline_data.clear();
+    let mut payload = 0usize;
+    for chunk in wqe
+        .get(p.next_multiple_of(16)..)
+        .unwrap_or(&[])
+        .chunks_exact(16)
+    {
+        let d: DataSeg = seg(chunk, 0)?;
+        if d.byte_count.get() & INLINE_SEG != 0 {
+            return Err(fault("inline payload after an MLX header"));
+        }
+        let length = d.byte_count.get();
+        payload = payload.saturating_add(length as usize);
+        out.sges.push(Sge {
+            addr: d.addr.get(),
+            length,
+            lkey: d.lkey.get(),
+        });
+    }
+    let (h, used) = UdHeader::decode(&hdr[..hlen], payload).map_err(|e| {
+        tracing::debug!(error = %e, "bad MLX header");
+        fault("malformed MLX header")
+    })?;
+    if used != hlen {
+        return Err(fault("bytes after the DETH in the MLX header"));
+    }
+    if h.src_qp != SpecialQp::GSI_QPN {
+        return Err(fault("DETH source QP is not QP1"));
+    }
+    if h.dlid != rlid || u32::from(h.sl) != (f >> mlx::flags::SL_SHIFT) & 0xf {
+        return Err(fault("LRH DLID or SL differs from the control segment"));
+    }
+    let g = h.grh.unwrap_or_default();
+    let sgid_index = match h.grh {
+        Some(g) => gids
+            .iter()
+            .position(|x| x.0 == g.sgid && !x.is_zero())
+            .ok_or(fault("GRH source GID is not one of the port's"))? as u8,
+        None => 0,
+    };
+    out.ud = Some(UdTarget {
+        av: AddressVector {
+            dgid: Gid(g.dgid),
+            sgid_index,
+            flow_label: g.flow_label,
+            hop_limit: g.hop_limit,
+            traffic_class: g.traffic_class,
+            is_global: h.grh.is_some(),
+            dlid: h.dlid,
+            sl: h.sl,
+            src_path_bits: 0,
+            static_rate: ((f >> 12) & 0xf) as u8,
+            port_num: 1,
+        },
+        remote_qpn: h.dest_qp,
+        remote_qkey: h.qkey,
+    });
+    out.op = SendOp::Send;
+    out.signaled = f & ctrl::CQ_UPDATE == ctrl::CQ_UPDATE;
+    let mut flags = SendFlags::empty();
+    if out.signaled {
+        flags |= SendFlags::SIGNALED;
+    }
+    if h.solicited {
+        flags |= SendFlags::SOLICITED;
+    }
+    out.flags = flags;
+    Ok(())
+}
+
 /// Decodes a receive scatter list (16-byte data segments up to the 0x100 terminator or the
 /// end of the WQE).
 pub(super) fn decode_scatter(segs: &[u8], out: &mut RecvWqe) -> Result<(), WqeFault> {
@@ -314,6 +426,115 @@ mod tests {
             let _ = decode_send(&w, QpType::Rc, &mut out);
             let mut r = RecvWqe::default();
             let _ = decode_scatter(&w, &mut r);
+        }
+    }
+    const SGID: [u8; 16] = [0x11; 16];
+
+    fn header(src_qp: u32) -> UdHeader {
+        UdHeader {
+            sl: 2,
+            dlid: 0x33,
+            slid: 0,
+            grh: Some(mlx::Route {
+                traffic_class: 4,
+                flow_label: 5,
+                hop_limit: 64,
+                sgid: SGID,
+                dgid: [0x22; 16],
+            }),
+            solicited: false,
+            pkey: 0xffff,
+            dest_qp: 1,
+            psn: 0,
+            qkey: SpecialQp::GSI_QKEY,
+            src_qp,
+        }
+    }
+
+    /// An MLX WQE as the driver lays it out: control segment, the 68-byte header as two inline
+    /// segments split at the 64-byte boundary, one data segment of `len` bytes.
+    fn mlx_wqe(h: &UdHeader, payload: usize, len: u32, flags: u32) -> Vec<u8> {
+        let mut hdr = [0u8; mlx::MAX_HEADER];
+        let n = h.encode(payload, &mut hdr).unwrap();
+        let mut w = vec![0u8; 112];
+        w[..16].copy_from_slice(&ctrl_seg(wop::SEND, 7, flags));
+        w[12..14].copy_from_slice(&h.dlid.to_be_bytes());
+        w[16..20].copy_from_slice(&(INLINE_SEG | 44).to_be_bytes());
+        w[20..64].copy_from_slice(&hdr[..44]);
+        w[64..68].copy_from_slice(&(INLINE_SEG | (n as u32 - 44)).to_be_bytes());
+        w[68..68 + n - 44].copy_from_slice(&hdr[44..n]);
+        w[96..100].copy_from_slice(&len.to_be_bytes());
+        w[100..104].copy_from_slice(&0x1234u32.to_be_bytes());
+        w[104..112].copy_from_slice(&0x8000u64.to_be_bytes());
+        w
+    }
+
+    #[test]
+    fn an_mlx_wqe_becomes_a_ud_send_from_qp1() {
+        let gids = [Gid([0; 16]), Gid(SGID)];
+        let flags = ctrl::CQ_UPDATE | (2 << mlx::flags::SL_SHIFT);
+        let w = mlx_wqe(&header(1), 256, 256, flags);
+        let mut out = SendWqe::default();
+        decode_mlx_send(&w, &gids, &mut out).unwrap();
+        assert!(out.signaled && matches!(out.op, SendOp::Send));
+        assert_eq!(out.sges.len(), 1);
+        assert_eq!((out.sges[0].length, out.sges[0].lkey), (256, 0x1234));
+        let ud = out.ud.unwrap();
+        assert_eq!((ud.remote_qpn, ud.remote_qkey), (1, SpecialQp::GSI_QKEY));
+        assert_eq!(ud.av.dgid, Gid([0x22; 16]));
+        assert_eq!((ud.av.sgid_index, ud.av.sl, ud.av.dlid), (1, 2, 0x33));
+        assert!(ud.av.is_global);
+        assert_eq!(
+            (ud.av.hop_limit, ud.av.traffic_class, ud.av.flow_label),
+            (64, 4, 5)
+        );
+    }
+
+    #[test]
+    fn bad_mlx_wqes_are_faults() {
+        let gids = [Gid(SGID)];
+        let flags = ctrl::CQ_UPDATE | (2 << mlx::flags::SL_SHIFT);
+        let mut out = SendWqe::default();
+        let cases: [(&str, Vec<u8>, &[Gid]); 6] = [
+            ("source QP 5", mlx_wqe(&header(5), 256, 256, flags), &gids),
+            (
+                "payload shorter than the header says",
+                mlx_wqe(&header(1), 256, 200, flags),
+                &gids,
+            ),
+            (
+                "VL15",
+                mlx_wqe(&header(1), 256, 256, flags | mlx::flags::VL15),
+                &gids,
+            ),
+            (
+                "SL differs",
+                mlx_wqe(&header(1), 256, 256, ctrl::CQ_UPDATE),
+                &gids,
+            ),
+            (
+                "unknown source GID",
+                mlx_wqe(&header(1), 256, 256, flags),
+                &[],
+            ),
+            ("no header", ctrl_seg(wop::SEND, 1, flags).to_vec(), &gids),
+        ];
+        for (what, w, g) in cases {
+            assert!(decode_mlx_send(&w, g, &mut out).is_err(), "{what}");
+        }
+        let mut w = mlx_wqe(&header(1), 256, 256, flags);
+        w[3] = wop::RDMA_WRITE;
+        assert!(decode_mlx_send(&w, &gids, &mut out).is_err(), "RDMA WRITE");
+        let mut w = mlx_wqe(&header(1), 256, 256, flags);
+        w[12] = 0x77;
+        assert!(
+            decode_mlx_send(&w, &gids, &mut out).is_err(),
+            "DLID differs"
+        );
+        for len in [0, 3, 16, 20, 64, 100] {
+            for fill in [0u8, 0xff, 0x80] {
+                let _ = decode_mlx_send(&vec![fill; len], &gids, &mut out);
+            }
         }
     }
 }

@@ -161,6 +161,7 @@ impl Mlx4Device {
             bf_next: 0,
             // Vector 0 is the command EQ's; every other EQ gets one of its own.
             vectors: Numbers::new(1, pci.num_vectors()),
+            gsi: false,
         };
         let inner = Arc::new(Inner {
             pci: pci.clone(),
@@ -216,6 +217,11 @@ impl Mlx4Device {
         } else {
             self.0.objects().parked_eqs.push(eq);
         }
+        // The special QPs' block (facts §2.8, bring-up step 18); QP1 lives there.
+        self.0
+            .hcr
+            .exec(Cmd::new(opcode::CONF_SPECIAL_QP).in_mod(self.0.special_qp_base()))
+            .await?;
         for port in 1..=self.0.caps.num_ports {
             let gids = self
                 .0

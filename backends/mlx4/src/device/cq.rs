@@ -72,6 +72,7 @@ impl Mlx4Device {
             bar2: self.0.bar2.clone(),
             uar_base: self.0.uar_base(),
             arm_sn: 1,
+            gsi_qpn: self.0.gsi_hw_qpn(),
         })
     }
 

@@ -67,7 +67,12 @@ impl Mlx4Device {
             },
         );
         let _ = self.0.bar2.write32(eq_doorbell(eqn), EQ_ARM);
-        Ok(Box::new(Mlx4Eq::new(eqn, slots, self.0.bar2.clone())))
+        Ok(Box::new(Mlx4Eq::new(
+            eqn,
+            slots,
+            self.0.bar2.clone(),
+            self.0.gsi_hw_qpn(),
+        )))
     }
 
     pub(super) async fn do_create_eq(

@@ -58,6 +58,8 @@ pub(crate) struct Nums {
     /// MSI-X vectors of the EQs: one each, so that each EQ's interrupt reaches its own sink
     /// (a VFIO vector signals exactly one eventfd).
     pub(crate) vectors: Numbers,
+    /// The GSI QP exists (or is being created): there is one per device.
+    pub(crate) gsi: bool,
 }
 
 /// Everything of an opened device.
@@ -129,6 +131,17 @@ impl Inner {
     }
 
     /// BAR2 offset of the driver UAR's page.
+    /// The base of the special QPs' block of 8 QPNs (facts §2.8: the firmware's QPs rounded
+    /// up to 8); the pool of ordinary QPs starts above it.
+    pub(crate) fn special_qp_base(&self) -> u32 {
+        self.caps.reserved_qps.next_multiple_of(8)
+    }
+
+    /// The hardware QPN of port 1's GSI QP: the block's base + 2 (facts §2.8).
+    pub(crate) fn gsi_hw_qpn(&self) -> u32 {
+        self.special_qp_base() + 2
+    }
+
     pub(crate) fn uar_base(&self) -> usize {
         self.uar as usize * crate::layout::uar::UAR_PAGE
     }

@@ -14,11 +14,13 @@ use super::qp_ctx::{self, QpEnv};
 use crate::cmd::Cmd;
 use crate::layout::ctx::QpMailbox;
 use crate::layout::mailbox::MAILBOX_SIZE;
+use crate::layout::mlx::MAX_HEADER;
 use crate::layout::opcode;
 use crate::layout::wqe::{queue_offsets, sq_spare};
 use crate::queues::Geometry;
 use crate::queues::rq::Mlx4Rq;
 use crate::queues::sq::{BfReg, MAX_INLINE, Mlx4Sq, doorbell_offset};
+use crate::queues::sq_mlx::{DEFAULT_PKEY, MlxSend};
 
 /// The send-queue stride and what it grants: (wqe_shift, max_sge, max_inline).
 fn sq_shape(qp_type: QpType, caps: &QpCaps, max_sg: u32) -> Result<(u32, u32, u32), CommandError> {
@@ -44,6 +46,30 @@ fn sq_shape(qp_type: QpType, caps: &QpCaps, max_sg: u32) -> Result<(u32, u32, u3
     Ok((stride.trailing_zeros(), sge, inl))
 }
 
+fn gsi_busy() -> CommandError {
+    CommandError::Busy {
+        object: "GSI QP",
+        reason: "QP 0x1 exists; destroy it first".into(),
+    }
+}
+
+/// The GSI QP's send-queue shape: the MLX control segment, up to two inline headers around
+/// the 68-byte LRH+GRH+BTH+DETH (split at the 64-byte boundary), then the MAD's gather list;
+/// no inline payload.
+fn gsi_sq_shape(caps: &QpCaps, max_sg: u32) -> Result<(u32, u32, u32), CommandError> {
+    let head = (16 + 2 * 4 + MAX_HEADER).next_multiple_of(16);
+    let need = head + caps.max_send_sge.max(1) as usize * 16;
+    if need > 1008 || caps.max_inline_data > 0 || caps.max_send_sge > max_sg {
+        return Err(invalid(format!(
+            "QP1 send queue with {} SGEs and {} inline bytes",
+            caps.max_send_sge, caps.max_inline_data
+        )));
+    }
+    let stride = need.next_power_of_two().max(64);
+    let sge = (((stride.min(1008) - head) / 16) as u32).min(max_sg);
+    Ok((stride.trailing_zeros(), sge, 0))
+}
+
 impl Mlx4Device {
     pub(super) fn bf_reg(&self) -> Option<BfReg> {
         let bf = self.0.bf?;
@@ -54,6 +80,12 @@ impl Mlx4Device {
             offset: bf.page + i * bf.half * 2,
             half: bf.half,
         })
+    }
+
+    /// The hardware QPN of the QP verbs know as `qpn`.
+    fn hw_qpn(&self, qpn: u32) -> Result<u32, CommandError> {
+        let o = self.0.objects();
+        Ok(o.qps.get(&qpn).ok_or_else(|| no("QP", qpn))?.hw_qpn)
     }
 
     pub(super) fn qp_env(&self, qpn: u32, rec: &QpRec) -> QpEnv {
@@ -71,12 +103,14 @@ impl Mlx4Device {
         params: QpCreateParams,
     ) -> Result<QpResources<Mlx4Sq, Mlx4Rq>, CommandError> {
         self.0.check_alive()?;
-        if params.special.is_some() {
-            // QP1 on mlx4 is the special QP pair CONF_SPECIAL_QP sets aside, driven with
-            // MLX-transport WQEs whose headers the driver builds: not written yet.
-            return Err(CommandError::Unsupported {
-                what: "the GSI QP on mlx4 (CONF_SPECIAL_QP and MLX-transport WQEs)",
-            });
+        let special = params.special.is_some();
+        if let Some(sp) = params.special {
+            if params.qp_type != sp.qp_type() {
+                return Err(invalid(format!("a {sp:?} QP is {}", sp.qp_type())));
+            }
+            if self.0.nums().gsi {
+                return Err(gsi_busy());
+            }
         }
         let caps = &self.0.caps;
         let c = params.caps;
@@ -108,7 +142,11 @@ impl Mlx4Device {
                 }
             }
         }
-        let (sq_shift, max_sge, max_inline) = sq_shape(params.qp_type, &c, caps.max_sg_sq)?;
+        let (sq_shift, max_sge, max_inline) = if special {
+            gsi_sq_shape(&c, caps.max_sg_sq)?
+        } else {
+            sq_shape(params.qp_type, &c, caps.max_sg_sq)?
+        };
         let spare = sq_spare(sq_shift);
         let sq_cnt = (c.max_send_wr + spare).next_power_of_two();
         let rq = params.srqn.is_none().then(|| {
@@ -134,9 +172,26 @@ impl Mlx4Device {
         let sq_slots = Self::slots(&buf, sq_geom)?;
         let rq_slots = rq_geom.map(|g| Self::slots(&buf, g)).transpose()?;
         let db = self.0.dbs.alloc(&*self.0.pci)?;
-        let Some(qpn) = self.0.nums().qp.alloc() else {
-            self.0.dbs.free(&db);
-            return Err(CommandError::ResourceExhausted { resource: "QPs" });
+        // The GSI QP is port 1's QP1 of the special block; verbs see it as QP 1.
+        let (qpn, hw_qpn) = match params.special {
+            Some(sp) => {
+                // Taken under the lock, so that two creations cannot both pass the check.
+                let mut n = self.0.nums();
+                if n.gsi {
+                    drop(n);
+                    self.0.dbs.free(&db);
+                    return Err(gsi_busy());
+                }
+                n.gsi = true;
+                (sp.qpn(), self.0.gsi_hw_qpn())
+            }
+            None => {
+                let Some(n) = self.0.nums().qp.alloc() else {
+                    self.0.dbs.free(&db);
+                    return Err(CommandError::ResourceExhausted { resource: "QPs" });
+                };
+                (n, n)
+            }
         };
         let mtt = match self
             .0
@@ -146,7 +201,11 @@ impl Mlx4Device {
         {
             Ok(m) => m,
             Err(e) => {
-                self.0.nums().qp.free(qpn);
+                if special {
+                    self.0.nums().gsi = false;
+                } else {
+                    self.0.nums().qp.free(qpn);
+                }
                 self.0.dbs.free(&db);
                 return Err(e);
             }
@@ -162,6 +221,8 @@ impl Mlx4Device {
             qpn,
             QpRec {
                 qp_type: params.qp_type,
+                hw_qpn,
+                special,
                 pd: params.pd,
                 send_cqn: params.send_cqn,
                 recv_cqn: params.recv_cqn,
@@ -173,8 +234,14 @@ impl Mlx4Device {
                 db: db.clone(),
             },
         );
+        let mlx = special.then(|| {
+            Box::new(MlxSend {
+                gids: self.0.gids.first().cloned().unwrap_or_default(),
+                pkey: DEFAULT_PKEY,
+            })
+        });
         let mut sq = Mlx4Sq {
-            qpn,
+            qpn: hw_qpn,
             qp_type: params.qp_type,
             buf: sq_slots,
             spare,
@@ -187,6 +254,7 @@ impl Mlx4Device {
             fatal: self.0.fatal.clone(),
             rung: 0,
             bf_len: 0,
+            mlx,
         };
         sq.init_slots();
         let rq = rq_slots.map(|buf| Mlx4Rq {
@@ -225,10 +293,11 @@ impl Mlx4Device {
                 reason: format!("no HCA command for {from:?} -> {to:?}"),
             });
         };
-        let inbox: QpMailbox = {
+        let (inbox, qpn): (QpMailbox, u32) = {
             let o = self.0.objects();
             let rec = o.qps.get(&qpn).ok_or_else(|| no("QP", qpn))?;
-            qp_ctx::build(rec, &attr, &self.qp_env(qpn, rec), mask)
+            let env = self.qp_env(rec.hw_qpn, rec);
+            (qp_ctx::build(rec, &attr, &env, mask), rec.hw_qpn)
         };
         let r = match op {
             opcode::RST_QP => {
@@ -253,11 +322,9 @@ impl Mlx4Device {
         qpn: u32,
         known: QpAttr,
     ) -> Result<QpAttr, CommandError> {
-        if !self.0.objects().qps.contains_key(&qpn) {
-            return Err(no("QP", qpn));
-        }
+        let hw_qpn = self.hw_qpn(qpn)?;
         let mut out = vec![0u8; size_of::<QpMailbox>()];
-        self.cmd_out(Cmd::new(opcode::QUERY_QP).in_mod(qpn), &mut out)
+        self.cmd_out(Cmd::new(opcode::QUERY_QP).in_mod(hw_qpn), &mut out)
             .await?;
         let (mb, _) =
             QpMailbox::read_from_prefix(&out).map_err(|_| invalid("QUERY_QP outbox too short"))?;
@@ -269,20 +336,26 @@ impl Mlx4Device {
     }
 
     pub(super) async fn do_destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {
-        if !self.0.objects().qps.contains_key(&qpn) {
-            return Err(no("QP", qpn));
-        }
+        let hw_qpn = self.hw_qpn(qpn)?;
         self.hw2sw(
             Cmd::new(opcode::RST_QP)
                 .opmod(opcode::OPMOD_RST_NO_OUTBOX)
-                .in_mod(qpn),
+                .in_mod(hw_qpn),
         )
         .await?;
-        if let Some(rec) = self.0.objects().qps.remove(&qpn) {
-            self.0.mtts.free(rec.mtt);
-            self.0.dbs.free(&rec.db);
+        let special = match self.0.objects().qps.remove(&qpn) {
+            Some(rec) => {
+                self.0.mtts.free(rec.mtt);
+                self.0.dbs.free(&rec.db);
+                rec.special
+            }
+            None => false,
+        };
+        if special {
+            self.0.nums().gsi = false;
+        } else {
+            self.0.nums().qp.free(qpn);
         }
-        self.0.nums().qp.free(qpn);
         Ok(())
     }
 }

@@ -61,6 +61,7 @@ pub(crate) struct QpEnv {
 pub(crate) fn build(qp: &QpRec, a: &QpAttr, env: &QpEnv, mask: QpAttrMask) -> QpMailbox {
     let mut c = QpContext::default();
     let st = match qp.qp_type {
+        _ if qp.special => service::MLX,
         QpType::Rc => service::RC,
         QpType::Uc => service::UC,
         QpType::Ud => service::UD,
@@ -99,11 +100,12 @@ pub(crate) fn build(qp: &QpRec, a: &QpAttr, env: &QpEnv, mask: QpAttrMask) -> Qp
     } else {
         a.path_mtu
     };
+    // UD: 8 KiB messages; the GSI QP: 2 KiB (facts §3.4.4); connected QPs: the device's.
     c.mtu_msgmax = ((mtu as u8) << 5)
-        | if qp.qp_type == QpType::Ud {
-            13
-        } else {
-            env.log_max_msg
+        | match qp.qp_type {
+            _ if qp.special => 11,
+            QpType::Ud => 13,
+            _ => env.log_max_msg,
         };
     c.qkey = a.qkey.into();
     c.remote_qpn = (a.dest_qp_num & 0xff_ffff).into();

@@ -9,6 +9,7 @@ use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::error::CqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::CompletionQueue;
+use portverbs_hal::types::SpecialQp;
 use portverbs_hal::wc::{Cqe, WorkCompletion, WqeRef};
 
 use super::Geometry;
@@ -29,6 +30,8 @@ pub struct Mlx4Cq {
     /// BAR2 offset of the UAR page whose CQ doorbell arms this CQ.
     pub(crate) uar_base: usize,
     pub(crate) arm_sn: u32,
+    /// The hardware QPN of the GSI QP, which verbs know as QP 1 (facts §2.8).
+    pub(crate) gsi_qpn: u32,
 }
 
 /// Whether the host owns an entry whose tail word is `tail` when its counter's wrap parity is
@@ -127,6 +130,13 @@ impl Mlx4Cq {
         let mut ci = self.ci;
         let mut n = 0;
         let mut error = None;
+        let gsi = self.gsi_qpn;
+        // The GSI QP's completions carry its hardware QPN; verbs know it as QP 1.
+        let verbs_qpn = |w: &mut WorkCompletion| {
+            if w.qp_num == gsi {
+                w.qp_num = SpecialQp::GSI_QPN;
+            }
+        };
         while let Some(w) = wc.get_mut(n) {
             let slot = ring.at(ci);
             let tail = slot.load8::<{ CQE_SIZE - 8 }>();
@@ -139,15 +149,21 @@ impl Mlx4Cq {
             ci = ci.wrapping_add(1);
             // The commonest entry on its own arm, where `accept` sees a constant direction.
             let accepted = match cqe::decode_plain_send(&head, &tail, w) {
-                Some(index) => accept(
-                    w,
-                    WqeRef {
-                        is_send: true,
-                        index,
-                    },
-                ),
+                Some(index) => {
+                    verbs_qpn(w);
+                    accept(
+                        w,
+                        WqeRef {
+                            is_send: true,
+                            index,
+                        },
+                    )
+                }
                 None => match cqe::decode_split(&head, &tail, w) {
-                    Ok(r) => accept(w, r),
+                    Ok(r) => {
+                        verbs_qpn(w);
+                        accept(w, r)
+                    }
                     Err(e) => {
                         error = Some(e.at(self.cqn, index));
                         break;

@@ -8,6 +8,7 @@ use portverbs_hal::error::EqeError;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::EventQueue;
+use portverbs_hal::types::SpecialQp;
 
 use crate::dma::{Consumer, DeviceToHost, Slots};
 use crate::layout::eqe::{self, EQE_SIZE};
@@ -22,13 +23,21 @@ pub(crate) struct Mlx4Eq {
     /// The consumer index: the device produces, the host consumes.
     pub(crate) ci: Consumer<DeviceToHost>,
     pub(crate) bar2: Arc<dyn Mmio>,
+    /// The hardware QPN of the GSI QP, which verbs know as QP 1 (facts §2.8).
+    pub(crate) gsi_qpn: u32,
 }
 
 impl Mlx4Eq {
     /// The EQ on `buf`, consuming from counter 0.
-    pub(crate) fn new(eqn: u32, buf: Slots<EQE_SIZE>, bar2: Arc<dyn Mmio>) -> Self {
+    pub(crate) fn new(eqn: u32, buf: Slots<EQE_SIZE>, bar2: Arc<dyn Mmio>, gsi_qpn: u32) -> Self {
         let ci = Consumer::new(buf.geom());
-        Self { eqn, buf, ci, bar2 }
+        Self {
+            eqn,
+            buf,
+            ci,
+            bar2,
+            gsi_qpn,
+        }
     }
 
     /// The tail word (acquire load of the last 8 bytes) of the entry at the consumer index,
@@ -63,7 +72,14 @@ impl EventQueue for Mlx4Eq {
         if self.ci.tail() % 128 == 0 {
             self.doorbell(false);
         }
-        eqe::decode(&raw, self.eqn, index).map(Some)
+        eqe::decode(&raw, self.eqn, index).map(|ev| match ev {
+            // The GSI QP's events name its hardware QPN; verbs know it as QP 1.
+            DeviceEvent::Qp { qpn, kind } if qpn == self.gsi_qpn => Some(DeviceEvent::Qp {
+                qpn: SpecialQp::GSI_QPN,
+                kind,
+            }),
+            ev => Some(ev),
+        })
     }
 
     fn publish_ci(&mut self) {

@@ -9,6 +9,7 @@ pub(crate) mod cq;
 pub(crate) mod eq;
 pub(crate) mod rq;
 pub(crate) mod sq;
+pub(crate) mod sq_mlx;
 pub(crate) mod srq;
 
 /// A queue buffer in DMA memory: `cnt` entries of `1 << shift` bytes from `base` (the

@@ -11,6 +11,7 @@ use portverbs_hal::queue::SendQueue;
 use portverbs_hal::types::{AccessFlags, MwType, QpType};
 use portverbs_hal::wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
+use super::sq_mlx::MlxSend;
 use crate::dma::{Slot, Slots, WqeSlot as _};
 use crate::layout::uar::SEND_DOORBELL;
 use crate::layout::wqe::{INLINE_SEG, STAMP, bind, ctrl, opcode};
@@ -47,6 +48,8 @@ pub struct Mlx4Sq {
     pub(crate) rung: u32,
     /// Bytes of the last WQE written if it carries inline data (a BlueFlame candidate), else 0.
     pub(crate) bf_len: usize,
+    /// The GSI QP's header material: its sends are MLX-transport WQEs (facts §5.10).
+    pub(crate) mlx: Option<Box<MlxSend>>,
 }
 
 /// The largest WQE: ds is a 6-bit count of 16-byte units.
@@ -155,7 +158,12 @@ impl Mlx4Sq {
 
     /// Writes the data segments at `at`; returns the end.
     #[inline(always)]
-    fn data_segs(&self, wqe: Slot<'_, 64>, mut at: usize, sges: &[Sge]) -> Result<usize, WqeError> {
+    pub(super) fn data_segs(
+        &self,
+        wqe: Slot<'_, 64>,
+        mut at: usize,
+        sges: &[Sge],
+    ) -> Result<usize, WqeError> {
         let too_many = WqeError::TooManySges {
             given: sges.len(),
             max: self.max_sge,
@@ -235,6 +243,9 @@ impl Mlx4Sq {
     /// [`Mlx4Sq::body`] of a UD send: the datagram segment, then the payload.
     #[inline(never)]
     fn ud_body(&self, wqe: Slot<'_, 64>, wr: &SendWr<'_>) -> Result<(u8, u32, usize), WqeError> {
+        if let Some(m) = &self.mlx {
+            return self.mlx_body(m, wqe, wr);
+        }
         let Some(dest) = wr.ud else {
             return Err(WqeError::BadDestination {
                 reason: "a UD send needs an address handle",
@@ -313,6 +324,15 @@ impl SendQueue for Mlx4Sq {
         }
         let ring = self.buf.cursor();
         let wqe = ring.at(counter);
+        let mut flags = 0;
+        if signaled {
+            flags |= ctrl::CQ_UPDATE;
+        }
+        if wr.flags.contains(SendFlags::SOLICITED) {
+            flags |= ctrl::SOLICIT;
+        }
+        // Control segment dword 2 (flags) goes first: an MLX body adds its fields to it.
+        wqe.put::<8, 4>(flags.to_be_bytes());
         let (op, imm, end) = self.body(wqe, wr)?;
         let len = end.next_multiple_of(16);
         if len > MAX_WQE {
@@ -326,17 +346,9 @@ impl SendQueue for Mlx4Sq {
         } else {
             0
         };
-        let mut flags = 0;
-        if signaled {
-            flags |= ctrl::CQ_UPDATE;
-        }
-        if wr.flags.contains(SendFlags::SOLICITED) {
-            flags |= ctrl::SOLICIT;
-        }
-        // Control segment dwords 1–3 (no VLAN; fence + size; flags; immediate), a barrier,
+        // Control segment dwords 1 and 3 (no VLAN; fence + size; immediate), a barrier,
         // then the ownership dword: the HCA may start on the WQE as soon as it is right.
         wqe.put::<4, 4>(u32::from((len / 16) as u8 | fence).to_be_bytes());
-        wqe.put::<8, 4>(flags.to_be_bytes());
         wqe.put::<12, 4>(imm.to_be_bytes());
         barrier::to_device();
         let owner = if ring.parity(counter) { ctrl::OWNER } else { 0 };
