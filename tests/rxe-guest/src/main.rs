@@ -1,11 +1,13 @@
-//! `rxe-check CAPTURE.pcap...`: the capture check of the Soft-RoCE interop test
+//! `rxe-check [--cm] CAPTURE.pcap...`: the capture check of the Soft-RoCE interop test
 //! (tests/rxe-guest/run.sh), also usable on any capture of RoCEv2 traffic.
 //!
 //! For every capture: every record is a whole Ethernet frame carrying a RoCEv2 packet whose
 //! ICRC is good (our own parser, `portverbs-wire`); tshark decodes every frame as InfiniBand
 //! over RoCEv2 with no malformed packet, and reads the same BTH opcodes in the same order;
-//! both hosts sent something. One line per capture says what it held; any failure names the
-//! capture and the frame, and the exit status is 1.
+//! both hosts sent something. Every datagram to QP 1 is a CM MAD that our parser
+//! (`portverbs-cm`) reads, and tshark reads as the same CM attribute. With `--cm`, the
+//! capture must hold a connection's MADs: REQ, REP, RTU and DREQ. One line per capture says
+//! what it held; any failure names the capture and the frame, and the exit status is 1.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -15,6 +17,7 @@ use std::process::{Command, ExitCode};
 
 use pcap_file::DataLink;
 use pcap_file::pcap::PcapReader;
+use portverbs_cm::wire::{AttrId, Mad};
 use portverbs_wire::parse_frame;
 
 /// What one capture held.
@@ -24,17 +27,31 @@ struct Summary {
     opcodes: Vec<u8>,
     /// Frames per IP source address.
     by_source: BTreeMap<IpAddr, usize>,
+    /// Per frame: the CM attribute ID of a MAD to QP 1 (our parser's reading).
+    cm: Vec<Option<u16>>,
+}
+
+/// What tshark read of one frame.
+#[derive(Debug, PartialEq, Eq)]
+struct Tshark {
+    opcode: u8,
+    /// The MAD's attribute ID when tshark decoded a CM MAD (management class 0x07).
+    cm: Option<u16>,
 }
 
 fn main() -> ExitCode {
-    let paths: Vec<String> = std::env::args().skip(1).collect();
+    let mut paths: Vec<String> = std::env::args().skip(1).collect();
+    let need_cm = paths.first().is_some_and(|a| a == "--cm");
+    if need_cm {
+        paths.remove(0);
+    }
     if paths.is_empty() {
-        eprintln!("usage: rxe-check CAPTURE.pcap...");
+        eprintln!("usage: rxe-check [--cm] CAPTURE.pcap...");
         return ExitCode::from(2);
     }
     let mut failed = false;
     for path in &paths {
-        match check(Path::new(path)) {
+        match check(Path::new(path), need_cm) {
             Ok(line) => println!("rxe-check: {path}: {line}"),
             Err(e) => {
                 eprintln!("rxe-check: {path}: FAILED: {e}");
@@ -49,7 +66,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(path: &Path) -> Result<String, String> {
+fn cm_name(attr: u16) -> &'static str {
+    match AttrId::from_u16(attr) {
+        Some(AttrId::Req) => "REQ",
+        Some(AttrId::Mra) => "MRA",
+        Some(AttrId::Rej) => "REJ",
+        Some(AttrId::Rep) => "REP",
+        Some(AttrId::Rtu) => "RTU",
+        Some(AttrId::Dreq) => "DREQ",
+        Some(AttrId::Drep) => "DREP",
+        Some(AttrId::SidrReq) => "SIDR_REQ",
+        Some(AttrId::SidrRep) => "SIDR_REP",
+        Some(AttrId::Lap) => "LAP",
+        Some(AttrId::Apr) => "APR",
+        None => "?",
+    }
+}
+
+fn check(path: &Path, need_cm: bool) -> Result<String, String> {
     let ours = read_capture(path)?;
     if ours.opcodes.is_empty() {
         return Err("the capture holds no frame".into());
@@ -60,19 +94,43 @@ fn check(path: &Path) -> Result<String, String> {
             ours.by_source
         ));
     }
-    let theirs = tshark_opcodes(path)?;
-    if theirs != ours.opcodes {
+    let theirs = tshark_frames(path)?;
+    let mine: Vec<Tshark> = ours
+        .opcodes
+        .iter()
+        .zip(&ours.cm)
+        .map(|(&opcode, &cm)| Tshark { opcode, cm })
+        .collect();
+    if theirs != mine {
+        let at = theirs
+            .iter()
+            .zip(&mine)
+            .position(|(a, b)| a != b)
+            .unwrap_or(theirs.len().min(mine.len()));
         return Err(format!(
-            "tshark read {} opcodes, we read {}; first difference at frame {}",
+            "tshark read {} frames, we read {}; first difference at frame {}: tshark {:?}, we {:?}",
             theirs.len(),
-            ours.opcodes.len(),
-            theirs
-                .iter()
-                .zip(&ours.opcodes)
-                .position(|(a, b)| a != b)
-                .map_or(theirs.len().min(ours.opcodes.len()), |i| i)
-                + 1
+            mine.len(),
+            at + 1,
+            theirs.get(at),
+            mine.get(at)
         ));
+    }
+    let mut mads: BTreeMap<&str, usize> = BTreeMap::new();
+    for attr in ours.cm.iter().flatten() {
+        *mads.entry(cm_name(*attr)).or_default() += 1;
+    }
+    if need_cm {
+        let missing: Vec<&str> = ["REQ", "REP", "RTU", "DREQ"]
+            .into_iter()
+            .filter(|m| !mads.contains_key(m))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "no CM {} in the capture (CM MADs: {mads:?})",
+                missing.join(", ")
+            ));
+        }
     }
     let mut counts: BTreeMap<u8, usize> = BTreeMap::new();
     for op in &ours.opcodes {
@@ -88,6 +146,12 @@ fn check(path: &Path) -> Result<String, String> {
     line.push_str("; opcodes");
     for (op, n) in &counts {
         let _ = write!(line, " 0x{op:02x}: {n}");
+    }
+    if !mads.is_empty() {
+        line.push_str("; CM MADs (both parsers)");
+        for (m, n) in &mads {
+            let _ = write!(line, " {m}: {n}");
+        }
     }
     Ok(line)
 }
@@ -126,21 +190,36 @@ fn read_capture(path: &Path) -> Result<Summary, String> {
         view.check_icrc().map_err(|e| format!("frame {n}: {e}"))?;
         let parsed = view.transport().map_err(|e| format!("frame {n}: {e}"))?;
         summary.opcodes.push(parsed.hdr.bth.opcode.to_u8());
+        let cm = if parsed.hdr.bth.dest_qp == 1 {
+            // QP1 carries MADs; here every one must be the CM's.
+            let mad = Mad::parse(parsed.payload)
+                .map_err(|e| format!("frame {n}: a datagram to QP 1 that is no CM MAD: {e}"))?;
+            Some(mad.msg.attr().to_u16())
+        } else {
+            None
+        };
+        summary.cm.push(cm);
         *summary.by_source.entry(view.src).or_default() += 1;
     }
     Ok(summary)
 }
 
 /// tshark's reading of the capture: every frame InfiniBand over RoCEv2, none malformed; the
-/// BTH opcodes in order.
-fn tshark_opcodes(path: &Path) -> Result<Vec<u8>, String> {
+/// BTH opcodes in order, and the attribute of every CM MAD.
+fn tshark_frames(path: &Path) -> Result<Vec<Tshark>, String> {
     let out = Command::new("tshark")
         .arg("-r")
         .arg(path)
         .args(["-d", "udp.port==4791,infiniband", "-T", "fields"])
         .args(["-E", "separator=/t", "-e", "frame.number", "-e"])
         .args(["frame.protocols", "-e", "_ws.malformed", "-e"])
-        .arg("infiniband.bth.opcode")
+        .args([
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.mad.mgmtclass",
+            "-e",
+        ])
+        .arg("infiniband.mad.attributeid")
         .output()
         .map_err(|e| format!("cannot run tshark (apt-get install tshark): {e}"))?;
     if !out.status.success() {
@@ -149,10 +228,11 @@ fn tshark_opcodes(path: &Path) -> Result<Vec<u8>, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let mut ops = Vec::new();
+    let hex = |f: &str| u16::from_str_radix(f.trim_start_matches("0x"), 16).ok();
+    let mut frames = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let fields: Vec<&str> = line.split('\t').collect();
-        let [number, protocols, malformed, opcode] = fields[..] else {
+        let [number, protocols, malformed, opcode, class, attr] = fields[..] else {
             return Err(format!("unexpected tshark line {line:?}"));
         };
         if !(protocols.contains("eth:ethertype:ip") && protocols.contains("udp:infiniband")) {
@@ -163,10 +243,14 @@ fn tshark_opcodes(path: &Path) -> Result<Vec<u8>, String> {
         if !malformed.is_empty() {
             return Err(format!("tshark frame {number} is malformed: {line}"));
         }
-        let op = opcode
+        let opcode = opcode
             .parse()
             .map_err(|_| format!("tshark frame {number}: opcode {opcode:?}"))?;
-        ops.push(op);
+        let cm = match hex(class) {
+            Some(0x07) => hex(attr),
+            _ => None,
+        };
+        frames.push(Tshark { opcode, cm });
     }
-    Ok(ops)
+    Ok(frames)
 }
