@@ -39,3 +39,44 @@ pub fn local_gid_index<D: Device>(
 pub fn gid_to_ip(gid: Gid) -> IpAddr {
     gid.to_ip()
 }
+
+/// The sender's GID from the 40-byte area in front of a UD receive: an IPv6 header (source
+/// at bytes 8..24), or for RoCEv2 over IPv4 20 reserved bytes and then the IPv4 header
+/// (source at bytes 32..36), told apart by the IPv4 header's version nibble.
+pub fn source_gid(grh: &[u8; 40]) -> Gid {
+    if grh[20] >> 4 == 4 && grh[0] >> 4 != 6 {
+        let ip = std::net::Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]);
+        return Gid::from_ipv4(ip);
+    }
+    let mut src = [0u8; 16];
+    src.copy_from_slice(&grh[8..24]);
+    Gid(src)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_of_an_ipv4_header_area() {
+        let mut g = [0u8; 40];
+        g[20] = 0x45;
+        g[32..36].copy_from_slice(&[10, 1, 2, 3]);
+        assert_eq!(
+            source_gid(&g).to_ip(),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn source_of_an_ipv6_header() {
+        let mut g = [0u8; 40];
+        g[0] = 0x60;
+        let ip: std::net::Ipv6Addr = "fe80::1234".parse().unwrap();
+        g[8..24].copy_from_slice(&ip.octets());
+        // A byte of the source address that looks like an IPv4 version nibble changes nothing.
+        g[20] = 0x45;
+        let want = Gid(g[8..24].try_into().unwrap());
+        assert_eq!(source_gid(&g), want);
+    }
+}

@@ -206,6 +206,11 @@ impl<D: Device> CmDevice<D> {
         portverbs_hal::block_on(Self::open(ctx, ip))
     }
 
+    /// The opened device.
+    pub fn context(&self) -> &Context<D> {
+        &self.shared.ctx
+    }
+
     /// The local IP address.
     pub fn local_ip(&self) -> IpAddr {
         self.shared.local_ip
@@ -310,11 +315,12 @@ impl<D: Device> CmDevice<D> {
                     .mr
                     .read(slot * RECV_SLOT, &mut buf)
                     .map_err(|e| ServiceError::verbs("reading a MAD", e))?;
-                // The GRH's source GID: bytes 8..24 of the IPv6-format header.
-                let mut src = [0u8; 16];
-                src.copy_from_slice(&buf[8..24]);
+                let mut grh = [0u8; GRH];
+                grh.copy_from_slice(&buf[..GRH]);
                 // Malformed MADs are counted by the agent and dropped.
-                let _ = st.agent.handle_mad(now, Gid(src), &buf[GRH..]);
+                let _ = st
+                    .agent
+                    .handle_mad(now, addr::source_gid(&grh), &buf[GRH..]);
             }
             WcStatus::WrFlushErr => {
                 st.removed = true;
