@@ -412,3 +412,104 @@ fn two_hundred_connections_on_one_listener() {
     drop(listener);
     settle(&[a, b]);
 }
+
+/// The passive side's checks (facts §4.3) refuse with REJ 28 and no private data: a request
+/// of the other IP family than the listener's bound address, and one beyond the backlog.
+#[test]
+fn passive_checks_reject_with_reason_28() {
+    let (_turn, (a, b)) = soft();
+    let _driver = Driver::start(b);
+    let connect = |port: u16| {
+        let s = side(&ctx_of(a), None);
+        let mut conn = Connector::new(a).unwrap();
+        conn.resolve_blocking(SocketAddr::new(b.local_ip(), port))
+            .unwrap();
+        let r = conn.connect_blocking(&s.qp, &param(b"x"));
+        (r, conn, s)
+    };
+    // Bound to the unspecified address of the other family than the device's.
+    let other = if b.local_ip().is_ipv4() {
+        IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED)
+    };
+    let mut wrong_family = Listener::bind(b, SocketAddr::new(other, 7476)).unwrap();
+    wrong_family.listen(4).unwrap();
+    let (r, ..) = connect(7476);
+    match r {
+        Err(ServiceError::Rejected {
+            reason,
+            private_data,
+        }) => {
+            assert_eq!(reason, RejReason::ConsumerReject);
+            assert!(private_data.iter().all(|&b| b == 0), "{private_data:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(wrong_family);
+    // Backlog 1: the first request waits in the queue (its connect is still pending, so it
+    // runs on a thread), the second is refused.
+    let mut small = Listener::bind(b, SocketAddr::new(b.local_ip(), 7477)).unwrap();
+    small.listen(1).unwrap();
+    let first = thread::spawn(move || connect(7477).0.map(|_| ()));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The driver thread drives b; wait until the first request is queued.
+    while b.live_endpoints() < 2 {
+        assert!(Instant::now() < deadline);
+        thread::sleep(Duration::from_millis(1));
+    }
+    let (second, ..) = connect(7477);
+    assert!(
+        matches!(
+            second,
+            Err(ServiceError::Rejected {
+                reason: RejReason::ConsumerReject,
+                ..
+            })
+        ),
+        "{second:?}"
+    );
+    let req = small.get_request_blocking(T).unwrap();
+    req.reject(b"later").unwrap();
+    assert!(matches!(
+        first.join().unwrap(),
+        Err(ServiceError::Rejected { .. })
+    ));
+    drop(small);
+    settle(&[a, b]);
+}
+
+/// The async API on one thread: both sides' tasks on a current-thread runtime, each
+/// awaiting its own device's QP1 notifications.
+#[test]
+fn async_connect_accept_disconnect() {
+    let (_turn, (a, b)) = soft();
+    let dst = SocketAddr::new(b.local_ip(), 7478);
+    let mut listener = Listener::bind(b, dst).unwrap();
+    listener.listen(4).unwrap();
+    let (sa, sb) = (side(&ctx_of(a), None), side(&ctx_of(b), None));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let passive = async {
+        let req = listener.get_request().await.unwrap();
+        assert_eq!(&req.private_data()[..2], b"hi");
+        let conn = req.accept(&sb.qp, &param(b"yo")).await.unwrap();
+        conn.notify_disconnect().await.unwrap();
+        conn.disconnect_async(&sb.qp).await.unwrap();
+        conn
+    };
+    let active = async {
+        let mut conn = Connector::new(a).unwrap();
+        conn.resolve(dst).await.unwrap();
+        let rep = conn.connect(&sa.qp, &param(b"hi")).await.unwrap();
+        assert_eq!(&rep[..2], b"yo");
+        conn.disconnect_async(&sa.qp).await.unwrap();
+        conn.notify_disconnect().await.unwrap();
+        conn
+    };
+    let (pc, ac) = rt.block_on(async { tokio::join!(passive, active) });
+    assert_eq!((sa.qp.state(), sb.qp.state()), (QpState::Err, QpState::Err));
+    drop((pc, ac, listener));
+    settle(&[a, b]);
+}
