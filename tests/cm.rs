@@ -513,3 +513,63 @@ fn async_connect_accept_disconnect() {
     drop((pc, ac, listener));
     settle(&[a, b]);
 }
+
+/// Destroying a QP aborts its connection (DESIGN §3 decision 7): the CM holds no strong
+/// handle, so `Qp::destroy` succeeds; during setup the peer's accept sees REJECTED and the
+/// endpoint CONNECT_ERROR; once connected the peer sees DISCONNECTED. Nothing leaks.
+#[test]
+fn destroying_the_qp_aborts_the_connection() {
+    let (_turn, (a, b)) = soft();
+    let dst = SocketAddr::new(b.local_ip(), 7479);
+    let mut listener = Listener::bind(b, dst).unwrap();
+    listener.listen(4).unwrap();
+
+    // During setup: REQ out, then the active QP is destroyed.
+    let s = side(&ctx_of(a), None);
+    let mut conn = Connector::new(a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    let defaults = ConnParam::default();
+    {
+        let fut = conn.connect(&s.qp, &defaults);
+        let mut fut = std::pin::pin!(fut);
+        let mut cx = TaskContext::from_waker(Waker::noop());
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+    }
+    let req = listener.get_request_blocking(T).unwrap();
+    s.qp.destroy().unwrap();
+    a.progress().unwrap();
+    assert_eq!(a.associated_qps(), 0);
+    let mut saw_error = false;
+    while let Ok(ev) = conn.next_event_blocking(Some(Duration::ZERO)) {
+        saw_error |= matches!(ev, RdmaCmEvent::ConnectError { .. });
+    }
+    assert!(saw_error);
+    let t = side(&ctx_of(b), None);
+    let r = req.accept_blocking(&t.qp, &ConnParam::default());
+    assert!(matches!(r, Err(ServiceError::Rejected { .. })), "{r:?}");
+    drop(conn);
+
+    // Connected: the passive QP is destroyed.
+    let passive = thread::spawn(move || {
+        let s = side(&ctx_of(b), None);
+        let req = listener.get_request_blocking(T).unwrap();
+        let conn = req.accept_blocking(&s.qp, &ConnParam::default()).unwrap();
+        s.qp.destroy().unwrap();
+        assert_eq!(
+            conn.next_event_blocking(T).unwrap(),
+            RdmaCmEvent::Disconnected
+        );
+        drop(conn);
+        drop(listener);
+    });
+    let s = side(&ctx_of(a), None);
+    let mut conn = Connector::new(a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    conn.connect_blocking(&s.qp, &ConnParam::default()).unwrap();
+    conn.notify_disconnect_blocking(T).unwrap();
+    conn.disconnect(&s.qp).unwrap();
+    assert_eq!(s.qp.state(), QpState::Err);
+    passive.join().unwrap();
+    drop(conn);
+    settle(&[a, b]);
+}

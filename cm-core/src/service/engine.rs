@@ -16,12 +16,12 @@ use portverbs_hal::Gid;
 use portverbs_verbs::{
     AccessFlags, AddressHandle, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpAttr,
     QpAttrMask, QpInit, QpState, RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus,
-    WorkCompletion,
+    WeakQp, WorkCompletion,
 };
 
 use super::{RdmaCmEvent, ServiceError, addr};
 use crate::wire::{CmaHeader, MAD_LEN};
-use crate::{AgentConfig, CmAgent, CmEvent, CmId, CmOutput, OutMad, QpAction, QpTarget};
+use crate::{AgentConfig, CmAgent, CmEvent, CmId, CmOutput, CmState, OutMad, QpAction, QpTarget};
 
 /// The longest a blocking wait sleeps before driving the device again.
 pub const MAX_SLEEP: Duration = Duration::from_millis(5);
@@ -59,7 +59,9 @@ pub(super) struct State<D: Device> {
     pub(super) agent: CmAgent,
     ahs: HashMap<Gid, AddressHandle<D>>,
     /// QPN → the connection it belongs to: one entry per QP, set and cleared under this lock.
-    pub(super) qps: HashMap<u32, (CmId, Qp<D>)>,
+    /// Weak: the application's `Qp::destroy` is not refused because the CM tracks the QP;
+    /// a QP found gone aborts its connection ([`CmDevice::progress`]).
+    pub(super) qps: HashMap<u32, (CmId, WeakQp<D>)>,
     /// Event queues of the application's endpoints.
     pub(super) events: HashMap<CmId, VecDeque<RdmaCmEvent>>,
     pub(super) listeners: HashMap<CmId, ListenState>,
@@ -288,6 +290,7 @@ impl<D: Device> CmDevice<D> {
         if st.agent.poll_timeout().is_some_and(|t| t <= now) {
             st.agent.handle_timeout(now);
         }
+        woke |= self.reap_dead(&mut st);
         woke |= self.drain(&mut st)?;
         self.flush_unsent(&mut st)?;
         drop(st);
@@ -412,13 +415,17 @@ impl<D: Device> CmDevice<D> {
 
     /// Applies a QP transition the agent asked for to the QP associated with its connection.
     fn apply(&self, st: &mut State<D>, a: QpAction) {
-        let Some((id, qp)) = st.qps.get(&a.qpn) else {
+        let Some((id, weak)) = st.qps.get(&a.qpn) else {
             return;
         };
         if *id != a.id {
             return;
         }
-        let (id, qp) = (*id, qp.clone());
+        // A QP already destroyed is reaped (and its connection aborted) by progress.
+        let Some(qp) = weak.upgrade() else {
+            return;
+        };
+        let id = *id;
         let result = match a.target {
             QpTarget::Rtr(r) => {
                 let attr = QpAttr {
@@ -536,6 +543,38 @@ impl<D: Device> CmDevice<D> {
         }
     }
 
+    /// Aborts the connections whose QP the application destroyed (decision 7 of DESIGN §3):
+    /// the endpoint is destroyed in the agent, which sends the REJ or DREQ its state calls
+    /// for, and the application's endpoint gets DISCONNECTED (it was connected) or
+    /// CONNECT_ERROR (it was being set up). True when an event was queued.
+    fn reap_dead(&self, st: &mut State<D>) -> bool {
+        let dead: Vec<(u32, CmId)> = st
+            .qps
+            .iter()
+            .filter(|(_, (_, weak))| weak.upgrade().is_none())
+            .map(|(qpn, (id, _))| (*qpn, *id))
+            .collect();
+        let now = self.now();
+        for &(qpn, id) in &dead {
+            st.qps.remove(&qpn);
+            let connected = matches!(
+                st.agent.state(id),
+                Some(CmState::Established | CmState::DreqSent | CmState::DreqRcvd)
+            );
+            let _ = st.agent.destroy(now, id);
+            if let Some(q) = st.events.get_mut(&id) {
+                q.push_back(if connected {
+                    RdmaCmEvent::Disconnected
+                } else {
+                    RdmaCmEvent::ConnectError {
+                        detail: format!("QP {qpn:#x} was destroyed"),
+                    }
+                });
+            }
+        }
+        !dead.is_empty()
+    }
+
     fn wake_all(&self) {
         self.shared.wake_gen.fetch_add(1, Ordering::AcqRel);
         let wakers = std::mem::take(&mut *lock(&self.shared.wakers));
@@ -578,8 +617,8 @@ impl<D: Device> CmDevice<D> {
             }
             match self.shared.cq.wait_notify(&mut req, Some(sleep)) {
                 Ok(()) | Err(WaitError::TimedOut) | Err(WaitError::BadEvent(_)) => {}
-                // A context whose sinks only poll: sleep instead of blocking in the sink.
-                Err(WaitError::Sink(_)) => std::thread::sleep(sleep.min(Duration::from_millis(1))),
+                // Among them a context whose sinks only poll: this layer does not sleep in
+                // their place (open the context with blocking sinks).
                 Err(e) => return Err(ServiceError::verbs("waiting on QP1's CQ", e)),
             }
         }
@@ -632,8 +671,12 @@ impl<D: Device> CmDevice<D> {
             return Err(ServiceError::NotRc(qpn));
         }
         let mut st = self.state();
-        if st.qps.contains_key(&qpn) {
-            return Err(ServiceError::QpInUse(qpn));
+        if let Some((_, weak)) = st.qps.get(&qpn) {
+            if weak.upgrade().is_some() {
+                return Err(ServiceError::QpInUse(qpn));
+            }
+            // The QP number of a destroyed QP, reused: that connection is over.
+            self.reap_dead(&mut st);
         }
         if qp.state() == QpState::Reset {
             let attr = QpAttr {
@@ -652,7 +695,7 @@ impl<D: Device> CmDevice<D> {
             qp.modify_blocking(&attr, mask)
                 .map_err(|e| ServiceError::ConnectError(e.to_string()))?;
         }
-        st.qps.insert(qpn, (id, qp.clone()));
+        st.qps.insert(qpn, (id, qp.downgrade()));
         Ok(())
     }
 
@@ -683,7 +726,7 @@ pub(super) fn release_qp<D: Device>(st: &mut State<D>, id: CmId) {
         .find(|(_, (owner, _))| *owner == id)
         .map(|(qpn, _)| *qpn);
     if let Some(qpn) = qpn {
-        if let Some((_, qp)) = st.qps.remove(&qpn) {
+        if let Some(qp) = st.qps.remove(&qpn).and_then(|(_, weak)| weak.upgrade()) {
             if let Err(e) = to_error(&qp) {
                 tracing::debug!(?id, error = %e, "moving a released QP to ERR");
             }
