@@ -573,3 +573,38 @@ fn destroying_the_qp_aborts_the_connection() {
     drop(conn);
     settle(&[a, b]);
 }
+
+/// A device failing under established connections: QP1 is flushed, every endpoint gets
+/// DEVICE_REMOVAL, and waits return instead of hanging.
+#[test]
+fn device_removal_reaches_every_endpoint() {
+    let (da, _db, a, b) = udp_pair(["127.0.42.1", "127.0.42.2"]);
+    let dst = SocketAddr::new(b.local_ip(), 7480);
+    let mut listener = Listener::bind(&b, dst).unwrap();
+    listener.listen(4).unwrap();
+    let passive = {
+        let b = b.clone();
+        thread::spawn(move || {
+            let s = side(&ctx_of(&b), None);
+            let req = listener.get_request_blocking(T).unwrap();
+            let conn = req.accept_blocking(&s.qp, &ConnParam::default()).unwrap();
+            (conn, s, listener)
+        })
+    };
+    let s = side(&ctx_of(&a), None);
+    let mut conn = Connector::new(&a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    conn.connect_blocking(&s.qp, &ConnParam::default()).unwrap();
+    let held = passive.join().unwrap();
+    while conn.next_event_blocking(Some(Duration::ZERO)).is_ok() {}
+    da.device().inject_fatal();
+    assert_eq!(
+        conn.next_event_blocking(T).unwrap(),
+        RdmaCmEvent::DeviceRemoval
+    );
+    assert!(matches!(
+        conn.notify_disconnect_blocking(T),
+        Err(ServiceError::Closed)
+    ));
+    drop(held);
+}

@@ -326,7 +326,14 @@ impl<D: Device> CmDevice<D> {
                     .handle_mad(now, addr::source_gid(&grh), &buf[GRH..]);
             }
             WcStatus::WrFlushErr => {
-                st.removed = true;
+                // QP1 went to ERR: the device is gone (or failed). Every endpoint hears it
+                // once, and every wait returns.
+                if !st.removed {
+                    st.removed = true;
+                    for q in st.events.values_mut() {
+                        q.push_back(RdmaCmEvent::DeviceRemoval);
+                    }
+                }
                 return Ok(());
             }
             other => tracing::debug!(?other, "QP1 receive failed"),
