@@ -322,7 +322,10 @@ fn a_request_dropped_unanswered_is_rejected() {
 /// endpoint): the passive accept sees REJECTED, both QPs end in ERR, nothing leaks.
 #[test]
 fn active_destroyed_during_establishment() {
-    let (_turn, (a, b)) = soft();
+    // Its own devices: with the facade's `tokio` feature, a context's sinks belong to the
+    // runtime that first awaits them, and the shared soft0/soft1 outlive any one runtime.
+    let (_da, _db, a, b) = udp_pair(["127.0.43.1", "127.0.43.2"]);
+    let (a, b) = (&a, &b);
     let dst = SocketAddr::new(b.local_ip(), 7474);
     let mut listener = Listener::bind(b, dst).unwrap();
     listener.listen(4).unwrap();
@@ -335,7 +338,8 @@ fn active_destroyed_during_establishment() {
         let mut fut = std::pin::pin!(fut);
         let mut cx = TaskContext::from_waker(Waker::noop());
         // One poll sends the REQ; nobody has answered yet.
-        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        let first = fut.as_mut().poll(&mut cx);
+        assert!(first.is_pending(), "{first:?}");
     }
     let req = listener.get_request_blocking(T).unwrap();
     drop(conn);
@@ -483,12 +487,17 @@ fn passive_checks_reject_with_reason_28() {
 /// awaiting its own device's QP1 notifications.
 #[test]
 fn async_connect_accept_disconnect() {
-    let (_turn, (a, b)) = soft();
+    // Its own devices: with the facade's `tokio` feature, a context's sinks belong to the
+    // runtime that first awaits them, and the shared soft0/soft1 outlive any one runtime.
+    let (_da, _db, a, b) = udp_pair(["127.0.43.3", "127.0.43.4"]);
+    let (a, b) = (&a, &b);
     let dst = SocketAddr::new(b.local_ip(), 7478);
     let mut listener = Listener::bind(b, dst).unwrap();
     listener.listen(4).unwrap();
     let (sa, sb) = (side(&ctx_of(a), None), side(&ctx_of(b), None));
+    // enable_all: with the facade's `tokio` feature the platform's sinks live in the reactor.
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .unwrap();
     let passive = async {
@@ -519,7 +528,10 @@ fn async_connect_accept_disconnect() {
 /// endpoint CONNECT_ERROR; once connected the peer sees DISCONNECTED. Nothing leaks.
 #[test]
 fn destroying_the_qp_aborts_the_connection() {
-    let (_turn, (a, b)) = soft();
+    // Its own devices: with the facade's `tokio` feature, a context's sinks belong to the
+    // runtime that first awaits them, and the shared soft0/soft1 outlive any one runtime.
+    let (_da, _db, a, b) = udp_pair(["127.0.43.5", "127.0.43.6"]);
+    let (a, b) = (&a, &b);
     let dst = SocketAddr::new(b.local_ip(), 7479);
     let mut listener = Listener::bind(b, dst).unwrap();
     listener.listen(4).unwrap();
@@ -533,7 +545,8 @@ fn destroying_the_qp_aborts_the_connection() {
         let fut = conn.connect(&s.qp, &defaults);
         let mut fut = std::pin::pin!(fut);
         let mut cx = TaskContext::from_waker(Waker::noop());
-        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        let first = fut.as_mut().poll(&mut cx);
+        assert!(first.is_pending(), "{first:?}");
     }
     let req = listener.get_request_blocking(T).unwrap();
     s.qp.destroy().unwrap();
@@ -550,7 +563,9 @@ fn destroying_the_qp_aborts_the_connection() {
     drop(conn);
 
     // Connected: the passive QP is destroyed.
+    let b2 = b.clone();
     let passive = thread::spawn(move || {
+        let b = &b2;
         let s = side(&ctx_of(b), None);
         let req = listener.get_request_blocking(T).unwrap();
         let conn = req.accept_blocking(&s.qp, &ConnParam::default()).unwrap();

@@ -469,7 +469,7 @@ impl<D: Device> Connector<D> {
         let mut st = self.dev.state();
         match st.qps.get(&qp.qp_num()) {
             Some((owner, _)) if *owner == self.id => {}
-            _ => return Err(ServiceError::QpInUse(qp.qp_num())),
+            _ => return Err(ServiceError::WrongQp(qp.qp_num())),
         }
         st.agent.disconnect(now, self.id, &[])?;
         self.dev.drain(&mut st)?;

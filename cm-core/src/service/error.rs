@@ -40,6 +40,9 @@ pub enum ServiceError {
     /// The QP is already associated with a connection of this device.
     #[error("QP {0:#x} already belongs to a connection")]
     QpInUse(u32),
+    /// The QP given is not the one this connection uses.
+    #[error("QP {0:#x} is not this connection's QP")]
+    WrongQp(u32),
     /// Only RC QPs are connected by this layer.
     #[error("QP {0:#x} is not an RC QP")]
     NotRc(u32),

@@ -25,6 +25,16 @@
 //! progress, also from async calls (they complete at once on the soft device; a device
 //! with slow commands would stall the task for that time).
 //!
+//! The QP ↔ connection association is one map entry per QP, made and cleared under the
+//! device lock. The CM keeps only a weak handle ([`portverbs_verbs::WeakQp`]), so the
+//! application may destroy a QP at any time: the next progress finds it gone and destroys
+//! the endpoint (REJ during setup, DREQ when connected). A failed device (QP1 flushed) gives
+//! every endpoint `DEVICE_REMOVAL` and ends every wait.
+//!
+//! Not here yet: UD service resolution (SIDR; a SIDR_REQ is answered "rejected"), the
+//! `RDMA_PS_UDP` port space, IPv6 link-local scope handling, and choosing among several
+//! devices by IP ([`CmDevice::open`] takes the context whose GID table holds the IP).
+//!
 //! What this layer must never do: spawn a thread, name a backend or platform crate, use
 //! `unsafe`, or leave a connection's QP associated after its endpoint is gone.
 
