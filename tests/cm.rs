@@ -623,3 +623,86 @@ fn device_removal_reaches_every_endpoint() {
     ));
     drop(held);
 }
+
+/// UD service resolution (SIDR, `RDMA_PS_UDP`): the active side learns the service's QPN and
+/// Q_Key and sends it a datagram; a port nobody listens on is refused.
+#[test]
+fn sidr_resolves_a_ud_service() {
+    use portverbs::cm::service::UdService;
+    use portverbs::verbs::{ConnectOptions, SpecialQp, UdDest};
+    let (_turn, (a, b)) = soft();
+    let dst = SocketAddr::new(b.local_ip(), 7481);
+    let mut listener = Listener::bind_udp(b, dst).unwrap();
+    listener.listen(4).unwrap();
+    let qkey = 0x0123_4567;
+    let ud = |ctx: &Context| {
+        let pd = ctx.alloc_pd_blocking().unwrap();
+        let cq = ctx
+            .create_cq_blocking(CqInit {
+                entries: 16,
+                ..CqInit::default()
+            })
+            .unwrap();
+        let qp = pd.create_qp_blocking(QpInit::new(QpType::Ud, &cq)).unwrap();
+        qp.ready_ud_blocking(&ConnectOptions {
+            qkey,
+            ..ConnectOptions::default()
+        })
+        .unwrap();
+        let mr = pd
+            .reg_vec_blocking(vec![0u8; 1024], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        (pd, cq, qp, mr)
+    };
+    let (_bpd, bcq, bqp, bmr) = ud(&ctx_of(b));
+    bqp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sges: &[bmr.sge(0, 512).unwrap()],
+    }])
+    .unwrap();
+    let bqpn = bqp.qp_num();
+    let passive = thread::spawn(move || {
+        let req = listener.get_service_request_blocking(T).unwrap();
+        req.reply(&bqp, qkey).unwrap();
+        (listener, bqp)
+    });
+    let mut conn = Connector::new(a).unwrap();
+    let svc: UdService = conn.resolve_service_blocking(dst).unwrap();
+    assert_eq!((svc.qpn, svc.qkey), (bqpn, qkey));
+    let (listener, _bqp) = passive.join().unwrap();
+
+    let (apd, acq, aqp, amr) = ud(&ctx_of(a));
+    let ah = apd
+        .create_ah_blocking(AddressVector {
+            dgid: svc.gid,
+            is_global: true,
+            sgid_index: a.gid_index(),
+            port_num: 1,
+            ..AddressVector::default()
+        })
+        .unwrap();
+    amr.write(0, b"datagram").unwrap();
+    let sge = [amr.sge(0, 8).unwrap()];
+    let dest = UdDest {
+        av: ah.av(),
+        remote_qpn: svc.qpn,
+        remote_qkey: svc.qkey,
+    };
+    aqp.post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).ud(dest).signaled()])
+        .unwrap();
+    assert_eq!(poll_one(&acq).status, WcStatus::Success);
+    let wc = poll_one(&bcq);
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 40 + 8));
+    let mut got = [0u8; 8];
+    bmr.read(40, &mut got).unwrap();
+    assert_eq!(&got, b"datagram");
+    assert_ne!(SpecialQp::GSI_QPN, svc.qpn);
+
+    // Nobody listens on this UDP port: the SIDR_REP refuses.
+    let _driver = Driver::start(b);
+    let mut other = Connector::new(a).unwrap();
+    let r = other.resolve_service_blocking(SocketAddr::new(b.local_ip(), 9));
+    assert!(matches!(r, Err(ServiceError::ServiceRejected(_))), "{r:?}");
+    drop((conn, other, listener));
+    settle(&[a, b]);
+}

@@ -10,8 +10,9 @@ use portverbs_verbs::Qp;
 
 use super::engine::{CmDevice, ListenState, Pending, State, release_qp};
 use super::{RdmaCmEvent, ServiceError, addr};
-use crate::wire::{CMA_HEADER_LEN, CmaHeader, PortSpace, REQ_PRIVATE_DATA, service_id};
-use crate::{CmId, CmState, PathParams};
+use crate::wire::{CMA_HEADER_LEN, CmaHeader, PortSpace, REQ_PRIVATE_DATA, SidrStatus, service_id};
+use crate::{CmId, CmState, PathParams, SidrParams};
+use portverbs_hal::Gid;
 
 /// Private data after the CMA header in a REQ.
 pub const REQ_USER_DATA: usize = REQ_PRIVATE_DATA - CMA_HEADER_LEN;
@@ -83,11 +84,34 @@ fn outcome(e: &RdmaCmEvent) -> Option<Result<Vec<u8>, ServiceError>> {
     }
 }
 
+/// The outcome of a SIDR request, as a result.
+fn sidr_outcome(
+    dst: SocketAddr,
+) -> impl FnMut(&RdmaCmEvent) -> Option<Result<UdService, ServiceError>> {
+    move |e| match e {
+        RdmaCmEvent::ServiceResolved {
+            status: SidrStatus::Success,
+            qpn,
+            qkey,
+        } => Some(Ok(UdService {
+            gid: addr::ip_to_gid(dst.ip()),
+            qpn: *qpn,
+            qkey: *qkey,
+        })),
+        RdmaCmEvent::ServiceResolved { status, .. } => {
+            Some(Err(ServiceError::ServiceRejected(*status)))
+        }
+        RdmaCmEvent::Unreachable => Some(Err(ServiceError::Unreachable)),
+        _ => None,
+    }
+}
+
 /// The passive side: bound to an address, listening for connection requests.
 pub struct Listener<D: Device> {
     dev: CmDevice<D>,
     id: CmId,
     addr: SocketAddr,
+    udp: bool,
 }
 
 impl<D: Device> fmt::Debug for Listener<D> {
@@ -119,7 +143,20 @@ impl<D: Device> Listener<D> {
             dev: dev.clone(),
             id,
             addr,
+            udp: false,
         })
+    }
+
+    /// Binds to `addr` in the `RDMA_PS_UDP` port space: after [`Listener::listen`], UD
+    /// service resolution requests (SIDR) arrive through
+    /// [`Listener::get_service_request`].
+    ///
+    /// # Errors
+    /// As [`Listener::bind`].
+    pub fn bind_udp(dev: &CmDevice<D>, addr: SocketAddr) -> Result<Self, ServiceError> {
+        let mut l = Self::bind(dev, addr)?;
+        l.udp = true;
+        Ok(l)
     }
 
     /// Listens: up to `backlog` requests wait for [`Listener::get_request`]; beyond that a
@@ -129,14 +166,20 @@ impl<D: Device> Listener<D> {
     /// Another listener of this device holds the port, or this one listens already.
     pub fn listen(&mut self, backlog: usize) -> Result<(), ServiceError> {
         let mut st = self.dev.state();
-        st.agent
-            .listen(self.id, service_id(PortSpace::Tcp, self.addr.port()))?;
+        let ps = if self.udp {
+            PortSpace::Udp
+        } else {
+            PortSpace::Tcp
+        };
+        st.agent.listen(self.id, service_id(ps, self.addr.port()))?;
         st.listeners.insert(
             self.id,
             ListenState {
                 bound: self.addr,
                 backlog: backlog.max(1),
                 pending: Default::default(),
+                udp: self.udp,
+                sidr: Default::default(),
             },
         );
         Ok(())
@@ -176,6 +219,95 @@ impl<D: Device> Listener<D> {
     }
 }
 
+impl<D: Device> Listener<D> {
+    fn pop_sidr(&self, st: &mut State<D>) -> Option<ServiceRequest<D>> {
+        let id = st.listeners.get_mut(&self.id)?.sidr.pop_front()?;
+        Some(ServiceRequest {
+            dev: Some(self.dev.clone()),
+            id,
+        })
+    }
+
+    /// The next UD service resolution request (a SIDR_REQ on an `RDMA_PS_UDP` listener).
+    ///
+    /// # Errors
+    /// The device failed.
+    pub async fn get_service_request(&self) -> Result<ServiceRequest<D>, ServiceError> {
+        self.dev.wait_async(|st| self.pop_sidr(st)).await
+    }
+
+    /// Blocking form of [`Listener::get_service_request`], with an optional timeout.
+    ///
+    /// # Errors
+    /// As [`Listener::get_service_request`], or [`ServiceError::TimedOut`].
+    pub fn get_service_request_blocking(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<ServiceRequest<D>, ServiceError> {
+        self.dev.wait_blocking(timeout, |st| self.pop_sidr(st))
+    }
+}
+
+/// A UD service resolution request: answer it with a UD QP and Q_Key, or drop it (SIDR_REP
+/// "rejected").
+pub struct ServiceRequest<D: Device> {
+    dev: Option<CmDevice<D>>,
+    id: CmId,
+}
+
+impl<D: Device> fmt::Debug for ServiceRequest<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceRequest")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl<D: Device> ServiceRequest<D> {
+    /// Answers with `qp` (a UD QP) and the Q_Key it receives with.
+    ///
+    /// # Errors
+    /// `qp` is not a UD QP.
+    pub fn reply(mut self, qp: &Qp<D>, qkey: u32) -> Result<(), ServiceError> {
+        if qp.qp_type() != portverbs_hal::types::QpType::Ud {
+            return Err(ServiceError::NotUd(qp.qp_num()));
+        }
+        let Some(dev) = self.dev.take() else {
+            return Err(ServiceError::Closed);
+        };
+        let now = dev.now();
+        let mut st = dev.state();
+        let r = st
+            .agent
+            .sidr_reply(self.id, SidrStatus::Success, qp.qp_num(), qkey, &[]);
+        let _ = st.agent.destroy(now, self.id);
+        dev.drain(&mut st)?;
+        r.map_err(Into::into)
+    }
+}
+
+impl<D: Device> Drop for ServiceRequest<D> {
+    fn drop(&mut self) {
+        if let Some(dev) = self.dev.take() {
+            let now = dev.now();
+            let mut st = dev.state();
+            let _ = st.agent.destroy(now, self.id);
+            let _ = dev.drain(&mut st);
+        }
+    }
+}
+
+/// Where a UD service is: what [`Connector::resolve_service`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdService {
+    /// The service's GID (its IP's RoCEv2 GID): the address handle's destination.
+    pub gid: Gid,
+    /// Its UD QPN.
+    pub qpn: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+}
+
 impl<D: Device> Drop for Listener<D> {
     fn drop(&mut self) {
         let now = self.dev.now();
@@ -183,6 +315,9 @@ impl<D: Device> Drop for Listener<D> {
         if let Some(l) = st.listeners.remove(&self.id) {
             for p in l.pending {
                 let _ = st.agent.destroy(now, p.id);
+            }
+            for id in l.sidr {
+                let _ = st.agent.destroy(now, id);
             }
         }
         let _ = st.agent.destroy(now, self.id);
@@ -538,6 +673,59 @@ impl<D: Device> Connector<D> {
         self.dev.wait_blocking(timeout, |st| {
             st.events.get_mut(&id).and_then(|q| q.pop_front())
         })
+    }
+
+    fn start_sidr(&mut self, dst: SocketAddr) -> Result<(), ServiceError> {
+        let local = self.dev.local_ip();
+        if local.is_ipv4() != dst.ip().is_ipv4() {
+            return Err(ServiceError::FamilyMismatch(local, dst.ip()));
+        }
+        self.dst = Some(dst);
+        let mut pd = [0u8; CMA_HEADER_LEN];
+        CmaHeader {
+            src_port: self.src_port,
+            src: local,
+            dst: dst.ip(),
+        }
+        .emit(&mut pd)?;
+        // rdma_cm's SIDR timer: 4.3 s (code 20), 15 retries (facts §4.4).
+        let p = SidrParams {
+            service_id: service_id(PortSpace::Udp, dst.port()),
+            pkey: 0xFFFF,
+            timeout: 20,
+            max_retries: 15,
+        };
+        let now = self.dev.now();
+        let mut st = self.dev.state();
+        st.agent
+            .sidr_request(now, self.id, addr::ip_to_gid(dst.ip()), &p, &pd)?;
+        self.dev.drain(&mut st)?;
+        Ok(())
+    }
+
+    /// UD service resolution (`RDMA_PS_UDP`, SIDR): asks `dst` for the QPN and Q_Key of its
+    /// UD service.
+    ///
+    /// # Errors
+    /// [`ServiceError::ServiceRejected`] with the SIDR_REP status (nobody listens, or the
+    /// listener refused), [`ServiceError::Unreachable`].
+    pub async fn resolve_service(&mut self, dst: SocketAddr) -> Result<UdService, ServiceError> {
+        self.start_sidr(dst)?;
+        let id = self.id;
+        self.dev
+            .wait_async(|st| take(st, id, sidr_outcome(dst)))
+            .await?
+    }
+
+    /// Blocking form of [`Connector::resolve_service`].
+    ///
+    /// # Errors
+    /// As [`Connector::resolve_service`].
+    pub fn resolve_service_blocking(&mut self, dst: SocketAddr) -> Result<UdService, ServiceError> {
+        self.start_sidr(dst)?;
+        let id = self.id;
+        self.dev
+            .wait_blocking(None, |st| take(st, id, sidr_outcome(dst)))?
     }
 
     /// The peer's address.

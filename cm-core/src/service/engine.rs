@@ -52,6 +52,9 @@ pub(super) struct ListenState {
     pub(super) bound: SocketAddr,
     pub(super) backlog: usize,
     pub(super) pending: VecDeque<Pending>,
+    /// `RDMA_PS_UDP` listeners: SIDR requests waiting for [`super::Listener::get_service_request`].
+    pub(super) udp: bool,
+    pub(super) sidr: VecDeque<CmId>,
 }
 
 /// Everything behind the device lock.
@@ -514,12 +517,22 @@ impl<D: Device> CmDevice<D> {
                 }
                 return;
             }
-            CmEvent::SidrRequest { id, .. } => {
-                // UD service resolution is not served here: SIDR_REP "rejected".
-                let _ = st.agent.destroy(now, id);
+            CmEvent::SidrRequest { id, listener, .. } => {
+                match st.listeners.get_mut(&listener) {
+                    Some(l) if l.udp && l.sidr.len() < l.backlog => l.sidr.push_back(id),
+                    // Not a UDP listener, or its backlog is full: SIDR_REP "rejected".
+                    _ => {
+                        let _ = st.agent.destroy(now, id);
+                    }
+                }
                 return;
             }
-            CmEvent::SidrResolved { .. } => return,
+            CmEvent::SidrResolved {
+                id,
+                status,
+                qpn,
+                qkey,
+            } => (id, RdmaCmEvent::ServiceResolved { status, qpn, qkey }),
             CmEvent::Established { id, private_data } => {
                 (id, RdmaCmEvent::Established { private_data })
             }

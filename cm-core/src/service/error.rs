@@ -43,6 +43,12 @@ pub enum ServiceError {
     /// The QP given is not the one this connection uses.
     #[error("QP {0:#x} is not this connection's QP")]
     WrongQp(u32),
+    /// A UD service is answered with a UD QP.
+    #[error("QP {0:#x} is not a UD QP")]
+    NotUd(u32),
+    /// The SIDR_REP refused (no listener, or the listener declined).
+    #[error("service resolution refused: {0:?}")]
+    ServiceRejected(crate::wire::SidrStatus),
     /// Only RC QPs are connected by this layer.
     #[error("QP {0:#x} is not an RC QP")]
     NotRc(u32),

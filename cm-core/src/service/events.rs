@@ -1,6 +1,6 @@
 //! Events in librdmacm's vocabulary.
 
-use crate::wire::RejReason;
+use crate::wire::{RejReason, SidrStatus};
 
 /// What happened to a connection endpoint, named after librdmacm's `RDMA_CM_EVENT_*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,15 @@ pub enum RdmaCmEvent {
         reason: RejReason,
         /// The REJ's private data.
         private_data: Vec<u8>,
+    },
+    /// `ESTABLISHED` of a UD (`RDMA_PS_UDP`) endpoint: the SIDR_REP's answer.
+    ServiceResolved {
+        /// The SIDR_REP status.
+        status: SidrStatus,
+        /// The service's UD QPN.
+        qpn: u32,
+        /// Its Q_Key.
+        qkey: u32,
     },
     /// `UNREACHABLE`: no answer after every CM retransmission.
     Unreachable,

@@ -31,9 +31,13 @@
 //! the endpoint (REJ during setup, DREQ when connected). A failed device (QP1 flushed) gives
 //! every endpoint `DEVICE_REMOVAL` and ends every wait.
 //!
-//! Not here yet: UD service resolution (SIDR; a SIDR_REQ is answered "rejected"), the
-//! `RDMA_PS_UDP` port space, IPv6 link-local scope handling, and choosing among several
-//! devices by IP ([`CmDevice::open`] takes the context whose GID table holds the IP).
+//! UD services (`RDMA_PS_UDP`): [`Listener::bind_udp`] and [`Listener::get_service_request`]
+//! on the passive side, [`Connector::resolve_service`] (SIDR) on the active side.
+//!
+//! Not here yet: the passive checks on a SIDR_REQ's CMA header (any SIDR_REQ on a UDP
+//! listener is offered to the application), IPv6 link-local scope handling, and choosing
+//! among several devices by IP ([`CmDevice::open`] takes the context whose GID table holds
+//! the IP).
 //!
 //! What this layer must never do: spawn a thread, name a backend or platform crate, use
 //! `unsafe`, or leave a connection's QP associated after its endpoint is gone.
@@ -46,6 +50,7 @@ mod events;
 
 pub use api::{
     AcceptParams, ConnParam, ConnectParams, ConnectionRequest, Connector, Listener, REQ_USER_DATA,
+    ServiceRequest, UdService,
 };
 pub use engine::{CmDevice, MAX_SLEEP};
 pub use error::ServiceError;
