@@ -407,6 +407,21 @@ fn two_hundred_connections_on_one_listener() {
     }
     let (passive, listener) = passive.join().unwrap();
     assert_eq!((active.len(), passive.len()), (N, N));
+    // Every MAD went out and came in without an error completion; the CM may have
+    // retransmitted (see the report on this test's occasional 4.8 s retransmission).
+    for d in [a, b] {
+        let c = d.mad_counts();
+        assert_eq!((c.recv_errors, c.send_errors), (0, 0), "{c:?}");
+        // REQ + RTU one way, REP the other: 3 MADs per connection at least.
+        assert!(c.sent + c.received >= 3 * N as u64, "{c:?}");
+    }
+    eprintln!(
+        "200 connections: a {:?} {:?}, b {:?} {:?}",
+        a.stats(),
+        a.mad_counts(),
+        b.stats(),
+        b.mad_counts()
+    );
     assert_eq!(a.associated_qps(), N);
     assert_eq!(b.associated_qps(), N);
     assert!(active.iter().all(|(_, s)| s.qp.state() == QpState::Rts));

@@ -35,6 +35,19 @@ const GRH: usize = 40;
 const RECV_SLOT: usize = GRH + MAD_LEN;
 const SEND_BASE: usize = RECV_SLOTS * RECV_SLOT;
 
+/// QP1's traffic counters ([`CmDevice::mad_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MadCounts {
+    /// MADs received and handed to the agent.
+    pub received: u64,
+    /// MADs posted.
+    pub sent: u64,
+    /// Receives that completed in error (other than the flush of a removed device).
+    pub recv_errors: u64,
+    /// Sends that completed in error.
+    pub send_errors: u64,
+}
+
 /// A connection request waiting in a listener's queue.
 #[derive(Debug, Clone)]
 pub(super) struct Pending {
@@ -72,6 +85,10 @@ pub(super) struct State<D: Device> {
     unsent: VecDeque<OutMad>,
     pub(super) next_port: u16,
     pub(super) removed: bool,
+    mads_in: u64,
+    mads_out: u64,
+    recv_errors: u64,
+    send_errors: u64,
 }
 
 impl<D: Device> fmt::Debug for State<D> {
@@ -192,6 +209,10 @@ impl<D: Device> CmDevice<D> {
                     unsent: VecDeque::new(),
                     next_port: 0xC000 | (nanos as u16 & 0x3FFF),
                     removed: false,
+                    mads_in: 0,
+                    mads_out: 0,
+                    recv_errors: 0,
+                    send_errors: 0,
                 }),
                 wakers: Mutex::new(Vec::new()),
                 wake_gen: AtomicU64::new(0),
@@ -235,6 +256,23 @@ impl<D: Device> CmDevice<D> {
     /// TIMEWAIT): zero once everything is dropped and TIMEWAIT has passed.
     pub fn live_endpoints(&self) -> usize {
         lock(&self.shared.state).agent.live_endpoints()
+    }
+
+    /// What the agent dropped, answered on its own, or retransmitted.
+    pub fn stats(&self) -> crate::AgentStats {
+        lock(&self.shared.state).agent.stats()
+    }
+
+    /// QP1's traffic: MADs received, MADs posted, receives and sends that completed in
+    /// error.
+    pub fn mad_counts(&self) -> MadCounts {
+        let st = lock(&self.shared.state);
+        MadCounts {
+            received: st.mads_in,
+            sent: st.mads_out,
+            recv_errors: st.recv_errors,
+            send_errors: st.send_errors,
+        }
     }
 
     /// QPs associated with a connection.
@@ -311,6 +349,9 @@ impl<D: Device> CmDevice<D> {
     ) -> Result<(), ServiceError> {
         let slot = usize::try_from(wc.wr_id).unwrap_or(usize::MAX);
         if slot >= RECV_SLOTS {
+            if wc.status != WcStatus::Success {
+                st.send_errors += 1;
+            }
             st.free_send.push(slot - RECV_SLOTS);
             return Ok(());
         }
@@ -323,6 +364,7 @@ impl<D: Device> CmDevice<D> {
                     .map_err(|e| ServiceError::verbs("reading a MAD", e))?;
                 let mut grh = [0u8; GRH];
                 grh.copy_from_slice(&buf[..GRH]);
+                st.mads_in += 1;
                 // Malformed MADs are counted by the agent and dropped.
                 let _ = st
                     .agent
@@ -339,7 +381,10 @@ impl<D: Device> CmDevice<D> {
                 }
                 return Ok(());
             }
-            other => tracing::debug!(?other, "QP1 receive failed"),
+            other => {
+                st.recv_errors += 1;
+                tracing::debug!(?other, "QP1 receive failed");
+            }
         }
         self.post_recv(slot)
     }
@@ -420,7 +465,9 @@ impl<D: Device> CmDevice<D> {
         self.shared
             .qp1
             .post_send(&[wr])
-            .map_err(|e| ServiceError::verbs("posting a MAD", e))
+            .map_err(|e| ServiceError::verbs("posting a MAD", e))?;
+        st.mads_out += 1;
+        Ok(())
     }
 
     /// Applies a QP transition the agent asked for to the QP associated with its connection.

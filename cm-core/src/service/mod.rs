@@ -52,7 +52,7 @@ pub use api::{
     AcceptParams, ConnParam, ConnectParams, ConnectionRequest, Connector, Listener, REQ_USER_DATA,
     ServiceRequest, UdService,
 };
-pub use engine::{CmDevice, MAX_SLEEP};
+pub use engine::{CmDevice, MAX_SLEEP, MadCounts};
 pub use error::ServiceError;
 pub use events::RdmaCmEvent;
 
