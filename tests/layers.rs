@@ -53,8 +53,9 @@ fn allowed(name: &str) -> &'static [&'static str] {
     match name {
         "portverbs-hal" => &[],
         "portverbs-verbs" => &["portverbs-hal"],
-        // The CM core is sans-IO: it knows the HAL's types (GIDs) and nothing else.
-        "portverbs-cm" => &["portverbs-hal"],
+        // The CM core: a sans-IO agent on the HAL's types, and a service layer that drives it
+        // over QP1 through verbs-core; never a backend or a platform crate.
+        "portverbs-cm" => &["portverbs-hal", "portverbs-verbs"],
         "portverbs-dma" | "portverbs-wire" => &["portverbs-hal"],
         "portverbs-transport" => &["portverbs-hal", "portverbs-dma", "portverbs-wire"],
         "portverbs-fabric" => &["portverbs-hal", "portverbs-transport"],

@@ -85,7 +85,7 @@ pub use mr::{Mr, Rereg};
 pub use mw::{Mw, inc_rkey};
 pub use notify::{NotifyKind, NotifyRequest};
 pub use pd::Pd;
-pub use qp::{Qp, QpInit, RecvWr};
+pub use qp::{Qp, QpInit, RecvWr, WeakQp};
 pub use sink::{LatchSink, LatchSinks, PollingSinks, SinkFactory};
 pub use srq::{Srq, SrqInit};
 pub use wc::WorkCompletion;

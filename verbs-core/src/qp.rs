@@ -137,6 +137,53 @@ pub struct Qp<D: Device> {
     pub(crate) inner: Arc<QpInner<D>>,
 }
 
+/// A handle that does not keep its QP alive ([`Qp::downgrade`]): for a layer that tracks a
+/// QP the application owns (the CM's QP ↔ connection association) without making
+/// [`Qp::destroy`] refuse.
+pub struct WeakQp<D: Device> {
+    inner: std::sync::Weak<QpInner<D>>,
+    qpn: u32,
+}
+
+impl<D: Device> Clone for WeakQp<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            qpn: self.qpn,
+        }
+    }
+}
+
+impl<D: Device> fmt::Debug for WeakQp<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakQp")
+            .field("qpn", &format_args!("{:#x}", self.qpn))
+            .finish()
+    }
+}
+
+impl<D: Device> WeakQp<D> {
+    /// The QP, unless every [`Qp`] handle is gone (destroyed or dropped).
+    pub fn upgrade(&self) -> Option<Qp<D>> {
+        self.inner.upgrade().map(|inner| Qp { inner })
+    }
+
+    /// The QP number it had.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+}
+
+impl<D: Device> Qp<D> {
+    /// A handle that does not keep this QP alive.
+    pub fn downgrade(&self) -> WeakQp<D> {
+        WeakQp {
+            inner: Arc::downgrade(&self.inner),
+            qpn: self.inner.qpn,
+        }
+    }
+}
+
 impl<D: Device> Clone for Qp<D> {
     fn clone(&self) -> Self {
         Self {

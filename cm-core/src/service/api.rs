@@ -1,0 +1,746 @@
+//! The application's API: [`Listener`], [`ConnectionRequest`] and [`Connector`], each
+//! call async with a `_blocking` twin.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use portverbs_hal::Device;
+use portverbs_verbs::Qp;
+
+use super::engine::{CmDevice, ListenState, Pending, State, release_qp};
+use super::{RdmaCmEvent, ServiceError, addr};
+use crate::wire::{CMA_HEADER_LEN, CmaHeader, PortSpace, REQ_PRIVATE_DATA, SidrStatus, service_id};
+use crate::{CmId, CmState, PathParams, SidrParams};
+use portverbs_hal::Gid;
+
+/// Private data after the CMA header in a REQ.
+pub const REQ_USER_DATA: usize = REQ_PRIVATE_DATA - CMA_HEADER_LEN;
+
+/// Connection parameters, as librdmacm's `rdma_conn_param`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data: at most 56 bytes on connect (after the CMA header), 196 on accept, 148
+    /// on reject.
+    pub private_data: Vec<u8>,
+    /// READ/ATOMIC operations we accept as responder (accept: capped by the request's
+    /// initiator depth).
+    pub responder_resources: u8,
+    /// READ/ATOMIC operations we issue at once (accept: capped by the request's responder
+    /// resources).
+    pub initiator_depth: u8,
+    /// Transport retries (connect; at most 7).
+    pub retry_count: u8,
+    /// RNR retries asked of the peer (at most 7 = infinite).
+    pub rnr_retry_count: u8,
+}
+
+impl Default for ConnParam {
+    /// librdmacm's values when no parameters are given: one READ/ATOMIC each way, 7 retries.
+    fn default() -> Self {
+        Self {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+/// Parameters of `connect`.
+pub type ConnectParams = ConnParam;
+/// Parameters of `accept`.
+pub type AcceptParams = ConnParam;
+
+/// The first event of `id`'s queue that `pick` takes; events before it are kept.
+fn take<D: Device, T>(
+    st: &mut State<D>,
+    id: CmId,
+    mut pick: impl FnMut(&RdmaCmEvent) -> Option<T>,
+) -> Option<T> {
+    let q = st.events.get_mut(&id)?;
+    let at = q.iter().position(|e| pick(e).is_some())?;
+    q.remove(at).and_then(|e| pick(&e))
+}
+
+/// The outcome of connect/accept, as a result.
+fn outcome(e: &RdmaCmEvent) -> Option<Result<Vec<u8>, ServiceError>> {
+    match e {
+        RdmaCmEvent::Established { private_data } => Some(Ok(private_data.clone())),
+        RdmaCmEvent::Rejected {
+            reason,
+            private_data,
+        } => Some(Err(ServiceError::Rejected {
+            reason: *reason,
+            private_data: private_data.clone(),
+        })),
+        RdmaCmEvent::Unreachable => Some(Err(ServiceError::Unreachable)),
+        RdmaCmEvent::ConnectError { detail } => {
+            Some(Err(ServiceError::ConnectError(detail.clone())))
+        }
+        RdmaCmEvent::Disconnected => Some(Err(ServiceError::Closed)),
+        _ => None,
+    }
+}
+
+/// The outcome of a SIDR request, as a result.
+fn sidr_outcome(
+    dst: SocketAddr,
+) -> impl FnMut(&RdmaCmEvent) -> Option<Result<UdService, ServiceError>> {
+    move |e| match e {
+        RdmaCmEvent::ServiceResolved {
+            status: SidrStatus::Success,
+            qpn,
+            qkey,
+        } => Some(Ok(UdService {
+            gid: addr::ip_to_gid(dst.ip()),
+            qpn: *qpn,
+            qkey: *qkey,
+        })),
+        RdmaCmEvent::ServiceResolved { status, .. } => {
+            Some(Err(ServiceError::ServiceRejected(*status)))
+        }
+        RdmaCmEvent::Unreachable => Some(Err(ServiceError::Unreachable)),
+        _ => None,
+    }
+}
+
+/// The passive side: bound to an address, listening for connection requests.
+pub struct Listener<D: Device> {
+    dev: CmDevice<D>,
+    id: CmId,
+    addr: SocketAddr,
+    udp: bool,
+}
+
+impl<D: Device> fmt::Debug for Listener<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listener")
+            .field("id", &self.id)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl<D: Device> Listener<D> {
+    /// Binds to `addr` (the device's IP or the unspecified address of its family; port not
+    /// 0) in the `RDMA_PS_TCP` port space.
+    ///
+    /// # Errors
+    /// [`ServiceError::AddressNotLocal`], [`ServiceError::PortZero`], or the agent's table is
+    /// full.
+    pub fn bind(dev: &CmDevice<D>, addr: SocketAddr) -> Result<Self, ServiceError> {
+        let ip = addr.ip();
+        if !ip.is_unspecified() && ip != dev.local_ip() {
+            return Err(ServiceError::AddressNotLocal(ip));
+        }
+        if addr.port() == 0 {
+            return Err(ServiceError::PortZero);
+        }
+        let id = dev.state().agent.create_id()?;
+        Ok(Self {
+            dev: dev.clone(),
+            id,
+            addr,
+            udp: false,
+        })
+    }
+
+    /// Binds to `addr` in the `RDMA_PS_UDP` port space: after [`Listener::listen`], UD
+    /// service resolution requests (SIDR) arrive through
+    /// [`Listener::get_service_request`].
+    ///
+    /// # Errors
+    /// As [`Listener::bind`].
+    pub fn bind_udp(dev: &CmDevice<D>, addr: SocketAddr) -> Result<Self, ServiceError> {
+        let mut l = Self::bind(dev, addr)?;
+        l.udp = true;
+        Ok(l)
+    }
+
+    /// Listens: up to `backlog` requests wait for [`Listener::get_request`]; beyond that a
+    /// request is refused (REJ 28) as when any other passive check fails.
+    ///
+    /// # Errors
+    /// Another listener of this device holds the port, or this one listens already.
+    pub fn listen(&mut self, backlog: usize) -> Result<(), ServiceError> {
+        let mut st = self.dev.state();
+        let ps = if self.udp {
+            PortSpace::Udp
+        } else {
+            PortSpace::Tcp
+        };
+        st.agent.listen(self.id, service_id(ps, self.addr.port()))?;
+        st.listeners.insert(
+            self.id,
+            ListenState {
+                bound: self.addr,
+                backlog: backlog.max(1),
+                pending: Default::default(),
+                udp: self.udp,
+                sidr: Default::default(),
+            },
+        );
+        Ok(())
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn pop(&self, st: &mut State<D>) -> Option<ConnectionRequest<D>> {
+        let p = st.listeners.get_mut(&self.id)?.pending.pop_front()?;
+        st.events.insert(p.id, Default::default());
+        Some(ConnectionRequest {
+            dev: Some(self.dev.clone()),
+            p,
+        })
+    }
+
+    /// The next connection request (`RDMA_CM_EVENT_CONNECT_REQUEST`).
+    ///
+    /// # Errors
+    /// The device failed.
+    pub async fn get_request(&self) -> Result<ConnectionRequest<D>, ServiceError> {
+        self.dev.wait_async(|st| self.pop(st)).await
+    }
+
+    /// Blocking form of [`Listener::get_request`], with an optional timeout.
+    ///
+    /// # Errors
+    /// As [`Listener::get_request`], or [`ServiceError::TimedOut`].
+    pub fn get_request_blocking(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<ConnectionRequest<D>, ServiceError> {
+        self.dev.wait_blocking(timeout, |st| self.pop(st))
+    }
+}
+
+impl<D: Device> Listener<D> {
+    fn pop_sidr(&self, st: &mut State<D>) -> Option<ServiceRequest<D>> {
+        let id = st.listeners.get_mut(&self.id)?.sidr.pop_front()?;
+        Some(ServiceRequest {
+            dev: Some(self.dev.clone()),
+            id,
+        })
+    }
+
+    /// The next UD service resolution request (a SIDR_REQ on an `RDMA_PS_UDP` listener).
+    ///
+    /// # Errors
+    /// The device failed.
+    pub async fn get_service_request(&self) -> Result<ServiceRequest<D>, ServiceError> {
+        self.dev.wait_async(|st| self.pop_sidr(st)).await
+    }
+
+    /// Blocking form of [`Listener::get_service_request`], with an optional timeout.
+    ///
+    /// # Errors
+    /// As [`Listener::get_service_request`], or [`ServiceError::TimedOut`].
+    pub fn get_service_request_blocking(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<ServiceRequest<D>, ServiceError> {
+        self.dev.wait_blocking(timeout, |st| self.pop_sidr(st))
+    }
+}
+
+/// A UD service resolution request: answer it with a UD QP and Q_Key, or drop it (SIDR_REP
+/// "rejected").
+pub struct ServiceRequest<D: Device> {
+    dev: Option<CmDevice<D>>,
+    id: CmId,
+}
+
+impl<D: Device> fmt::Debug for ServiceRequest<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceRequest")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl<D: Device> ServiceRequest<D> {
+    /// Answers with `qp` (a UD QP) and the Q_Key it receives with.
+    ///
+    /// # Errors
+    /// `qp` is not a UD QP.
+    pub fn reply(mut self, qp: &Qp<D>, qkey: u32) -> Result<(), ServiceError> {
+        if qp.qp_type() != portverbs_hal::types::QpType::Ud {
+            return Err(ServiceError::NotUd(qp.qp_num()));
+        }
+        let Some(dev) = self.dev.take() else {
+            return Err(ServiceError::Closed);
+        };
+        let now = dev.now();
+        let mut st = dev.state();
+        let r = st
+            .agent
+            .sidr_reply(self.id, SidrStatus::Success, qp.qp_num(), qkey, &[]);
+        let _ = st.agent.destroy(now, self.id);
+        dev.drain(&mut st)?;
+        r.map_err(Into::into)
+    }
+}
+
+impl<D: Device> Drop for ServiceRequest<D> {
+    fn drop(&mut self) {
+        if let Some(dev) = self.dev.take() {
+            let now = dev.now();
+            let mut st = dev.state();
+            let _ = st.agent.destroy(now, self.id);
+            let _ = dev.drain(&mut st);
+        }
+    }
+}
+
+/// Where a UD service is: what [`Connector::resolve_service`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdService {
+    /// The service's GID (its IP's RoCEv2 GID): the address handle's destination.
+    pub gid: Gid,
+    /// Its UD QPN.
+    pub qpn: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+}
+
+impl<D: Device> Drop for Listener<D> {
+    fn drop(&mut self) {
+        let now = self.dev.now();
+        let mut st = self.dev.state();
+        if let Some(l) = st.listeners.remove(&self.id) {
+            for p in l.pending {
+                let _ = st.agent.destroy(now, p.id);
+            }
+            for id in l.sidr {
+                let _ = st.agent.destroy(now, id);
+            }
+        }
+        let _ = st.agent.destroy(now, self.id);
+        let _ = self.dev.drain(&mut st);
+    }
+}
+
+/// A connection request taken from a listener: accept it, reject it, or drop it (REJ 28).
+pub struct ConnectionRequest<D: Device> {
+    dev: Option<CmDevice<D>>,
+    p: Pending,
+}
+
+impl<D: Device> fmt::Debug for ConnectionRequest<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionRequest")
+            .field("remote", &self.p.remote)
+            .field("local", &self.p.local)
+            .field("private_data", &self.p.private_data.len())
+            .finish()
+    }
+}
+
+impl<D: Device> ConnectionRequest<D> {
+    /// The active side's address (from the CMA header).
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.p.remote
+    }
+
+    /// The address it was sent to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.p.local
+    }
+
+    /// The consumer's private data (the 56 bytes after the CMA header).
+    pub fn private_data(&self) -> &[u8] {
+        &self.p.private_data
+    }
+
+    /// Accepts on `qp` (an RC QP in RESET or INIT): the CM takes it through INIT, RTR and RTS
+    /// with the request's attributes, sends the REP, and completes when the RTU arrives.
+    ///
+    /// # Errors
+    /// The QP is not RC or belongs to a connection already, a transition failed, the
+    /// private data is too long, or the peer rejected, went away or did not answer.
+    pub async fn accept(
+        mut self,
+        qp: &Qp<D>,
+        param: &AcceptParams,
+    ) -> Result<Connector<D>, ServiceError> {
+        let conn = self.start_accept(qp, param)?;
+        let id = conn.id;
+        conn.dev.wait_async(|st| take(st, id, outcome)).await??;
+        Ok(conn)
+    }
+
+    /// Blocking form of [`ConnectionRequest::accept`].
+    ///
+    /// # Errors
+    /// As [`ConnectionRequest::accept`].
+    pub fn accept_blocking(
+        mut self,
+        qp: &Qp<D>,
+        param: &AcceptParams,
+    ) -> Result<Connector<D>, ServiceError> {
+        let conn = self.start_accept(qp, param)?;
+        let id = conn.id;
+        conn.dev.wait_blocking(None, |st| take(st, id, outcome))??;
+        Ok(conn)
+    }
+
+    fn start_accept(
+        &mut self,
+        qp: &Qp<D>,
+        param: &AcceptParams,
+    ) -> Result<Connector<D>, ServiceError> {
+        let Some(dev) = self.dev.take() else {
+            return Err(ServiceError::Closed);
+        };
+        // From here the connector owns the endpoint: dropping it on an error destroys it.
+        let conn = Connector {
+            dev,
+            id: self.p.id,
+            dst: Some(self.p.remote),
+            src_port: self.p.local.port(),
+        };
+        conn.dev.associate(conn.id, qp)?;
+        let p = crate::AcceptParams {
+            responder_resources: param.responder_resources.min(self.p.initiator_depth),
+            initiator_depth: param.initiator_depth.min(self.p.responder_resources),
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            ..crate::AcceptParams::new(qp.qp_num(), conn.dev.psn(conn.id))
+        };
+        let now = conn.dev.now();
+        let mut st = conn.dev.state();
+        st.agent.accept(now, conn.id, &p, &param.private_data)?;
+        conn.dev.drain(&mut st)?;
+        drop(st);
+        Ok(conn)
+    }
+
+    /// Refuses with REJ reason 28 (consumer reject) and `private_data` (at most 148 bytes).
+    ///
+    /// # Errors
+    /// The private data is too long.
+    pub fn reject(mut self, private_data: &[u8]) -> Result<(), ServiceError> {
+        let Some(dev) = self.dev.take() else {
+            return Err(ServiceError::Closed);
+        };
+        let now = dev.now();
+        let mut st = dev.state();
+        let r = st.agent.reject(now, self.p.id, private_data);
+        let _ = st.agent.destroy(now, self.p.id);
+        st.events.remove(&self.p.id);
+        dev.drain(&mut st)?;
+        r.map_err(Into::into)
+    }
+}
+
+impl<D: Device> Drop for ConnectionRequest<D> {
+    fn drop(&mut self) {
+        if let Some(dev) = self.dev.take() {
+            let now = dev.now();
+            let mut st = dev.state();
+            let _ = st.agent.destroy(now, self.p.id);
+            st.events.remove(&self.p.id);
+            let _ = dev.drain(&mut st);
+        }
+    }
+}
+
+/// A connection endpoint (librdmacm's connected `rdma_cm_id`): made with
+/// [`Connector::new`] and connected, or returned by [`ConnectionRequest::accept`].
+/// Dropping it destroys the endpoint in whatever state: REJ while being set up, DREQ when
+/// connected, and its QP goes to ERR and is released.
+pub struct Connector<D: Device> {
+    dev: CmDevice<D>,
+    id: CmId,
+    dst: Option<SocketAddr>,
+    src_port: u16,
+}
+
+impl<D: Device> fmt::Debug for Connector<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connector")
+            .field("id", &self.id)
+            .field("dst", &self.dst)
+            .finish()
+    }
+}
+
+impl<D: Device> Connector<D> {
+    /// A new endpoint on `dev`.
+    ///
+    /// # Errors
+    /// The agent's table is full.
+    pub fn new(dev: &CmDevice<D>) -> Result<Self, ServiceError> {
+        let mut st = dev.state();
+        let id = st.agent.create_id()?;
+        st.events.insert(id, Default::default());
+        st.next_port = st.next_port.wrapping_add(1) | 0xC000;
+        let src_port = st.next_port;
+        drop(st);
+        Ok(Self {
+            dev: dev.clone(),
+            id,
+            dst: None,
+            src_port,
+        })
+    }
+
+    /// The CM state of this endpoint.
+    pub fn cm_state(&self) -> Option<CmState> {
+        self.dev.state().agent.state(self.id)
+    }
+
+    /// Resolves `dst`: its GID is its IP's RoCEv2 GID, the route is the device's port 1.
+    /// Queues `ADDR_RESOLVED` and `ROUTE_RESOLVED`.
+    ///
+    /// # Errors
+    /// [`ServiceError::FamilyMismatch`] when `dst` is not of the device address's family.
+    pub async fn resolve(&mut self, dst: SocketAddr) -> Result<(), ServiceError> {
+        let local = self.dev.local_ip();
+        if local.is_ipv4() != dst.ip().is_ipv4() {
+            return Err(ServiceError::FamilyMismatch(local, dst.ip()));
+        }
+        self.dst = Some(dst);
+        let mut st = self.dev.state();
+        if let Some(q) = st.events.get_mut(&self.id) {
+            q.push_back(RdmaCmEvent::AddrResolved);
+            q.push_back(RdmaCmEvent::RouteResolved);
+        }
+        Ok(())
+    }
+
+    /// Blocking form of [`Connector::resolve`].
+    ///
+    /// # Errors
+    /// As [`Connector::resolve`].
+    pub fn resolve_blocking(&mut self, dst: SocketAddr) -> Result<(), ServiceError> {
+        portverbs_hal::block_on(self.resolve(dst))
+    }
+
+    fn start_connect(&mut self, qp: &Qp<D>, param: &ConnectParams) -> Result<(), ServiceError> {
+        let dst = self.dst.ok_or(ServiceError::NotResolved)?;
+        if param.private_data.len() > REQ_USER_DATA {
+            return Err(ServiceError::PrivateDataTooLong {
+                len: param.private_data.len(),
+                max: REQ_USER_DATA,
+            });
+        }
+        let mut pd = vec![0u8; CMA_HEADER_LEN + param.private_data.len()];
+        CmaHeader {
+            src_port: self.src_port,
+            src: self.dev.local_ip(),
+            dst: dst.ip(),
+        }
+        .emit(&mut pd)?;
+        pd[CMA_HEADER_LEN..].copy_from_slice(&param.private_data);
+        self.dev.associate(self.id, qp)?;
+        let path = PathParams::roce(self.dev.local_gid(), addr::ip_to_gid(dst.ip()));
+        let p = crate::ConnectParams {
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            retry_count: param.retry_count.min(7),
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            ..crate::ConnectParams::new(
+                service_id(PortSpace::Tcp, dst.port()),
+                qp.qp_num(),
+                self.dev.psn(self.id),
+                path,
+            )
+        };
+        let now = self.dev.now();
+        let mut st = self.dev.state();
+        if let Err(e) = st.agent.connect(now, self.id, &p, &pd) {
+            release_qp(&mut st, self.id);
+            return Err(e.into());
+        }
+        self.dev.drain(&mut st)?;
+        Ok(())
+    }
+
+    /// Connects `qp` (an RC QP in RESET or INIT) to the resolved destination: REQ with the
+    /// CMA header and `param`; the CM takes the QP to RTS when the REP arrives and answers
+    /// with RTU. Returns the REP's private data.
+    ///
+    /// # Errors
+    /// [`ServiceError::Rejected`] (e.g. reason 8 when nobody listens on the port),
+    /// [`ServiceError::Unreachable`], a QP that is not RC or already in use, a failed
+    /// transition.
+    pub async fn connect(
+        &mut self,
+        qp: &Qp<D>,
+        param: &ConnectParams,
+    ) -> Result<Vec<u8>, ServiceError> {
+        self.start_connect(qp, param)?;
+        let id = self.id;
+        self.dev.wait_async(|st| take(st, id, outcome)).await?
+    }
+
+    /// Blocking form of [`Connector::connect`].
+    ///
+    /// # Errors
+    /// As [`Connector::connect`].
+    pub fn connect_blocking(
+        &mut self,
+        qp: &Qp<D>,
+        param: &ConnectParams,
+    ) -> Result<Vec<u8>, ServiceError> {
+        self.start_connect(qp, param)?;
+        let id = self.id;
+        self.dev.wait_blocking(None, |st| take(st, id, outcome))?
+    }
+
+    /// Disconnects: DREQ (or DREP when the peer disconnected first), and `qp` goes to ERR so
+    /// every request still posted on it completes with a flush error. Returns at once;
+    /// [`Connector::notify_disconnect`] waits for the end.
+    ///
+    /// # Errors
+    /// `qp` is not this connection's QP, or the connection is not up.
+    pub fn disconnect(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
+        let now = self.dev.now();
+        let mut st = self.dev.state();
+        match st.qps.get(&qp.qp_num()) {
+            Some((owner, _)) if *owner == self.id => {}
+            _ => return Err(ServiceError::WrongQp(qp.qp_num())),
+        }
+        st.agent.disconnect(now, self.id, &[])?;
+        self.dev.drain(&mut st)?;
+        Ok(())
+    }
+
+    /// Async twin of [`Connector::disconnect`] (it does not wait).
+    ///
+    /// # Errors
+    /// As [`Connector::disconnect`].
+    pub async fn disconnect_async(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
+        self.disconnect(qp)
+    }
+
+    /// Waits for `RDMA_CM_EVENT_DISCONNECTED`: the peer's DREQ, or the end of ours.
+    ///
+    /// # Errors
+    /// The device failed.
+    pub async fn notify_disconnect(&self) -> Result<(), ServiceError> {
+        let id = self.id;
+        self.dev
+            .wait_async(|st| {
+                take(st, id, |e| {
+                    matches!(e, RdmaCmEvent::Disconnected).then_some(())
+                })
+            })
+            .await
+    }
+
+    /// Blocking form of [`Connector::notify_disconnect`], with an optional timeout.
+    ///
+    /// # Errors
+    /// As [`Connector::notify_disconnect`], or [`ServiceError::TimedOut`].
+    pub fn notify_disconnect_blocking(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<(), ServiceError> {
+        let id = self.id;
+        self.dev.wait_blocking(timeout, |st| {
+            take(st, id, |e| {
+                matches!(e, RdmaCmEvent::Disconnected).then_some(())
+            })
+        })
+    }
+
+    /// The next event of this endpoint, in order (`ADDR_RESOLVED` … `TIMEWAIT_EXIT`).
+    ///
+    /// # Errors
+    /// The device failed.
+    pub async fn next_event(&self) -> Result<RdmaCmEvent, ServiceError> {
+        let id = self.id;
+        self.dev
+            .wait_async(|st| st.events.get_mut(&id).and_then(|q| q.pop_front()))
+            .await
+    }
+
+    /// Blocking form of [`Connector::next_event`], with an optional timeout.
+    ///
+    /// # Errors
+    /// As [`Connector::next_event`], or [`ServiceError::TimedOut`].
+    pub fn next_event_blocking(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<RdmaCmEvent, ServiceError> {
+        let id = self.id;
+        self.dev.wait_blocking(timeout, |st| {
+            st.events.get_mut(&id).and_then(|q| q.pop_front())
+        })
+    }
+
+    fn start_sidr(&mut self, dst: SocketAddr) -> Result<(), ServiceError> {
+        let local = self.dev.local_ip();
+        if local.is_ipv4() != dst.ip().is_ipv4() {
+            return Err(ServiceError::FamilyMismatch(local, dst.ip()));
+        }
+        self.dst = Some(dst);
+        let mut pd = [0u8; CMA_HEADER_LEN];
+        CmaHeader {
+            src_port: self.src_port,
+            src: local,
+            dst: dst.ip(),
+        }
+        .emit(&mut pd)?;
+        // rdma_cm's SIDR timer: 4.3 s (code 20), 15 retries (facts §4.4).
+        let p = SidrParams {
+            service_id: service_id(PortSpace::Udp, dst.port()),
+            pkey: 0xFFFF,
+            timeout: 20,
+            max_retries: 15,
+        };
+        let now = self.dev.now();
+        let mut st = self.dev.state();
+        st.agent
+            .sidr_request(now, self.id, addr::ip_to_gid(dst.ip()), &p, &pd)?;
+        self.dev.drain(&mut st)?;
+        Ok(())
+    }
+
+    /// UD service resolution (`RDMA_PS_UDP`, SIDR): asks `dst` for the QPN and Q_Key of its
+    /// UD service.
+    ///
+    /// # Errors
+    /// [`ServiceError::ServiceRejected`] with the SIDR_REP status (nobody listens, or the
+    /// listener refused), [`ServiceError::Unreachable`].
+    pub async fn resolve_service(&mut self, dst: SocketAddr) -> Result<UdService, ServiceError> {
+        self.start_sidr(dst)?;
+        let id = self.id;
+        self.dev
+            .wait_async(|st| take(st, id, sidr_outcome(dst)))
+            .await?
+    }
+
+    /// Blocking form of [`Connector::resolve_service`].
+    ///
+    /// # Errors
+    /// As [`Connector::resolve_service`].
+    pub fn resolve_service_blocking(&mut self, dst: SocketAddr) -> Result<UdService, ServiceError> {
+        self.start_sidr(dst)?;
+        let id = self.id;
+        self.dev
+            .wait_blocking(None, |st| take(st, id, sidr_outcome(dst)))?
+    }
+
+    /// The peer's address.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.dst
+    }
+}
+
+impl<D: Device> Drop for Connector<D> {
+    fn drop(&mut self) {
+        let now = self.dev.now();
+        let mut st = self.dev.state();
+        let _ = st.agent.destroy(now, self.id);
+        release_qp(&mut st, self.id);
+        st.events.remove(&self.id);
+        let _ = self.dev.drain(&mut st);
+    }
+}

@@ -1,0 +1,92 @@
+//! Errors of the CM service layer.
+
+use std::net::IpAddr;
+
+use thiserror::Error;
+
+use crate::CmError;
+use crate::wire::RejReason;
+
+/// Why a CM service call failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The protocol core refused the call (wrong state, bad parameter, service in use …).
+    #[error(transparent)]
+    Cm(#[from] CmError),
+    /// The CMA header could not be written.
+    #[error(transparent)]
+    Cma(#[from] crate::CmaError),
+    /// A verbs call on QP1, its CQ, an address handle or the application's QP failed.
+    #[error("{op}: {detail}")]
+    Verbs {
+        /// What was being done.
+        op: &'static str,
+        /// The verbs error, rendered.
+        detail: String,
+    },
+    /// No GID table entry of the device holds the RoCE GID of this IP address.
+    #[error("{0} is not an address of this device")]
+    AddressNotLocal(IpAddr),
+    /// Source and destination addresses are of different IP versions.
+    #[error("address families differ: {0} and {1}")]
+    FamilyMismatch(IpAddr, IpAddr),
+    /// A listener needs a port (0 is not assigned automatically).
+    #[error("listening needs a non-zero port")]
+    PortZero,
+    /// `connect` before `resolve`.
+    #[error("no destination resolved: call resolve first")]
+    NotResolved,
+    /// The QP is already associated with a connection of this device.
+    #[error("QP {0:#x} already belongs to a connection")]
+    QpInUse(u32),
+    /// The QP given is not the one this connection uses.
+    #[error("QP {0:#x} is not this connection's QP")]
+    WrongQp(u32),
+    /// A UD service is answered with a UD QP.
+    #[error("QP {0:#x} is not a UD QP")]
+    NotUd(u32),
+    /// The SIDR_REP refused (no listener, or the listener declined).
+    #[error("service resolution refused: {0:?}")]
+    ServiceRejected(crate::wire::SidrStatus),
+    /// Only RC QPs are connected by this layer.
+    #[error("QP {0:#x} is not an RC QP")]
+    NotRc(u32),
+    /// The peer refused (REJ), with its reason and private data.
+    #[error("rejected by the peer: {reason:?}")]
+    Rejected {
+        /// The REJ reason.
+        reason: RejReason,
+        /// The REJ's private data.
+        private_data: Vec<u8>,
+    },
+    /// The CM gave up: no answer after every retransmission.
+    #[error("the peer did not answer")]
+    Unreachable,
+    /// Applying a QP transition the CM asked for failed; the connection was abandoned.
+    #[error("QP transition failed: {0}")]
+    ConnectError(String),
+    /// The connection ended before the awaited event.
+    #[error("the connection is closed")]
+    Closed,
+    /// Private data longer than the message holds after the CMA header.
+    #[error("{len} bytes of private data; at most {max} fit")]
+    PrivateDataTooLong {
+        /// Bytes given.
+        len: usize,
+        /// Bytes that fit.
+        max: usize,
+    },
+    /// Nothing arrived before the caller's timeout.
+    #[error("timed out")]
+    TimedOut,
+}
+
+impl ServiceError {
+    pub(crate) fn verbs(op: &'static str, e: impl std::fmt::Display) -> Self {
+        Self::Verbs {
+            op,
+            detail: e.to_string(),
+        }
+    }
+}
