@@ -196,6 +196,7 @@ pub fn devices() -> Vec<AnyDevice> {
 }
 
 /// Whether `dev` is a VFIO-bound function (not an emulated HCA).
+#[cfg(target_os = "linux")]
 pub(crate) fn is_vfio(dev: &portverbs_mlx4::Mlx4Device) -> bool {
     let name = &portverbs_hal::Device::info(dev).name;
     hardware()

@@ -241,6 +241,11 @@ pub struct PortAttr {
     pub phys_state: u8,
     /// Link layer.
     pub link_layer: LinkLayer,
+    /// Packets received with a P_Key not in the port's table (PortInfo P_KeyViolations;
+    /// saturates at 0xffff).
+    pub bad_pkey_cntr: u16,
+    /// UD datagrams received with the wrong Q_Key (PortInfo Q_KeyViolations; saturates).
+    pub qkey_viol_cntr: u16,
 }
 
 /// GID type of a table entry.

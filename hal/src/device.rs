@@ -88,8 +88,8 @@ pub struct QpCreateParams {
     pub caps: QpCaps,
     /// Create this special QP (its number fixed, [`SpecialQp::qpn`]) instead of one from the
     /// pool; `qp_type` must be its [`SpecialQp::qp_type`]. A device without it answers
-    /// [`CommandError::Unsupported`](crate::CommandError::Unsupported); one whose special QP
-    /// exists already, [`CommandError::Busy`](crate::CommandError::Busy).
+    /// [`CommandError::Unsupported`]; one whose special QP
+    /// exists already, [`CommandError::Busy`].
     pub special: Option<SpecialQp>,
 }
 

@@ -244,6 +244,12 @@ fn the_gsi_qkey_is_fixed(backend: Backend) {
     let wc = poll_one(&env, &a.cq);
     check_wc(&wc, 9, WcStatus::Success, WcOpcode::Recv);
     assert_eq!(wc.src_qp, 1);
+    if env.backend != Backend::Mlx4 {
+        // mlx4 reads its counters through MAD_IFC, which the driver does not issue.
+        let port = env.a().query_port_blocking(1).unwrap();
+        assert_eq!(port.qkey_viol_cntr, 2, "both datagrams from the UD QP");
+        assert_eq!(port.bad_pkey_cntr, 0);
+    }
     assert_eq!(a.buf.to_vec(GRH as usize, MAD).unwrap(), data);
 }
 

@@ -123,13 +123,20 @@ done | awk '/=> not found/ { print "MISSING " $1; next } /=> \// { print $3 } /^
 if grep -q '^MISSING' "$work/libs.txt"; then
     die "libraries not found for the guest tools: $(grep '^MISSING' "$work/libs.txt" | tr '\n' ' ')"
 fi
+# glibc loads libgcc_s at run time to unwind threads (pthread_exit, pthread_cancel: rping
+# ends its threads so); ldd cannot see it.
+libgcc=$(ldconfig -p 2>/dev/null | awk '/libgcc_s\.so\.1 .*x86-64/ { print $NF; exit }')
+[[ -f $libgcc ]] || libgcc=/lib/x86_64-linux-gnu/libgcc_s.so.1
+[[ -f $libgcc ]] || die "no libgcc_s.so.1 on the host (apt-get install libgcc-s1)"
+echo "$libgcc" >>"$work/libs.txt"
 while read -r lib; do
     case $lib in
     /lib64/*) cp -L "$lib" "$root/lib64/" ;;
     *) cp -L "$lib" "$root/lib/x86_64-linux-gnu/" ;;
     esac
 done <"$work/libs.txt"
-guest_pack_modules "$moddir" "$root" crc32_generic rdma_rxe virtio_net virtio_pci
+# rdma_ucm brings rdma_cm, ib_cm and iw_cm: rping and ib_write_bw -R connect through them.
+guest_pack_modules "$moddir" "$root" crc32_generic rdma_rxe rdma_ucm virtio_net virtio_pci
 : >"$root/checks"
 for c in "${checks[@]}"; do
     IFS='|' read -r name role gcmd _ <<<"$c"

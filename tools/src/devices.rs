@@ -219,6 +219,8 @@ fn port(port_num: u8, p: &PortAttr, gids: Vec<DevinfoGid>, driver: &str) -> Devi
             active_width: p.active_width,
             active_speed: u32::from(p.active_speed),
             phys_state: p.phys_state,
+            bad_pkey_cntr: p.bad_pkey_cntr,
+            qkey_viol_cntr: p.qkey_viol_cntr,
             gids,
             ..DevinfoPortExtra::default()
         },

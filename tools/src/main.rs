@@ -12,12 +12,14 @@
 //! Errors go to stderr with a non-zero exit code (2 for bad usage, 1 for failures while
 //! running).
 
+mod cmtime;
 mod devices;
 mod error;
 mod events;
 mod perf;
 mod pingpong;
 mod report;
+mod rping;
 mod verbs;
 mod wait;
 

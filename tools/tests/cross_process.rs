@@ -1,9 +1,9 @@
 //! `perf` and `pingpong` as a server in one process and a client in another.
 //!
-//! Two processes can only share a fabric through devices reachable from outside (UDP-bound
-//! soft devices, issue 16); until those exist the end-to-end runs are ignored, and the tests
-//! that run check a server process's side of the TCP exchange against a hand-made peer that
-//! speaks the C tools' formats. (Server and client threads of one process are tested in the
+//! Two processes share a network through devices reachable from outside: UDP-bound soft
+//! devices (`PORTVERBS_UDP`, Linux), on loopback addresses of their own, run end to end here.
+//! On every OS a server process's side of the TCP exchange is also checked against a hand-made
+//! peer that speaks the C tools' formats. (Server and client threads of one process are tested in the
 //! crate's unit tests, on the in-process devices.)
 
 mod common;
@@ -13,6 +13,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[cfg(target_os = "linux")]
 use common::table_rows;
 
 /// A port nobody listens on right now.
@@ -128,6 +129,7 @@ fn pingpong_server_answers_the_c_tools_message() {
 /// own loopback address (`127.0.<net>.1` the server, `.2` the client; one `net` per test, as
 /// tests run at the same time), and both call their device `udp0`. The client reaches the
 /// server's TCP side channel at the server's address.
+#[cfg(target_os = "linux")]
 fn udp_pair(net: u8) -> [String; 2] {
     [format!("127.0.{net}.1"), format!("127.0.{net}.2")]
 }

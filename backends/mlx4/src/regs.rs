@@ -182,6 +182,7 @@ impl Bar0Regs {
     }
 
     /// The HCR dword at `offset` from [`HCR_BASE`].
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by the VFIO binding (Linux)
     fn hcr_dword(&self, offset: usize) -> Option<&RW<u32>> {
         let h = self.hcr();
         Some(match offset {
@@ -222,12 +223,14 @@ impl UarRegs {
 }
 
 /// BAR0 with the HCR and the reset register served by [`Bar0Regs`]. Keeps the mapping alive.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by the VFIO binding (Linux)
 #[derive(Debug)]
 pub(crate) struct TypedBar0 {
     regs: Bar0Regs,
     inner: Arc<dyn Mmio>,
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by the VFIO binding (Linux)
 impl TypedBar0 {
     /// # Safety
     /// As [`Bar0Regs::new`], with `inner` the owner of the mapping at `base` (kept alive here).
@@ -284,12 +287,14 @@ impl Mmio for TypedBar0 {
 
 /// BAR2 with the send, CQ and EQ doorbells served by [`UarRegs`]; BlueFlame copies and any other
 /// offset go to the BAR's own accessors. Keeps the mapping alive.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by the VFIO binding (Linux)
 #[derive(Debug)]
 pub(crate) struct TypedBar2 {
     regs: UarRegs,
     inner: Arc<dyn Mmio>,
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by the VFIO binding (Linux)
 impl TypedBar2 {
     /// # Safety
     /// As [`UarRegs::new`], with `inner` the owner of the mapping at `base` (kept alive here).

@@ -147,6 +147,16 @@ pub struct EngineStats {
     pub psn_out_of_window: u64,
 }
 
+/// A port's violation counters (IBA PortInfo P_KeyViolations and Q_KeyViolations; what
+/// `ibv_query_port` reports as `bad_pkey_cntr` and `qkey_viol_cntr`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortViolations {
+    /// Packets received on the port whose P_Key is not in its table.
+    pub bad_pkey: u64,
+    /// UD datagrams received on the port whose Q_Key is not their QP's.
+    pub bad_qkey: u64,
+}
+
 /// Everything of an engine except the QP table, so one QP and the rest can be borrowed together.
 #[derive(Debug)]
 pub(crate) struct Core {
@@ -157,6 +167,8 @@ pub(crate) struct Core {
     pub(crate) work: VecDeque<u32>,
     pub(crate) acks: Vec<u32>,
     pub(crate) stats: EngineStats,
+    /// Per port (index = port − 1), grown as violations are counted.
+    pub(crate) violations: Vec<PortViolations>,
     pub(crate) timer_generation: u64,
     /// Packets of one message that may travel as one train (1 = no trains).
     pub(crate) max_train: u32,
@@ -167,6 +179,15 @@ impl Core {
     pub(crate) fn port_mtu(&self, port: u8) -> u32 {
         self.port(port)
             .map_or(Mtu::Mtu1024.bytes(), |p| p.mtu.bytes())
+    }
+
+    /// The violation counters of `port`, to count one more.
+    pub(crate) fn violations_mut(&mut self, port: u8) -> &mut PortViolations {
+        let i = usize::from(port.max(1)) - 1;
+        if self.violations.len() <= i {
+            self.violations.resize(i + 1, PortViolations::default());
+        }
+        &mut self.violations[i]
     }
 
     pub(crate) fn port(&self, port: u8) -> Option<&PortInfo> {
@@ -220,6 +241,7 @@ impl Engine {
                 work: VecDeque::new(),
                 acks: Vec::new(),
                 stats: EngineStats::default(),
+                violations: Vec::new(),
                 timer_generation: 0,
                 max_train: 1,
             },
@@ -255,6 +277,15 @@ impl Engine {
     /// Transport counters.
     pub fn stats(&self) -> EngineStats {
         self.core.stats
+    }
+
+    /// `port`'s violation counters (zero for a port that never saw one).
+    pub fn port_violations(&self, port: u8) -> PortViolations {
+        self.core
+            .violations
+            .get(usize::from(port).wrapping_sub(1))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Forgets every QP, memory region, window and timer (a device reset), keeping the
@@ -456,6 +487,7 @@ impl Engine {
         if pkt.hdr.bth.pkey & 0x7fff != 0x7fff {
             self.core.stats.dropped += 1;
             self.core.stats.bad_pkey += 1;
+            self.core.violations_mut(port).bad_pkey += 1;
             return;
         }
         if opcode.is_ack() || opcode.is_read_response() {

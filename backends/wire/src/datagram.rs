@@ -196,7 +196,7 @@ pub fn open_datagram(
 /// `k` bytes before the end is the CRC of those bytes, multiplied by x^(8k). So the ICRC
 /// difference caused by an IPv4 identification `id` and DF flag is
 /// `(Σ id bits · c_bit) · x^(8k)`, with `c_bit` the CRC of a 3-byte string with that one bit
-/// set. [`solve_id_df`] undoes the multiplication and reads the bits off.
+/// set. [`gf2::solve_id_df`] undoes the multiplication and reads the bits off.
 pub mod gf2 {
     /// The CRC-32 polynomial, reflected.
     const POLY: u32 = 0xEDB8_8320;

@@ -49,6 +49,10 @@ impl Mlx4Device {
             active_speed: p.active_speed,
             phys_state: if p.link_up { 5 } else { 3 },
             link_layer: LinkLayer::Ethernet,
+            // Linux reads these from PortInfo through MAD_IFC, which this driver does not
+            // issue: they read 0.
+            bad_pkey_cntr: 0,
+            qkey_viol_cntr: 0,
         })
     }
 

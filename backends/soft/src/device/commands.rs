@@ -125,7 +125,15 @@ impl Device for SoftDevice {
             d.state
                 .ports
                 .get(usize::from(port).wrapping_sub(1))
-                .map(|p| p.attr.clone())
+                .map(|p| {
+                    let v = d.engine.port_violations(port);
+                    let sat = |n: u64| u16::try_from(n).unwrap_or(u16::MAX);
+                    PortAttr {
+                        bad_pkey_cntr: sat(v.bad_pkey),
+                        qkey_viol_cntr: sat(v.bad_qkey),
+                        ..p.attr.clone()
+                    }
+                })
                 .ok_or_else(|| invalid(format!("port {port} does not exist")))
         })
     }

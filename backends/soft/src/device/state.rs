@@ -146,6 +146,9 @@ impl DevState {
                     active_speed: 32,
                     phys_state: 5,
                     link_layer: LinkLayer::Ethernet,
+                    // Counted by the engine; filled in by query_port.
+                    bad_pkey_cntr: 0,
+                    qkey_viol_cntr: 0,
                 },
                 gids,
             })

@@ -23,6 +23,7 @@ pub(super) fn on_ud<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut 
     if deth.qkey != qp.attr.qkey {
         core.stats.dropped += 1;
         core.stats.bad_qkey += 1;
+        core.violations_mut(qp.attr.port_num).bad_qkey += 1;
         return;
     }
     if !matches!(pkt.hdr.bth.opcode.position(), Some(Position::Only) | None) {

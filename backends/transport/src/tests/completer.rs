@@ -291,4 +291,11 @@ fn a_response_with_another_partitions_p_key_is_dropped_and_counted() {
     s.feed(limited);
     assert_eq!(statuses(&mut s), [(0, WcStatus::Success)]);
     assert_eq!(s.engine.stats().bad_pkey, 1);
+    let v = s.engine.port_violations(1);
+    assert_eq!(
+        (v.bad_pkey, v.bad_qkey),
+        (1, 0),
+        "the port's P_Key violations"
+    );
+    assert_eq!(s.engine.port_violations(2), Default::default());
 }

@@ -306,6 +306,7 @@ fn ud_checks_the_q_key_and_prepends_the_grh_area() {
     assert!(s.take_cqes().is_empty(), "a wrong Q_Key is dropped");
     assert_eq!(s.engine.stats().dropped, dropped + 1);
     assert_eq!(s.engine.stats().bad_qkey, 1, "counted as a bad Q_Key");
+    assert_eq!(s.engine.port_violations(1).bad_qkey, 1, "on the QP's port");
     assert_eq!(s.hca.rq.len(), 1, "and consumes no receive");
     assert!(s.feed(datagram(QKEY)).is_empty(), "UD is not acknowledged");
     let cqes = s.take_cqes();
