@@ -254,7 +254,10 @@ fn serve(
         eprintln!("server DISCONNECT EVENT...");
         // rping disconnects its side too; the peer's DREQ may have ended it already.
         if let Err(e) = conn.disconnect(&side.qp) {
-            debug(args.debug, format_args!("rdma_disconnect: {e} (CM state {:?})", conn.cm_state()));
+            debug(
+                args.debug,
+                format_args!("rdma_disconnect: {e} (CM state {:?})", conn.cm_state()),
+            );
         }
         served?;
         if !args.persistent {
@@ -288,12 +291,17 @@ fn ping(
         .rping
         .ping(&mut link, args.count, args.verbose, args.validate, out);
     let _ = conn.disconnect(&side.qp);
-    // The end of our disconnect (the server's DREP, or the CM's give-up).
-    match conn.notify_disconnect_blocking(Some(Duration::from_secs(10))) {
+    // The end of our disconnect: the server's DREP. rping's client does not wait for it (its
+    // kernel's CM retries the DREQ after the process is gone); this layer has no thread
+    // that outlives the process, so it lingers a little for the DREP.
+    match conn.notify_disconnect_blocking(Some(Duration::from_secs(2))) {
         Ok(()) => eprintln!("client DISCONNECT EVENT..."),
         Err(e) => debug(
             args.debug,
-            format_args!("no DISCONNECTED event: {e} (CM state {:?})", conn.cm_state()),
+            format_args!(
+                "no DISCONNECTED event: {e} (CM state {:?})",
+                conn.cm_state()
+            ),
         ),
     }
     pinged
