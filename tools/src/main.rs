@@ -4,6 +4,7 @@
 //! * `portverbs perf <TEST>`: perftest's bandwidth and latency tests (`ib_write_bw` …).
 //! * `portverbs pingpong`: `ibv_rc_pingpong`.
 //! * `portverbs rping`: librdmacm's `rping`, connected through the connection manager.
+//! * `portverbs cmtime`: librdmacm's `cmtime`, the connection-setup benchmark.
 //!
 //! `perf` and `pingpong` run one end of the connection, as the C tools do — a client with a
 //! HOST/SERVERNAME, a server without one on a device other processes can reach (UDP-bound,
@@ -56,6 +57,8 @@ enum Command {
     Pingpong(pingpong::PingpongArgs),
     // `portverbs rping`.
     Rping(rping::RpingArgs),
+    // `portverbs cmtime`.
+    Cmtime(cmtime::CmtimeArgs),
 }
 
 fn print(text: &str) -> Result<(), CliError> {
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) => pingpong::run(args).and_then(|t| print(&t)),
         Command::Rping(args) => rping::run(args),
+        Command::Cmtime(args) => cmtime::run(args).and_then(|t| print(&t)),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,9 +17,21 @@ fn pings_are_validated_and_printed_as_rping_prints_them() {
         assert_eq!(text.len(), 39, "a 40-byte ping less its NUL: {line}");
     }
     // Ping 1 starts its pattern one character after ping 0.
-    assert!(lines[0].ends_with(": ABCDEFGHIJKLMNOPQRSTUVWXYZ"), "{}", lines[0]);
-    assert!(lines[1].ends_with(": BCDEFGHIJKLMNOPQRSTUVWXYZ["), "{}", lines[1]);
-    assert!(run.stderr.contains("server DISCONNECT EVENT..."), "{}", run.stderr);
+    assert!(
+        lines[0].ends_with(": ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].ends_with(": BCDEFGHIJKLMNOPQRSTUVWXYZ["),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        run.stderr.contains("server DISCONNECT EVENT..."),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
