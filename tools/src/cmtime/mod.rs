@@ -182,6 +182,13 @@ pub(crate) fn run(args: &CmtimeArgs) -> Result<String, CliError> {
             step(Step::Disconnect, &mut t, &mut |i| {
                 ids[i].disconnect(&qps[i]).ctx("rdma_disconnect")
             })?;
+            // Every disconnect ends (the listener's DREP, or the DREQ's retries) before the
+            // endpoints go: a DREQ lost in a burst larger than the listener's QP1 receive
+            // queue is sent again only by an endpoint that still exists.
+            for id in &ids {
+                id.notify_disconnect_blocking(Some(Duration::from_secs(60)))
+                    .ctx("waiting for the end of a disconnect")?;
+            }
             let mut qps = qps.into_iter();
             step(Step::DestroyQp, &mut t, &mut |_| {
                 drop(qps.next());
