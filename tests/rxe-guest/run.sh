@@ -64,6 +64,9 @@ checks=(
     "pp-10000-hs|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 10000 -n 50 $host_ip|pingpong -d udp0 -g 0 -c -s 10000 -n 50"
     "pp-65536-hs|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 65536 -n 20 $host_ip|pingpong -d udp0 -g 0 -c -s 65536 -n 20"
     "wbw-hs|client|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F $host_ip|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F"
+    # Connected by the CM: Linux's rdma_cm and ib_cm against Portverbs' (IB CM MADs on QP1).
+    "rping-gs|server|rping -s -a $guest_ip -v|rping -c -a $guest_ip -v -V -S 64 -C 10"
+    "rping-hs|client|rping -c -a $host_ip -v -V -S 1000 -C 10|rping -s -a $host_ip -v -S 1000 -C 10"
 )
 
 # --- 1. host binaries -----------------------------------------------------------------------
@@ -197,10 +200,18 @@ host_run() {
 }
 
 # True when the output file $1 has the result lines of tool $2 run with size $3 and $4
-# iterations.
+# iterations; $5 is the command line of that side.
 output_ok() {
-    local out=$1 tool=$2 size=$3 iters=$4
+    local out=$1 tool=$2 size=$3 iters=$4 cmd=$5
     case $tool in
+    rping)
+        # One line per ping, in order: "ping data: rdma-ping-<n>: ..." on the client,
+        # "server ping data: ..." on the server.
+        local prefix="ping data"
+        [[ " $cmd " == *" -s "* ]] && prefix="server ping data"
+        [[ $(grep -cE "^$prefix: rdma-ping-[0-9]+: " "$out") -eq $iters ]] &&
+            grep -qE "^$prefix: rdma-ping-$((iters - 1)): " "$out"
+        ;;
     pingpong)
         grep -qE "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec" "$out" &&
             grep -qE "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter" "$out"
@@ -221,12 +232,17 @@ results=()
 if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
     grep -m1 '^\[rxe\] UP' "$log"
     for c in "${checks[@]}"; do
-        IFS='|' read -r name role _ hcmd <<<"$c"
+        IFS='|' read -r name role gcmd hcmd <<<"$c"
         read -r -a hargs <<<"$hcmd"
         tool=${hargs[0]}
         [[ $tool == perf ]] && tool=${hargs[1]}
-        size=$(sed -E 's/.* -s ([0-9]+).*/\1/' <<<"$hcmd")
-        iters=$(sed -E 's/.* -n ([0-9]+).*/\1/' <<<"$hcmd")
+        if [[ $tool == rping ]]; then
+            size=$(sed -E 's/.* -S ([0-9]+).*/\1/' <<<"$hcmd")
+            iters=$(sed -E 's/.* -C ([0-9]+).*/\1/' <<<"$hcmd")
+        else
+            size=$(sed -E 's/.* -s ([0-9]+).*/\1/' <<<"$hcmd")
+            iters=$(sed -E 's/.* -n ([0-9]+).*/\1/' <<<"$hcmd")
+        fi
         t1=$(now_ms)
         if ! wait_for "^\\[rxe\\] BEGIN $name " 120; then
             fail "$name" "the guest never began it"
@@ -249,9 +265,9 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
         ok=1
         ((host_rc == 0)) || { fail "$name" "Portverbs exited with status $host_rc"; ok=0; }
         ((guest_rc == 0)) || { fail "$name" "the guest's tool exited with status $guest_rc"; ok=0; }
-        output_ok "$work/host-$name.out" "$tool" "$size" "$iters" ||
+        output_ok "$work/host-$name.out" "$tool" "$size" "$iters" "$hcmd" ||
             { fail "$name" "Portverbs printed no result for $size B x $iters"; ok=0; }
-        output_ok "$work/guest-$name.out" "$tool" "$size" "$iters" ||
+        output_ok "$work/guest-$name.out" "$tool" "$size" "$iters" "$gcmd" ||
             { fail "$name" "the guest's tool printed no result for $size B x $iters"; ok=0; }
         if [[ -f $work/$name.pcap ]]; then
             "$checker" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }

@@ -3,6 +3,8 @@
 //! * `portverbs devices`: the devices and ports, laid out like `ibv_devinfo`.
 //! * `portverbs perf <TEST>`: perftest's bandwidth and latency tests (`ib_write_bw` …).
 //! * `portverbs pingpong`: `ibv_rc_pingpong`.
+//! * `portverbs rping`: librdmacm's `rping`, connected through the connection manager.
+//! * `portverbs cmtime`: librdmacm's `cmtime`, the connection-setup benchmark.
 //!
 //! `perf` and `pingpong` run one end of the connection, as the C tools do — a client with a
 //! HOST/SERVERNAME, a server without one on a device other processes can reach (UDP-bound,
@@ -53,6 +55,10 @@ enum Command {
     Perf(perf::PerfArgs),
     // `portverbs pingpong`.
     Pingpong(pingpong::PingpongArgs),
+    // `portverbs rping`.
+    Rping(rping::RpingArgs),
+    // `portverbs cmtime`.
+    Cmtime(cmtime::CmtimeArgs),
 }
 
 fn print(text: &str) -> Result<(), CliError> {
@@ -79,6 +85,8 @@ fn main() -> ExitCode {
         Command::Devices(args) => devices::run(args).and_then(|t| print(&t)),
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) => pingpong::run(args).and_then(|t| print(&t)),
+        Command::Rping(args) => rping::run(args),
+        Command::Cmtime(args) => cmtime::run(args).and_then(|t| print(&t)),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -223,3 +223,71 @@ fn perf_write_bw_server_and_client_in_two_processes() {
     // perftest's server prints the client's row.
     assert_eq!(c, s, "{cout}\n{sout}");
 }
+
+/// rping (issue 17): a server process and a client process on UDP-bound devices, connected by
+/// the connection manager; the client validates every ping (-V) and both print rping's lines.
+#[cfg(target_os = "linux")]
+#[test]
+fn rping_server_and_client_in_two_processes() {
+    let [server_ip, client_ip] = udp_pair(90);
+    let p = free_port().to_string();
+    let server = spawn(
+        &["rping", "-s", "-a", &server_ip, "-p", &p, "-v", "-S", "100"],
+        &[("PORTVERBS_UDP", server_ip.as_str())],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let client = spawn(
+        &[
+            "rping", "-c", "-a", &server_ip, "-p", &p, "-v", "-V", "-S", "100", "-C", "5",
+        ],
+        &[("PORTVERBS_UDP", client_ip.as_str())],
+    );
+    let (ccode, cout, cerr) = finish(client);
+    let mut server = server;
+    if ccode != Some(0) {
+        // A server whose client failed would wait for another one.
+        let _ = server.kill();
+    }
+    let (scode, sout, serr) = finish(server);
+    assert_eq!(ccode, Some(0), "{cout}\n{cerr}");
+    assert_eq!(scode, Some(0), "{sout}\n{serr}");
+    for (out, prefix) in [(&cout, "ping data: "), (&sout, "server ping data: ")] {
+        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(prefix)).collect();
+        assert_eq!(lines.len(), 5, "{out}");
+        for (n, line) in lines.iter().enumerate() {
+            let text = &line[prefix.len()..];
+            assert!(text.starts_with(&format!("rdma-ping-{n}: ")), "{line}");
+            assert_eq!(text.len(), 99, "the 100-byte ping less its NUL: {line}");
+        }
+    }
+    assert!(serr.contains("server DISCONNECT EVENT..."), "{serr}");
+}
+
+/// A client whose server does not exist: the CM's REJ (invalid service ID: nobody listens on
+/// the port) ends the run with rping's words and a failure exit.
+#[cfg(target_os = "linux")]
+#[test]
+fn rping_to_a_port_nobody_listens_on_is_rejected() {
+    let [server_ip, client_ip] = udp_pair(91);
+    // A server process for the address, listening on another port.
+    let p = free_port().to_string();
+    let server = spawn(
+        &["rping", "-s", "-a", &server_ip, "-p", &p],
+        &[("PORTVERBS_UDP", server_ip.as_str())],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let other = (p.parse::<u16>().unwrap() ^ 1).to_string();
+    let client = spawn(
+        &["rping", "-c", "-a", &server_ip, "-p", &other, "-C", "1"],
+        &[("PORTVERBS_UDP", client_ip.as_str())],
+    );
+    let (ccode, _, cerr) = finish(client);
+    assert_eq!(ccode, Some(1), "{cerr}");
+    assert!(
+        cerr.contains("cma event RDMA_CM_EVENT_REJECTED, error 8"),
+        "{cerr}"
+    );
+    let mut server = server;
+    let _ = server.kill();
+    let _ = server.wait();
+}

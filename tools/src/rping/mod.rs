@@ -1,16 +1,404 @@
-//! `portverbs rping`: librdmacm's rping, whose ping loop ([`engine`]) runs over a connected RC
-//! QP and whose buffers follow rping's own formats ([`proto`]), so either end can be the C
-//! tool once the connection manager connects them.
-
-// The ping loop is wired to the `rping` subcommand with the connection manager's Connector
-// and Listener (cm-core); until then its tests connect the QPs out of band.
-#![allow(
-    dead_code,
-    reason = "wired to the CLI with the CM's Listener and Connector"
-)]
+//! `portverbs rping`: librdmacm's rping. The connection manager (`portverbs::cm`)
+//! connects an RC QP — the server listens on `-a`'s address and port `-p` (7174), the
+//! client resolves and connects to it — and the ping loop ([`engine`]) runs over it with
+//! rping's own buffer formats ([`proto`]), so either end can be the C tool: a Portverbs
+//! server under `rping -c`, a Portverbs client against `rping -s`.
+//!
+//! Modes, as the other subcommands have them: `-s` a server, `-c` a client; with neither, on
+//! a device of the embedded in-process fabric, both ends in this process (a server thread on
+//! another device) and the client's lines printed.
 
 pub(crate) mod engine;
 pub(crate) mod proto;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use portverbs::AnyDevice;
+use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
+use portverbs::prelude::*;
+
+use crate::error::{CliError, Context as _};
+use crate::verbs;
+use engine::{CAPS, Link, Rping, Step};
+
+/// rping's flags.
+#[derive(Debug, Clone, clap::Args)]
+#[command(
+    disable_version_flag = true,
+    about = "rping (librdmacm's example): RC pings connected through the connection manager",
+    long_about = "rping (librdmacm's example), with its flags and output: a client \
+advertises a buffer, the server RDMA READs it, the client advertises its sink, the server \
+RDMA WRITEs the ping back. The connection is made by Portverbs' connection manager (IB CM \
+over QP1, rdma_cm addressing on the RDMA_PS_TCP port space), so either end can be rping \
+itself.\n\nWith -s: a server on -a's address (any address of the device without -a). With \
+-c: a client of the server at -a. With neither, on a device of the embedded in-process \
+fabric: both ends in this process."
+)]
+pub(crate) struct RpingArgs {
+    /// Server side
+    #[arg(short = 's', conflicts_with = "client")]
+    server: bool,
+    /// Client side
+    #[arg(short = 'c')]
+    client: bool,
+    /// Address: the server's to bind (default: any of the device), the client's to connect to
+    #[arg(short = 'a', value_name = "ADDR")]
+    addr: Option<IpAddr>,
+    /// Source address the client binds to (picks the device)
+    #[arg(short = 'I', value_name = "ADDR")]
+    source: Option<IpAddr>,
+    /// Port
+    #[arg(short = 'p', default_value_t = proto::DEFAULT_PORT)]
+    port: u16,
+    /// Ping data size
+    #[arg(short = 'S', default_value_t = proto::DEFAULT_SIZE)]
+    size: usize,
+    /// Ping count (0: until interrupted)
+    #[arg(short = 'C', default_value_t = 0)]
+    count: u64,
+    /// Display ping data to stdout
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// Validate ping data
+    #[arg(short = 'V')]
+    validate: bool,
+    /// Debug output: the CM events, on stderr
+    #[arg(short = 'd')]
+    debug: bool,
+    /// Persistent server: after a client leaves, wait for the next one (one at a time)
+    #[arg(short = 'P')]
+    persistent: bool,
+    /// Self-created QP: accepted for rping's command lines; Portverbs always creates the QP
+    /// itself and the CM moves it through INIT, RTR and RTS, so nothing changes on the wire
+    #[arg(short = 'q')]
+    self_create_qp: bool,
+    /// Device (default: the one that owns the address)
+    #[arg(long = "ib-dev", value_name = "DEV")]
+    device: Option<String>,
+}
+
+/// One side's verbs objects and CM endpoint.
+struct Conn {
+    rping: Rping,
+    cq: Cq,
+    qp: Qp,
+}
+
+fn make_side(ctx: &Context, size: usize, client: bool) -> Result<Conn, CliError> {
+    let pd = ctx.alloc_pd_blocking().ctx("ibv_alloc_pd failed")?;
+    let cq = ctx
+        .create_cq_blocking(CqInit {
+            entries: 2 * CAPS.max_send_wr,
+            ..CqInit::default()
+        })
+        .ctx("ibv_create_cq failed")?;
+    let qp = pd
+        .create_qp_blocking(QpInit {
+            caps: CAPS,
+            ..QpInit::new(QpType::Rc, &cq)
+        })
+        .ctx("rdma_create_qp")?;
+    // INIT with rdma_cm's access for RC (remote READ and WRITE: the server reads the
+    // client's source and writes its sink), so that the receive is posted before the peer's
+    // first SEND can arrive; the CM takes the QP on from INIT.
+    let opts = ConnectOptions {
+        port: 1,
+        access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+        ..ConnectOptions::default()
+    };
+    verbs::init(&qp, &opts)?;
+    let rping = Rping::new(&pd, qp.clone(), size, client)?;
+    rping.post_recv()?;
+    Ok(Conn { rping, cq, qp })
+}
+
+/// The device's RoCEv2 address: the IP of its port 1's first GID.
+fn device_ip(ctx: &Context) -> Result<IpAddr, CliError> {
+    let table = ctx
+        .gid_table_blocking(1)
+        .ctx(format_args!("reading the GID table of {}", ctx.name()))?;
+    table
+        .first()
+        .map(|(_, e)| e.gid.to_ip())
+        .ok_or_else(|| CliError::Failed(format!("{} has no GID on port 1", ctx.name())))
+}
+
+/// The device whose port 1 has `ip`'s GID.
+fn device_of(ip: IpAddr) -> Option<AnyDevice> {
+    let gid = Gid::from_ip(ip);
+    portverbs::devices().into_iter().find(|d| {
+        portverbs::open(d.clone())
+            .ok()
+            .and_then(|ctx| ctx.gid_table_blocking(1).ok())
+            .is_some_and(|t| t.iter().any(|(_, e)| e.gid == gid))
+    })
+}
+
+/// The first device other processes can reach (UDP-bound, VFIO), else the first device.
+fn reachable_device() -> Result<AnyDevice, CliError> {
+    let all = portverbs::devices();
+    all.iter()
+        .find(|d| !verbs::in_process(d))
+        .or_else(|| all.first())
+        .cloned()
+        .ok_or_else(|| CliError::Failed("No IB devices found".into()))
+}
+
+/// Opens the CM on `dev`.
+fn cm_device(dev: AnyDevice) -> Result<CmDevice<AnyDevice>, CliError> {
+    let ctx = verbs::open(dev)?;
+    let ip = device_ip(&ctx)?;
+    CmDevice::open_blocking(&ctx, ip).ctx(format_args!("opening the CM on {}", ctx.name()))
+}
+
+/// rping's words for a failed connect.
+fn connect_error(e: ServiceError) -> CliError {
+    match e {
+        ServiceError::Rejected { reason, .. } => CliError::Failed(format!(
+            "cma event RDMA_CM_EVENT_REJECTED, error {}",
+            reason.to_u16()
+        )),
+        ServiceError::Unreachable => {
+            CliError::Failed("cma event RDMA_CM_EVENT_UNREACHABLE, error -110".into())
+        }
+        other => CliError::Failed(format!("rdma_connect: {other}")),
+    }
+}
+
+/// Completions of the QP's CQ, and the disconnect from the CM.
+struct CmLink<'a> {
+    cq: &'a Cq,
+    conn: &'a Connector<AnyDevice>,
+    idle: u32,
+}
+
+impl Link for CmLink<'_> {
+    fn next(&mut self) -> Result<Step, CliError> {
+        loop {
+            let mut wc = [WorkCompletion::default()];
+            let n = self
+                .cq
+                .poll(&mut wc)
+                .map_err(|e| CliError::Failed(format!("ibv_poll_cq: {e}")))?;
+            if n == 1 {
+                self.idle = 0;
+                return Ok(Step::Completion(wc[0]));
+            }
+            match self.conn.notify_disconnect_blocking(Some(Duration::ZERO)) {
+                Ok(()) => return Ok(Step::Disconnected),
+                Err(ServiceError::TimedOut) => {}
+                Err(e) => return Err(CliError::Failed(format!("rdma_get_cm_event: {e}"))),
+            }
+            // Spin a little, then let the other threads (and a guest's vCPUs) run.
+            self.idle += 1;
+            if self.idle > 64 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+fn debug(on: bool, what: impl std::fmt::Display) {
+    if on {
+        eprintln!("{what}");
+    }
+}
+
+/// The server: listens, and serves one client (every client in turn with `-P`).
+/// `listening` is called once the listener is up; a request is awaited for
+/// `wait_for_client` (None: as long as it takes, as rping does).
+fn serve(
+    args: &RpingArgs,
+    cm: &CmDevice<AnyDevice>,
+    wait_for_client: Option<Duration>,
+    listening: &dyn Fn(),
+    out: &mut dyn std::io::Write,
+) -> Result<(), CliError> {
+    let ip = args.addr.unwrap_or(if cm.local_ip().is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+    });
+    let mut listener = Listener::bind(cm, SocketAddr::new(ip, args.port)).ctx("rdma_bind_addr")?;
+    listener.listen(3).ctx("rdma_listen")?;
+    listening();
+    debug(
+        args.debug,
+        format_args!("rdma_listen on {}", listener.local_addr()),
+    );
+    loop {
+        let req = listener
+            .get_request_blocking(wait_for_client)
+            .ctx("waiting for a connection request")?;
+        debug(
+            args.debug,
+            format_args!(
+                "cma_event type RDMA_CM_EVENT_CONNECT_REQUEST from {}",
+                req.remote_addr()
+            ),
+        );
+        let side = make_side(cm.context(), args.size, false)?;
+        let conn = req
+            .accept_blocking(&side.qp, &ConnParam::default())
+            .map_err(connect_error)?;
+        debug(args.debug, "cma_event type RDMA_CM_EVENT_ESTABLISHED");
+        let mut link = CmLink {
+            cq: &side.cq,
+            conn: &conn,
+            idle: 0,
+        };
+        let served = side.rping.serve(&mut link, args.verbose, out);
+        eprintln!("server DISCONNECT EVENT...");
+        // rping disconnects its side too; the peer's DREQ may have ended it already.
+        if let Err(e) = conn.disconnect(&side.qp) {
+            debug(
+                args.debug,
+                format_args!("rdma_disconnect: {e} (CM state {:?})", conn.cm_state()),
+            );
+        }
+        served?;
+        if !args.persistent {
+            return Ok(());
+        }
+    }
+}
+
+/// The client: resolves, connects, pings, disconnects.
+fn ping(
+    args: &RpingArgs,
+    cm: &CmDevice<AnyDevice>,
+    dst: IpAddr,
+    out: &mut dyn std::io::Write,
+) -> Result<u64, CliError> {
+    let mut conn = Connector::new(cm).ctx("rdma_create_id")?;
+    conn.resolve_blocking(SocketAddr::new(dst, args.port))
+        .ctx("rdma_resolve_addr")?;
+    debug(args.debug, "cma_event type RDMA_CM_EVENT_ADDR_RESOLVED");
+    debug(args.debug, "cma_event type RDMA_CM_EVENT_ROUTE_RESOLVED");
+    let side = make_side(cm.context(), args.size, true)?;
+    conn.connect_blocking(&side.qp, &ConnParam::default())
+        .map_err(connect_error)?;
+    debug(args.debug, "cma_event type RDMA_CM_EVENT_ESTABLISHED");
+    let mut link = CmLink {
+        cq: &side.cq,
+        conn: &conn,
+        idle: 0,
+    };
+    let pinged = side
+        .rping
+        .ping(&mut link, args.count, args.verbose, args.validate, out);
+    let _ = conn.disconnect(&side.qp);
+    // The end of our disconnect: the server's DREP. rping's client does not wait for it (its
+    // kernel's CM retries the DREQ after the process is gone); this layer has no thread
+    // that outlives the process, so it lingers a little for the DREP.
+    match conn.notify_disconnect_blocking(Some(Duration::from_secs(2))) {
+        Ok(()) => eprintln!("client DISCONNECT EVENT..."),
+        Err(e) => debug(
+            args.debug,
+            format_args!(
+                "no DISCONNECTED event: {e} (CM state {:?})",
+                conn.cm_state()
+            ),
+        ),
+    }
+    pinged
+}
+
+/// `portverbs rping`.
+pub(crate) fn run(args: &RpingArgs) -> Result<(), CliError> {
+    proto::check_size(args.size)?;
+    let mut stdout = std::io::stdout().lock();
+    let explicit = args
+        .device
+        .as_deref()
+        .map(|n| verbs::pick_device(Some(n)))
+        .transpose()?;
+    if args.server {
+        let dev = match (explicit, args.addr.filter(|a| !a.is_unspecified())) {
+            (Some(d), _) => d,
+            (None, Some(a)) => device_of(a).ok_or_else(|| {
+                CliError::usage(format_args!("rdma_bind_addr: no device has address {a}"))
+            })?,
+            (None, None) => reachable_device()?,
+        };
+        return serve(args, &cm_device(dev)?, None, &|| {}, &mut stdout);
+    }
+    let dst = args.addr;
+    let dev = match (explicit, args.source) {
+        (Some(d), _) => d,
+        (None, Some(src)) => device_of(src).ok_or_else(|| {
+            CliError::usage(format_args!(
+                "rdma_resolve_addr: no device has address {src}"
+            ))
+        })?,
+        // A destination of this process (a device of the embedded fabric): another device
+        // of it; any other destination: a device other processes can reach.
+        (None, None) => match dst.and_then(device_of) {
+            Some(theirs) => portverbs::devices()
+                .into_iter()
+                .find(|d| d.info().name != theirs.info().name)
+                .ok_or_else(|| CliError::Failed("No IB devices found".into()))?,
+            None => reachable_device()?,
+        },
+    };
+    if args.client {
+        let dst = dst.ok_or_else(|| CliError::usage("rping -c needs the server's address (-a)"))?;
+        ping(args, &cm_device(dev)?, dst, &mut stdout)?;
+        return Ok(());
+    }
+    if !verbs::in_process(&dev) {
+        return Err(CliError::usage(
+            "rping needs -s (server) or -c (client); both ends in one process only on the embedded fabric",
+        ));
+    }
+    in_process(args, dev, &mut stdout)
+}
+
+/// Both ends in this process: a server thread on another in-process device, the client on
+/// `dev`.
+fn in_process(
+    args: &RpingArgs,
+    dev: AnyDevice,
+    out: &mut dyn std::io::Write,
+) -> Result<(), CliError> {
+    let (client_dev, server_dev) = verbs::pick_devices(Some(&dev.info().name.clone()))?;
+    let server_cm = cm_device(server_dev)?;
+    let client_cm = cm_device(client_dev)?;
+    let server_ip = server_cm.local_ip();
+    let server_args = RpingArgs {
+        addr: Some(server_ip),
+        verbose: false,
+        persistent: false,
+        ..args.clone()
+    };
+    // The server says when it listens; if it fails first, its end of the channel goes away.
+    let (up, listening) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let server = s.spawn(move || {
+            // The client is this process: if it fails before connecting, the server gives up.
+            let wait = Some(Duration::from_secs(20));
+            let say = || {
+                let _ = up.send(());
+            };
+            serve(&server_args, &server_cm, wait, &say, &mut std::io::sink())
+        });
+        if listening.recv().is_err() {
+            return server
+                .join()
+                .map_err(|_| CliError::Failed("the server thread panicked".into()))?;
+        }
+        let pinged = ping(args, &client_cm, server_ip, out);
+        let served = server
+            .join()
+            .map_err(|_| CliError::Failed("the server thread panicked".into()))?;
+        CliError::merge(pinged, served).map(|_| ())
+    })?;
+    let _ = out.flush();
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {
