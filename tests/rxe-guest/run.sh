@@ -5,6 +5,8 @@
 #   tests/rxe-guest/run.sh          (as root: it makes a network namespace and a tap device)
 #
 # 1. Builds the CLI (the host side) and rxe-check (the capture check) in release mode.
+#    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V (connected by the
+#    CM), each with the guest as server and with Portverbs as server.
 # 2. Finds a Debian kernel with rdma_rxe (tests/guest-lib.sh: the one the VFIO guest test
 #    uses, fetched with apt-get download if none is installed).
 # 3. Fetches Debian's rdma-core, perftest and iproute2 packages (apt-get download, unpacked
@@ -18,9 +20,11 @@
 #    device udp0) against the guest's tool: the guest as server and Portverbs as client, then
 #    the other way round. Every run has a time limit; both sides' exit codes and outputs are
 #    checked (pingpong: the bytes and iterations lines with the right counts; ib_write_bw:
-#    the result row of 65536-byte messages), and every host run's capture
-#    (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, and tshark decodes every
-#    frame as InfiniBand over RoCEv2 with none malformed.
+#    the result row of 65536-byte messages; rping: one line per ping, in order), and every
+#    host run's capture (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, tshark
+#    decodes every frame as InfiniBand over RoCEv2 with none malformed, every MAD to QP1 is
+#    a CM MAD that tshark and portverbs-cm read alike, and an rping run's capture holds the
+#    connection's REQ, REP, RTU and DREQ (Linux's rdma_cm and ib_cm against Portverbs' CM).
 #
 # Needs root, qemu-system-x86, busybox-static, cpio, kmod, iproute2, tshark and apt-get (for
 # the packages). Output goes to $CARGO_TARGET_DIR/rxe-guest (default target/). Environment:
@@ -270,7 +274,10 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
         output_ok "$work/guest-$name.out" "$tool" "$size" "$iters" "$gcmd" ||
             { fail "$name" "the guest's tool printed no result for $size B x $iters"; ok=0; }
         if [[ -f $work/$name.pcap ]]; then
-            "$checker" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
+            # A CM-connected run's capture must hold the connection's MADs.
+            cm_flag=()
+            [[ $tool == rping ]] && cm_flag=(--cm)
+            "$checker" "${cm_flag[@]}" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
         else
             fail "$name" "no capture at $work/$name.pcap"
             ok=0
