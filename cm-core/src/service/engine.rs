@@ -26,8 +26,11 @@ use crate::{AgentConfig, CmAgent, CmEvent, CmId, CmOutput, CmState, OutMad, QpAc
 /// The longest a blocking wait sleeps before driving the device again.
 pub const MAX_SLEEP: Duration = Duration::from_millis(5);
 
-/// Receive buffers on QP1.
-const RECV_SLOTS: usize = 128;
+/// Receive buffers on QP1: as many as Linux's MAD layer keeps posted (512). A UD datagram
+/// that finds none is dropped, and a burst of CM messages (a client disconnecting hundreds of
+/// connections at once) is then recovered only by the sender's retransmissions, seconds
+/// later; with 128, 300 DREQs at once took 20 s to 60 s to settle.
+const RECV_SLOTS: usize = 512;
 /// Send buffers on QP1.
 const SEND_SLOTS: usize = 64;
 /// The GRH area in front of a UD receive.

@@ -98,10 +98,30 @@ fn listen(
             .ctx("rdma_accept")?;
         conns.push((conn, qp));
     }
-    for (conn, qp) in conns {
-        conn.notify_disconnect_blocking(wait)
-            .ctx("waiting for the client's disconnect")?;
-        let _ = conn.disconnect(&qp);
+    // Answer each DREQ as it arrives, in whatever order (cmtime's server does the same from
+    // its event channel): a listener that waited for them in connection order would leave
+    // the others unanswered, their DREQs retransmitted, and the storm would swamp QP1.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !conns.is_empty() {
+        let before = conns.len();
+        conns.retain(
+            |(conn, qp)| match conn.notify_disconnect_blocking(Some(Duration::ZERO)) {
+                Ok(()) => {
+                    let _ = conn.disconnect(qp);
+                    false
+                }
+                Err(_) => true,
+            },
+        );
+        if conns.len() == before {
+            if std::time::Instant::now() > deadline {
+                return Err(CliError::Failed(format!(
+                    "{} connections were never disconnected by the client",
+                    conns.len()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
     Ok(())
 }
