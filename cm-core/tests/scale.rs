@@ -139,7 +139,7 @@ fn ten_thousand_connections_stay_under_2_kib_each() {
 #[ignore = "a measurement: run with --release -- --ignored --nocapture"]
 fn many_connections_release() {
     // How the rate and the footprint grow from 1 000 to 100 000 connections held at once.
-    for n in [1_000usize, 10_000, 100_000] {
+    for n in [1_000u32, 10_000, 100_000] {
         let start = Instant::now();
         let per = run(n);
         let secs = start.elapsed().as_secs_f64();
@@ -147,7 +147,7 @@ fn many_connections_release() {
             "{n:>6} connections established, disconnected and destroyed in {secs:.3} s \
              ({:.0} connections/s, both agents on one core); CM state per connection: \
              active {} B, passive {} B",
-            n as f64 / secs,
+            f64::from(n) / secs,
             per[0],
             per[1]
         );
