@@ -24,7 +24,8 @@
 #    host run's capture (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, tshark
 #    decodes every frame as InfiniBand over RoCEv2 with none malformed, every MAD to QP1 is
 #    a CM MAD that tshark and portverbs-cm read alike, and an rping run's capture holds the
-#    connection's REQ, REP, RTU and DREQ (Linux's rdma_cm and ib_cm against Portverbs' CM).
+#    connection's REQ, REP, RTU, DREQ and DREP (Linux's rdma_cm and ib_cm against Portverbs'
+#    CM).
 #
 # Needs root, qemu-system-x86, busybox-static, cpio, kmod, iproute2, tshark and apt-get (for
 # the packages). Output goes to $CARGO_TARGET_DIR/rxe-guest (default target/). Environment:

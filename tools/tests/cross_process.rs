@@ -261,6 +261,10 @@ fn rping_server_and_client_in_two_processes() {
         }
     }
     assert!(serr.contains("server DISCONNECT EVENT..."), "{serr}");
+    assert!(
+        cerr.contains("client DISCONNECT EVENT..."),
+        "the DREP arrived: {cerr}"
+    );
 }
 
 /// A client whose server does not exist: the CM's REJ (invalid service ID: nobody listens on

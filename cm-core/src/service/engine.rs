@@ -278,6 +278,30 @@ impl<D: Device> CmDevice<D> {
         }
     }
 
+    /// Drives the device until every MAD it has queued or posted has left QP1 (each send
+    /// completed), or `timeout` passes; `Ok(true)` when everything left. This layer has no
+    /// thread, so a process about to exit calls it: a DREP or REJ its last call queued would
+    /// otherwise go with the process.
+    ///
+    /// # Errors
+    /// QP1 failed (the device is gone).
+    pub fn flush(&self, timeout: Duration) -> Result<bool, ServiceError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.progress()?;
+            {
+                let st = self.state();
+                if st.unsent.is_empty() && st.free_send.len() == SEND_SLOTS {
+                    return Ok(true);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
     /// QPs associated with a connection.
     pub fn associated_qps(&self) -> usize {
         lock(&self.shared.state).qps.len()

@@ -6,8 +6,8 @@
 //! over RoCEv2 with no malformed packet, and reads the same BTH opcodes in the same order;
 //! both hosts sent something. Every datagram to QP 1 is a CM MAD that our parser
 //! (`portverbs-cm`) reads, and tshark reads as the same CM attribute. With `--cm`, the
-//! capture must hold a connection's MADs: REQ, REP, RTU and DREQ. One line per capture says
-//! what it held; any failure names the capture and the frame, and the exit status is 1.
+//! capture must hold a connection's MADs: REQ, REP, RTU, DREQ and DREP. One line per capture
+//! says what it held; any failure names the capture and the frame, and the exit status is 1.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -121,7 +121,7 @@ fn check(path: &Path, need_cm: bool) -> Result<String, String> {
         *mads.entry(cm_name(*attr)).or_default() += 1;
     }
     if need_cm {
-        let missing: Vec<&str> = ["REQ", "REP", "RTU", "DREQ"]
+        let missing: Vec<&str> = ["REQ", "REP", "RTU", "DREQ", "DREP"]
             .into_iter()
             .filter(|m| !mads.contains_key(m))
             .collect();

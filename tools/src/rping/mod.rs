@@ -259,6 +259,11 @@ fn serve(
                 format_args!("rdma_disconnect: {e} (CM state {:?})", conn.cm_state()),
             );
         }
+        // The DREP must leave before this process does (the CM has no thread to send it).
+        drop(conn);
+        if !cm.flush(Duration::from_secs(1)).unwrap_or(false) {
+            debug(args.debug, "QP1 still had MADs to send after 1 s");
+        }
         served?;
         if !args.persistent {
             return Ok(());
@@ -303,6 +308,10 @@ fn ping(
                 conn.cm_state()
             ),
         ),
+    }
+    drop(conn);
+    if !cm.flush(Duration::from_secs(1)).unwrap_or(false) {
+        debug(args.debug, "QP1 still had MADs to send after 1 s");
     }
     pinged
 }
