@@ -124,3 +124,108 @@ fn the_readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
     notified?;
     Ok(())
 }
+
+/// Issue 18 item 5: the connection manager's calls as OVERLAPPED requests, as NetworkDirect's
+/// `IND2Connector` makes them. On soft1 an accept (get the request, accept on a QP) and on
+/// soft0 a connect (resolve, connect) are started with `Completions::start`; one thread
+/// sleeps on one completion port, hands the devices' doorbells back to them, and sees both
+/// OVERLAPPEDs complete; then a disconnect and the peer's notify-disconnect the same way.
+#[test]
+fn cm_connect_accept_and_disconnect_complete_overlapped_requests()
+-> Result<(), Box<dyn std::error::Error>> {
+    use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener};
+    use portverbs::windows::{CompletionPort, Overlapped};
+    use std::sync::Arc;
+
+    let (a, b) = (
+        portverbs::windows::open(portverbs::device("soft0").unwrap())?,
+        portverbs::windows::open(portverbs::device("soft1").unwrap())?,
+    );
+    let port = Arc::new(CompletionPort::new()?);
+    a.associate(port.clone(), 0xa)?;
+    b.associate(port.clone(), 0xb)?;
+    let ip = |ctx: &Context| -> Result<_, Box<dyn std::error::Error>> {
+        Ok(ctx.gid_table_blocking(1)?[0].1.gid.to_ip())
+    };
+    let cm_a = CmDevice::open_blocking(a.context(), ip(a.context())?)?;
+    let cm_b = CmDevice::open_blocking(b.context(), ip(b.context())?)?;
+    let qp = |ctx: &Context| -> Result<Qp, Box<dyn std::error::Error>> {
+        let cq = ctx.create_cq_blocking(CqInit {
+            entries: 8,
+            ..CqInit::default()
+        })?;
+        let pd = ctx.alloc_pd_blocking()?;
+        Ok(pd.create_qp_blocking(QpInit::new(QpType::Rc, &cq))?)
+    };
+    let (qp_a, qp_b) = (qp(a.context())?, qp(b.context())?);
+    let dst = std::net::SocketAddr::new(cm_b.local_ip(), 7471);
+    let mut listener = Listener::bind(&cm_b, dst)?;
+    listener.listen(1)?;
+
+    let (ov_accept, ov_connect) = (Overlapped::new(), Overlapped::new());
+    let qb = qp_b.clone();
+    let accept = b.start(&ov_accept, async move {
+        let req = listener.get_request().await?;
+        let data = req.private_data().to_vec();
+        let conn = req
+            .accept(
+                &qb,
+                &ConnParam {
+                    private_data: b"welcome".to_vec(),
+                    ..ConnParam::default()
+                },
+            )
+            .await?;
+        Ok::<_, portverbs::cm::service::ServiceError>((listener, conn, data))
+    })?;
+    let (cma, qa) = (cm_a.clone(), qp_a.clone());
+    let connect = a.start(&ov_connect, async move {
+        let mut conn = Connector::new(&cma)?;
+        conn.resolve(dst).await?;
+        let reply = conn
+            .connect(
+                &qa,
+                &ConnParam {
+                    private_data: b"hello".to_vec(),
+                    ..ConnParam::default()
+                },
+            )
+            .await?;
+        Ok::<_, portverbs::cm::service::ServiceError>((conn, reply))
+    })?;
+    // One thread, one port: doorbells go back to their device, requests complete.
+    let wait = |ovs: &[&Overlapped]| -> Result<(), Box<dyn std::error::Error>> {
+        let mut left: Vec<&Overlapped> = ovs.to_vec();
+        while !left.is_empty() {
+            let packet = port
+                .get(Some(Duration::from_secs(20)))?
+                .ok_or("no completion within 20 s")?;
+            if a.dispatch(&packet)? || b.dispatch(&packet)? {
+                continue;
+            }
+            left.retain(|ov| !ov.is(&packet));
+        }
+        Ok(())
+    };
+    wait(&[&ov_accept, &ov_connect])?;
+    let (_listener, passive, request_data) = accept.take().ok_or("accept finished")??;
+    let (active, reply) = connect.take().ok_or("connect finished")??;
+    // Private data comes in the MAD's whole area, zero-padded, as rdma_cm hands it over.
+    assert!(request_data.starts_with(b"hello\0"), "{request_data:?}");
+    assert!(reply.starts_with(b"welcome\0"), "{reply:?}");
+    assert_eq!(qp_a.state(), QpState::Rts);
+
+    // Disconnect on soft0; the peer's notify-disconnect completes as an OVERLAPPED request.
+    let ov_notify = Overlapped::new();
+    let notify = b.start(&ov_notify, async move {
+        passive.notify_disconnect().await?;
+        Ok::<_, portverbs::cm::service::ServiceError>(passive)
+    })?;
+    active.disconnect(&qp_a)?;
+    wait(&[&ov_notify])?;
+    let passive = notify.take().ok_or("notify finished")??;
+    assert_eq!(qp_a.state(), QpState::Err, "disconnect moved the QP to ERR");
+    let _ = passive.disconnect(&qp_b);
+    assert!(cm_a.flush(Duration::from_secs(5))? && cm_b.flush(Duration::from_secs(5))?);
+    Ok(())
+}

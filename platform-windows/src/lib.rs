@@ -23,6 +23,7 @@
 //! | destroy the CQ | `Cq::destroy` | pending requests complete with ND_CANCELED |
 //! | device removal | [`Completions::remove_device`], or a device failure | every request in flight completes with ND_DEVICE_REMOVED |
 //! | an async verb with an OVERLAPPED | [`Completions::start`] | ND_SUCCESS / ND_UNSUCCESSFUL; the typed result in [`Operation`] |
+//! | ND `IND2Connector::Connect` / `Accept` / `NotifyDisconnect`, `IND2Listener::GetConnectionRequest` | [`Completions::start`] with the connection manager's async calls (`portverbs::cm::service`: `Connector::connect`, `ConnectionRequest::accept`, `Connector::notify_disconnect`, `Listener::get_request`) moved into the future | the CM's progress rides on QP1's CQ events, which ring the device's doorbell like any other; `Connector::disconnect` returns at once (ND's `Disconnect` completes when the DREQ is sent) |
 //! | Rust `async` | [`block_on_port`], or any executor | wakers come from the raise itself; no reactor thread |
 //!
 //! Statuses map to typed errors with [`RequestError::check`] (from `OVERLAPPED.Internal`)
@@ -65,8 +66,11 @@
 //! turned into port packets by the doorbell, not by the kernel).
 //!
 //! ## What is missing
-//! * **Connection management** (ND `Connect`/`Accept`/`NotifyDisconnect`): `cm-core` does not
-//!   exist yet.
+//! * **A CM-specific OVERLAPPED surface.** The connection manager's calls become OVERLAPPED
+//!   requests through the generic [`Completions::start`] (tested in the facade's
+//!   `tests/windows.rs`: connect, accept, disconnect and notify-disconnect on one port and one
+//!   thread); there are no ND-named wrappers, and CM timers (retransmissions) run only while
+//!   something wakes the request, as everywhere in this thread-free layer.
 //! * **Hardware.** Only in-process devices (the soft device, the emulated ConnectX-3) run on
 //!   Windows; there is no VFIO on Windows. A Windows bring-up path for real hardware would
 //!   need, on paper:
