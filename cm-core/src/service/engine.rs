@@ -286,19 +286,14 @@ impl<D: Device> CmDevice<D> {
     /// # Errors
     /// QP1 failed (the device is gone).
     pub fn flush(&self, timeout: Duration) -> Result<bool, ServiceError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.progress()?;
-            {
-                let st = self.state();
-                if st.unsent.is_empty() && st.free_send.len() == SEND_SLOTS {
-                    return Ok(true);
-                }
-            }
-            if Instant::now() >= deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_micros(100));
+        // The wait every blocking call uses: on QP1's CQ, driving the device on each wake.
+        let sent = |st: &mut State<D>| {
+            (st.unsent.is_empty() && st.free_send.len() == SEND_SLOTS).then_some(())
+        };
+        match self.wait_blocking(Some(timeout), sent) {
+            Ok(()) => Ok(true),
+            Err(ServiceError::TimedOut) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
