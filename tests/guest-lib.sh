@@ -44,7 +44,7 @@ guest_find_kernel() {
     done
     local pkg
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-        awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+        awk '/Depends: linux-image-[0-9]/ && !found { print $2; found = 1 }')
     [[ -n $pkg ]] || die "apt-cache knows no linux-image-amd64; run apt-get update"
     echo "==> fetching $pkg (apt-get download + dpkg-deb -x, no install)"
     local t0 deb

@@ -133,7 +133,9 @@ if grep -q '^MISSING' "$work/libs.txt"; then
 fi
 # glibc loads libgcc_s at run time to unwind threads (pthread_exit, pthread_cancel: rping
 # ends its threads so); ldd cannot see it.
-libgcc=$(ldconfig -p 2>/dev/null | awk '/libgcc_s\.so\.1 .*x86-64/ { print $NF; exit }')
+# (awk reads to the end: leaving early would kill ldconfig with SIGPIPE, which pipefail
+# turns into a failure.)
+libgcc=$(ldconfig -p 2>/dev/null | awk '/libgcc_s\.so\.1 .*x86-64/ && !found { print $NF; found = 1 }')
 [[ -f $libgcc ]] || libgcc=/lib/x86_64-linux-gnu/libgcc_s.so.1
 [[ -f $libgcc ]] || die "no libgcc_s.so.1 on the host (apt-get install libgcc-s1)"
 echo "$libgcc" >>"$work/libs.txt"
