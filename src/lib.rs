@@ -101,9 +101,13 @@ pub use devices::{
 };
 pub use env::{EnvError, HardwareEnv, capture_env, hardware_env};
 pub use open::{context_options, open, platform_sinks};
-/// The connection manager: the IB CM over QP1 with rdma_cm's IP addressing
-/// ([`cm::service`]: `Listener`, `Connector`) and its sans-IO protocol core.
-pub use portverbs_cm as cm;
+/// The connection manager: the sans-IO protocol core (`portverbs-cm`) and, as
+/// [`cm::service`], the IB CM over QP1 with rdma_cm's IP addressing (`Listener`, `Connector`;
+/// crate `portverbs-cm-service`).
+pub mod cm {
+    pub use portverbs_cm::*;
+    pub use portverbs_cm_service as service;
+}
 pub use portverbs_hal as hal;
 pub use portverbs_mlx4 as mlx4;
 pub use portverbs_mlx4_model as mlx4_model;

@@ -53,9 +53,11 @@ fn allowed(name: &str) -> &'static [&'static str] {
     match name {
         "portverbs-hal" => &[],
         "portverbs-verbs" => &["portverbs-hal"],
-        // The CM core: a sans-IO agent on the HAL's types, and a service layer that drives it
-        // over QP1 through verbs-core; never a backend or a platform crate.
-        "portverbs-cm" => &["portverbs-hal", "portverbs-verbs"],
+        // The CM core: a sans-IO agent on the HAL's types (no I/O, no clock), and the
+        // service that drives it over QP1 through verbs-core; never a backend or a platform
+        // crate.
+        "portverbs-cm" => &["portverbs-hal"],
+        "portverbs-cm-service" => &["portverbs-hal", "portverbs-verbs", "portverbs-cm"],
         "portverbs-dma" | "portverbs-wire" => &["portverbs-hal"],
         "portverbs-transport" => &["portverbs-hal", "portverbs-dma", "portverbs-wire"],
         "portverbs-fabric" => &["portverbs-hal", "portverbs-transport"],

@@ -19,23 +19,23 @@
 //!   one ordered queue ([`CmAgent::poll_output`]). Every state change goes through one
 //!   funnel that traces `old => new` (IBA state names) at `tracing`'s trace level.
 //! * [`time`]: Linux's timeout arithmetic.
-//! * [`service`]: the CM for applications on top — the agent driven over a device's QP1
-//!   through verbs-core, rdma_cm's IP addressing and CMA header, and a `Listener` /
-//!   `Connector` API (async with blocking twins). It is the only part of the crate that does
-//!   I/O, and it does it only through verbs-core.
+//!
+//! The CM for applications — the agent driven over a device's QP1 through verbs-core, with
+//! rdma_cm's IP addressing and a `Listener` / `Connector` API — is the crate
+//! `portverbs-cm-service` (`cm-core/service`, `portverbs::cm::service` in the facade). It
+//! reads the clock and does the I/O; this crate does neither.
 //!
 //! What the agent and the codecs must never do: I/O of any kind (no sockets, no QP1, no
 //! device), spawn a thread, sleep, read a clock (time is an argument in nanoseconds), draw
 //! random numbers, touch a QP (QP transitions are data for the caller), panic on input from
-//! the wire, or use `unsafe`. The crate depends on `portverbs-hal` and `portverbs-verbs`
-//! only, never on a backend or a platform crate.
+//! the wire, or use `unsafe`. The crate depends on `portverbs-hal` only (for GIDs), never
+//! on verbs-core, a backend or a platform crate.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod agent;
 mod error;
-pub mod service;
 pub mod time;
 pub mod wire;
 

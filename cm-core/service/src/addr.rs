@@ -7,7 +7,7 @@ use portverbs_hal::Device;
 use portverbs_hal::Gid;
 use portverbs_verbs::Context;
 
-use super::ServiceError;
+use crate::ServiceError;
 
 /// The GID an IP address has on a RoCEv2 port.
 pub fn ip_to_gid(ip: IpAddr) -> Gid {

@@ -8,10 +8,12 @@ use std::time::Duration;
 use portverbs_hal::Device;
 use portverbs_verbs::Qp;
 
-use super::engine::{CmDevice, ListenState, Pending, State, release_qp};
-use super::{RdmaCmEvent, ServiceError, addr};
-use crate::wire::{CMA_HEADER_LEN, CmaHeader, PortSpace, REQ_PRIVATE_DATA, SidrStatus, service_id};
-use crate::{CmId, CmState, PathParams, SidrParams};
+use crate::engine::{CmDevice, ListenState, Pending, State, release_qp};
+use crate::{RdmaCmEvent, ServiceError, addr};
+use portverbs_cm::wire::{
+    CMA_HEADER_LEN, CmaHeader, PortSpace, REQ_PRIVATE_DATA, SidrStatus, service_id,
+};
+use portverbs_cm::{CmId, CmState, PathParams, SidrParams};
 use portverbs_hal::Gid;
 
 /// Private data after the CMA header in a REQ.
@@ -405,11 +407,11 @@ impl<D: Device> ConnectionRequest<D> {
             src_port: self.p.local.port(),
         };
         conn.dev.associate(conn.id, qp)?;
-        let p = crate::AcceptParams {
+        let p = portverbs_cm::AcceptParams {
             responder_resources: param.responder_resources.min(self.p.initiator_depth),
             initiator_depth: param.initiator_depth.min(self.p.responder_resources),
             rnr_retry_count: param.rnr_retry_count.min(7),
-            ..crate::AcceptParams::new(qp.qp_num(), conn.dev.psn(conn.id))
+            ..portverbs_cm::AcceptParams::new(qp.qp_num(), conn.dev.psn(conn.id))
         };
         let now = conn.dev.now();
         let mut st = conn.dev.state();
@@ -539,12 +541,12 @@ impl<D: Device> Connector<D> {
         pd[CMA_HEADER_LEN..].copy_from_slice(&param.private_data);
         self.dev.associate(self.id, qp)?;
         let path = PathParams::roce(self.dev.local_gid(), addr::ip_to_gid(dst.ip()));
-        let p = crate::ConnectParams {
+        let p = portverbs_cm::ConnectParams {
             responder_resources: param.responder_resources,
             initiator_depth: param.initiator_depth,
             retry_count: param.retry_count.min(7),
             rnr_retry_count: param.rnr_retry_count.min(7),
-            ..crate::ConnectParams::new(
+            ..portverbs_cm::ConnectParams::new(
                 service_id(PortSpace::Tcp, dst.port()),
                 qp.qp_num(),
                 self.dev.psn(self.id),

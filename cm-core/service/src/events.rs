@@ -1,6 +1,6 @@
 //! Events in librdmacm's vocabulary.
 
-use crate::wire::{RejReason, SidrStatus};
+use portverbs_cm::wire::{RejReason, SidrStatus};
 
 /// What happened to a connection endpoint, named after librdmacm's `RDMA_CM_EVENT_*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,7 +9,7 @@ pub enum RdmaCmEvent {
     AddrResolved,
     /// `ROUTE_RESOLVED`: the path to the destination is known (RoCE: immediate).
     RouteResolved,
-    /// `CONNECT_REQUEST`: a listener got a request (see [`super::Listener::get_request`]).
+    /// `CONNECT_REQUEST`: a listener got a request (see [`crate::Listener::get_request`]).
     ConnectRequest,
     /// `ESTABLISHED`: the connection is up; the REP's private data (active side) or the
     /// RTU's (passive side).

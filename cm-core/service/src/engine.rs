@@ -19,9 +19,11 @@ use portverbs_verbs::{
     WeakQp, WorkCompletion,
 };
 
-use super::{RdmaCmEvent, ServiceError, addr};
-use crate::wire::{CmaHeader, MAD_LEN};
-use crate::{AgentConfig, CmAgent, CmEvent, CmId, CmOutput, CmState, OutMad, QpAction, QpTarget};
+use crate::{RdmaCmEvent, ServiceError, addr};
+use portverbs_cm::wire::{CmaHeader, MAD_LEN};
+use portverbs_cm::{
+    AgentConfig, CmAgent, CmEvent, CmId, CmOutput, CmState, OutMad, QpAction, QpTarget,
+};
 
 /// The longest a blocking wait sleeps before driving the device again.
 pub const MAX_SLEEP: Duration = Duration::from_millis(5);
@@ -68,7 +70,7 @@ pub(super) struct ListenState {
     pub(super) bound: SocketAddr,
     pub(super) backlog: usize,
     pub(super) pending: VecDeque<Pending>,
-    /// `RDMA_PS_UDP` listeners: SIDR requests waiting for [`super::Listener::get_service_request`].
+    /// `RDMA_PS_UDP` listeners: SIDR requests waiting for [`crate::Listener::get_service_request`].
     pub(super) udp: bool,
     pub(super) sidr: VecDeque<CmId>,
 }
@@ -262,7 +264,7 @@ impl<D: Device> CmDevice<D> {
     }
 
     /// What the agent dropped, answered on its own, or retransmitted.
-    pub fn stats(&self) -> crate::AgentStats {
+    pub fn stats(&self) -> portverbs_cm::AgentStats {
         lock(&self.shared.state).agent.stats()
     }
 
@@ -826,7 +828,7 @@ pub(super) fn release_qp<D: Device>(st: &mut State<D>, id: CmId) {
 /// The passive side's checks on a REQ (facts §4.3): a CMA header of version 0 with IP
 /// version 4 or 6, whose destination matches the listener's bound address and family, a
 /// source address that is not unspecified or multicast, and room in the backlog.
-fn admit(l: &ListenState, r: &crate::ConnectRequest) -> Option<Pending> {
+fn admit(l: &ListenState, r: &portverbs_cm::ConnectRequest) -> Option<Pending> {
     let h = CmaHeader::parse(&r.private_data).ok()?;
     if l.pending.len() >= l.backlog {
         return None;
@@ -850,7 +852,7 @@ fn admit(l: &ListenState, r: &crate::ConnectRequest) -> Option<Pending> {
         id: r.listener,
         remote: SocketAddr::new(h.src, h.src_port),
         local: SocketAddr::new(h.dst, l.bound.port()),
-        private_data: r.private_data[crate::wire::CMA_HEADER_LEN..].to_vec(),
+        private_data: r.private_data[portverbs_cm::wire::CMA_HEADER_LEN..].to_vec(),
         responder_resources: r.responder_resources,
         initiator_depth: r.initiator_depth,
     })

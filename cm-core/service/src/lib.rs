@@ -1,5 +1,9 @@
-//! The CM for applications (issue 17 items 2–5): the sans-IO [`crate::CmAgent`] driven over
-//! a device's QP1, with rdma_cm's IP addressing and an application API.
+//! # Portverbs CM service
+//!
+//! The CM for applications (issue 17 items 2–5): the sans-IO
+//! [`CmAgent`](portverbs_cm::CmAgent) of `portverbs-cm` driven over a device's QP1, with
+//! rdma_cm's IP addressing and an application API. The protocol lives in the core; this
+//! crate adds what the core must not do: I/O through verbs-core and a monotonic clock.
 //!
 //! * [`CmDevice`]: one per opened [`Context`] (port 1) and local IP address. It owns QP1
 //!   ([`QpInit::gsi`]) with receive buffers posted, an address handle per peer GID, the
@@ -41,6 +45,9 @@
 //!
 //! What this layer must never do: spawn a thread, name a backend or platform crate, use
 //! `unsafe`, or leave a connection's QP associated after its endpoint is gone.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod addr;
 mod api;

@@ -4,8 +4,8 @@ use std::net::IpAddr;
 
 use thiserror::Error;
 
-use crate::CmError;
-use crate::wire::RejReason;
+use portverbs_cm::CmError;
+use portverbs_cm::wire::RejReason;
 
 /// Why a CM service call failed.
 #[derive(Debug, Error)]
@@ -16,7 +16,7 @@ pub enum ServiceError {
     Cm(#[from] CmError),
     /// The CMA header could not be written.
     #[error(transparent)]
-    Cma(#[from] crate::CmaError),
+    Cma(#[from] portverbs_cm::CmaError),
     /// A verbs call on QP1, its CQ, an address handle or the application's QP failed.
     #[error("{op}: {detail}")]
     Verbs {
@@ -48,7 +48,7 @@ pub enum ServiceError {
     NotUd(u32),
     /// The SIDR_REP refused (no listener, or the listener declined).
     #[error("service resolution refused: {0:?}")]
-    ServiceRejected(crate::wire::SidrStatus),
+    ServiceRejected(portverbs_cm::wire::SidrStatus),
     /// Only RC QPs are connected by this layer.
     #[error("QP {0:#x} is not an RC QP")]
     NotRc(u32),
