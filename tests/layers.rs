@@ -95,7 +95,7 @@ fn allowed(name: &str) -> &'static [&'static str] {
         ],
         // Platform crates implement the notification contract; they never name a backend.
         "portverbs-linux" | "portverbs-windows" => &["portverbs-hal", "portverbs-verbs"],
-        "portverbs-test-support" => &["portverbs-hal", "portverbs-soft"],
+        "portverbs-test-support" => &["portverbs-hal", "portverbs-soft", "portverbs-verbs"],
         // Only the facade, the CLI and the test programs know every crate.
         "portverbs" | "portverbs-cli" | "portverbs-vfio-guest" | "portverbs-rxe-guest" => &["*"],
         other => panic!("{other}: a new crate — add its place in the layers to this test"),

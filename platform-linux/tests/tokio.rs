@@ -153,12 +153,12 @@ async fn solicited_notify_ignores_unsolicited_receives() {
 
 #[tokio::test]
 async fn async_events_through_tokio() {
-    let Net {
+    let portverbs_test_support::verbs_net::Net {
         a,
         devs,
         b: _b,
         fabric: _fabric,
-    } = Net::threaded();
+    } = Net::threaded().into_inner();
     devs[0].set_port_active(1, false);
     let ev = timeout(PATIENCE, a.ctx.next_async_event())
         .await

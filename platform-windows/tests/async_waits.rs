@@ -40,7 +40,7 @@ fn the_notify_future_wakes_its_task_through_the_port() {
 #[test]
 fn a_channel_event_is_awaited_on_the_port() {
     let net = Net::threaded();
-    let chan = net.b.ctx().create_comp_channel().unwrap();
+    let chan = net.b.ctx.create_comp_channel().unwrap();
     let cq = net.b.cq(Some(&chan));
     let (qa, qb) = net.pair(&cq);
     cq.req_notify(false);
@@ -58,7 +58,7 @@ fn a_channel_event_is_awaited_on_the_port() {
 #[test]
 fn async_verbs_run_on_the_port_executor() {
     let net = Net::threaded();
-    let ctx = net.b.ctx().clone();
+    let ctx = net.b.ctx.clone();
     let (pd, _) = block_on_port(ctx.alloc_pd()).unwrap();
     let pd = pd.unwrap();
     let (mr, _) =

@@ -20,7 +20,7 @@ fn no_thread_is_created() {
     let before = thread_count().unwrap();
     let net = Net::stepped(21);
     let port = net.port_for_b();
-    let chan = net.b.ctx().create_comp_channel().unwrap();
+    let chan = net.b.ctx.create_comp_channel().unwrap();
     let (cq1, cq2) = (net.b.cq(None), net.b.cq(Some(&chan)));
     let (qa1, qb1, cqa1) = net.pair_with_cq(&cq1);
     let (qa2, qb2, cqa2) = net.pair_with_cq(&cq2);
@@ -30,7 +30,7 @@ fn no_thread_is_created() {
         "opening, associating, creating"
     );
 
-    let w = &net.b.win;
+    let w = &net.b.platform;
     let (ov_port, ov_event) = (
         Overlapped::new(),
         Overlapped::event_only(Arc::new(Event::new().unwrap())),

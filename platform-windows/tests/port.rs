@@ -22,7 +22,7 @@ fn many_requests_on_several_cqs_complete_to_one_port_on_one_thread() {
     let (qa1, qb1) = net.pair(&cq1);
     let (qa2, qb2) = net.pair(&cq2);
     let ovs: Vec<Overlapped> = (0..5).map(|_| Overlapped::new()).collect();
-    let w = &net.b.win;
+    let w = &net.b.platform;
     // Two "any" requests on cq1 (both complete at its next event), a solicited and an
     // errors-only one on cq2, and one more "any" on cq2 made after the solicited one.
     w.notify(&cq1, NotifyKind::Any, &ovs[0]).unwrap();
@@ -96,17 +96,17 @@ fn a_device_has_one_association() {
     let _port = net.port_for_b();
     let other = std::sync::Arc::new(portverbs_windows::CompletionPort::new().unwrap());
     assert!(matches!(
-        net.b.win.associate(other, KEY + 1),
+        net.b.platform.associate(other, KEY + 1),
         Err(RequestError::AlreadyAssociated)
     ));
-    assert_eq!(net.b.win.key(), Some(KEY));
+    assert_eq!(net.b.platform.key(), Some(KEY));
 }
 
 #[test]
 fn async_verbs_complete_to_the_port_with_their_typed_result() {
     let net = Net::stepped(3);
     let port = net.port_for_b();
-    let w = &net.b.win;
+    let w = &net.b.platform;
     let (ok_ov, bad_ov) = (Overlapped::new(), Overlapped::new());
     let ctx = w.context().clone();
     let pd = w
@@ -161,7 +161,7 @@ fn later(value: u32) -> impl std::future::Future<Output = Result<u32, std::io::E
 fn a_pending_operation_is_polled_again_when_its_waker_rings_the_doorbell() {
     let net = Net::stepped(4);
     let port = net.port_for_b();
-    let w = &net.b.win;
+    let w = &net.b.platform;
     let (ov, cancelled) = (Overlapped::new(), Overlapped::new());
     let op = w.start(&ov, later(5)).unwrap();
     let gone = w.start(&cancelled, later(6)).unwrap();

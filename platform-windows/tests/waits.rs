@@ -24,7 +24,7 @@ fn an_event_request_wakes_a_thread_in_get_overlapped_result() {
     let cq = net.b.cq(None);
     let (qa, qb) = net.pair(&cq);
     let ov = Overlapped::with_event(Arc::new(Event::new().unwrap()));
-    net.b.win.notify(&cq, NotifyKind::Any, &ov).unwrap();
+    net.b.platform.notify(&cq, NotifyKind::Any, &ov).unwrap();
     // Another thread of the application blocks in Win32 GetOverlappedResult(.., TRUE); this
     // one runs the port loop.
     let waiter = {
@@ -34,7 +34,7 @@ fn an_event_request_wakes_a_thread_in_get_overlapped_result() {
     net.b.post_recv(&qb, 1);
     send(&qa, 1, SendFlags::empty());
     net.settle();
-    let got = collect(&port, &net.b.win, 1);
+    let got = collect(&port, &net.b.platform, 1);
     assert_eq!(
         which(&got, &[&ov]),
         [0],
@@ -53,18 +53,18 @@ fn a_low_bit_event_is_signalled_and_never_reaches_the_port() {
     let ev = Arc::new(Event::new().unwrap());
     let ov = Overlapped::event_only(ev.clone());
     assert!(ov.is_event_only());
-    net.b.win.notify(&cq, NotifyKind::Any, &ov).unwrap();
+    net.b.platform.notify(&cq, NotifyKind::Any, &ov).unwrap();
     net.b.post_recv(&qb, 1);
     send(&qa, 1, SendFlags::empty());
     net.settle();
     // Driven by the doorbell event, as a program that waits on events does.
-    assert_eq!(net.b.win.wait_for(&ov, Some(PATIENCE)).unwrap(), 0);
+    assert_eq!(net.b.platform.wait_for(&ov, Some(PATIENCE)).unwrap(), 0);
     assert_eq!(
         ev.wait(Some(Duration::ZERO)).unwrap(),
         WaitOutcome::Signalled
     );
     // The port saw the doorbell only.
-    assert!(drain(&port, &net.b.win).is_empty());
+    assert!(drain(&port, &net.b.platform).is_empty());
     assert_eq!(ov.raw_status(), status::SUCCESS);
 }
 
@@ -78,7 +78,7 @@ fn an_apc_runs_on_the_requesting_thread_at_its_alertable_wait() {
     {
         let seen = seen.clone();
         net.b
-            .win
+            .platform
             .notify_apc(&cq, NotifyKind::Any, &ov, move |r| {
                 *seen.lock().unwrap() = Some((std::thread::current().id(), r.is_ok()));
             })
@@ -87,7 +87,7 @@ fn an_apc_runs_on_the_requesting_thread_at_its_alertable_wait() {
     net.b.post_recv(&qb, 1);
     send(&qa, 1, SendFlags::empty());
     net.settle();
-    net.b.win.progress().unwrap();
+    net.b.platform.progress().unwrap();
     assert_eq!(
         ov.raw_status(),
         status::SUCCESS,
@@ -111,7 +111,7 @@ fn an_alertable_wait_on_the_doorbell_runs_the_apc() {
     {
         let ran = ran.clone();
         net.b
-            .win
+            .platform
             .notify_apc(&cq, NotifyKind::Any, &ov, move |r| {
                 *ran.lock().unwrap() = r.is_ok();
             })
@@ -122,7 +122,7 @@ fn an_alertable_wait_on_the_doorbell_runs_the_apc() {
     net.settle();
     let mut outcomes = Vec::new();
     while !*ran.lock().unwrap() {
-        outcomes.push(net.b.win.wait(Some(PATIENCE), true).unwrap());
+        outcomes.push(net.b.platform.wait(Some(PATIENCE), true).unwrap());
         assert!(outcomes.len() < 10, "{outcomes:?}");
     }
     assert_eq!(outcomes.last(), Some(&WaitOutcome::Alerted), "{outcomes:?}");
@@ -135,7 +135,7 @@ fn cancel_completes_once_as_cancelled() {
     let cq = net.b.cq(None);
     let (qa, qb) = net.pair(&cq);
     let ov = Overlapped::new();
-    let w = &net.b.win;
+    let w = &net.b.platform;
     w.notify(&cq, NotifyKind::Any, &ov).unwrap();
     w.cancel(&ov).unwrap();
     let got = collect(&port, w, 1);
@@ -160,7 +160,7 @@ fn a_device_failure_completes_every_request_with_an_error() {
     let port = net.port_for_b();
     let (cq1, cq2) = (net.b.cq(None), net.b.cq(None));
     let ovs: Vec<Overlapped> = (0..3).map(|_| Overlapped::new()).collect();
-    let w = &net.b.win;
+    let w = &net.b.platform;
     w.notify(&cq1, NotifyKind::Any, &ovs[0]).unwrap();
     w.notify(&cq1, NotifyKind::Errors, &ovs[1]).unwrap();
     w.notify(&cq2, NotifyKind::Solicited, &ovs[2]).unwrap();
@@ -187,7 +187,7 @@ fn removing_the_device_completes_what_is_in_flight_and_refuses_the_rest() {
         Overlapped::with_event(Arc::new(Event::new().unwrap())),
         Overlapped::new(),
     );
-    let w = &net.b.win;
+    let w = &net.b.platform;
     w.notify(&cq, NotifyKind::Any, &ev_ov).unwrap();
     w.notify(&cq, NotifyKind::Errors, &port_ov).unwrap();
     w.remove_device();
@@ -213,8 +213,8 @@ fn closing_the_device_cancels_its_requests() {
     let cq = net.b.cq(None);
     let ev = Arc::new(Event::new().unwrap());
     let ov = Overlapped::with_event(ev.clone());
-    net.b.win.notify(&cq, NotifyKind::Any, &ov).unwrap();
-    let Net { b, .. } = net;
+    net.b.platform.notify(&cq, NotifyKind::Any, &ov).unwrap();
+    let portverbs_test_support::verbs_net::Net { b, .. } = net.into_inner();
     drop(b);
     assert_eq!(ev.wait(Some(PATIENCE)).unwrap(), WaitOutcome::Signalled);
     assert!(matches!(ov.result(), Some(Err(RequestError::Cancelled))));

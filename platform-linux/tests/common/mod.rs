@@ -1,103 +1,39 @@
-//! Two soft devices opened through `portverbs_linux`, and RC queue pairs between them.
+//! Two soft devices opened through `portverbs_linux`, and RC queue pairs between them (the
+//! shared set-up is `portverbs_test_support::verbs_net`).
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
+use std::ops::Deref;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use portverbs_soft::{DeviceConfig, Fabric, SoftDevice};
-use portverbs_verbs::{
-    AccessFlags, Buffer, CompletionChannel, ConnectOptions, Context, Cq, CqInit, Mr, Pd, Qp,
-    QpCaps, QpInit, QpType, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion,
-};
+use portverbs_soft::Fabric;
+use portverbs_test_support::verbs_net;
+use portverbs_verbs::{CompletionChannel, Cq, Qp, WorkCompletion};
 use rustix::event::{Timespec, epoll};
 
-pub type Dev = SoftDevice;
-
-/// A generous bound for anything that comes from the engine thread.
-pub const PATIENCE: Duration = Duration::from_secs(20);
-
-/// One opened device with a PD and 64 KiB registered.
-pub struct Node {
-    pub ctx: Context<Dev>,
-    pub pd: Pd<Dev>,
-    pub buf: Buffer,
-    pub mr: Mr<Dev>,
-}
-
-impl Node {
-    fn open(dev: &Dev) -> Self {
-        let ctx = portverbs_linux::open_blocking(dev.clone()).unwrap();
-        let pd = ctx.alloc_pd_blocking().unwrap();
-        let buf = ctx.alloc_buffer(1 << 16).unwrap();
-        let mr = pd
-            .reg_mr_blocking(&buf, 0..1 << 16, AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        Self { ctx, pd, buf, mr }
-    }
-
-    /// A CQ of 64 entries, on `chan` if given.
-    pub fn cq(&self, chan: Option<&CompletionChannel<Dev>>) -> Cq<Dev> {
-        self.ctx
-            .create_cq_blocking(CqInit {
-                entries: 64,
-                channel: chan,
-                ..CqInit::default()
-            })
-            .unwrap()
-    }
-
-    /// An RC QP in RESET with `cq` for both queues.
-    pub fn qp(&self, cq: &Cq<Dev>) -> Qp<Dev> {
-        self.pd
-            .create_qp_blocking(QpInit {
-                qp_type: QpType::Rc,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                caps: QpCaps {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 64,
-                },
-                sq_sig_all: false,
-                special: None,
-            })
-            .unwrap()
-    }
-
-    /// Posts a 64-byte receive.
-    pub fn post_recv(&self, qp: &Qp<Dev>, wr_id: u64) {
-        qp.post_recv(&[RecvWr {
-            wr_id,
-            sges: &[self.mr.sge(0, 64).expect("inside the MR")],
-        }])
-        .unwrap();
-    }
-}
+pub use verbs_net::{Dev, PATIENCE, send};
 
 /// Two devices (10.0.0.1, 10.0.0.2) on one fabric, both opened with eventfd sinks.
-pub struct Net {
-    pub a: Node,
-    pub b: Node,
-    pub devs: [Dev; 2],
-    pub fabric: Fabric,
+pub struct Net(verbs_net::Net<()>);
+
+impl Deref for Net {
+    type Target = verbs_net::Net<()>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Net {
+    /// The shared set-up itself, to take it apart by value.
+    pub fn into_inner(self) -> verbs_net::Net<()> {
+        self.0
+    }
+
     fn on(fabric: Fabric) -> Self {
-        let dev = |ip: &str| {
-            SoftDevice::attach(&fabric, DeviceConfig::with_ip(ip.parse().unwrap())).unwrap()
-        };
-        let devs = [dev("10.0.0.1"), dev("10.0.0.2")];
-        Self {
-            a: Node::open(&devs[0]),
-            b: Node::open(&devs[1]),
-            devs,
-            fabric,
-        }
+        Self(verbs_net::Net::on(fabric, |dev| {
+            ((), portverbs_linux::open_blocking(dev.clone()).unwrap())
+        }))
     }
 
     /// Free running: completions and interrupts come from the engine thread.
@@ -105,14 +41,9 @@ impl Net {
         Self::on(Fabric::threaded())
     }
 
-    /// Stepped on virtual time: nothing moves until [`Net::settle`].
+    /// Stepped on virtual time: nothing moves until `settle`.
     pub fn stepped(seed: u64) -> Self {
         Self::on(Fabric::stepped(seed))
-    }
-
-    /// Runs a stepped fabric until nothing is in flight.
-    pub fn settle(&self) {
-        self.fabric.run_until_idle().unwrap();
     }
 
     /// A connected RC pair: a CQ and a QP on each side, b's CQ on `chan_b` (if any).
@@ -127,25 +58,6 @@ impl Net {
         self.connect(&qa, &qb);
         (cq_a, cq_b, qa, qb)
     }
-
-    /// Brings `qa` (on a) and `qb` (on b) to RTS toward each other.
-    pub fn connect(&self, qa: &Qp<Dev>, qb: &Qp<Dev>) {
-        let opts = ConnectOptions::default();
-        let (ea, eb) = (
-            qa.endpoint_blocking(&opts).unwrap(),
-            qb.endpoint_blocking(&opts).unwrap(),
-        );
-        qa.connect_rc_blocking(&eb, &opts).unwrap();
-        qb.connect_rc_blocking(&ea, &opts).unwrap();
-    }
-}
-
-/// Posts a small inline SEND (unsignaled) with extra `flags`.
-pub fn send(qp: &Qp<Dev>, wr_id: u64, flags: SendFlags) {
-    qp.post_send(&[SendWr::new(wr_id, SendOp::Send)
-        .inline(b"portverbs")
-        .flags(flags)])
-        .unwrap();
 }
 
 /// Polls `cq` until `n` completions arrived (bounded by [`PATIENCE`]).

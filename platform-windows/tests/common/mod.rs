@@ -1,111 +1,45 @@
 //! Two soft devices, b opened through `portverbs_windows` (a associated with nothing), and
 //! RC queue pairs between them; helpers to drive one completion port.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use portverbs_soft::{DeviceConfig, Fabric, SoftDevice};
-use portverbs_verbs::{
-    AccessFlags, Buffer, CompletionChannel, ConnectOptions, Context, Cq, CqInit, Mr, Pd, Qp,
-    QpCaps, QpInit, QpType, RecvWr, SendFlags, SendOp, SendWr,
-};
+use portverbs_soft::Fabric;
+use portverbs_test_support::verbs_net;
+use portverbs_verbs::{Cq, Qp};
 use portverbs_windows::{CompletionPort, Completions, Overlapped, Packet};
 
-pub type Dev = SoftDevice;
-
-/// A generous bound for anything that comes from the engine thread.
-pub const PATIENCE: Duration = Duration::from_secs(20);
+pub use verbs_net::{Dev, PATIENCE, send};
 
 /// The completion key of device b on the test's port.
 pub const KEY: usize = 0xB0B;
 
-/// One opened device with a PD and 64 KiB registered.
-pub struct Node {
-    pub win: Completions<Dev>,
-    pub pd: Pd<Dev>,
-    pub buf: Buffer,
-    pub mr: Mr<Dev>,
-}
+/// Two devices (10.0.0.1, 10.0.0.2) on one fabric, both opened with the Windows layer; each
+/// node's `platform` is its [`Completions`].
+pub struct Net(verbs_net::Net<Completions<Dev>>);
 
-impl Node {
-    fn open(dev: &Dev) -> Self {
-        let win = portverbs_windows::open(dev.clone()).unwrap();
-        let pd = win.context().alloc_pd_blocking().unwrap();
-        let buf = win.context().alloc_buffer(1 << 16).unwrap();
-        let mr = pd
-            .reg_mr_blocking(&buf, 0..1 << 16, AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        Self { win, pd, buf, mr }
+impl Deref for Net {
+    type Target = verbs_net::Net<Completions<Dev>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
-
-    pub fn ctx(&self) -> &Context<Dev> {
-        self.win.context()
-    }
-
-    /// A CQ of 64 entries, on `chan` if given.
-    pub fn cq(&self, chan: Option<&CompletionChannel<Dev>>) -> Cq<Dev> {
-        self.ctx()
-            .create_cq_blocking(CqInit {
-                entries: 64,
-                channel: chan,
-                ..CqInit::default()
-            })
-            .unwrap()
-    }
-
-    /// An RC QP in RESET with `cq` for both queues.
-    pub fn qp(&self, cq: &Cq<Dev>) -> Qp<Dev> {
-        self.pd
-            .create_qp_blocking(QpInit {
-                qp_type: QpType::Rc,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                caps: QpCaps {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 64,
-                },
-                sq_sig_all: false,
-                special: None,
-            })
-            .unwrap()
-    }
-
-    /// Posts a 64-byte receive.
-    pub fn post_recv(&self, qp: &Qp<Dev>, wr_id: u64) {
-        qp.post_recv(&[RecvWr {
-            wr_id,
-            sges: &[self.mr.sge(0, 64).expect("inside the MR")],
-        }])
-        .unwrap();
-    }
-}
-
-/// Two devices (10.0.0.1, 10.0.0.2) on one fabric, both opened with the Windows layer.
-pub struct Net {
-    pub a: Node,
-    pub b: Node,
-    pub devs: [Dev; 2],
-    pub fabric: Fabric,
 }
 
 impl Net {
+    /// The shared set-up itself, to take it apart by value.
+    pub fn into_inner(self) -> verbs_net::Net<Completions<Dev>> {
+        self.0
+    }
+
     fn on(fabric: Fabric) -> Self {
-        let dev = |ip: &str| {
-            SoftDevice::attach(&fabric, DeviceConfig::with_ip(ip.parse().unwrap())).unwrap()
-        };
-        let devs = [dev("10.0.0.1"), dev("10.0.0.2")];
-        Self {
-            a: Node::open(&devs[0]),
-            b: Node::open(&devs[1]),
-            devs,
-            fabric,
-        }
+        Self(verbs_net::Net::on(fabric, |dev| {
+            let win = portverbs_windows::open(dev.clone()).unwrap();
+            let ctx = win.context().clone();
+            (win, ctx)
+        }))
     }
 
     /// Free running: completions and interrupts come from the engine thread.
@@ -113,14 +47,9 @@ impl Net {
         Self::on(Fabric::threaded())
     }
 
-    /// Stepped on virtual time: nothing moves until [`Net::settle`].
+    /// Stepped on virtual time: nothing moves until `settle`.
     pub fn stepped(seed: u64) -> Self {
         Self::on(Fabric::stepped(seed))
-    }
-
-    /// Runs a stepped fabric until nothing is in flight.
-    pub fn settle(&self) {
-        self.fabric.run_until_idle().unwrap();
     }
 
     /// A QP on a (own CQ) connected to a QP on b using `cq_b`. Returns `(qa, qb)`.
@@ -133,30 +62,16 @@ impl Net {
     pub fn pair_with_cq(&self, cq_b: &Cq<Dev>) -> (Qp<Dev>, Qp<Dev>, Cq<Dev>) {
         let cq_a = self.a.cq(None);
         let (qa, qb) = (self.a.qp(&cq_a), self.b.qp(cq_b));
-        let opts = ConnectOptions::default();
-        let (ea, eb) = (
-            qa.endpoint_blocking(&opts).unwrap(),
-            qb.endpoint_blocking(&opts).unwrap(),
-        );
-        qa.connect_rc_blocking(&eb, &opts).unwrap();
-        qb.connect_rc_blocking(&ea, &opts).unwrap();
+        self.connect(&qa, &qb);
         (qa, qb, cq_a)
     }
 
     /// Associates b with a fresh port under [`KEY`].
     pub fn port_for_b(&self) -> Arc<CompletionPort> {
         let port = Arc::new(CompletionPort::new().unwrap());
-        self.b.win.associate(port.clone(), KEY).unwrap();
+        self.b.platform.associate(port.clone(), KEY).unwrap();
         port
     }
-}
-
-/// Posts a small inline SEND (unsignaled) with extra `flags`.
-pub fn send(qp: &Qp<Dev>, wr_id: u64, flags: SendFlags) {
-    qp.post_send(&[SendWr::new(wr_id, SendOp::Send)
-        .inline(b"portverbs")
-        .flags(flags)])
-        .unwrap();
 }
 
 /// Runs the port loop on this thread until `want` packets that are not the doorbell were

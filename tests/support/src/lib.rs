@@ -5,7 +5,9 @@
 //! QP, CQ, event queue and registered buffer ([`HalPeer`]), the RESET → INIT → RTR → RTS
 //! bring-up with the IBTA masks of each transport ([`to_rts`]), and draining a CQ ([`drain`]).
 //!
-//! Tests that go through verbs-core use `tests/conformance`'s environment instead.
+//! For the platform crates' tests, which go through verbs-core with each OS's notification
+//! layer: two soft devices with RC pairs ([`verbs_net`]). Other tests that go through
+//! verbs-core use `tests/conformance`'s environment.
 //!
 //! What this crate must never do: be a dependency of anything but tests (it panics on every
 //! failure, which is what a test wants and a library must not do).
@@ -14,6 +16,7 @@
 
 mod peer;
 mod rts;
+pub mod verbs_net;
 
 pub use peer::{HalPeer, PEER_MR_LEN};
 pub use rts::{RtsParams, to_rts};
