@@ -70,6 +70,7 @@ mod conformance {
     mod errors_rc;
     mod events;
     mod gsi;
+    mod gsi_mixed;
     mod mr;
     mod mw;
     mod mw_access;

@@ -14,19 +14,20 @@ use super::env::{Backend, Env};
 use super::tx_util::*;
 
 /// A MAD: 256 bytes (IBA 13.4.1).
-const MAD: usize = 256;
+pub(super) const MAD: usize = 256;
 /// The 40-byte GRH area a UD receive starts with.
-const GRH: u64 = 40;
+pub(super) const GRH: u64 = 40;
 
-struct Gsi {
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    buf: Buffer,
-    mr: Mr,
+/// A device's QP1 with a CQ and 4 KiB of registered memory.
+pub(super) struct Gsi {
+    pub(super) pd: Pd,
+    pub(super) cq: Cq,
+    pub(super) qp: Qp,
+    pub(super) buf: Buffer,
+    pub(super) mr: Mr,
 }
 
-fn gsi(ctx: &Context) -> Result<Gsi, CreateQpError> {
+pub(super) fn gsi(ctx: &Context) -> Result<Gsi, CreateQpError> {
     let pd = ctx.alloc_pd_blocking().unwrap();
     let cq = ctx
         .create_cq_blocking(CqInit {
@@ -48,39 +49,57 @@ fn gsi(ctx: &Context) -> Result<Gsi, CreateQpError> {
     })
 }
 
-fn mad(seed: u8) -> Vec<u8> {
+pub(super) fn mad(seed: u8) -> Vec<u8> {
     (0..MAD).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
 }
 
-/// Sends a MAD from `from`'s QP1 to the QP1 of the device whose GID is `to_gid`, and checks
-/// it arrives at `to` intact from QP 1.
-fn mad_across(env: &Env, from: &Gsi, to: &Gsi, to_gid: Gid, seed: u8) {
+/// An address handle on `pd` toward the device whose GID is `gid`.
+pub(super) fn ah_to(pd: &Pd, gid: Gid) -> AddressHandle {
+    pd.create_ah_blocking(AddressVector {
+        dgid: gid,
+        is_global: true,
+        port_num: 1,
+        ..AddressVector::default()
+    })
+    .unwrap()
+}
+
+/// The UD destination of QP1 behind `ah`.
+pub(super) fn qp1(ah: &AddressHandle) -> UdDest<'_> {
+    UdDest {
+        av: ah.av(),
+        remote_qpn: SpecialQp::GSI_QPN,
+        remote_qkey: SpecialQp::GSI_QKEY,
+    }
+}
+
+/// Posts one MAD's receive (GRH area included) at the start of `to`'s buffer, as wr 7; then
+/// writes `data` at offset 1024 of `from`'s buffer and sends it from `from`'s QP1 to the QP1
+/// at `to_gid`, signaled, as wr 3. Returns the address handle to keep until the send is done.
+pub(super) fn post_mad(from: &Gsi, to: &Gsi, to_gid: Gid, data: &[u8]) -> AddressHandle {
     to.qp
         .post_recv(&[RecvWr {
             wr_id: 7,
             sges: &[to.mr.sge(0, GRH as usize + MAD).unwrap()],
         }])
         .unwrap();
-    let data = mad(seed);
-    from.buf.write(1024, &data).unwrap();
-    let ah = from
-        .pd
-        .create_ah_blocking(AddressVector {
-            dgid: to_gid,
-            is_global: true,
-            port_num: 1,
-            ..AddressVector::default()
-        })
-        .unwrap();
-    let dest = UdDest {
-        av: ah.av(),
-        remote_qpn: SpecialQp::GSI_QPN,
-        remote_qkey: SpecialQp::GSI_QKEY,
-    };
+    from.buf.write(1024, data).unwrap();
+    let ah = ah_to(&from.pd, to_gid);
     let sge = [from.mr.sge(1024, MAD).unwrap()];
     from.qp
-        .post_send(&[SendWr::new(3, SendOp::Send).sges(&sge).ud(dest).signaled()])
+        .post_send(&[SendWr::new(3, SendOp::Send)
+            .sges(&sge)
+            .ud(qp1(&ah))
+            .signaled()])
         .unwrap();
+    ah
+}
+
+/// Sends a MAD from `from`'s QP1 to the QP1 of the device whose GID is `to_gid`, and checks
+/// it arrives at `to` intact from QP 1.
+fn mad_across(env: &Env, from: &Gsi, to: &Gsi, to_gid: Gid, seed: u8) {
+    let data = mad(seed);
+    let _ah = post_mad(from, to, to_gid, &data);
     check_wc(
         &poll_one(env, &from.cq),
         3,
@@ -176,14 +195,7 @@ fn the_gsi_qkey_is_fixed(backend: Backend) {
         sges: &[a.mr.sge(0, GRH as usize + MAD).unwrap()],
     }])
     .unwrap();
-    let ah =
-        b.pd.create_ah_blocking(AddressVector {
-            dgid: Env::gid(env.a()),
-            is_global: true,
-            port_num: 1,
-            ..AddressVector::default()
-        })
-        .unwrap();
+    let ah = ah_to(&b.pd, Env::gid(env.a()));
     let data = mad(3);
     b.buf.write(0, &data).unwrap();
     let sge = [b.mr.sge(0, MAD).unwrap()];
@@ -193,9 +205,8 @@ fn the_gsi_qkey_is_fixed(backend: Backend) {
         (3, &b.qp, SpecialQp::GSI_QKEY),
     ] {
         let dest = UdDest {
-            av: ah.av(),
-            remote_qpn: 1,
             remote_qkey: qkey,
+            ..qp1(&ah)
         };
         from.post_send(&[SendWr::new(wr_id, SendOp::Send)
             .sges(&sge)
