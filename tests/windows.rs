@@ -9,6 +9,31 @@ use portverbs::prelude::*;
 use portverbs::verbs::WaitError;
 use portverbs::windows::port_sleeps;
 
+/// RC QPs on a's and b's CQs, connected to each other, with a 64-byte receive (wr 1) posted
+/// on b's. Returns both QPs and the receive's MR.
+fn receiving_pair(
+    a: (&Pd, &Cq),
+    b: (&Pd, &Cq),
+) -> Result<(Qp, Qp, Mr), Box<dyn std::error::Error>> {
+    let opts = ConnectOptions::default();
+    let qp_a = a.0.create_qp_blocking(QpInit::new(QpType::Rc, a.1))?;
+    let qp_b = b.0.create_qp_blocking(QpInit::new(QpType::Rc, b.1))?;
+    let (ep_a, ep_b) = (
+        qp_a.endpoint_blocking(&opts)?,
+        qp_b.endpoint_blocking(&opts)?,
+    );
+    qp_a.connect_rc_blocking(&ep_b, &opts)?;
+    qp_b.connect_rc_blocking(&ep_a, &opts)?;
+    let mr =
+        b.0.reg_vec_blocking(vec![0u8; 64], AccessFlags::LOCAL_WRITE)?;
+    let sges = [mr.sge(0, 64)?];
+    qp_b.post_recv(&[RecvWr {
+        wr_id: 1,
+        sges: &sges,
+    }])?;
+    Ok((qp_a, qp_b, mr))
+}
+
 #[test]
 fn a_channel_wait_sleeps_on_a_completion_port() -> Result<(), Box<dyn std::error::Error>> {
     let open = |name| portverbs::open(portverbs::device(name).expect("embedded device"));
@@ -19,7 +44,6 @@ fn a_channel_wait_sleeps_on_a_completion_port() -> Result<(), Box<dyn std::error
     assert!(matches!(idle, Err(WaitError::TimedOut)), "{idle:?}");
     assert!(port_sleeps() > before, "the wait slept on the port");
 
-    let opts = ConnectOptions::default();
     let cq_a = ctx_a.create_cq_blocking(CqInit {
         entries: 8,
         ..CqInit::default()
@@ -30,20 +54,7 @@ fn a_channel_wait_sleeps_on_a_completion_port() -> Result<(), Box<dyn std::error
         ..CqInit::default()
     })?;
     let (pd_a, pd_b) = (ctx_a.alloc_pd_blocking()?, ctx_b.alloc_pd_blocking()?);
-    let qp_a = pd_a.create_qp_blocking(QpInit::new(QpType::Rc, &cq_a))?;
-    let qp_b = pd_b.create_qp_blocking(QpInit::new(QpType::Rc, &cq_b))?;
-    let (ep_a, ep_b) = (
-        qp_a.endpoint_blocking(&opts)?,
-        qp_b.endpoint_blocking(&opts)?,
-    );
-    qp_a.connect_rc_blocking(&ep_b, &opts)?;
-    qp_b.connect_rc_blocking(&ep_a, &opts)?;
-    let mr = pd_b.reg_vec_blocking(vec![0u8; 64], AccessFlags::LOCAL_WRITE)?;
-    let sges = [mr.sge(0, 64)?];
-    qp_b.post_recv(&[RecvWr {
-        wr_id: 1,
-        sges: &sges,
-    }])?;
+    let (qp_a, _qp_b, _mr) = receiving_pair((&pd_a, &cq_a), (&pd_b, &cq_b))?;
     cq_b.req_notify(false);
     qp_a.post_send(&[SendWr::new(1, SendOp::Send).inline(b"iocp")])?;
     let got = chan.wait_cq_event(Some(Duration::from_secs(20)))?;
@@ -81,21 +92,7 @@ fn the_readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
         ctx_a.alloc_pd_blocking()?,
         win.context().alloc_pd_blocking()?,
     );
-    let qp_a = pd_a.create_qp_blocking(QpInit::new(QpType::Rc, &cq_a))?;
-    let qp_b = pd_b.create_qp_blocking(QpInit::new(QpType::Rc, &cq))?;
-    let opts = ConnectOptions::default();
-    let (ep_a, ep_b) = (
-        qp_a.endpoint_blocking(&opts)?,
-        qp_b.endpoint_blocking(&opts)?,
-    );
-    qp_a.connect_rc_blocking(&ep_b, &opts)?;
-    qp_b.connect_rc_blocking(&ep_a, &opts)?;
-    let mr = pd_b.reg_vec_blocking(vec![0u8; 64], AccessFlags::LOCAL_WRITE)?;
-    let sges = [mr.sge(0, 64)?];
-    qp_b.post_recv(&[RecvWr {
-        wr_id: 1,
-        sges: &sges,
-    }])?;
+    let (qp_a, qp_b, mr) = receiving_pair((&pd_a, &cq_a), (&pd_b, &cq))?;
     qp_a.post_send(&[SendWr::new(1, SendOp::Send).inline(b"iocp")])?;
 
     loop {
@@ -114,7 +111,7 @@ fn the_readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
     // Rust async: the task sleeps on a port, its waker is a packet.
     qp_b.post_recv(&[RecvWr {
         wr_id: 2,
-        sges: &sges,
+        sges: &[mr.sge(0, 64)?],
     }])?;
     let (notified, _) = portverbs::windows::block_on_port(async {
         let n = cq.notified(NotifyKind::Any);
