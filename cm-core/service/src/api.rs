@@ -291,10 +291,7 @@ impl<D: Device> ServiceRequest<D> {
 impl<D: Device> Drop for ServiceRequest<D> {
     fn drop(&mut self) {
         if let Some(dev) = self.dev.take() {
-            let now = dev.now();
-            let mut st = dev.state();
-            let _ = st.agent.destroy(now, self.id);
-            let _ = dev.drain(&mut st);
+            dev.destroy_endpoints(&mut dev.state(), [self.id]);
         }
     }
 }
@@ -312,18 +309,13 @@ pub struct UdService {
 
 impl<D: Device> Drop for Listener<D> {
     fn drop(&mut self) {
-        let now = self.dev.now();
         let mut st = self.dev.state();
-        if let Some(l) = st.listeners.remove(&self.id) {
-            for p in l.pending {
-                let _ = st.agent.destroy(now, p.id);
-            }
-            for id in l.sidr {
-                let _ = st.agent.destroy(now, id);
-            }
-        }
-        let _ = st.agent.destroy(now, self.id);
-        let _ = self.dev.drain(&mut st);
+        let (pending, sidr) = match st.listeners.remove(&self.id) {
+            Some(l) => (l.pending, l.sidr),
+            None => Default::default(),
+        };
+        let ids = pending.into_iter().map(|p| p.id).chain(sidr);
+        self.dev.destroy_endpoints(&mut st, ids.chain([self.id]));
     }
 }
 
@@ -442,11 +434,7 @@ impl<D: Device> ConnectionRequest<D> {
 impl<D: Device> Drop for ConnectionRequest<D> {
     fn drop(&mut self) {
         if let Some(dev) = self.dev.take() {
-            let now = dev.now();
-            let mut st = dev.state();
-            let _ = st.agent.destroy(now, self.p.id);
-            st.events.remove(&self.p.id);
-            let _ = dev.drain(&mut st);
+            dev.destroy_endpoints(&mut dev.state(), [self.p.id]);
         }
     }
 }
@@ -738,11 +726,6 @@ impl<D: Device> Connector<D> {
 
 impl<D: Device> Drop for Connector<D> {
     fn drop(&mut self) {
-        let now = self.dev.now();
-        let mut st = self.dev.state();
-        let _ = st.agent.destroy(now, self.id);
-        release_qp(&mut st, self.id);
-        st.events.remove(&self.id);
-        let _ = self.dev.drain(&mut st);
+        self.dev.destroy_endpoints(&mut self.dev.state(), [self.id]);
     }
 }

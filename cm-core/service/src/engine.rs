@@ -414,6 +414,19 @@ impl<D: Device> CmDevice<D> {
     }
 
     /// Acts on the agent's outputs in order; true when an application event was queued.
+    /// Destroys the endpoints `ids` in whatever state (the agent sends the REJ, DREQ or DREP
+    /// Linux would), forgets their QP associations and queued events, and acts on the agent's
+    /// outputs. For handles being dropped: nothing is reported, as a drop cannot report.
+    pub(super) fn destroy_endpoints(&self, st: &mut State<D>, ids: impl IntoIterator<Item = CmId>) {
+        let now = self.now();
+        for id in ids {
+            let _ = st.agent.destroy(now, id);
+            release_qp(st, id);
+            st.events.remove(&id);
+        }
+        let _ = self.drain(st);
+    }
+
     pub(super) fn drain(&self, st: &mut State<D>) -> Result<bool, ServiceError> {
         let mut woke = false;
         while let Some(out) = st.agent.poll_output() {
