@@ -413,7 +413,6 @@ impl<D: Device> CmDevice<D> {
         self.post_recv(slot)
     }
 
-    /// Acts on the agent's outputs in order; true when an application event was queued.
     /// Destroys the endpoints `ids` in whatever state (the agent sends the REJ, DREQ or DREP
     /// Linux would), forgets their QP associations and queued events, and acts on the agent's
     /// outputs. For handles being dropped: nothing is reported, as a drop cannot report.
@@ -427,6 +426,7 @@ impl<D: Device> CmDevice<D> {
         let _ = self.drain(st);
     }
 
+    /// Acts on the agent's outputs in order; true when an application event was queued.
     pub(super) fn drain(&self, st: &mut State<D>) -> Result<bool, ServiceError> {
         let mut woke = false;
         while let Some(out) = st.agent.poll_output() {
