@@ -65,6 +65,12 @@ impl Bar0 {
     fn reset(&self) {
         let _ = self.handle.try_with(|ctx| hw::reset(ctx, false));
         self.shared.cmd_timeout.store(false, Ordering::Release);
+        self.shared.hold_events.store(false, Ordering::Release);
+        self.shared
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.shared.corrupt_cqe.store(0, Ordering::Release);
         self.clear();
     }
@@ -97,7 +103,7 @@ impl Bar0 {
                 self.set_hcr(dword::OUT_PARAM_LO, v as u32);
             }
             self.set_hcr(dword::STATUS, w.completed(status).0);
-            if word & EVENT != 0 {
+            if word & EVENT != 0 && !self.shared.hold_completion(token, status, imm.unwrap_or(0)) {
                 ctx.node.hw.command_event(token, status, imm.unwrap_or(0));
             }
         });

@@ -239,6 +239,34 @@ impl Mlx4Model {
         self.inner.shared.cmd_timeout.store(on, Ordering::Release);
     }
 
+    /// Slow firmware: while on, a command posted in event mode runs and frees the HCR at
+    /// once, but its completion event waits until [`Mlx4Model::release_command_events`], as
+    /// real firmware takes its time. A driver must not wait for it inside work it owes
+    /// others (the CM's message processing, for one).
+    pub fn hold_command_events(&self, on: bool) {
+        self.inner.shared.hold_events.store(on, Ordering::Release);
+    }
+
+    /// Posts the command completions held by [`Mlx4Model::hold_command_events`], in order;
+    /// returns how many.
+    pub fn release_command_events(&self) -> usize {
+        let held = std::mem::take(
+            &mut *self
+                .inner
+                .shared
+                .held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let n = held.len();
+        let _ = self.inner.handle.try_with(|ctx| {
+            for (token, status, out) in held {
+                ctx.node.hw.command_event(token, status, out);
+            }
+        });
+        n
+    }
+
     /// The next command with `opcode` fails with `status` without running (the object it
     /// names is left as it was), as firmware refusing a command would. One at a time: a later
     /// call replaces an injection not yet consumed.

@@ -50,6 +50,10 @@ pub(crate) struct Shared {
     /// The next command with this opcode fails with this status without running:
     /// `FAIL_ARMED | opcode << 8 | status`, 0 for none.
     pub(crate) fail_command: AtomicU32,
+    /// Slow firmware: event-mode command completions wait in `held` (token, status,
+    /// out_param) until released.
+    pub(crate) hold_events: AtomicBool,
+    pub(crate) held: Mutex<Vec<(u16, u8, u64)>>,
     pub(crate) stats: Stats,
     /// MSI-X vector → sink.
     irqs: Mutex<Vec<Option<Arc<dyn InterruptSink>>>>,
@@ -63,9 +67,24 @@ impl Shared {
             cmd_timeout: AtomicBool::new(false),
             corrupt_cqe: AtomicU8::new(0),
             fail_command: AtomicU32::new(0),
+            hold_events: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
             stats: Stats::default(),
             irqs: Mutex::new(vec![None; vectors as usize]),
         }
+    }
+
+    /// Keeps an event-mode command's completion for later when slow firmware is injected;
+    /// false when it is to be posted now.
+    pub(crate) fn hold_completion(&self, token: u16, status: u8, out_param: u64) -> bool {
+        if !self.hold_events.load(Ordering::Acquire) {
+            return false;
+        }
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((token, status, out_param));
+        true
     }
 
     /// The injected status for a command with `opcode`, consumed; `None` when none is set for
