@@ -8,7 +8,7 @@ use std::time::Duration;
 use portverbs_hal::Device;
 use portverbs_verbs::Qp;
 
-use crate::engine::{CmDevice, ListenState, Pending, State, release_qp};
+use crate::engine::{CmDevice, ListenState, Pending, State};
 use crate::{RdmaCmEvent, ServiceError, addr};
 use portverbs_cm::wire::{
     CMA_HEADER_LEN, CmaHeader, PortSpace, REQ_PRIVATE_DATA, SidrStatus, service_id,
@@ -544,7 +544,7 @@ impl<D: Device> Connector<D> {
         let now = self.dev.now();
         let mut st = self.dev.state();
         if let Err(e) = st.agent.connect(now, self.id, &p, &pd) {
-            release_qp(&mut st, self.id);
+            self.dev.release_qp(&mut st, self.id);
             return Err(e.into());
         }
         self.dev.drain(&mut st)?;
@@ -584,12 +584,38 @@ impl<D: Device> Connector<D> {
     }
 
     /// Disconnects: DREQ (or DREP when the peer disconnected first), and `qp` goes to ERR so
-    /// every request still posted on it completes with a flush error. Returns at once;
-    /// [`Connector::notify_disconnect`] waits for the end.
+    /// every request still posted on it completes with a flush error. Returns once the QP is
+    /// in ERR (at once where the device's commands complete at once), without waiting for
+    /// the peer; [`Connector::notify_disconnect`] waits for the end.
     ///
     /// # Errors
     /// `qp` is not this connection's QP, or the connection is not up.
     pub fn disconnect(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
+        if self.start_disconnect(qp)? {
+            let id = self.id;
+            self.dev
+                .wait_blocking(None, |st| (!st.transition_pending(id)).then_some(()))?;
+        }
+        Ok(())
+    }
+
+    /// Async twin of [`Connector::disconnect`].
+    ///
+    /// # Errors
+    /// As [`Connector::disconnect`].
+    pub async fn disconnect_async(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
+        if self.start_disconnect(qp)? {
+            let id = self.id;
+            self.dev
+                .wait_async(|st| (!st.transition_pending(id)).then_some(()))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Sends the DREQ/DREP and starts the QP's move to ERR; true while the device has not
+    /// finished that move.
+    fn start_disconnect(&self, qp: &Qp<D>) -> Result<bool, ServiceError> {
         let now = self.dev.now();
         let mut st = self.dev.state();
         match st.qps.get(&qp.qp_num()) {
@@ -598,15 +624,7 @@ impl<D: Device> Connector<D> {
         }
         st.agent.disconnect(now, self.id, &[])?;
         self.dev.drain(&mut st)?;
-        Ok(())
-    }
-
-    /// Async twin of [`Connector::disconnect`] (it does not wait).
-    ///
-    /// # Errors
-    /// As [`Connector::disconnect`].
-    pub async fn disconnect_async(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
-        self.disconnect(qp)
+        Ok(st.transition_pending(self.id))
     }
 
     /// Waits for `RDMA_CM_EVENT_DISCONNECTED`: the peer's DREQ, or the end of ours.

@@ -7,8 +7,8 @@ use std::future::poll_fn;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Poll, Waker};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use portverbs_hal::Device;
@@ -19,6 +19,7 @@ use portverbs_verbs::{
     WeakQp, WorkCompletion,
 };
 
+use crate::transition::{self, Transition};
 use crate::{RdmaCmEvent, ServiceError, addr};
 use portverbs_cm::wire::{CmaHeader, MAD_LEN};
 use portverbs_cm::{
@@ -51,6 +52,9 @@ pub struct MadCounts {
     pub recv_errors: u64,
     /// Sends that completed in error.
     pub send_errors: u64,
+    /// QP transitions the device did not finish when the CM started them: each held the
+    /// agent's later outputs back until it was done (DESIGN §3 decision 6).
+    pub deferred_transitions: u64,
 }
 
 /// A connection request waiting in a listener's queue.
@@ -88,12 +92,25 @@ pub(super) struct State<D: Device> {
     pub(super) listeners: HashMap<CmId, ListenState>,
     free_send: Vec<usize>,
     unsent: VecDeque<OutMad>,
+    /// A QP transition the agent asked for that the device has not finished: the agent's
+    /// later outputs wait behind it ([`crate::transition`]).
+    gate: Option<Transition>,
+    /// Released QPs on their way to ERR; nothing waits for them.
+    background: Vec<Transition>,
+    deferred: u64,
     pub(super) next_port: u16,
     pub(super) removed: bool,
     mads_in: u64,
     mads_out: u64,
     recv_errors: u64,
     send_errors: u64,
+}
+
+impl<D: Device> State<D> {
+    /// Whether a QP transition for `id` is still in flight on the device.
+    pub(super) fn transition_pending(&self, id: CmId) -> bool {
+        self.gate.as_ref().is_some_and(|t| t.id == id)
+    }
 }
 
 impl<D: Device> fmt::Debug for State<D> {
@@ -118,6 +135,30 @@ struct Shared<D: Device> {
     state: Mutex<State<D>>,
     wakers: Mutex<Vec<Waker>>,
     wake_gen: AtomicU64,
+}
+
+impl<D: Device> Shared<D> {
+    /// Every async waiter re-drives the device.
+    fn wake_all(&self) {
+        self.wake_gen.fetch_add(1, Ordering::AcqRel);
+        let wakers = std::mem::take(&mut *lock(&self.wakers));
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
+
+/// The waker given to device commands the CM starts: their completion wakes the device's
+/// async waiters, whose next progress polls the command again. Blocking waiters poll it
+/// within [`MAX_SLEEP`].
+struct WakeWaiters<D: Device>(Weak<Shared<D>>);
+
+impl<D: Device> Wake for WakeWaiters<D> {
+    fn wake(self: Arc<Self>) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.wake_all();
+        }
+    }
 }
 
 /// The CM of one device port (port 1) for one local IP address. Cheap to clone; the
@@ -212,6 +253,9 @@ impl<D: Device> CmDevice<D> {
                     listeners: HashMap::new(),
                     free_send: (0..SEND_SLOTS).rev().collect(),
                     unsent: VecDeque::new(),
+                    gate: None,
+                    background: Vec::new(),
+                    deferred: 0,
                     next_port: 0xC000 | (nanos as u16 & 0x3FFF),
                     removed: false,
                     mads_in: 0,
@@ -277,6 +321,7 @@ impl<D: Device> CmDevice<D> {
             sent: st.mads_out,
             recv_errors: st.recv_errors,
             send_errors: st.send_errors,
+            deferred_transitions: st.deferred,
         }
     }
 
@@ -356,6 +401,7 @@ impl<D: Device> CmDevice<D> {
             st.agent.handle_timeout(now);
         }
         woke |= self.reap_dead(&mut st);
+        self.poll_background(&mut st);
         woke |= self.drain(&mut st)?;
         self.flush_unsent(&mut st)?;
         drop(st);
@@ -420,16 +466,29 @@ impl<D: Device> CmDevice<D> {
         let now = self.now();
         for id in ids {
             let _ = st.agent.destroy(now, id);
-            release_qp(st, id);
+            self.release_qp(st, id);
             st.events.remove(&id);
         }
         let _ = self.drain(st);
     }
 
     /// Acts on the agent's outputs in order; true when an application event was queued.
+    /// Outputs after a transition still in flight stay queued in the agent until it is done.
     pub(super) fn drain(&self, st: &mut State<D>) -> Result<bool, ServiceError> {
         let mut woke = false;
-        while let Some(out) = st.agent.poll_output() {
+        loop {
+            if let Some(mut t) = st.gate.take() {
+                match t.poll(&self.waker()) {
+                    Poll::Ready(r) => woke |= self.transition_done(st, t.id, r),
+                    Poll::Pending => {
+                        st.gate = Some(t);
+                        break;
+                    }
+                }
+            }
+            let Some(out) = st.agent.poll_output() else {
+                break;
+            };
             match out {
                 CmOutput::Send(m) => st.unsent.push_back(m),
                 CmOutput::Qp(a) => {
@@ -507,7 +566,8 @@ impl<D: Device> CmDevice<D> {
         Ok(())
     }
 
-    /// Applies a QP transition the agent asked for to the QP associated with its connection.
+    /// Starts the QP transition the agent asked for on the QP associated with its
+    /// connection; one the device does not finish at once becomes the gate.
     fn apply(&self, st: &mut State<D>, a: QpAction) {
         let Some((id, weak)) = st.qps.get(&a.qpn) else {
             return;
@@ -519,67 +579,86 @@ impl<D: Device> CmDevice<D> {
         let Some(qp) = weak.upgrade() else {
             return;
         };
-        let id = *id;
-        let result = match a.target {
-            QpTarget::Rtr(r) => {
-                let attr = QpAttr {
-                    qp_state: QpState::Rtr,
-                    path_mtu: portverbs_hal::types::Mtu::from_code(r.path_mtu)
-                        .unwrap_or(portverbs_hal::types::Mtu::Mtu1024),
-                    dest_qp_num: r.dest_qpn,
-                    rq_psn: r.rq_psn,
-                    max_dest_rd_atomic: r.max_dest_rd_atomic,
-                    min_rnr_timer: r.min_rnr_timer,
-                    ah_attr: AddressVector {
-                        dgid: r.dgid,
-                        is_global: true,
-                        sgid_index: self.shared.gid_index,
-                        flow_label: r.flow_label,
-                        hop_limit: r.hop_limit,
-                        traffic_class: r.traffic_class,
-                        sl: r.sl,
-                        port_num: 1,
-                        ..AddressVector::default()
-                    },
-                    ..QpAttr::default()
-                };
-                let mask = QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN
-                    | QpAttrMask::MAX_DEST_RD_ATOMIC
-                    | QpAttrMask::MIN_RNR_TIMER;
-                qp.modify_blocking(&attr, mask)
-            }
-            QpTarget::Rts(r) => {
-                let attr = QpAttr {
-                    qp_state: QpState::Rts,
-                    sq_psn: r.sq_psn,
-                    retry_cnt: r.retry_cnt,
-                    rnr_retry: r.rnr_retry,
-                    max_rd_atomic: r.max_rd_atomic,
-                    timeout: r.timeout,
-                    ..QpAttr::default()
-                };
-                let mask = QpAttrMask::STATE
-                    | QpAttrMask::SQ_PSN
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::MAX_QP_RD_ATOMIC
-                    | QpAttrMask::TIMEOUT;
-                qp.modify_blocking(&attr, mask)
-            }
-            QpTarget::Error => to_error(&qp),
+        let (attr, mask) = match a.target {
+            QpTarget::Rtr(r) => transition::rtr(&r, self.shared.gid_index),
+            QpTarget::Rts(r) => transition::rts(&r),
+            QpTarget::Error => match transition::error(&qp) {
+                Some(x) => x,
+                None => return,
+            },
         };
-        if let Err(e) = result {
-            tracing::debug!(?id, error = %e, "QP transition for the CM failed");
-            if let Some(q) = st.events.get_mut(&id) {
-                q.push_back(RdmaCmEvent::ConnectError {
-                    detail: e.to_string(),
-                });
+        let mut t = Transition::start(a.id, qp, attr, mask);
+        match t.poll(&self.waker()) {
+            Poll::Ready(r) => {
+                self.transition_done(st, a.id, r);
+            }
+            Poll::Pending => {
+                st.deferred += 1;
+                st.gate = Some(t);
             }
         }
+    }
+
+    /// A transition for `id` finished: a failure is the connection's CONNECT_ERROR. True
+    /// when an event was queued.
+    fn transition_done(
+        &self,
+        st: &mut State<D>,
+        id: CmId,
+        r: Result<(), portverbs_verbs::ModifyQpError>,
+    ) -> bool {
+        let Err(e) = r else {
+            return false;
+        };
+        tracing::debug!(?id, error = %e, "QP transition for the CM failed");
+        let Some(q) = st.events.get_mut(&id) else {
+            return false;
+        };
+        q.push_back(RdmaCmEvent::ConnectError {
+            detail: e.to_string(),
+        });
+        true
+    }
+
+    /// Polls the released QPs' moves to ERR.
+    fn poll_background(&self, st: &mut State<D>) {
+        if st.background.is_empty() {
+            return;
+        }
+        let waker = self.waker();
+        st.background.retain_mut(|t| match t.poll(&waker) {
+            Poll::Pending => true,
+            Poll::Ready(r) => {
+                if let Err(e) = r {
+                    tracing::debug!(qpn = t.qpn(), error = %e, "moving a released QP to ERR");
+                }
+                false
+            }
+        });
+    }
+
+    /// Ends the association of `id`'s QP: forgotten, and moved to ERR without waiting.
+    pub(super) fn release_qp(&self, st: &mut State<D>, id: CmId) {
+        let qpn = st
+            .qps
+            .iter()
+            .find(|(_, (owner, _))| *owner == id)
+            .map(|(qpn, _)| *qpn);
+        let Some(qp) = qpn
+            .and_then(|qpn| st.qps.remove(&qpn))
+            .and_then(|(_, weak)| weak.upgrade())
+        else {
+            return;
+        };
+        if let Some((attr, mask)) = transition::error(&qp) {
+            st.background.push(Transition::start(id, qp, attr, mask));
+            self.poll_background(st);
+        }
+    }
+
+    /// A waker that wakes this device's async waiters (for device commands in flight).
+    fn waker(&self) -> Waker {
+        Waker::from(Arc::new(WakeWaiters(Arc::downgrade(&self.shared))))
     }
 
     /// Puts an agent event where the application finds it.
@@ -640,7 +719,7 @@ impl<D: Device> CmDevice<D> {
             RdmaCmEvent::Rejected { .. } | RdmaCmEvent::Unreachable | RdmaCmEvent::TimewaitExit
         ) {
             // The connection is over: its QP is flushed and free for another.
-            release_qp(st, id);
+            self.release_qp(st, id);
         }
         if let Some(q) = st.events.get_mut(&id) {
             q.push_back(ev);
@@ -680,11 +759,7 @@ impl<D: Device> CmDevice<D> {
     }
 
     fn wake_all(&self) {
-        self.shared.wake_gen.fetch_add(1, Ordering::AcqRel);
-        let wakers = std::mem::take(&mut *lock(&self.shared.wakers));
-        for w in wakers {
-            w.wake();
-        }
+        self.shared.wake_all();
     }
 
     /// Blocks, driving the device, until `f` finds what it waits for or `timeout` passes.
@@ -807,34 +882,6 @@ impl<D: Device> CmDevice<D> {
     pub(super) fn psn(&self, id: CmId) -> u32 {
         let x = self.now() ^ u64::from(id.comm_id()).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         (x ^ (x >> 24) ^ (x >> 48)) as u32 & 0x00FF_FFFF
-    }
-}
-
-/// Moves a QP to ERR (every posted request flushed), unless it is already there or in RESET.
-pub(super) fn to_error<D: Device>(qp: &Qp<D>) -> Result<(), portverbs_verbs::ModifyQpError> {
-    if matches!(qp.state(), QpState::Err | QpState::Reset) {
-        return Ok(());
-    }
-    let attr = QpAttr {
-        qp_state: QpState::Err,
-        ..QpAttr::default()
-    };
-    qp.modify_blocking(&attr, QpAttrMask::STATE)
-}
-
-/// Ends the association of `id`'s QP: ERR and forgotten.
-pub(super) fn release_qp<D: Device>(st: &mut State<D>, id: CmId) {
-    let qpn = st
-        .qps
-        .iter()
-        .find(|(_, (owner, _))| *owner == id)
-        .map(|(qpn, _)| *qpn);
-    if let Some(qpn) = qpn {
-        if let Some(qp) = st.qps.remove(&qpn).and_then(|(_, weak)| weak.upgrade()) {
-            if let Err(e) = to_error(&qp) {
-                tracing::debug!(?id, error = %e, "moving a released QP to ERR");
-            }
-        }
     }
 }
 

@@ -25,9 +25,16 @@
 //! [`CmDevice::progress`]. Applications that need retransmission while idle in async code
 //! call a blocking wait from time to time or keep one connection's traffic flowing.
 //!
-//! QP transitions the CM asks for are applied with verbs-core's blocking `modify` inside
-//! progress, also from async calls (they complete at once on the soft device; a device
-//! with slow commands would stall the task for that time).
+//! QP transitions (DESIGN §3 decision 6): the RTR, RTS and ERR transitions the agent asks for
+//! are started as verbs-core's async `modify` and polled, never waited for inside progress.
+//! Where the device has not finished (mlx4 in event mode, firmware taking its time), the
+//! transition is parked and polled on every progress, its command's completion wakes the
+//! async waiters, and the agent's later outputs wait behind it (the REP does not leave before
+//! RTR, ESTABLISHED is not reported before RTS). [`Connector::disconnect`] returns once the
+//! QP is in ERR. The INIT transition of `accept`/`connect` is part of the caller's own
+//! operation and still waits for the device (`modify_blocking`), also from the async forms.
+//! While a transition is in flight the CM holds the QP, so the application's
+//! `Qp::destroy` is refused as busy for that time.
 //!
 //! The QP ↔ connection association is one map entry per QP, made and cleared under the
 //! device lock. The CM keeps only a weak handle ([`portverbs_verbs::WeakQp`]), so the
@@ -54,6 +61,7 @@ mod api;
 mod engine;
 mod error;
 mod events;
+mod transition;
 
 pub use api::{
     AcceptParams, ConnParam, ConnectParams, ConnectionRequest, Connector, Listener, REQ_USER_DATA,
