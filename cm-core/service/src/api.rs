@@ -362,7 +362,7 @@ impl<D: Device> ConnectionRequest<D> {
         qp: &Qp<D>,
         param: &AcceptParams,
     ) -> Result<Connector<D>, ServiceError> {
-        let conn = self.start_accept(qp, param)?;
+        let conn = self.start_accept(qp, param).await?;
         let id = conn.id;
         conn.dev.wait_async(|st| take(st, id, outcome)).await??;
         Ok(conn)
@@ -377,13 +377,13 @@ impl<D: Device> ConnectionRequest<D> {
         qp: &Qp<D>,
         param: &AcceptParams,
     ) -> Result<Connector<D>, ServiceError> {
-        let conn = self.start_accept(qp, param)?;
+        let conn = portverbs_hal::block_on(self.start_accept(qp, param))?;
         let id = conn.id;
         conn.dev.wait_blocking(None, |st| take(st, id, outcome))??;
         Ok(conn)
     }
 
-    fn start_accept(
+    async fn start_accept(
         &mut self,
         qp: &Qp<D>,
         param: &AcceptParams,
@@ -398,7 +398,7 @@ impl<D: Device> ConnectionRequest<D> {
             dst: Some(self.p.remote),
             src_port: self.p.local.port(),
         };
-        conn.dev.associate(conn.id, qp)?;
+        conn.dev.associate(conn.id, qp).await?;
         let p = portverbs_cm::AcceptParams {
             responder_resources: param.responder_resources.min(self.p.initiator_depth),
             initiator_depth: param.initiator_depth.min(self.p.responder_resources),
@@ -511,7 +511,11 @@ impl<D: Device> Connector<D> {
         portverbs_hal::block_on(self.resolve(dst))
     }
 
-    fn start_connect(&mut self, qp: &Qp<D>, param: &ConnectParams) -> Result<(), ServiceError> {
+    async fn start_connect(
+        &mut self,
+        qp: &Qp<D>,
+        param: &ConnectParams,
+    ) -> Result<(), ServiceError> {
         let dst = self.dst.ok_or(ServiceError::NotResolved)?;
         if param.private_data.len() > REQ_USER_DATA {
             return Err(ServiceError::PrivateDataTooLong {
@@ -527,7 +531,7 @@ impl<D: Device> Connector<D> {
         }
         .emit(&mut pd)?;
         pd[CMA_HEADER_LEN..].copy_from_slice(&param.private_data);
-        self.dev.associate(self.id, qp)?;
+        self.dev.associate(self.id, qp).await?;
         let path = PathParams::roce(self.dev.local_gid(), addr::ip_to_gid(dst.ip()));
         let p = portverbs_cm::ConnectParams {
             responder_resources: param.responder_resources,
@@ -564,7 +568,7 @@ impl<D: Device> Connector<D> {
         qp: &Qp<D>,
         param: &ConnectParams,
     ) -> Result<Vec<u8>, ServiceError> {
-        self.start_connect(qp, param)?;
+        self.start_connect(qp, param).await?;
         let id = self.id;
         self.dev.wait_async(|st| take(st, id, outcome)).await?
     }
@@ -578,7 +582,7 @@ impl<D: Device> Connector<D> {
         qp: &Qp<D>,
         param: &ConnectParams,
     ) -> Result<Vec<u8>, ServiceError> {
-        self.start_connect(qp, param)?;
+        portverbs_hal::block_on(self.start_connect(qp, param))?;
         let id = self.id;
         self.dev.wait_blocking(None, |st| take(st, id, outcome))?
     }

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use portverbs_hal::Device;
 use portverbs_hal::Gid;
 use portverbs_verbs::{
-    AccessFlags, AddressHandle, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpAttr,
-    QpAttrMask, QpInit, QpState, RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus,
-    WeakQp, WorkCompletion,
+    AccessFlags, AddressHandle, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit,
+    QpState, RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus, WeakQp,
+    WorkCompletion,
 };
 
 use crate::transition::{self, Transition};
@@ -842,39 +842,37 @@ impl<D: Device> CmDevice<D> {
         }
     }
 
-    /// Associates `qp` with connection `id` and takes it to INIT; atomic with respect to
-    /// every other association of this device.
-    pub(super) fn associate(&self, id: CmId, qp: &Qp<D>) -> Result<(), ServiceError> {
+    /// Associates `qp` with connection `id` (atomic with respect to every other
+    /// association of this device) and takes it to INIT if it is in RESET. The INIT command
+    /// runs outside the device lock, so other connections' progress does not wait for it;
+    /// if it fails, the association is undone.
+    pub(super) async fn associate(&self, id: CmId, qp: &Qp<D>) -> Result<(), ServiceError> {
         let qpn = qp.qp_num();
         if qp.qp_type() != portverbs_hal::types::QpType::Rc {
             return Err(ServiceError::NotRc(qpn));
         }
-        let mut st = self.state();
-        if let Some((_, weak)) = st.qps.get(&qpn) {
-            if weak.upgrade().is_some() {
-                return Err(ServiceError::QpInUse(qpn));
+        {
+            let mut st = self.state();
+            if let Some((_, weak)) = st.qps.get(&qpn) {
+                if weak.upgrade().is_some() {
+                    return Err(ServiceError::QpInUse(qpn));
+                }
+                // The QP number of a destroyed QP, reused: that connection is over.
+                self.reap_dead(&mut st);
             }
-            // The QP number of a destroyed QP, reused: that connection is over.
-            self.reap_dead(&mut st);
+            st.qps.insert(qpn, (id, qp.downgrade()));
         }
-        if qp.state() == QpState::Reset {
-            let attr = QpAttr {
-                qp_state: QpState::Init,
-                pkey_index: 0,
-                port_num: 1,
-                qp_access_flags: AccessFlags::REMOTE_WRITE
-                    | AccessFlags::REMOTE_READ
-                    | AccessFlags::REMOTE_ATOMIC,
-                ..QpAttr::default()
-            };
-            let mask = QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS;
-            qp.modify_blocking(&attr, mask)
-                .map_err(|e| ServiceError::ConnectError(e.to_string()))?;
+        if qp.state() != QpState::Reset {
+            return Ok(());
         }
-        st.qps.insert(qpn, (id, qp.downgrade()));
+        let (attr, mask) = transition::init();
+        if let Err(e) = qp.modify(&attr, mask).await {
+            let mut st = self.state();
+            if st.qps.get(&qpn).is_some_and(|(owner, _)| *owner == id) {
+                st.qps.remove(&qpn);
+            }
+            return Err(ServiceError::ConnectError(e.to_string()));
+        }
         Ok(())
     }
 

@@ -32,7 +32,8 @@
 //! async waiters, and the agent's later outputs wait behind it (the REP does not leave before
 //! RTR, ESTABLISHED is not reported before RTS). [`Connector::disconnect`] returns once the
 //! QP is in ERR. The INIT transition of `accept`/`connect` is part of the caller's own
-//! operation and still waits for the device (`modify_blocking`), also from the async forms.
+//! operation: awaited in the async forms, waited for in the blocking ones, and never under
+//! the device lock.
 //! While a transition is in flight the CM holds the QP, so the application's
 //! `Qp::destroy` is refused as busy for that time.
 //!

@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Waker};
 
 use portverbs_hal::Device;
 use portverbs_hal::types::Mtu;
-use portverbs_verbs::{AddressVector, ModifyQpError, Qp, QpAttr, QpAttrMask, QpState};
+use portverbs_verbs::{AccessFlags, AddressVector, ModifyQpError, Qp, QpAttr, QpAttrMask, QpState};
 
 use portverbs_cm::{CmId, RtrAttrs, RtsAttrs};
 
@@ -61,6 +61,24 @@ impl Transition {
     pub(crate) fn qpn(&self) -> u32 {
         self.qpn
     }
+}
+
+/// RESET → INIT on port 1 with remote READ, WRITE and atomics allowed (what rdma_cm's
+/// `rdma_init_qp_attr` gives an RC QP; the responder resources negotiated in REQ/REP bound
+/// what the peer may really issue).
+pub(crate) fn init() -> (QpAttr, QpAttrMask) {
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        qp_access_flags: AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC,
+        ..QpAttr::default()
+    };
+    let mask =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    (attr, mask)
 }
 
 /// INIT → RTR as the agent's attributes say, on the local GID at `sgid_index`.
