@@ -5,8 +5,9 @@
 #   tests/rxe-guest/run.sh          (as root: it makes a network namespace and a tap device)
 #
 # 1. Builds the CLI (the host side) and rxe-check (the capture check) in release mode.
-#    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V (connected by the
-#    CM), each with the guest as server and with Portverbs as server.
+#    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw -R
+#    (connected by the CM; perftest's -R also runs its exchange over a CM-connected QP), each
+#    with the guest as server and with Portverbs as server.
 # 2. Finds a Debian kernel with rdma_rxe (tests/guest-lib.sh: the one the VFIO guest test
 #    uses, fetched with apt-get download if none is installed).
 # 3. Fetches Debian's rdma-core, perftest and iproute2 packages (apt-get download, unpacked
@@ -23,9 +24,10 @@
 #    the result row of 65536-byte messages; rping: one line per ping, in order), and every
 #    host run's capture (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, tshark
 #    decodes every frame as InfiniBand over RoCEv2 with none malformed, every MAD to QP1 is
-#    a CM MAD that tshark and portverbs-cm read alike, and an rping run's capture holds the
-#    connection's REQ, REP, RTU, DREQ and DREP (Linux's rdma_cm and ib_cm against Portverbs'
-#    CM).
+#    a CM MAD that tshark and portverbs-cm read alike, and the capture of an rping or -R run
+#    holds REQ, REP, RTU, DREQ and DREP (Linux's rdma_cm and ib_cm against Portverbs' CM;
+#    with -R two connections at least: the exchange's QP and the test's, which the server
+#    disconnects).
 #
 # Needs root, qemu-system-x86, busybox-static, cpio, kmod, iproute2, tshark and apt-get (for
 # the packages). Output goes to $CARGO_TARGET_DIR/rxe-guest (default target/). Environment:
@@ -72,6 +74,9 @@ checks=(
     # Connected by the CM: Linux's rdma_cm and ib_cm against Portverbs' (IB CM MADs on QP1).
     "rping-gs|server|rping -s -a $guest_ip -v|rping -c -a $guest_ip -v -V -S 64 -C 10"
     "rping-hs|client|rping -c -a $host_ip -v -V -S 1000 -C 10|rping -s -a $host_ip -v -S 1000 -C 10"
+    # perftest's rdma_cm mode: the exchange over a CM-connected RC QP, the test QP by the CM.
+    "wbwR-gs|server|ib_write_bw -R -d rxe0 -x @GIDX@ -s 65536 -n 200 -F|perf write_bw -R -d udp0 -x 0 -s 65536 -n 200 -F $guest_ip"
+    "wbwR-hs|client|ib_write_bw -R -d rxe0 -x @GIDX@ -s 65536 -n 200 -F $host_ip|perf write_bw -R -d udp0 -x 0 -s 65536 -n 200 -F"
 )
 
 # --- 1. host binaries -----------------------------------------------------------------------
@@ -279,7 +284,7 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
         if [[ -f $work/$name.pcap ]]; then
             # A CM-connected run's capture must hold the connection's MADs.
             cm_flag=()
-            [[ $tool == rping ]] && cm_flag=(--cm)
+            [[ $tool == rping || " $hcmd " == *" -R "* ]] && cm_flag=(--cm)
             "$checker" "${cm_flag[@]}" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
         else
             fail "$name" "no capture at $work/$name.pcap"

@@ -52,6 +52,12 @@ pub(crate) struct PerfArgs {
     )]
     pub(crate) port: u16,
 
+    /// Connect the test's QPs with the connection manager (rdma_cm), and run the exchange
+    /// over an RC QP of its own instead of TCP: perftest's rdma_cm mode. The server listens
+    /// on PORT of the CM's RDMA_PS_TCP port space; RC only.
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub(crate) rdma_cm: bool,
+
     /// Testing: run the server role even on an in-process device.
     #[arg(long = "server", hide = true)]
     pub(crate) server: bool,

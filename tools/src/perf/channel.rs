@@ -1,12 +1,14 @@
-//! The TCP connection of a cross-process `perf` run, speaking perftest's side channel
-//! ([`crate::report::perftest::wire`] has the formats): connecting or accepting, and the
-//! exchanges in perftest's order, the client writing first in each.
+//! The side channel of a cross-process `perf` run, speaking perftest's exchange
+//! ([`crate::report::perftest::wire`] has the formats): over TCP (connecting or accepting),
+//! or with `-R` over an RC QP connected by the CM ([`super::cm`], where the destinations are
+//! binary); the exchanges in perftest's order, the client writing first in each.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::cm::{self, CommQp};
 use crate::error::{CliError, IoContext as _};
 use crate::report::perftest::wire::{
     self, BwReport, DONE, KEY_MSG_SIZE, KEY_MSG_SIZE_GID, KeyMsg, VERSION_LEN,
@@ -23,10 +25,24 @@ pub(crate) struct PeerParams {
     pub(crate) mtu_enum: u8,
 }
 
+/// What carries the side channel.
+#[derive(Debug)]
+enum Transport {
+    /// perftest's default: a TCP connection, destinations as text.
+    Tcp(TcpStream),
+    /// `-R`: SENDs on an RC QP, destinations in binary of `dest_len` bytes, announcing
+    /// `gid_index`.
+    Cm {
+        comm: CommQp,
+        dest_len: usize,
+        gid_index: u32,
+    },
+}
+
 /// One side of the side channel.
 #[derive(Debug)]
 pub(crate) struct Channel {
-    stream: TcpStream,
+    transport: Transport,
     client: bool,
     peer: String,
 }
@@ -46,7 +62,7 @@ impl Channel {
                         .set_nodelay(true)
                         .io_ctx("configuring the exchange socket")?;
                     return Ok(Self {
-                        stream,
+                        transport: Transport::Tcp(stream),
                         client: true,
                         peer: host.to_owned(),
                     });
@@ -72,7 +88,7 @@ impl Channel {
                         .and_then(|()| stream.set_nodelay(true))
                         .io_ctx("configuring the exchange socket")?;
                     return Ok(Self {
-                        stream,
+                        transport: Transport::Tcp(stream),
                         client: false,
                         peer: addr.ip().to_string(),
                     });
@@ -88,13 +104,38 @@ impl Channel {
         }
     }
 
+    /// The side channel over `comm` (`-R`), connected by the CM to `peer`; `gid_index` is
+    /// the one this side's destinations announce.
+    pub(crate) fn over_cm(comm: CommQp, client: bool, peer: String, gid_index: u32) -> Self {
+        Self {
+            transport: Transport::Cm {
+                comm,
+                dest_len: cm::DEST_LEN,
+                gid_index,
+            },
+            client,
+            peer,
+        }
+    }
+
     /// Bounds every later read and write by `timeout` (`None`: wait as long as it takes, as
-    /// perftest does while the peer runs the test).
+    /// perftest does while the peer runs the test). Over the CM a wait ends only when the
+    /// peer disconnects.
     pub(crate) fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), CliError> {
-        self.stream
-            .set_read_timeout(timeout)
-            .and_then(|()| self.stream.set_write_timeout(timeout))
-            .io_ctx("configuring the exchange socket")
+        match &self.transport {
+            Transport::Tcp(stream) => stream
+                .set_read_timeout(timeout)
+                .and_then(|()| stream.set_write_timeout(timeout))
+                .io_ctx("configuring the exchange socket"),
+            Transport::Cm { .. } => Ok(()),
+        }
+    }
+
+    /// Ends the channel: over the CM, disconnects its QP and lets the CM's last MADs leave.
+    pub(crate) fn finish(self) {
+        if let Transport::Cm { comm, .. } = self.transport {
+            comm.close();
+        }
     }
 
     /// One exchange of equal-sized messages: the client sends first, the server answers.
@@ -109,13 +150,34 @@ impl Channel {
     }
 
     fn send(&mut self, msg: &[u8], what: &str) -> Result<(), CliError> {
-        self.stream
-            .write_all(msg)
-            .io_ctx(format_args!("sending the {what} to {}", self.peer))
+        match &mut self.transport {
+            Transport::Tcp(stream) => stream
+                .write_all(msg)
+                .io_ctx(format_args!("sending the {what} to {}", self.peer)),
+            Transport::Cm { comm, .. } => comm.send(msg),
+        }
     }
 
     fn recv(&mut self, buf: &mut [u8], what: &str) -> Result<(), CliError> {
-        self.stream.read_exact(buf).map_err(|e| {
+        let stream = match &mut self.transport {
+            Transport::Tcp(stream) => stream,
+            Transport::Cm { comm, .. } => {
+                // perftest copies the bytes it expects out of its receive buffer; a shorter
+                // message is not one of its.
+                let msg = comm.recv()?;
+                let part = msg.get(..buf.len()).ok_or_else(|| {
+                    CliError::Failed(format!(
+                        "the {what} from {} has {} bytes, {} expected",
+                        self.peer,
+                        msg.len(),
+                        buf.len()
+                    ))
+                })?;
+                buf.copy_from_slice(part);
+                return Ok(());
+            }
+        };
+        stream.read_exact(buf).map_err(|e| {
             let peer = &self.peer;
             match e.kind() {
                 ErrorKind::WouldBlock | ErrorKind::TimedOut => {
@@ -144,6 +206,9 @@ impl Channel {
         let version = wire::parse_version(&v).map_err(|e| {
             CliError::Failed(format!("the peer's version message is not perftest's: {e}"))
         })?;
+        if let Transport::Cm { dest_len, .. } = &mut self.transport {
+            *dest_len = cm::dest_len_for(version);
+        }
         if version < wire::MIN_PEER_VERSION {
             return Err(CliError::Failed(format!(
                 "the peer speaks perftest version {version}; versions older than {} are not \
@@ -178,6 +243,23 @@ impl Channel {
     /// `ctx_hand_shake`: sends `mine` and returns the peer's destination, read in the GID form
     /// when `mine` has a GID.
     pub(crate) fn hand_shake(&mut self, mine: &KeyMsg) -> Result<KeyMsg, CliError> {
+        if let Transport::Cm {
+            comm,
+            dest_len,
+            gid_index,
+        } = &self.transport
+        {
+            let msg = cm::format_dest(mine, *gid_index, *dest_len);
+            let theirs = if self.client {
+                comm.send(&msg)?;
+                comm.recv()?
+            } else {
+                let theirs = comm.recv()?;
+                comm.send(&msg)?;
+                theirs
+            };
+            return cm::parse_dest(&theirs);
+        }
         let with_gid = mine.gid.is_some();
         let msg = wire::format_keys(mine);
         let mut buf = [0u8; KEY_MSG_SIZE_GID];
@@ -204,11 +286,14 @@ impl Channel {
         Ok(BwReport::from_messages(&theirs))
     }
 
-    /// `ctx_close_connection`: a last hand shake, then `done`; the peer may close first.
+    /// `ctx_close_connection`: a last hand shake, then (over TCP) `done`; the peer may close
+    /// first.
     pub(crate) fn close(&mut self, mine: &KeyMsg) -> Result<(), CliError> {
         self.hand_shake(mine)?;
         // The peer closes after its own "done"; whether ours arrives does not matter.
-        let _ = self.stream.write_all(DONE);
+        if let Transport::Tcp(stream) = &mut self.transport {
+            let _ = stream.write_all(DONE);
+        }
         Ok(())
     }
 }

@@ -166,6 +166,8 @@ pub(crate) struct PerfConfig {
     pub(crate) device: Option<String>,
     /// `-i`.
     pub(crate) ib_port: u8,
+    /// `-R`: the CM connects the QPs and carries the exchange.
+    pub(crate) rdma_cm: bool,
 }
 
 impl PerfConfig {
@@ -178,6 +180,10 @@ impl PerfConfig {
         check_flags_apply(a, test)?;
         let conn = parse_connection(&a.connection)?;
         check_transport(test.verb, conn)?;
+        if a.rdma_cm && conn == QpType::Uc {
+            // perftest's words.
+            return Err(CliError::usage("UC is not supported in librdmacm"));
+        }
         let atomic = match a.atomic_type.as_deref() {
             None | Some("FETCH_AND_ADD") => AtomicOp::FetchAndAdd,
             Some("CMP_AND_SWAP") => AtomicOp::CmpAndSwap,
@@ -301,6 +307,7 @@ impl PerfConfig {
             json,
             device: a.device.clone(),
             ib_port: a.ib_port,
+            rdma_cm: a.rdma_cm,
         })
     }
 }

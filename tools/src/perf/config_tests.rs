@@ -232,6 +232,10 @@ fn perftest_refuses_flags_for_other_tests() {
             "Post list is supported in BW tests only",
         ),
         (&["write_lat", "-N"], "NoPeak only valid for BW tests"),
+        (
+            &["write_bw", "-R", "-c", "UC"],
+            "UC is not supported in librdmacm",
+        ),
         (&["write_bw", "-H"], "Available only on Latency tests"),
         (
             &["atomic_bw", "-s", "16"],

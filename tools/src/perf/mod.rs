@@ -9,6 +9,7 @@
 mod args;
 mod bw;
 mod channel;
+mod cm;
 mod config;
 mod json_file;
 mod lat;
@@ -51,6 +52,11 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
     let cfg = PerfConfig::from_args(args)?;
     if cross_process(args) {
         return run_cross_process(args, cfg);
+    }
+    if cfg.rdma_cm {
+        // Both ends in this process, connected by the CM as two processes would be.
+        let mut out = std::io::stdout().lock();
+        return remote::run_cm_pair(cfg, args.port, &mut out, &mut std::io::sink());
     }
     // Before anything runs: a report file that cannot be written fails the command now.
     let mut json_file = cfg.json.as_deref().map(JsonFile::open).transpose()?;
@@ -143,6 +149,21 @@ fn cross_process(args: &PerfArgs) -> bool {
 /// address (as perftest's server does).
 fn run_cross_process(args: &PerfArgs, cfg: PerfConfig) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
+    let never = AtomicBool::new(false);
+    if cfg.rdma_cm {
+        let link = match &args.host {
+            Some(host) => PeerLink::CmConnect {
+                host,
+                port: args.port,
+            },
+            None => PeerLink::CmAccept {
+                port: args.port,
+                abort: &never,
+                listening: None,
+            },
+        };
+        return remote::run(cfg, link, &mut out);
+    }
     match &args.host {
         Some(host) => remote::run(
             cfg,
@@ -155,7 +176,6 @@ fn run_cross_process(args: &PerfArgs, cfg: PerfConfig) -> Result<(), CliError> {
         None => {
             let listener = TcpListener::bind(("0.0.0.0", args.port))
                 .io_ctx(format_args!("couldn't listen to port {}", args.port))?;
-            let never = AtomicBool::new(false);
             remote::run(cfg, PeerLink::Accept(&listener, &never), &mut out)
         }
     }

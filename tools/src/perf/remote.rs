@@ -9,16 +9,24 @@
 //! and prints its rows, then sends its last row to the server, which prints it (perftest's
 //! server posts nothing). Send BW: the server counts the arrivals and prints its own rows.
 //! Latency: both sides ping-pong and both print their rows.
+//!
+//! With `-R` ([`PeerLink::CmConnect`], [`PeerLink::CmAccept`]) the side channel is an RC QP
+//! connected by the CM and the test QPs are connected by the CM too, as perftest's rdma_cm
+//! mode does it ([`super::cm`] has the wire facts): after the parameters a hand shake, the
+//! test QPs' connections, another hand shake, then the same exchanges as over TCP (without
+//! the transitions the CM made); at the end the CM disconnects the test QPs and the side
+//! channel.
 
 use std::io::Write;
 use std::net::TcpListener;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use portverbs::prelude::*;
 
 use super::bw::{self, RecvState};
 use super::channel::Channel;
+use super::cm::{self, CommQp, DataConns};
 use super::config::{PerfConfig, RunMode, Sizes};
 use super::json_file::JsonFile;
 use super::lat;
@@ -56,6 +64,25 @@ pub(crate) enum PeerLink<'a> {
     },
     /// Server: accept one client on the listener (giving up when the flag is set).
     Accept(&'a TcpListener, &'a AtomicBool),
+    /// `-R` client: connect through the CM to `host:port` (RDMA_PS_TCP port space).
+    CmConnect {
+        /// Server name or address.
+        host: &'a str,
+        /// The CM port.
+        port: u16,
+    },
+    /// `-R` server: listen through the CM on `port`, accept one client (giving up when the
+    /// flag is set).
+    CmAccept {
+        /// The CM port.
+        port: u16,
+        /// Set to give up waiting.
+        abort: &'a AtomicBool,
+        /// Set once the listener is up (a client in this process waits for it: a request
+        /// sent before the peer's CM is open is lost, and the CM resends it only seconds
+        /// later).
+        listening: Option<&'a AtomicBool>,
+    },
 }
 
 /// Refuses what the cross-process mode does not run (yet): other transports than RC, read
@@ -97,22 +124,175 @@ pub(crate) fn run(
     let ctx = verbs::open(verbs::pick_device(cfg.device.as_deref())?)?;
     let port = verbs::port_info(&ctx, cfg.ib_port, cfg.gid_index)?;
     let mut res = setup::resolve(&cfg, &ctx, &ctx, &port, &port)?;
-    let client = matches!(link, PeerLink::Connect { .. });
+    let client = matches!(link, PeerLink::Connect { .. } | PeerLink::CmConnect { .. });
+    let gid_index = port.gid_index.map_or(0, u32::from);
+    // With -R: the CM of the device, the server's listener (the side channel's and the test
+    // QPs' requests come to it) and the address the client connects to.
+    let mut cm_link = None;
     let mut chan = match link {
         PeerLink::Connect { host, port } => Channel::connect(host, port, CONNECT_TIMEOUT)?,
         PeerLink::Accept(listener, abort) => {
             emit(out, WAITING)?;
             Channel::accept(listener, abort)?
         }
+        PeerLink::CmConnect { host, port: p } => {
+            let dev = cm::open(&ctx, port.gid)?;
+            let dst = cm::resolve_host(&dev, host, p)?;
+            let comm = CommQp::connect(&dev, dst)?;
+            cm_link = Some((dev, CmPeer::Server(dst)));
+            Channel::over_cm(comm, true, host.to_owned(), gid_index)
+        }
+        PeerLink::CmAccept {
+            port: p,
+            abort,
+            listening,
+        } => {
+            let dev = cm::open(&ctx, port.gid)?;
+            let listener = cm::listen(&dev, p)?;
+            if let Some(up) = listening {
+                up.store(true, Ordering::Release);
+            }
+            emit(out, WAITING)?;
+            let (comm, peer) = CommQp::accept(&dev, &listener, abort)?;
+            cm_link = Some((dev, CmPeer::Client(listener)));
+            Channel::over_cm(comm, false, peer.to_string(), gid_index)
+        }
     };
+    let r = run_on(
+        &cfg, ctx, port, &mut res, client, &mut chan, cm_link, json_file, out,
+    );
+    chan.finish();
+    r
+}
+
+/// `-R` on the embedded fabric: a server thread on the other device of the pair, the client
+/// on `cfg`'s device, both through the CM on `port` as two processes would be; the client's
+/// lines go to `out`, the server's to `server_out`.
+pub(crate) fn run_cm_pair(
+    cfg: PerfConfig,
+    port: u16,
+    out: &mut dyn Write,
+    server_out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let (cdev, sdev) = verbs::pick_devices(cfg.device.as_deref())?;
+    let server_ip = {
+        let ctx = verbs::open(sdev.clone())?;
+        let gid_index = cfg.gid_index;
+        verbs::port_info(&ctx, 1, gid_index)?.gid.to_ip()
+    };
+    let server_cfg = PerfConfig {
+        device: Some(sdev.info().name.clone()),
+        ib_port: 1,
+        json: None,
+        ..cfg.clone()
+    };
+    let client_cfg = PerfConfig {
+        device: Some(cdev.info().name.clone()),
+        ..cfg
+    };
+    let host = server_ip.to_string();
+    let (done, up) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let link = PeerLink::CmAccept {
+                port,
+                abort: &done,
+                listening: Some(&up),
+            };
+            run(server_cfg, link, server_out)
+        });
+        // The client starts once the server listens (or has failed).
+        while !up.load(Ordering::Acquire) && !server.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let link = PeerLink::CmConnect { host: &host, port };
+        let r = run(client_cfg, link, out);
+        done.store(true, Ordering::Release);
+        let served = server
+            .join()
+            .map_err(|_| CliError::Failed("the server thread panicked".into()))?;
+        CliError::merge(r, served)
+    })
+}
+
+/// Where the CM finds the peer's test QPs: the server's address (client role), or the
+/// listener their requests come to (server role).
+enum CmPeer {
+    Server(std::net::SocketAddr),
+    Client(portverbs::cm::service::Listener<portverbs::AnyDevice>),
+}
+
+/// [`run`] once the side channel is up.
+#[allow(clippy::too_many_arguments)]
+fn run_on(
+    cfg: &PerfConfig,
+    ctx: Context,
+    port: crate::verbs::PortInfo,
+    res: &mut setup::Resolved,
+    client: bool,
+    chan: &mut Channel,
+    cm_link: Option<(
+        portverbs::cm::service::CmDevice<portverbs::AnyDevice>,
+        CmPeer,
+    )>,
+    json_file: Option<JsonFile>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     let params = chan.params(res.mtu as u8)?;
     res.mtu = Mtu::from_code(params.mtu_enum).unwrap_or(res.mtu);
-    let slot = setup::slot_size(&cfg, &res, u64::from(params.cycle_buffer))?;
-    let side = setup::side(&cfg, ctx, port, slot)?;
-    let copts = setup::connect_options(&cfg, &res, &side.port);
+    let slot = setup::slot_size(cfg, res, u64::from(params.cycle_buffer))?;
+    let side = setup::side(cfg, ctx, port, slot)?;
+    let copts = setup::connect_options(cfg, res, &side.port);
     for qp in &side.qps {
         verbs::init(qp, &copts)?;
     }
+    // -R: the test QPs' connections, between two hand shakes (perftest sends zeros in them).
+    let data = match &cm_link {
+        None => None,
+        Some((dev, peer)) => {
+            let nothing = KeyMsg::default();
+            chan.hand_shake(&nothing)?;
+            let outs = (cfg.test.verb == Verb::Read).then_some(res.outs);
+            let param = cm::data_param(outs);
+            let conns = match peer {
+                CmPeer::Server(dst) => DataConns::connect(dev, &side.qps, &copts, *dst, &param)?,
+                CmPeer::Client(listener) => DataConns::accept(listener, &side.qps, &param)?,
+            };
+            chan.hand_shake(&nothing)?;
+            Some(conns)
+        }
+    };
+    let r = run_test(
+        cfg,
+        res,
+        &side,
+        &copts,
+        client,
+        chan,
+        data.is_some(),
+        json_file,
+        out,
+    );
+    if let Some(conns) = data {
+        conns.close(&side.qps);
+    }
+    r
+}
+
+/// The test on connected (with -R) or INIT (without) QPs: the exchanges of destinations, the
+/// QPs' connection (without -R), the rows.
+#[allow(clippy::too_many_arguments)]
+fn run_test(
+    cfg: &PerfConfig,
+    res: &setup::Resolved,
+    side: &Side,
+    copts: &ConnectOptions,
+    client: bool,
+    chan: &mut Channel,
+    by_cm: bool,
+    json_file: Option<JsonFile>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     let mine: Vec<KeyMsg> = (0..side.qps.len())
         .map(|i| KeyMsg {
             lid: side.port.lid,
@@ -125,12 +305,14 @@ pub(crate) fn run(
             srqn: 0,
         })
         .collect();
-    let mut banner = output::banner_of(&cfg, &res, &side);
+    let mut banner = output::banner_of(cfg, res, side);
     banner.role = if client {
         BannerRole::Client
     } else {
         BannerRole::Server
     };
+    banner.rdma_cm_qps = by_cm;
+    banner.data_ex_rdma_cm = by_cm;
     emit(out, &format_banner(&banner))?;
 
     let verb = cfg.test.verb;
@@ -142,23 +324,10 @@ pub(crate) fn run(
     if kind == TestKind::Lat && !send {
         chan.hand_shake(&mine[0])?;
     }
-    let remote = all(&mut chan)?;
-    check_gids(&mine[0], &remote[0])?;
-    for (i, r) in remote.iter().enumerate() {
-        let endpoint = QpEndpoint {
-            lid: r.lid,
-            qpn: r.qpn,
-            psn: r.psn,
-            gid: Gid(r.gid.unwrap_or([0; 16])),
-        };
-        let opts = ConnectOptions {
-            psn: side.psns[i],
-            max_rd_atomic: res
-                .outs
-                .min(u8::try_from(r.out_reads).unwrap_or(u8::MAX).max(1)),
-            ..copts
-        };
-        verbs::connect(&side.qps[i], &endpoint, &opts)?;
+    let remote = all(chan)?;
+    // The CM connected the QPs (and checked the addresses) already.
+    if !by_cm {
+        connect_qps(side, copts, res, &mine[0], &remote)?;
     }
     if send {
         chan.hand_shake(&mine[0])?;
@@ -168,10 +337,10 @@ pub(crate) fn run(
         let off = side.recv_off(i);
         text += &format_address(
             AddressSide::Local,
-            &output::dest_at(verb, res.outs, &side, i, off),
+            &output::dest_at(verb, res.outs, side, i, off),
         );
     }
-    let remote = all(&mut chan)?;
+    let remote = all(chan)?;
     for r in &remote {
         text += &format_address(AddressSide::Remote, &output::remote_dest(verb, r));
     }
@@ -199,8 +368,8 @@ pub(crate) fn run(
         })
         .collect();
     let run = Run {
-        cfg: &cfg,
-        side: &side,
+        cfg,
+        side,
         peer: &peer,
         mine: &mine[0],
         client,
@@ -213,10 +382,38 @@ pub(crate) fn run(
         json_file,
     };
     match (kind, verb) {
-        (TestKind::Bw, Verb::Send) => run.send_bw(&mut chan, &mut rows),
-        (TestKind::Bw, _) => run.rdma_bw(&mut chan, &mut rows),
-        (TestKind::Lat, _) => run.lat(&mut chan, &mut rows),
+        (TestKind::Bw, Verb::Send) => run.send_bw(chan, &mut rows),
+        (TestKind::Bw, _) => run.rdma_bw(chan, &mut rows),
+        (TestKind::Lat, _) => run.lat(chan, &mut rows),
     }
+}
+
+/// RTR and RTS toward the peer's destinations (without -R), after perftest's GID check.
+fn connect_qps(
+    side: &Side,
+    copts: &ConnectOptions,
+    res: &setup::Resolved,
+    mine: &KeyMsg,
+    remote: &[KeyMsg],
+) -> Result<(), CliError> {
+    check_gids(mine, &remote[0])?;
+    for (i, r) in remote.iter().enumerate() {
+        let endpoint = QpEndpoint {
+            lid: r.lid,
+            qpn: r.qpn,
+            psn: r.psn,
+            gid: Gid(r.gid.unwrap_or([0; 16])),
+        };
+        let opts = ConnectOptions {
+            psn: side.psns[i],
+            max_rd_atomic: res
+                .outs
+                .min(u8::try_from(r.out_reads).unwrap_or(u8::MAX).max(1)),
+            ..*copts
+        };
+        verbs::connect(&side.qps[i], &endpoint, &opts)?;
+    }
+    Ok(())
 }
 
 /// Where the rows go: the output, and the `--out_json` document rewritten after every row.
@@ -689,5 +886,101 @@ mod tests {
             .expect_err("refused");
             assert!(matches!(err, CliError::Usage(_)), "{line:?}: {err}");
         }
+    }
+
+    /// `perf <line> -R` with the client on soft0 and the server on soft1, through the CM on
+    /// `port` (one per test: the tests run at the same time); the client's and the server's
+    /// output.
+    fn cm_pair(line: &[&str], port: u16) -> (String, String) {
+        let _alone = crate::perf::DEVICE_TRAFFIC
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut v = line.to_vec();
+        v.extend(["-R", "-d", "soft0"]);
+        let (mut out, mut sout) = (Vec::new(), Vec::new());
+        let r = run_cm_pair(cfg(&v), port, &mut out, &mut sout);
+        let (out, sout) = (
+            String::from_utf8(out).expect("UTF-8"),
+            String::from_utf8(sout).expect("UTF-8"),
+        );
+        assert!(r.is_ok(), "{r:?}\nclient:\n{out}\nserver:\n{sout}");
+        (out, sout)
+    }
+
+    #[test]
+    fn rdma_cm_write_bw_connects_every_qp_through_the_cm() {
+        let (client, server) = cm_pair(&["write_bw", "-s", "4096", "-n", "100", "-q", "2"], 18601);
+        for out in [&client, &server] {
+            assert!(out.contains(" rdma_cm QPs\t : ON\n"), "{out}");
+            assert!(out.contains(" Data ex. method : rdma_cm\n"), "{out}");
+            assert_eq!(out.matches(" local address: LID").count(), 2, "{out}");
+            assert_eq!(out.matches(" remote address: LID").count(), 2, "{out}");
+        }
+        assert!(
+            server.contains(" Waiting for client rdma_cm QP to connect\n"),
+            "{server}"
+        );
+        let (c, s) = (rows(&client), rows(&server));
+        assert_eq!(c.len(), 1, "{client}");
+        assert_eq!(c[0][..2], [4096.0, 200.0], "two QPs of 100: {client}");
+        assert!(c[0][3] > 0.0, "{client}");
+        assert_eq!(
+            c, s,
+            "the server prints the client's row: {client}\n{server}"
+        );
+    }
+
+    #[test]
+    fn rdma_cm_runs_read_send_and_latency_tests() {
+        let (client, server) = cm_pair(&["read_bw", "-s", "1024", "-n", "50"], 18602);
+        assert_eq!(rows(&client), rows(&server), "{client}\n{server}");
+        assert_eq!(rows(&client)[0][..2], [1024.0, 50.0], "{client}");
+        let (client, server) = cm_pair(&["send_bw", "-s", "512", "-n", "40"], 18603);
+        for out in [&client, &server] {
+            assert_eq!(rows(out)[0][..2], [512.0, 40.0], "{out}");
+        }
+        for (test, port) in [("write_lat", 18604), ("send_lat", 18605)] {
+            let (client, server) = cm_pair(&[test, "-s", "64", "-n", "30"], port);
+            for out in [&client, &server] {
+                let r = rows(out);
+                assert_eq!(r.len(), 1, "{out}");
+                assert_eq!(r[0][..2], [64.0, 30.0], "{out}");
+                assert!(r[0][2] > 0.0, "{out}");
+            }
+        }
+    }
+
+    #[test]
+    fn rdma_cm_client_without_a_server_is_refused() {
+        let _alone = crate::perf::DEVICE_TRAFFIC
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // soft1's CM is up and driven (so its REJ answers the request) but listens on
+        // nothing.
+        let ctx = verbs::open(verbs::pick_device(Some("soft1")).expect("soft1")).expect("open");
+        let gid = verbs::port_info(&ctx, 1, None).expect("port").gid;
+        let their_cm = cm::open(&ctx, gid).expect("the CM on soft1");
+        let host = gid.to_ip().to_string();
+        let done = AtomicBool::new(false);
+        let err = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    their_cm.progress().expect("soft1's CM runs");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            });
+            let link = PeerLink::CmConnect {
+                host: &host,
+                port: 18606,
+            };
+            let r = run(
+                cfg(&["write_bw", "-R", "-d", "soft0"]),
+                link,
+                &mut Vec::new(),
+            );
+            done.store(true, Ordering::Release);
+            r.expect_err("nobody listens")
+        });
+        assert!(err.to_string().contains("rejected the connection"), "{err}");
     }
 }

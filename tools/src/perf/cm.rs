@@ -1,0 +1,635 @@
+//! `perf -R`: perftest's rdma_cm mode, where the connection manager connects the test's QPs
+//! and the side channel runs over an RC QP of its own instead of TCP.
+//!
+//! What perftest (4.5-0.17 and later, read off its sources) puts on the wire with `-R`, as
+//! this module speaks it:
+//!
+//! - Two kinds of CM connection, both on the RDMA_PS_TCP port space at the `-p` port
+//!   (18515): first the *side channel* (one RC QP each side, SENDs only), then, after the
+//!   parameters are exchanged, one connection per test QP (`-q`). The server listens on the
+//!   port for both; perftest's server makes a new listener for the test QPs, so a client may
+//!   find none for a moment and be rejected: it tries again (perftest: 10 tries, 100 ms
+//!   apart).
+//! - Every side channel exchange is one SEND each way, the client sending first and the
+//!   server answering. perftest keeps one receive posted and re-posts it after each message;
+//!   its receive buffer is larger than any message, and the reader copies out the bytes it
+//!   expects. The messages are those of the TCP exchange, byte for byte — version (16
+//!   bytes), cycle buffer and cache line (4 bytes each, big-endian), MTU (2 bytes), the BW
+//!   report (five 8-byte messages) — except the destinations.
+//! - A destination is perftest's `struct pingpong_dest` in binary, each integer big-endian:
+//!   `lid`, `out_reads`, `qpn`, `psn`, `rkey` (4 bytes each at 0, 4, 8, 12, 16), 4 bytes of
+//!   padding, `vaddr` (8 bytes at 24), then the 16-byte GID, `srqn` and `gid_index` (4 bytes
+//!   each): 56 bytes in all. perftest 6.28 added `tail_markers_vaddr` (8 bytes) after
+//!   `vaddr`, which moves the rest by 8: 64 bytes. This side sends the form of the peer's
+//!   version (6.28 and later: 64 bytes) and reads either by the length that arrived.
+//! - Order: connect the side channel; versions, cycle buffer, cache line, MTU (as over TCP;
+//!   announcing version 6.10 keeps perftest's parameter negotiation of 6.28 out); a hand
+//!   shake (a destination each way, its content unused: perftest sends zeros); the test QPs'
+//!   connections, one after the other; a second hand shake; then the test's own hand shakes
+//!   as over TCP, with no `ctx_connect` and no GID check — the CM did it. At the end
+//!   perftest's closing hand shake sends no `done`.
+//! - Disconnect: the server disconnects every test QP (DREQ) and waits for the DREPs; the
+//!   client waits for the DREQs and answers them. The side channel's connection goes when
+//!   each process destroys its endpoint (the kernel sends a DREQ for an established one);
+//!   this side disconnects it itself and lingers briefly for the answer.
+//! - The server's test QPs get RNR timer code 12 once connected (the CM's is 0, 655 ms).
+//! - The REQ of a test QP asks for no RDMA read resources unless the test reads
+//!   (`responder_resources` = `initiator_depth` = `-o`'s outstanding reads), with 7 retries
+//!   and 7 RNR retries.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs as _};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use portverbs::AnyDevice;
+use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
+use portverbs::prelude::*;
+
+use crate::error::{CliError, Context as _};
+use crate::report::perftest::wire::KeyMsg;
+use crate::verbs;
+
+/// Bytes of perftest's `struct pingpong_dest` before 6.28.
+pub(crate) const DEST_LEN: usize = 56;
+
+/// Bytes of it from 6.28 on (with `tail_markers_vaddr`).
+pub(crate) const DEST_LEN_TAIL: usize = 64;
+
+/// The first perftest version whose destination has `tail_markers_vaddr`.
+#[allow(clippy::approx_constant)] // a version number, not 2π
+const TAIL_MARKERS_VERSION: f64 = 6.28;
+
+/// Bytes of each side channel message slot (more than any message).
+const SLOT: usize = 1024;
+
+/// Receives kept posted on the side channel QP.
+const RECVS: usize = 4;
+
+/// How long a client keeps trying to connect (the server may not listen yet).
+const CONNECT_TRIES: u32 = 50;
+
+/// Pause between connection tries.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// perftest's RNR timer code on the server's test QPs.
+const MIN_RNR_TIMER: u8 = 12;
+
+/// How long the end of a connection is awaited.
+const DISCONNECT_WAIT: Duration = Duration::from_secs(5);
+
+/// The destination length to send to a peer of perftest version `version`.
+pub(crate) fn dest_len_for(version: f64) -> usize {
+    if version >= TAIL_MARKERS_VERSION {
+        DEST_LEN_TAIL
+    } else {
+        DEST_LEN
+    }
+}
+
+/// `k` as perftest's binary destination of `len` bytes ([`DEST_LEN`] or [`DEST_LEN_TAIL`]).
+pub(crate) fn format_dest(k: &KeyMsg, gid_index: u32, len: usize) -> Vec<u8> {
+    let mut m = vec![0u8; len];
+    let put = |m: &mut [u8], at: usize, v: u32| m[at..at + 4].copy_from_slice(&v.to_be_bytes());
+    put(&mut m, 0, u32::from(k.lid));
+    put(&mut m, 4, u32::from(k.out_reads));
+    put(&mut m, 8, k.qpn);
+    put(&mut m, 12, k.psn);
+    put(&mut m, 16, k.rkey);
+    m[24..32].copy_from_slice(&k.vaddr.to_be_bytes());
+    let gid_at = if len == DEST_LEN_TAIL { 40 } else { 32 };
+    m[gid_at..gid_at + 16].copy_from_slice(&k.gid.unwrap_or([0; 16]));
+    put(&mut m, gid_at + 16, k.srqn);
+    put(&mut m, gid_at + 20, gid_index);
+    m
+}
+
+/// Reads perftest's binary destination; its length says which form it is.
+///
+/// # Errors
+/// The message has neither length.
+pub(crate) fn parse_dest(m: &[u8]) -> Result<KeyMsg, CliError> {
+    let gid_at = match m.len() {
+        DEST_LEN => 32,
+        DEST_LEN_TAIL => 40,
+        n => {
+            return Err(CliError::Failed(format!(
+                "the peer's destination has {n} bytes; perftest's has {DEST_LEN} (or \
+                 {DEST_LEN_TAIL} from version 6.28)"
+            )));
+        }
+    };
+    let get = |at: usize| u32::from_be_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]]);
+    let mut vaddr = [0u8; 8];
+    vaddr.copy_from_slice(&m[24..32]);
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&m[gid_at..gid_at + 16]);
+    let small = |v: u32, what: &str| {
+        u16::try_from(v).map_err(|_| {
+            CliError::Failed(format!(
+                "the peer's destination has {what} {v}, above 65535"
+            ))
+        })
+    };
+    Ok(KeyMsg {
+        lid: small(get(0), "LID")?,
+        out_reads: small(get(4), "outstanding reads")?,
+        qpn: get(8) & 0x00FF_FFFF,
+        psn: get(12) & 0x00FF_FFFF,
+        rkey: get(16),
+        vaddr: u64::from_be_bytes(vaddr),
+        gid: Some(gid),
+        srqn: get(gid_at + 16),
+    })
+}
+
+/// Opens the CM on `ctx`, at the IP of its port's GID `gid`.
+pub(crate) fn open(ctx: &Context, gid: Gid) -> Result<CmDevice<AnyDevice>, CliError> {
+    CmDevice::open_blocking(ctx, gid.to_ip()).ctx(format_args!("opening the CM on {}", ctx.name()))
+}
+
+/// Resolves a host name or address to the first address of the CM's family.
+pub(crate) fn resolve_host(
+    cm: &CmDevice<AnyDevice>,
+    host: &str,
+    port: u16,
+) -> Result<SocketAddr, CliError> {
+    let v4 = cm.local_ip().is_ipv4();
+    let addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| CliError::Failed(format!("couldn't resolve {host}: {e}")))?;
+    addrs
+        .into_iter()
+        .find(|a| a.is_ipv4() == v4)
+        .ok_or_else(|| {
+            CliError::Failed(format!(
+                "{host} has no {} address (the device's is {})",
+                if v4 { "IPv4" } else { "IPv6" },
+                cm.local_ip()
+            ))
+        })
+}
+
+/// Words for a failed CM call.
+fn cm_error(what: &str, e: ServiceError) -> CliError {
+    match e {
+        ServiceError::Rejected { reason, .. } => CliError::Failed(format!(
+            "{what}: the peer rejected the connection (RDMA_CM_EVENT_REJECTED, reason {})",
+            reason.to_u16()
+        )),
+        ServiceError::Unreachable => {
+            CliError::Failed(format!("{what}: the peer did not answer (UNREACHABLE)"))
+        }
+        other => CliError::Failed(format!("{what}: {other}")),
+    }
+}
+
+/// The RC QP of perftest's side channel, connected by the CM.
+#[derive(Debug)]
+pub(crate) struct CommQp {
+    cm: CmDevice<AnyDevice>,
+    conn: Option<Connector<AnyDevice>>,
+    qp: Qp,
+    send_cq: Cq,
+    recv_cq: Cq,
+    mr: Mr,
+    _pd: Pd,
+}
+
+impl CommQp {
+    /// The QP, in INIT with receives posted, ready for the CM.
+    fn new(cm: &CmDevice<AnyDevice>) -> Result<Self, CliError> {
+        let ctx = cm.context();
+        let pd = ctx
+            .alloc_pd_blocking()
+            .ctx("allocating the side channel's PD")?;
+        let cq = |n: usize| {
+            ctx.create_cq_blocking(CqInit {
+                entries: n as u32,
+                ..CqInit::default()
+            })
+            .ctx("creating the side channel's CQ")
+        };
+        let (send_cq, recv_cq) = (cq(2)?, cq(RECVS)?);
+        let qp = pd
+            .create_qp_blocking(QpInit {
+                send_cq: &send_cq,
+                recv_cq: &recv_cq,
+                caps: QpCaps {
+                    max_send_wr: 2,
+                    max_recv_wr: RECVS as u32,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                ..QpInit::new(QpType::Rc, &send_cq)
+            })
+            .ctx("creating the side channel's QP")?;
+        let mr = pd
+            .reg_vec_blocking(vec![0u8; (RECVS + 1) * SLOT], AccessFlags::LOCAL_WRITE)
+            .ctx("registering the side channel's buffer")?;
+        verbs::init(
+            &qp,
+            &ConnectOptions {
+                port: 1,
+                access: AccessFlags::empty(),
+                ..ConnectOptions::default()
+            },
+        )?;
+        let comm = Self {
+            cm: cm.clone(),
+            conn: None,
+            qp,
+            send_cq,
+            recv_cq,
+            mr,
+            _pd: pd,
+        };
+        for slot in 1..=RECVS {
+            comm.post_recv(slot)?;
+        }
+        Ok(comm)
+    }
+
+    /// Client: connects to perftest's server at `dst` (trying again while it is not listening).
+    pub(crate) fn connect(cm: &CmDevice<AnyDevice>, dst: SocketAddr) -> Result<Self, CliError> {
+        // A fresh QP for every try: a rejection leaves the last one in ERR.
+        with_retries(
+            "side channel",
+            dst,
+            || {
+                let mut comm = Self::new(cm)?;
+                Ok(
+                    try_connect(cm, &comm.qp, dst, &ConnParam::default()).map(|conn| {
+                        comm.conn = Some(conn);
+                        comm
+                    }),
+                )
+            },
+            || Ok(()),
+        )
+    }
+
+    /// Server: accepts the first connection request on `listener`, waiting until one comes
+    /// or `abort` is set.
+    pub(crate) fn accept(
+        cm: &CmDevice<AnyDevice>,
+        listener: &Listener<AnyDevice>,
+        abort: &AtomicBool,
+    ) -> Result<(Self, IpAddr), CliError> {
+        let req = next_request(listener, Some(abort))?;
+        let peer = req.remote_addr().ip();
+        let mut comm = Self::new(cm)?;
+        let conn = req
+            .accept_blocking(&comm.qp, &ConnParam::default())
+            .map_err(|e| cm_error("accepting the side channel", e))?;
+        comm.conn = Some(conn);
+        Ok((comm, peer))
+    }
+
+    fn post_recv(&self, slot: usize) -> Result<(), CliError> {
+        let sge = self
+            .mr
+            .sge(slot * SLOT, SLOT)
+            .ctx("the side channel's receive buffer")?;
+        self.qp
+            .post_recv(&[RecvWr {
+                wr_id: slot as u64,
+                sges: &[sge],
+            }])
+            .ctx("posting a side channel receive")
+    }
+
+    /// Sends `msg` as one SEND and waits for its completion.
+    pub(crate) fn send(&self, msg: &[u8]) -> Result<(), CliError> {
+        if msg.len() > SLOT {
+            return Err(CliError::Failed(format!(
+                "a side channel message of {} bytes is over {SLOT}",
+                msg.len()
+            )));
+        }
+        self.mr
+            .write(0, msg)
+            .ctx("writing the side channel message")?;
+        let sge = [self
+            .mr
+            .sge(0, msg.len())
+            .ctx("the side channel's send buffer")?];
+        self.qp
+            .post_send(&[SendWr::new(0, SendOp::Send)
+                .sges(&sge)
+                .flags(SendFlags::SIGNALED)])
+            .ctx("posting a side channel send")?;
+        let wc = self.wait(&self.send_cq, "sending on the side channel")?;
+        check_wc(&wc, "sending on the side channel")
+    }
+
+    /// Waits for the next message and returns its bytes.
+    pub(crate) fn recv(&self) -> Result<Vec<u8>, CliError> {
+        let wc = self.wait(&self.recv_cq, "reading the side channel")?;
+        check_wc(&wc, "reading the side channel")?;
+        let slot = usize::try_from(wc.wr_id)
+            .ok()
+            .filter(|s| (1..=RECVS).contains(s))
+            .ok_or_else(|| CliError::Failed(format!("a receive of unknown id {}", wc.wr_id)))?;
+        let len = (wc.byte_len as usize).min(SLOT);
+        let mut bytes = vec![0u8; len];
+        self.mr
+            .read(slot * SLOT, &mut bytes)
+            .ctx("reading the side channel message")?;
+        self.post_recv(slot)?;
+        Ok(bytes)
+    }
+
+    /// Polls `cq` until a completion, driving the CM meanwhile; the peer's disconnect ends
+    /// the wait with an error.
+    fn wait(&self, cq: &Cq, what: &str) -> Result<WorkCompletion, CliError> {
+        let mut idle = 0u32;
+        loop {
+            let mut wc = [WorkCompletion::default()];
+            let n = cq.poll(&mut wc).ctx(format_args!("{what}: polling"))?;
+            if n == 1 {
+                return Ok(wc[0]);
+            }
+            idle += 1;
+            if idle % 64 == 0 {
+                if let Some(conn) = &self.conn {
+                    match conn.notify_disconnect_blocking(Some(Duration::ZERO)) {
+                        Ok(()) => {
+                            return Err(CliError::Failed(format!(
+                                "{what}: the peer disconnected the side channel"
+                            )));
+                        }
+                        Err(ServiceError::TimedOut) => {}
+                        Err(e) => return Err(cm_error(what, e)),
+                    }
+                }
+            }
+            if idle > 256 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Disconnects the side channel, lingers for the peer's answer, and lets QP1's last MADs
+    /// leave.
+    pub(crate) fn close(mut self) {
+        if let Some(conn) = self.conn.take() {
+            end_connection(&conn, &self.qp, false);
+        }
+        let _ = self.cm.flush(Duration::from_secs(1));
+    }
+}
+
+fn check_wc(wc: &WorkCompletion, what: &str) -> Result<(), CliError> {
+    if wc.status == WcStatus::Success {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "{what}: completion with status {:?}",
+            wc.status
+        )))
+    }
+}
+
+/// The next connection request of `listener`, waiting until `abort` is set (if given).
+fn next_request(
+    listener: &Listener<AnyDevice>,
+    abort: Option<&AtomicBool>,
+) -> Result<portverbs::cm::service::ConnectionRequest<AnyDevice>, CliError> {
+    loop {
+        match listener.get_request_blocking(Some(Duration::from_millis(50))) {
+            Ok(req) => return Ok(req),
+            Err(ServiceError::TimedOut) => {
+                if abort.is_some_and(|a| a.load(Ordering::Acquire)) {
+                    return Err(CliError::PeerStopped("waiting for a client to connect"));
+                }
+            }
+            Err(e) => return Err(cm_error("waiting for a connection request", e)),
+        }
+    }
+}
+
+/// One try at connecting `qp` (in INIT) to `dst`.
+fn try_connect(
+    cm: &CmDevice<AnyDevice>,
+    qp: &Qp,
+    dst: SocketAddr,
+    param: &ConnParam,
+) -> Result<Connector<AnyDevice>, ServiceError> {
+    let mut conn = Connector::new(cm)?;
+    conn.resolve_blocking(dst)?;
+    conn.connect_blocking(qp, param)?;
+    Ok(conn)
+}
+
+/// Runs `attempt` until it connects; a rejection (the server not listening yet) is tried
+/// again after a pause, up to [`CONNECT_TRIES`] times, `again` preparing the next try.
+fn with_retries<T>(
+    what: &str,
+    dst: SocketAddr,
+    mut attempt: impl FnMut() -> Result<Result<T, ServiceError>, CliError>,
+    mut again: impl FnMut() -> Result<(), CliError>,
+) -> Result<T, CliError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match attempt()? {
+            Ok(t) => return Ok(t),
+            Err(ServiceError::Rejected { .. }) if tries < CONNECT_TRIES => {
+                std::thread::sleep(RETRY_PAUSE);
+                again()?;
+            }
+            Err(e) => return Err(cm_error(&format!("connecting the {what} to {dst}"), e)),
+        }
+    }
+}
+
+/// RESET, then INIT with `opts` again (after a rejected connect left the QP in ERR).
+fn reinit(qp: &Qp, opts: &ConnectOptions) -> Result<(), CliError> {
+    let attr = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    qp.modify_blocking(&attr, QpAttrMask::STATE)
+        .ctx("modifying the QP to RESET")?;
+    verbs::init(qp, opts)
+}
+
+/// The test QPs' connections.
+#[derive(Debug)]
+pub(crate) struct DataConns {
+    conns: Vec<Connector<AnyDevice>>,
+    client: bool,
+}
+
+/// Connection parameters of the test QPs: read resources only for read tests.
+pub(crate) fn data_param(outs: Option<u8>) -> ConnParam {
+    ConnParam {
+        responder_resources: outs.unwrap_or(0),
+        initiator_depth: outs.unwrap_or(0),
+        ..ConnParam::default()
+    }
+}
+
+impl DataConns {
+    /// Client: connects every QP (in INIT with `opts`) to the server at `dst`, one after the
+    /// other.
+    pub(crate) fn connect(
+        cm: &CmDevice<AnyDevice>,
+        qps: &[Qp],
+        opts: &ConnectOptions,
+        dst: SocketAddr,
+        param: &ConnParam,
+    ) -> Result<Self, CliError> {
+        let conns = qps
+            .iter()
+            .enumerate()
+            .map(|(i, qp)| {
+                with_retries(
+                    &format!("test QP {i}"),
+                    dst,
+                    || Ok(try_connect(cm, qp, dst, param)),
+                    || reinit(qp, opts),
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            conns,
+            client: true,
+        })
+    }
+
+    /// Server: accepts one request per QP on `listener`, in the order they come.
+    pub(crate) fn accept(
+        listener: &Listener<AnyDevice>,
+        qps: &[Qp],
+        param: &ConnParam,
+    ) -> Result<Self, CliError> {
+        let mut conns = Vec::with_capacity(qps.len());
+        for (i, qp) in qps.iter().enumerate() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let req = loop {
+                match listener.get_request_blocking(Some(Duration::from_millis(100))) {
+                    Ok(req) => break req,
+                    Err(ServiceError::TimedOut) if Instant::now() < deadline => {}
+                    Err(e) => {
+                        return Err(cm_error(
+                            &format!("waiting for the connection of test QP {i}"),
+                            e,
+                        ));
+                    }
+                }
+            };
+            let conn = req
+                .accept_blocking(qp, param)
+                .map_err(|e| cm_error(&format!("accepting test QP {i}"), e))?;
+            // The CM's RNR timer is the slowest (code 0: 655 ms); perftest's server sets its
+            // own (code 12: 0.64 ms) once connected, so senders that find no receive posted
+            // yet retry soon.
+            let attr = QpAttr {
+                min_rnr_timer: MIN_RNR_TIMER,
+                ..QpAttr::default()
+            };
+            qp.modify_blocking(&attr, QpAttrMask::MIN_RNR_TIMER)
+                .ctx(format_args!("setting test QP {i}'s RNR timer"))?;
+            conns.push(conn);
+        }
+        Ok(Self {
+            conns,
+            client: false,
+        })
+    }
+
+    /// Ends the connections as perftest does: the server disconnects each and waits for the
+    /// answer, the client waits for the server's disconnect and answers it.
+    pub(crate) fn close(self, qps: &[Qp]) {
+        for (conn, qp) in self.conns.iter().zip(qps) {
+            end_connection(conn, qp, self.client);
+        }
+    }
+}
+
+/// Ends one connection: `wait_first` waits for the peer's DREQ before answering it; otherwise
+/// this side sends the DREQ and waits for the DREP (the peer's own DREQ ends it too).
+fn end_connection(conn: &Connector<AnyDevice>, qp: &Qp, wait_first: bool) {
+    if wait_first {
+        let _ = conn.notify_disconnect_blocking(Some(DISCONNECT_WAIT));
+        let _ = conn.disconnect(qp);
+    } else if conn.disconnect(qp).is_ok() {
+        let _ = conn.notify_disconnect_blocking(Some(DISCONNECT_WAIT));
+    }
+}
+
+/// The listening address of a server on `cm`'s family at `port`.
+pub(crate) fn listen(cm: &CmDevice<AnyDevice>, port: u16) -> Result<Listener<AnyDevice>, CliError> {
+    let any = if cm.local_ip().is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    };
+    let mut l = Listener::bind(cm, SocketAddr::new(any, port))
+        .map_err(|e| cm_error(&format!("binding port {port}"), e))?;
+    l.listen(16)
+        .map_err(|e| cm_error(&format!("listening on port {port}"), e))?;
+    Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> KeyMsg {
+        KeyMsg {
+            lid: 0x1234,
+            out_reads: 16,
+            qpn: 0x00ab_cdef,
+            psn: 0x0012_3456,
+            rkey: 0xdead_beef,
+            vaddr: 0x0102_0304_0506_0708,
+            gid: Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1]),
+            srqn: 7,
+        }
+    }
+
+    #[test]
+    fn destinations_are_big_endian_in_perftests_layout() {
+        let m = format_dest(&keys(), 3, DEST_LEN);
+        assert_eq!(m.len(), 56);
+        assert_eq!(m[0..4], [0, 0, 0x12, 0x34]);
+        assert_eq!(m[4..8], [0, 0, 0, 16]);
+        assert_eq!(m[8..12], [0, 0xab, 0xcd, 0xef]);
+        assert_eq!(m[12..16], [0, 0x12, 0x34, 0x56]);
+        assert_eq!(m[16..20], [0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(m[20..24], [0; 4], "padding before the 8-byte vaddr");
+        assert_eq!(m[24..32], [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(m[42..48], [0xff, 0xff, 10, 77, 0, 1]);
+        assert_eq!(m[48..52], [0, 0, 0, 7]);
+        assert_eq!(m[52..56], [0, 0, 0, 3]);
+        assert_eq!(parse_dest(&m).unwrap(), keys());
+    }
+
+    #[test]
+    fn the_tail_marker_form_moves_the_gid_by_eight() {
+        let m = format_dest(&keys(), 3, DEST_LEN_TAIL);
+        assert_eq!(m.len(), 64);
+        assert_eq!(m[32..40], [0; 8], "tail_markers_vaddr");
+        assert_eq!(m[50..56], [0xff, 0xff, 10, 77, 0, 1]);
+        assert_eq!(m[60..64], [0, 0, 0, 3]);
+        assert_eq!(parse_dest(&m).unwrap(), keys());
+        assert_eq!(dest_len_for(6.10), DEST_LEN);
+        assert_eq!(dest_len_for(6.29), DEST_LEN_TAIL);
+    }
+
+    #[test]
+    fn destinations_of_other_lengths_are_refused() {
+        for n in [0, 55, 57, 63, 65, 108] {
+            let e = parse_dest(&vec![0u8; n]).unwrap_err();
+            assert!(e.to_string().contains(&format!("{n} bytes")), "{e}");
+        }
+        let mut m = format_dest(&keys(), 0, DEST_LEN);
+        m[0..4].copy_from_slice(&0x0001_0000u32.to_be_bytes());
+        assert!(parse_dest(&m).unwrap_err().to_string().contains("LID"));
+    }
+}
