@@ -19,6 +19,7 @@ use portverbs_verbs::{
     WeakQp, WorkCompletion,
 };
 
+use crate::pacing::Pacer;
 use crate::{RdmaCmEvent, ServiceError, addr};
 use portverbs_cm::wire::{CmaHeader, MAD_LEN};
 use portverbs_cm::{
@@ -33,6 +34,9 @@ pub const MAX_SLEEP: Duration = Duration::from_millis(5);
 /// connections at once) is then recovered only by the sender's retransmissions, seconds
 /// later; with 128, 300 DREQs at once took 20 s to 60 s to settle.
 const RECV_SLOTS: usize = 512;
+/// The longest a destroyed QP goes unnoticed when the context's QP count alone does not
+/// show it ([`CmDevice::reap_due`]).
+const REAP_EVERY: Duration = Duration::from_millis(100);
 /// Send buffers on QP1.
 const SEND_SLOTS: usize = 64;
 /// The GRH area in front of a UD receive.
@@ -51,6 +55,8 @@ pub struct MadCounts {
     pub recv_errors: u64,
     /// Sends that completed in error.
     pub send_errors: u64,
+    /// MADs that waited for the send window before leaving (see the crate docs: pacing).
+    pub paced: u64,
 }
 
 /// A connection request waiting in a listener's queue.
@@ -88,6 +94,15 @@ pub(super) struct State<D: Device> {
     pub(super) listeners: HashMap<CmId, ListenState>,
     free_send: Vec<usize>,
     unsent: VecDeque<OutMad>,
+    /// The send window: requests the peers have yet to answer, and what waits behind them.
+    pacer: Pacer,
+    /// Endpoints that got an event since [`CmDevice::take_ready`] last ran; `None` until an
+    /// application first asks.
+    ready: Option<Vec<CmId>>,
+    /// The context's live QPs at the last look, and when the associations were last all
+    /// checked ([`CmDevice::reap_due`]).
+    qps_seen: usize,
+    reaped_at: u64,
     pub(super) next_port: u16,
     pub(super) removed: bool,
     mads_in: u64,
@@ -212,6 +227,10 @@ impl<D: Device> CmDevice<D> {
                     listeners: HashMap::new(),
                     free_send: (0..SEND_SLOTS).rev().collect(),
                     unsent: VecDeque::new(),
+                    pacer: Pacer::default(),
+                    ready: None,
+                    qps_seen: 0,
+                    reaped_at: 0,
                     next_port: 0xC000 | (nanos as u16 & 0x3FFF),
                     removed: false,
                     mads_in: 0,
@@ -277,6 +296,7 @@ impl<D: Device> CmDevice<D> {
             sent: st.mads_out,
             recv_errors: st.recv_errors,
             send_errors: st.send_errors,
+            paced: st.pacer.paced,
         }
     }
 
@@ -290,13 +310,31 @@ impl<D: Device> CmDevice<D> {
     pub fn flush(&self, timeout: Duration) -> Result<bool, ServiceError> {
         // The wait every blocking call uses: on QP1's CQ, driving the device on each wake.
         let sent = |st: &mut State<D>| {
-            (st.unsent.is_empty() && st.free_send.len() == SEND_SLOTS).then_some(())
+            (st.pacer.held() == 0 && st.unsent.is_empty() && st.free_send.len() == SEND_SLOTS)
+                .then_some(())
         };
         match self.wait_blocking(Some(timeout), sent) {
             Ok(()) => Ok(true),
             Err(ServiceError::TimedOut) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Moves into `out` the endpoints that got an event from the peer since the last call
+    /// (an endpoint may appear more than once), so that an application with thousands of
+    /// connections in flight looks only at those ([`crate::Connector::try_connected`]).
+    /// The first call starts the tracking and finds nothing; it does not drive the device.
+    pub fn take_ready(&self, out: &mut Vec<CmId>) {
+        let mut st = self.state();
+        match st.ready.as_mut() {
+            Some(r) => out.append(r),
+            None => st.ready = Some(Vec::new()),
+        }
+    }
+
+    /// The CM's table bytes (an upper estimate by capacity, [`CmAgent::state_bytes`]).
+    pub fn state_bytes(&self) -> usize {
+        self.state().agent.state_bytes()
     }
 
     /// QPs associated with a connection.
@@ -355,7 +393,11 @@ impl<D: Device> CmDevice<D> {
         if st.agent.poll_timeout().is_some_and(|t| t <= now) {
             st.agent.handle_timeout(now);
         }
-        woke |= self.reap_dead(&mut st);
+        if self.reap_due(&mut st, now) {
+            woke |= self.reap_dead(&mut st);
+        }
+        // The agent moved (MADs, timers): answered requests free places in the send window.
+        st.pacer.agent_moved();
         woke |= self.drain(&mut st)?;
         self.flush_unsent(&mut st)?;
         drop(st);
@@ -389,6 +431,7 @@ impl<D: Device> CmDevice<D> {
                 let mut grh = [0u8; GRH];
                 grh.copy_from_slice(&buf[..GRH]);
                 st.mads_in += 1;
+
                 // Malformed MADs are counted by the agent and dropped.
                 let _ = st
                     .agent
@@ -416,9 +459,14 @@ impl<D: Device> CmDevice<D> {
     /// Acts on the agent's outputs in order; true when an application event was queued.
     pub(super) fn drain(&self, st: &mut State<D>) -> Result<bool, ServiceError> {
         let mut woke = false;
+        st.pacer.release(&st.agent, &mut st.unsent);
         while let Some(out) = st.agent.poll_output() {
             match out {
-                CmOutput::Send(m) => st.unsent.push_back(m),
+                CmOutput::Send(m) => {
+                    if let Some(m) = st.pacer.offer(&st.agent, m) {
+                        st.unsent.push_back(m);
+                    }
+                }
                 CmOutput::Qp(a) => {
                     self.flush_unsent(st)?;
                     self.apply(st, a);
@@ -631,6 +679,9 @@ impl<D: Device> CmDevice<D> {
         }
         if let Some(q) = st.events.get_mut(&id) {
             q.push_back(ev);
+            if let Some(r) = st.ready.as_mut() {
+                r.push(id);
+            }
         }
     }
 
@@ -664,6 +715,22 @@ impl<D: Device> CmDevice<D> {
             }
         }
         !dead.is_empty()
+    }
+
+    /// Whether [`CmDevice::reap_dead`] should look at every association now: when the
+    /// context has fewer live QPs than at the last look (one was destroyed), and at least
+    /// every [`REAP_EVERY`] besides (a QP destroyed and another created between two looks
+    /// leave the count as it was). Checking all of them on every progress made each call
+    /// cost as much as the connections held.
+    fn reap_due(&self, st: &mut State<D>, now: u64) -> bool {
+        let live = self.shared.ctx.object_counts().qps;
+        let fewer = live < st.qps_seen;
+        st.qps_seen = live;
+        if fewer || now.saturating_sub(st.reaped_at) >= REAP_EVERY.as_nanos() as u64 {
+            st.reaped_at = now;
+            return !st.qps.is_empty();
+        }
+        false
     }
 
     fn wake_all(&self) {
