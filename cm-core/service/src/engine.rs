@@ -89,6 +89,8 @@ pub(super) struct State<D: Device> {
     /// Weak: the application's `Qp::destroy` is not refused because the CM tracks the QP;
     /// a QP found gone aborts its connection ([`CmDevice::progress`]).
     pub(super) qps: HashMap<u32, (CmId, WeakQp<D>)>,
+    /// The reverse of `qps`: connection → QPN, so that releasing one costs no scan.
+    qp_of: HashMap<CmId, u32>,
     /// Event queues of the application's endpoints.
     pub(super) events: HashMap<CmId, VecDeque<RdmaCmEvent>>,
     pub(super) listeners: HashMap<CmId, ListenState>,
@@ -223,6 +225,7 @@ impl<D: Device> CmDevice<D> {
                     agent: CmAgent::new(cfg),
                     ahs: HashMap::new(),
                     qps: HashMap::new(),
+                    qp_of: HashMap::new(),
                     events: HashMap::new(),
                     listeners: HashMap::new(),
                     free_send: (0..SEND_SLOTS).rev().collect(),
@@ -332,9 +335,30 @@ impl<D: Device> CmDevice<D> {
         }
     }
 
-    /// The CM's table bytes (an upper estimate by capacity, [`CmAgent::state_bytes`]).
+    /// The CM's table bytes, an upper estimate by capacity: the agent's
+    /// ([`CmAgent::state_bytes`]) plus this layer's per-connection maps (QP associations,
+    /// event queues, the send window). Buffers of fixed size (QP1's, the address handles)
+    /// are not counted.
     pub fn state_bytes(&self) -> usize {
-        self.state().agent.state_bytes()
+        use std::mem::size_of;
+        fn map<K, V>(m: &HashMap<K, V>) -> usize {
+            m.capacity() * 8 / 7 * (size_of::<(K, V)>() + 1)
+        }
+        let st = self.state();
+        let queues: usize = st
+            .events
+            .values()
+            .map(|q| q.capacity() * size_of::<RdmaCmEvent>())
+            .sum();
+        st.agent.state_bytes()
+            + map(&st.qps)
+            + map(&st.qp_of)
+            + map(&st.events)
+            + queues
+            + st.pacer.bytes()
+            + st.ready
+                .as_ref()
+                .map_or(0, |r| r.capacity() * size_of::<CmId>())
     }
 
     /// QPs associated with a connection.
@@ -396,8 +420,6 @@ impl<D: Device> CmDevice<D> {
         if self.reap_due(&mut st, now) {
             woke |= self.reap_dead(&mut st);
         }
-        // The agent moved (MADs, timers): answered requests free places in the send window.
-        st.pacer.agent_moved();
         woke |= self.drain(&mut st)?;
         self.flush_unsent(&mut st)?;
         drop(st);
@@ -459,6 +481,8 @@ impl<D: Device> CmDevice<D> {
     /// Acts on the agent's outputs in order; true when an application event was queued.
     pub(super) fn drain(&self, st: &mut State<D>) -> Result<bool, ServiceError> {
         let mut woke = false;
+        // The agent moved (a call, MADs, timers): answered requests free window places.
+        st.pacer.agent_moved();
         st.pacer.release(&st.agent, &mut st.unsent);
         while let Some(out) = st.agent.poll_output() {
             match out {
@@ -699,6 +723,9 @@ impl<D: Device> CmDevice<D> {
         let now = self.now();
         for &(qpn, id) in &dead {
             st.qps.remove(&qpn);
+            if st.qp_of.get(&id) == Some(&qpn) {
+                st.qp_of.remove(&id);
+            }
             let connected = matches!(
                 st.agent.state(id),
                 Some(CmState::Established | CmState::DreqSent | CmState::DreqRcvd)
@@ -854,6 +881,7 @@ impl<D: Device> CmDevice<D> {
                 .map_err(|e| ServiceError::ConnectError(e.to_string()))?;
         }
         st.qps.insert(qpn, (id, qp.downgrade()));
+        st.qp_of.insert(id, qpn);
         Ok(())
     }
 
@@ -879,10 +907,9 @@ pub(super) fn to_error<D: Device>(qp: &Qp<D>) -> Result<(), portverbs_verbs::Mod
 /// Ends the association of `id`'s QP: ERR and forgotten.
 pub(super) fn release_qp<D: Device>(st: &mut State<D>, id: CmId) {
     let qpn = st
-        .qps
-        .iter()
-        .find(|(_, (owner, _))| *owner == id)
-        .map(|(qpn, _)| *qpn);
+        .qp_of
+        .remove(&id)
+        .filter(|qpn| st.qps.get(qpn).is_some_and(|(owner, _)| *owner == id));
     if let Some(qpn) = qpn {
         if let Some(qp) = st.qps.remove(&qpn).and_then(|(_, weak)| weak.upgrade()) {
             if let Err(e) = to_error(&qp) {

@@ -26,6 +26,14 @@ use portverbs_cm::{CmAgent, CmId, CmState, OutMad};
 /// Requests on the wire at once, per device.
 pub(crate) const WINDOW: usize = 128;
 
+/// While the window is full and its oldest request is still unanswered, every this many
+/// looks go through all of its requests (a peer that answers out of order, or not at all,
+/// must not hold the others' places).
+const FULL_SCAN_EVERY: u32 = 64;
+
+/// Held MADs whose room an empty queue keeps after a burst.
+const SHRINK_ABOVE: usize = 256;
+
 /// Where the attribute ID sits in the MAD header.
 const ATTR_ID: usize = 16;
 
@@ -34,6 +42,10 @@ const ATTR_ID: usize = 16;
 pub(crate) struct Pacer {
     /// Local communication IDs whose request is on the wire and not yet answered.
     awaiting: HashSet<u32>,
+    /// The same, oldest first (entries already gone from `awaiting` are skipped).
+    order: VecDeque<u32>,
+    /// Looks at a full window since the last full scan.
+    looks: u32,
     /// MADs held back, oldest first.
     held: VecDeque<OutMad>,
     /// How many MADs of each endpoint are in `held`.
@@ -73,6 +85,15 @@ fn waits(state: Option<CmState>) -> bool {
 }
 
 impl Pacer {
+    /// Bytes held by the window's tables and queue, by capacity.
+    pub(crate) fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.awaiting.capacity() * 8 / 7 * (size_of::<u32>() + 1)
+            + self.order.capacity() * size_of::<u32>()
+            + self.held.capacity() * size_of::<OutMad>()
+            + self.held_per_id.capacity() * 8 / 7 * (size_of::<(u32, u32)>() + 1)
+    }
+
     /// MADs held back now.
     pub(crate) fn held(&self) -> usize {
         self.held.len()
@@ -84,10 +105,31 @@ impl Pacer {
         self.stale = true;
     }
 
+    /// Frees the places of answered requests: the oldest ones first (answers mostly come in
+    /// the order the requests left, so this costs what it frees), and all of them now and
+    /// then while the oldest is still waiting.
     fn prune(&mut self, agent: &CmAgent) {
-        if self.stale {
+        if !self.stale {
+            return;
+        }
+        while let Some(&id) = self.order.front() {
+            if self.awaiting.contains(&id) && waits(agent.state(CmId::from_comm_id(id))) {
+                break;
+            }
+            self.order.pop_front();
+            self.awaiting.remove(&id);
+        }
+        if self.awaiting.len() < WINDOW {
+            self.stale = false;
+            return;
+        }
+        self.looks += 1;
+        if self.looks >= FULL_SCAN_EVERY {
+            self.looks = 0;
             self.awaiting
                 .retain(|&id| waits(agent.state(CmId::from_comm_id(id))));
+            let awaiting = &self.awaiting;
+            self.order.retain(|id| awaiting.contains(id));
             self.stale = false;
         }
     }
@@ -101,7 +143,11 @@ impl Pacer {
         if self.awaiting.len() >= WINDOW {
             self.prune(agent);
         }
-        self.awaiting.len() < WINDOW && self.awaiting.insert(id)
+        if self.awaiting.len() < WINDOW && self.awaiting.insert(id) {
+            self.order.push_back(id);
+            return true;
+        }
+        false
     }
 
     fn hold(&mut self, m: OutMad, id: u32) {
@@ -123,6 +169,11 @@ impl Pacer {
     /// Moves the held MADs that may go now to `out`, oldest first, stopping at the first
     /// request the window has no room for.
     pub(crate) fn release(&mut self, agent: &CmAgent, out: &mut VecDeque<OutMad>) {
+        if self.held.is_empty() && self.held.capacity() > SHRINK_ABOVE {
+            // A burst is over: its queue does not keep the memory.
+            self.held.shrink_to(SHRINK_ABOVE);
+            self.held_per_id.shrink_to(SHRINK_ABOVE);
+        }
         while let Some(m) = self.held.front() {
             let (request, id) = classify(m);
             if request && !self.admit(agent, id) {
