@@ -58,6 +58,8 @@ fn a_window_bounds_the_connects_in_flight() {
     assert_eq!(run.stdout.lines().next(), Some("cm_conn                50"));
     let zero = portverbs(&["cmtime", "-c", "5", "-w", "0"]);
     assert_eq!(zero.code, Some(2), "{}", zero.stderr);
+    let bind_alone = portverbs(&["cmtime", "-c", "5", "-b", "10.0.0.1"]);
+    assert_eq!(bind_alone.code, Some(2), "{}", bind_alone.stderr);
 }
 
 /// `cmtime -L` in one process and `cmtime -s` in another, each on its own UDP-bound device

@@ -111,6 +111,12 @@ pub(crate) fn run(args: &CmtimeArgs) -> Result<String, CliError> {
     if args.listen {
         return run_server(args);
     }
+    if args.bind.is_some() && args.server.is_none() {
+        return Err(CliError::usage(
+            "-b picks the device of a server (-L) or a client (-s); the in-process run \
+             uses two devices of the embedded fabric",
+        ));
+    }
     let (client, server, dst) = match args.server {
         Some(ip) => (
             reachable_cm(args.bind)?,
