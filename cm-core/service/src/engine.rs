@@ -453,7 +453,6 @@ impl<D: Device> CmDevice<D> {
                 let mut grh = [0u8; GRH];
                 grh.copy_from_slice(&buf[..GRH]);
                 st.mads_in += 1;
-
                 // Malformed MADs are counted by the agent and dropped.
                 let _ = st
                     .agent
@@ -739,6 +738,9 @@ impl<D: Device> CmDevice<D> {
                         detail: format!("QP {qpn:#x} was destroyed"),
                     }
                 });
+                if let Some(r) = st.ready.as_mut() {
+                    r.push(id);
+                }
             }
         }
         !dead.is_empty()
