@@ -68,10 +68,11 @@ fn a_window_bounds_the_connects_in_flight() {
 #[cfg(target_os = "linux")]
 #[test]
 fn server_and_client_in_two_processes_over_udp() {
+    use std::io::{BufRead as _, BufReader, Read as _};
     use std::process::{Command, Stdio};
     let (server_ip, client_ip) = ("127.0.91.1", "127.0.91.2");
     let bin = env!("CARGO_BIN_EXE_portverbs");
-    let server = Command::new(bin)
+    let mut server = Command::new(bin)
         .args(["cmtime", "-L", "-b", server_ip, "-c", "200", "-p", "7491"])
         .env("PORTVERBS_UDP", server_ip)
         .stdout(Stdio::piped())
@@ -79,8 +80,11 @@ fn server_and_client_in_two_processes_over_udp() {
         .spawn()
         .expect("the server starts");
     // The server listens before the client's first REQ (a REQ to a port nobody listens on
-    // is rejected, and cmtime's client does not retry).
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // is rejected, and cmtime's client does not retry): it says so on stderr.
+    let mut serr = BufReader::new(server.stderr.take().expect("the server's stderr"));
+    let mut first = String::new();
+    serr.read_line(&mut first).expect("the server's first line");
+    assert_eq!(first.trim_end(), "cmtime: listening on 127.0.91.1:7491");
     let client = Command::new(bin)
         .args([
             "cmtime", "-s", server_ip, "-c", "200", "-p", "7491", "--stats",
@@ -91,7 +95,9 @@ fn server_and_client_in_two_processes_over_udp() {
     let server = server.wait_with_output().expect("the server ends");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let (cout, cerr) = (text(&client.stdout), text(&client.stderr));
-    let (sout, serr) = (text(&server.stdout), text(&server.stderr));
+    let mut rest = String::new();
+    serr.read_to_string(&mut rest).expect("the server's stderr");
+    let (sout, serr) = (text(&server.stdout), rest);
     assert_eq!(
         client.status.code(),
         Some(0),

@@ -272,6 +272,9 @@ fn run_server(args: &CmtimeArgs) -> Result<String, CliError> {
     let cm = reachable_cm(args.bind)?;
     let ip = args.bind.unwrap_or_else(|| cm.local_ip());
     let mut server = Server::new(cm, SocketAddr::new(ip, args.port), n)?;
+    // On stderr, so that the table alone is on stdout: a script (or a test) starts the client
+    // once it has seen this line.
+    eprintln!("cmtime: listening on {}", SocketAddr::new(ip, args.port));
     let t0 = Instant::now();
     // The client may take a while to start: no limit until the first request.
     let mut last: Option<Instant> = None;
