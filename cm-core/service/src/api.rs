@@ -751,3 +751,69 @@ impl<D: Device> Drop for Connector<D> {
         self.dev.destroy_endpoints(&mut self.dev.state(), [self.id]);
     }
 }
+
+/// Calls that never wait for the peer and never drive the device (they wait only for a QP's
+/// RESET → INIT command where the device takes time over it): an application that keeps many
+/// connections in flight from one thread (`portverbs cmtime`) starts them all, drives the
+/// device with [`CmDevice::progress`](crate::CmDevice::progress), and collects the outcomes
+/// as they arrive.
+impl<D: Device> Listener<D> {
+    /// The next connection request if one is queued; does not drive the device.
+    pub fn try_get_request(&self) -> Option<ConnectionRequest<D>> {
+        self.pop(&mut self.dev.state())
+    }
+}
+
+impl<D: Device> ConnectionRequest<D> {
+    /// Starts [`ConnectionRequest::accept`] and returns at once: the REP is sent (or queued)
+    /// and [`Connector::try_connected`] reports the RTU (or the failure) when it comes.
+    ///
+    /// # Errors
+    /// As the start of [`ConnectionRequest::accept`]: a QP that is not RC or is in use, a
+    /// failed transition, private data too long.
+    pub fn accept_nowait(
+        mut self,
+        qp: &Qp<D>,
+        param: &AcceptParams,
+    ) -> Result<Connector<D>, ServiceError> {
+        portverbs_hal::block_on(self.start_accept(qp, param))
+    }
+}
+
+impl<D: Device> Connector<D> {
+    /// Starts [`Connector::connect`] and returns at once: the REQ is sent (or queued) and
+    /// [`Connector::try_connected`] reports the outcome when it comes.
+    ///
+    /// # Errors
+    /// As the start of [`Connector::connect`]: not resolved, private data too long, a QP that
+    /// is not RC or is in use.
+    pub fn connect_nowait(
+        &mut self,
+        qp: &Qp<D>,
+        param: &ConnectParams,
+    ) -> Result<(), ServiceError> {
+        portverbs_hal::block_on(self.start_connect(qp, param))
+    }
+
+    /// The outcome of a started connect or accept, once it has come: the peer's private data
+    /// when established, or why it failed. `None` while it is still under way.
+    pub fn try_connected(&self) -> Option<Result<Vec<u8>, ServiceError>> {
+        let id = self.id;
+        take(&mut self.dev.state(), id, outcome)
+    }
+
+    /// The endpoint's handle, as [`CmDevice::take_ready`](crate::CmDevice::take_ready)
+    /// reports it.
+    pub fn cm_id(&self) -> CmId {
+        self.id
+    }
+
+    /// Whether `RDMA_CM_EVENT_DISCONNECTED` has come (and takes it).
+    pub fn try_disconnected(&self) -> bool {
+        let id = self.id;
+        take(&mut self.dev.state(), id, |e| {
+            matches!(e, RdmaCmEvent::Disconnected).then_some(())
+        })
+        .is_some()
+    }
+}

@@ -19,6 +19,7 @@ use portverbs_verbs::{
     WorkCompletion,
 };
 
+use crate::pacing::Pacer;
 use crate::transition::{self, Transition};
 use crate::{RdmaCmEvent, ServiceError, addr};
 use portverbs_cm::wire::{CmaHeader, MAD_LEN};
@@ -34,6 +35,9 @@ pub const MAX_SLEEP: Duration = Duration::from_millis(5);
 /// connections at once) is then recovered only by the sender's retransmissions, seconds
 /// later; with 128, 300 DREQs at once took 20 s to 60 s to settle.
 const RECV_SLOTS: usize = 512;
+/// The longest a destroyed QP goes unnoticed when the context's QP count alone does not
+/// show it ([`CmDevice::reap_due`]).
+const REAP_EVERY: Duration = Duration::from_millis(100);
 /// Send buffers on QP1.
 const SEND_SLOTS: usize = 64;
 /// The GRH area in front of a UD receive.
@@ -55,6 +59,8 @@ pub struct MadCounts {
     /// QP transitions the device did not finish when the CM started them: each held the
     /// agent's later outputs back until it was done (DESIGN §3 decision 6).
     pub deferred_transitions: u64,
+    /// MADs that waited for the send window before leaving (see the crate docs: pacing).
+    pub paced: u64,
 }
 
 /// A connection request waiting in a listener's queue.
@@ -87,6 +93,8 @@ pub(super) struct State<D: Device> {
     /// Weak: the application's `Qp::destroy` is not refused because the CM tracks the QP;
     /// a QP found gone aborts its connection ([`CmDevice::progress`]).
     pub(super) qps: HashMap<u32, (CmId, WeakQp<D>)>,
+    /// The reverse of `qps`: connection → QPN, so that releasing one costs no scan.
+    qp_of: HashMap<CmId, u32>,
     /// Event queues of the application's endpoints.
     pub(super) events: HashMap<CmId, VecDeque<RdmaCmEvent>>,
     pub(super) listeners: HashMap<CmId, ListenState>,
@@ -98,6 +106,15 @@ pub(super) struct State<D: Device> {
     /// Released QPs on their way to ERR; nothing waits for them.
     background: Vec<Transition>,
     deferred: u64,
+    /// The send window: requests the peers have yet to answer, and what waits behind them.
+    pacer: Pacer,
+    /// Endpoints that got an event since [`CmDevice::take_ready`] last ran; `None` until an
+    /// application first asks.
+    ready: Option<Vec<CmId>>,
+    /// The context's live QPs at the last look, and when the associations were last all
+    /// checked ([`CmDevice::reap_due`]).
+    qps_seen: usize,
+    reaped_at: u64,
     pub(super) next_port: u16,
     pub(super) removed: bool,
     mads_in: u64,
@@ -249,6 +266,7 @@ impl<D: Device> CmDevice<D> {
                     agent: CmAgent::new(cfg),
                     ahs: HashMap::new(),
                     qps: HashMap::new(),
+                    qp_of: HashMap::new(),
                     events: HashMap::new(),
                     listeners: HashMap::new(),
                     free_send: (0..SEND_SLOTS).rev().collect(),
@@ -256,6 +274,10 @@ impl<D: Device> CmDevice<D> {
                     gate: None,
                     background: Vec::new(),
                     deferred: 0,
+                    pacer: Pacer::default(),
+                    ready: None,
+                    qps_seen: 0,
+                    reaped_at: 0,
                     next_port: 0xC000 | (nanos as u16 & 0x3FFF),
                     removed: false,
                     mads_in: 0,
@@ -322,6 +344,7 @@ impl<D: Device> CmDevice<D> {
             recv_errors: st.recv_errors,
             send_errors: st.send_errors,
             deferred_transitions: st.deferred,
+            paced: st.pacer.paced,
         }
     }
 
@@ -335,13 +358,52 @@ impl<D: Device> CmDevice<D> {
     pub fn flush(&self, timeout: Duration) -> Result<bool, ServiceError> {
         // The wait every blocking call uses: on QP1's CQ, driving the device on each wake.
         let sent = |st: &mut State<D>| {
-            (st.unsent.is_empty() && st.free_send.len() == SEND_SLOTS).then_some(())
+            (st.pacer.held() == 0 && st.unsent.is_empty() && st.free_send.len() == SEND_SLOTS)
+                .then_some(())
         };
         match self.wait_blocking(Some(timeout), sent) {
             Ok(()) => Ok(true),
             Err(ServiceError::TimedOut) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Moves into `out` the endpoints that got an event from the peer since the last call
+    /// (an endpoint may appear more than once), so that an application with thousands of
+    /// connections in flight looks only at those ([`crate::Connector::try_connected`]).
+    /// The first call starts the tracking and finds nothing; it does not drive the device.
+    pub fn take_ready(&self, out: &mut Vec<CmId>) {
+        let mut st = self.state();
+        match st.ready.as_mut() {
+            Some(r) => out.append(r),
+            None => st.ready = Some(Vec::new()),
+        }
+    }
+
+    /// The CM's table bytes, an upper estimate by capacity: the agent's
+    /// ([`CmAgent::state_bytes`]) plus this layer's per-connection maps (QP associations,
+    /// event queues, the send window). Buffers of fixed size (QP1's, the address handles)
+    /// are not counted.
+    pub fn state_bytes(&self) -> usize {
+        use std::mem::size_of;
+        fn map<K, V>(m: &HashMap<K, V>) -> usize {
+            m.capacity() * 8 / 7 * (size_of::<(K, V)>() + 1)
+        }
+        let st = self.state();
+        let queues: usize = st
+            .events
+            .values()
+            .map(|q| q.capacity() * size_of::<RdmaCmEvent>())
+            .sum();
+        st.agent.state_bytes()
+            + map(&st.qps)
+            + map(&st.qp_of)
+            + map(&st.events)
+            + queues
+            + st.pacer.bytes()
+            + st.ready
+                .as_ref()
+                .map_or(0, |r| r.capacity() * size_of::<CmId>())
     }
 
     /// QPs associated with a connection.
@@ -400,7 +462,9 @@ impl<D: Device> CmDevice<D> {
         if st.agent.poll_timeout().is_some_and(|t| t <= now) {
             st.agent.handle_timeout(now);
         }
-        woke |= self.reap_dead(&mut st);
+        if self.reap_due(&mut st, now) {
+            woke |= self.reap_dead(&mut st);
+        }
         self.poll_background(&mut st);
         woke |= self.drain(&mut st)?;
         self.flush_unsent(&mut st)?;
@@ -476,6 +540,9 @@ impl<D: Device> CmDevice<D> {
     /// Outputs after a transition still in flight stay queued in the agent until it is done.
     pub(super) fn drain(&self, st: &mut State<D>) -> Result<bool, ServiceError> {
         let mut woke = false;
+        // The agent moved (a call, MADs, timers): answered requests free window places.
+        st.pacer.agent_moved();
+        st.pacer.release(&st.agent, &mut st.unsent);
         loop {
             if let Some(mut t) = st.gate.take() {
                 match t.poll(&self.waker()) {
@@ -490,7 +557,11 @@ impl<D: Device> CmDevice<D> {
                 break;
             };
             match out {
-                CmOutput::Send(m) => st.unsent.push_back(m),
+                CmOutput::Send(m) => {
+                    if let Some(m) = st.pacer.offer(&st.agent, m) {
+                        st.unsent.push_back(m);
+                    }
+                }
                 CmOutput::Qp(a) => {
                     self.flush_unsent(st)?;
                     self.apply(st, a);
@@ -617,6 +688,9 @@ impl<D: Device> CmDevice<D> {
         q.push_back(RdmaCmEvent::ConnectError {
             detail: e.to_string(),
         });
+        if let Some(r) = st.ready.as_mut() {
+            r.push(id);
+        }
         true
     }
 
@@ -640,10 +714,9 @@ impl<D: Device> CmDevice<D> {
     /// Ends the association of `id`'s QP: forgotten, and moved to ERR without waiting.
     pub(super) fn release_qp(&self, st: &mut State<D>, id: CmId) {
         let qpn = st
-            .qps
-            .iter()
-            .find(|(_, (owner, _))| *owner == id)
-            .map(|(qpn, _)| *qpn);
+            .qp_of
+            .remove(&id)
+            .filter(|qpn| st.qps.get(qpn).is_some_and(|(owner, _)| *owner == id));
         let Some(qp) = qpn
             .and_then(|qpn| st.qps.remove(&qpn))
             .and_then(|(_, weak)| weak.upgrade())
@@ -723,6 +796,9 @@ impl<D: Device> CmDevice<D> {
         }
         if let Some(q) = st.events.get_mut(&id) {
             q.push_back(ev);
+            if let Some(r) = st.ready.as_mut() {
+                r.push(id);
+            }
         }
     }
 
@@ -740,6 +816,9 @@ impl<D: Device> CmDevice<D> {
         let now = self.now();
         for &(qpn, id) in &dead {
             st.qps.remove(&qpn);
+            if st.qp_of.get(&id) == Some(&qpn) {
+                st.qp_of.remove(&id);
+            }
             let connected = matches!(
                 st.agent.state(id),
                 Some(CmState::Established | CmState::DreqSent | CmState::DreqRcvd)
@@ -753,9 +832,28 @@ impl<D: Device> CmDevice<D> {
                         detail: format!("QP {qpn:#x} was destroyed"),
                     }
                 });
+                if let Some(r) = st.ready.as_mut() {
+                    r.push(id);
+                }
             }
         }
         !dead.is_empty()
+    }
+
+    /// Whether [`CmDevice::reap_dead`] should look at every association now: when the
+    /// context has fewer live QPs than at the last look (one was destroyed), and at least
+    /// every [`REAP_EVERY`] besides (a QP destroyed and another created between two looks
+    /// leave the count as it was). Checking all of them on every progress made each call
+    /// cost as much as the connections held.
+    fn reap_due(&self, st: &mut State<D>, now: u64) -> bool {
+        let live = self.shared.ctx.object_counts().qps;
+        let fewer = live < st.qps_seen;
+        st.qps_seen = live;
+        if fewer || now.saturating_sub(st.reaped_at) >= REAP_EVERY.as_nanos() as u64 {
+            st.reaped_at = now;
+            return !st.qps.is_empty();
+        }
+        false
     }
 
     fn wake_all(&self) {
@@ -861,6 +959,7 @@ impl<D: Device> CmDevice<D> {
                 self.reap_dead(&mut st);
             }
             st.qps.insert(qpn, (id, qp.downgrade()));
+            st.qp_of.insert(id, qpn);
         }
         if qp.state() != QpState::Reset {
             return Ok(());
@@ -870,6 +969,7 @@ impl<D: Device> CmDevice<D> {
             let mut st = self.state();
             if st.qps.get(&qpn).is_some_and(|(owner, _)| *owner == id) {
                 st.qps.remove(&qpn);
+                st.qp_of.remove(&id);
             }
             return Err(ServiceError::ConnectError(e.to_string()));
         }

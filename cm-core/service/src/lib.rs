@@ -43,6 +43,19 @@
 //! the endpoint (REJ during setup, DREQ when connected). A failed device (QP1 flushed) gives
 //! every endpoint `DEVICE_REMOVAL` and ends every wait.
 //!
+//! Many connections in flight from one thread: [`Connector::connect_nowait`],
+//! [`ConnectionRequest::accept_nowait`] and [`Listener::try_get_request`] start and return
+//! at once, [`Connector::try_connected`] / [`Connector::try_disconnected`] collect the
+//! outcome, and [`CmDevice::take_ready`] says which endpoints got an event, so that a
+//! caller driving [`CmDevice::progress`] looks only at those (`portverbs cmtime` does this).
+//!
+//! Pacing: QP1 is UD, and a MAD that finds no receive posted at the peer is lost until a
+//! retransmission seconds later. The device therefore keeps at most a window of its own
+//! requests (REQ, REP, DREQ, SIDR_REQ, LAP) unanswered on the wire and holds the rest, in
+//! order, until answers free places (`pacing`); [`MadCounts::paced`] counts what waited.
+//! A QP the application destroyed is noticed when the context's QP count drops, and at
+//! least every 100 ms.
+//!
 //! UD services (`RDMA_PS_UDP`): [`Listener::bind_udp`] and [`Listener::get_service_request`]
 //! on the passive side, [`Connector::resolve_service`] (SIDR) on the active side.
 //!
@@ -62,6 +75,7 @@ mod api;
 mod engine;
 mod error;
 mod events;
+mod pacing;
 mod transition;
 
 pub use api::{

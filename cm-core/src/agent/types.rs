@@ -18,6 +18,13 @@ impl CmId {
     pub const fn comm_id(self) -> u32 {
         self.0
     }
+
+    /// The handle of the endpoint whose local communication ID is `comm_id`: the ID an
+    /// outgoing MAD of that endpoint carries. A handle for no live endpoint is simply not
+    /// found by the agent's calls.
+    pub const fn from_comm_id(comm_id: u32) -> Self {
+        Self(comm_id)
+    }
 }
 
 impl fmt::Debug for CmId {

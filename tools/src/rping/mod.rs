@@ -125,7 +125,7 @@ fn device_ip(ctx: &Context) -> Result<IpAddr, CliError> {
 }
 
 /// The device whose port 1 has `ip`'s GID.
-fn device_of(ip: IpAddr) -> Option<AnyDevice> {
+pub(crate) fn device_of(ip: IpAddr) -> Option<AnyDevice> {
     let gid = Gid::from_ip(ip);
     portverbs::devices().into_iter().find(|d| {
         portverbs::open(d.clone())
@@ -136,7 +136,7 @@ fn device_of(ip: IpAddr) -> Option<AnyDevice> {
 }
 
 /// The first device other processes can reach (UDP-bound, VFIO), else the first device.
-fn reachable_device() -> Result<AnyDevice, CliError> {
+pub(crate) fn reachable_device() -> Result<AnyDevice, CliError> {
     let all = portverbs::devices();
     all.iter()
         .find(|d| !verbs::in_process(d))
@@ -146,7 +146,7 @@ fn reachable_device() -> Result<AnyDevice, CliError> {
 }
 
 /// Opens the CM on `dev`.
-fn cm_device(dev: AnyDevice) -> Result<CmDevice<AnyDevice>, CliError> {
+pub(crate) fn cm_device(dev: AnyDevice) -> Result<CmDevice<AnyDevice>, CliError> {
     let ctx = verbs::open(dev)?;
     let ip = device_ip(&ctx)?;
     CmDevice::open_blocking(&ctx, ip).ctx(format_args!("opening the CM on {}", ctx.name()))
