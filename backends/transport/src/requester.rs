@@ -423,6 +423,15 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
             }
             hdr.bth.pad_count = ((4 - (last_n % 4)) % 4) as u8;
             payload = gather(qp, core, off, n as u32);
+            if t != QpType::Rc {
+                // UD and UC complete as soon as the packet leaves (no ACK), and the
+                // application may then reuse the buffer at once, as a real HCA allows: its
+                // DMA has read the bytes. A reference into that memory would be read only
+                // when the fabric delivers the packet, possibly after the buffer was
+                // rewritten (a QP1 send slot reused for the next MAD, whose bytes then
+                // reached the peer twice while the first MAD was never seen). Copy now.
+                payload = payload.into_owned();
+            }
             hdr.bth.ack_req =
                 t == QpType::Rc && (last || qp.req.since_ackreq + train >= core.cfg.ack_req_every);
             next_psn = psn::add(psn_now, train);
