@@ -571,8 +571,10 @@ impl CmTimer for TokioTimer {
 /// CM timers fire in async code (issue 17 item 5): the REQ of an async connect is lost on
 /// the fabric; with a timer lent to the device ([`CmDevice::set_timer`]) the connect future
 /// retransmits it by itself and connects, the application making no blocking call and
-/// nothing else waking the task (the passive side is another task, and idle until the
-/// retransmitted REQ arrives).
+/// nothing else waking the task (the passive side is idle until the retransmitted REQ
+/// arrives). Then the DREQ of a (non-blocking) `disconnect` is lost, and nothing the
+/// application awaits waits on that device any more: the device's `run()` task, another
+/// task, retransmits it on its timer.
 #[test]
 fn async_connect_retransmits_a_lost_req_on_its_own() {
     use portverbs::soft::{DeviceConfig, Fabric, LinkFaults, SoftDevice};
@@ -595,10 +597,16 @@ fn async_connect_retransmits_a_lost_req_on_its_own() {
         .enable_all()
         .build()
         .unwrap();
+    let drivers = [&a, &b].map(|d| {
+        let d = d.clone();
+        rt.spawn(async move { d.run().await })
+    });
     let started = Instant::now();
+    let accepted = std::cell::Cell::new(false);
     let passive = async {
         let req = listener.get_request().await.unwrap();
         let conn = req.accept(&sb.qp, &param(b"late")).await.unwrap();
+        accepted.set(true);
         conn.notify_disconnect().await.unwrap();
         conn.disconnect_async(&sb.qp).await.unwrap();
         conn
@@ -622,19 +630,32 @@ fn async_connect_retransmits_a_lost_req_on_its_own() {
             connect.await.unwrap()
         };
         assert_eq!(&rep[..4], b"late");
-        conn.disconnect_async(&sa.qp).await.unwrap();
-        conn.notify_disconnect().await.unwrap();
+        // The RTU must arrive first.
+        while !accepted.get() {
+            tokio::task::yield_now().await;
+        }
+        fabric.set_faults(LinkFaults::lossy(1.0));
+        conn.disconnect(&sa.qp).unwrap();
+        while fabric.stats().lost < 2 {
+            tokio::task::yield_now().await;
+        }
+        fabric.set_faults(LinkFaults::NONE);
+        // Nothing on this task waits on `a` any more: its driver task retransmits the DREQ.
         conn
     };
     let both = async { tokio::join!(passive, active) };
     let (pc, ac) = rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(12), both).await })
-        .expect("the lost REQ was never retransmitted");
+        .block_on(async { tokio::time::timeout(Duration::from_secs(20), both).await })
+        .expect("a lost MAD was never retransmitted");
     let took = started.elapsed();
-    assert_eq!(fabric.stats().lost, 1);
-    assert_eq!(a.stats().retransmits, 1, "{:?}", a.stats());
-    // One retransmission interval (about 4 s), not the 12 s guard that would also wake it.
-    assert!(took < Duration::from_secs(10), "{took:?}");
+    for d in drivers {
+        d.abort();
+    }
+    assert_eq!(fabric.stats().lost, 2);
+    assert_eq!(a.stats().retransmits, 2, "{:?}", a.stats());
+    // Two retransmission intervals (about 4 s each), not the 20 s guard that would also
+    // wake the task.
+    assert!(took < Duration::from_secs(15), "{took:?}");
     assert_eq!((sa.qp.state(), sb.qp.state()), (QpState::Err, QpState::Err));
     drop((pc, ac, listener));
     // TIMEWAIT ends in async code too: the devices' drivers are awaited, and only their CM

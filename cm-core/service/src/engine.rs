@@ -757,6 +757,9 @@ impl<D: Device> CmDevice<D> {
                 }
                 st.agent.poll_timeout()
             };
+            // Every timer the agent arms comes with a MAD sent or received on QP1, whose
+            // completion wakes this wait again: a deadline armed by another call is slept for
+            // from that round on.
             let mut sleep = self.timer_sleep(next);
             let mut notified = pin!(notified);
             let woke = poll_fn(|cx| {
