@@ -68,6 +68,24 @@ impl PayloadData {
         }
     }
 
+    /// The same bytes, no longer referring to registered memory: a [`PayloadData::Mem`]
+    /// payload is read now (what an HCA's DMA read does when the packet leaves), so that the
+    /// sender may reuse its buffer before the packet is delivered. Memory that can no longer
+    /// be read gives an empty payload, as a registration removed before the packet was built
+    /// does.
+    pub fn into_owned(self) -> Self {
+        match self {
+            Self::Mem(_) => {
+                let mut bytes = vec![0u8; self.len()];
+                match self.read(0, &mut bytes) {
+                    Ok(()) => Self::from_slice(&bytes),
+                    Err(_) => Self::Empty,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Length in bytes.
     #[inline]
     pub fn len(&self) -> usize {

@@ -424,10 +424,13 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
             hdr.bth.pad_count = ((4 - (last_n % 4)) % 4) as u8;
             payload = gather(qp, core, off, n as u32);
             if t != QpType::Rc {
-                // UC and UD complete the WQE below, as the packet leaves: the application may
-                // then reuse its buffer before the fabric delivers the packet, so the bytes
-                // are copied now rather than referenced.
-                payload = own(payload);
+                // UD and UC complete as soon as the packet leaves (no ACK), and the
+                // application may then reuse the buffer at once, as a real HCA allows: its
+                // DMA has read the bytes. A reference into that memory would be read only
+                // when the fabric delivers the packet, possibly after the buffer was
+                // rewritten (a QP1 send slot reused for the next MAD, whose bytes then
+                // reached the peer twice while the first MAD was never seen). Copy now.
+                payload = payload.into_owned();
             }
             hdr.bth.ack_req =
                 t == QpType::Rc && (last || qp.req.since_ackreq + train >= core.cfg.ack_req_every);
@@ -517,18 +520,6 @@ pub(crate) fn arm_retransmit(qp: &mut QpCtx, core: &mut Core, now: u64) {
             }
         }
         None => qp.req.rto_armed = false,
-    }
-}
-
-/// The payload's bytes copied out of registered memory (a reference whose memory is gone
-/// reads as no payload, as [`gather`] treats a registration removed meanwhile).
-fn own(payload: PayloadData) -> PayloadData {
-    match payload {
-        PayloadData::Mem(_) => payload
-            .to_vec()
-            .map(PayloadData::Bytes)
-            .unwrap_or(PayloadData::Empty),
-        other => other,
     }
 }
 

@@ -20,8 +20,9 @@ use portverbs_verbs::{
 };
 
 use crate::pacing::Pacer;
+use crate::timer::Sleep;
 use crate::transition::{self, Transition};
-use crate::{RdmaCmEvent, ServiceError, addr};
+use crate::{CmTimer, RdmaCmEvent, ServiceError, addr};
 use portverbs_cm::wire::{CmaHeader, MAD_LEN};
 use portverbs_cm::{
     AgentConfig, CmAgent, CmEvent, CmId, CmOutput, CmState, OutMad, QpAction, QpTarget,
@@ -152,6 +153,8 @@ struct Shared<D: Device> {
     state: Mutex<State<D>>,
     wakers: Mutex<Vec<Waker>>,
     wake_gen: AtomicU64,
+    /// The application's timer for async waits ([`crate::CmTimer`]).
+    timer: Mutex<Option<Arc<dyn CmTimer>>>,
 }
 
 impl<D: Device> Shared<D> {
@@ -287,6 +290,7 @@ impl<D: Device> CmDevice<D> {
                 }),
                 wakers: Mutex::new(Vec::new()),
                 wake_gen: AtomicU64::new(0),
+                timer: Mutex::new(None),
             }),
         };
         for slot in 0..RECV_SLOTS {
@@ -418,6 +422,23 @@ impl<D: Device> CmDevice<D> {
 
     pub(super) fn state(&self) -> MutexGuard<'_, State<D>> {
         lock(&self.shared.state)
+    }
+
+    /// The instant of an agent time (nanoseconds since the device was opened).
+    pub(super) fn instant_of(&self, nanos: u64) -> Instant {
+        self.shared.epoch + Duration::from_nanos(nanos)
+    }
+
+    pub(super) fn replace_timer(&self, timer: Option<Arc<dyn CmTimer>>) {
+        *lock(&self.shared.timer) = timer;
+        // Waits under way pick the timer up (or drop theirs) on their next round.
+        self.wake_all();
+    }
+
+    /// A sleep until the agent's next deadline, when the application lent a timer.
+    fn timer_sleep(&self, next: Option<u64>) -> Option<Sleep> {
+        let timer = lock(&self.shared.timer).clone()?;
+        Some(timer.sleep_until(self.instant_of(next?)))
     }
 
     fn post_recv(&self, slot: usize) -> Result<(), ServiceError> {
@@ -901,8 +922,9 @@ impl<D: Device> CmDevice<D> {
         }
     }
 
-    /// Awaits, driving the device on every wake, until `f` finds what it waits for. See the
-    /// module documentation for what drives CM timers here.
+    /// Awaits, driving the device on every wake, until `f` finds what it waits for: QP1's CQ
+    /// notification, another waiter's wake, or (with a [`CmTimer`] lent) the next CM
+    /// deadline.
     pub(super) async fn wait_async<T>(
         &self,
         mut f: impl FnMut(&mut State<D>) -> Option<T>,
@@ -911,7 +933,7 @@ impl<D: Device> CmDevice<D> {
             let notified = self.shared.cq.notified(NotifyKind::Any);
             let gen_before = self.shared.wake_gen.load(Ordering::Acquire);
             self.progress()?;
-            {
+            let next = {
                 let mut st = self.state();
                 if let Some(v) = f(&mut st) {
                     return Ok(v);
@@ -919,11 +941,22 @@ impl<D: Device> CmDevice<D> {
                 if st.removed {
                     return Err(ServiceError::Closed);
                 }
-            }
+                st.agent.poll_timeout()
+            };
+            // Every timer the agent arms comes with a MAD sent or received on QP1, whose
+            // completion wakes this wait again: a deadline armed by another call is slept for
+            // from that round on.
+            let mut sleep = self.timer_sleep(next);
             let mut notified = pin!(notified);
             let woke = poll_fn(|cx| {
                 if self.shared.wake_gen.load(Ordering::Acquire) != gen_before {
                     return Poll::Ready(Ok(()));
+                }
+                // The next CM timer is due: go round, and progress fires it.
+                if let Some(s) = sleep.as_mut() {
+                    if s.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Ok(()));
+                    }
                 }
                 {
                     let mut w = lock(&self.shared.wakers);

@@ -19,11 +19,14 @@
 //! Waiting: a blocking wait sleeps in [`Cq::wait_notify`] on QP1's CQ, at most until the next
 //! CM timer and never more than [`MAX_SLEEP`] (several threads may wait on one device and
 //! one of them may consume the completion another is waiting for; the cap bounds that).
-//! An async wait awaits QP1's CQ notification or a wake from another waiter's progress. Async
-//! code has no timer here: CM timers (retransmissions, TIMEWAIT) fire only when something
-//! wakes the task — a MAD, another call, or a blocking call such as
-//! [`CmDevice::progress`]. Applications that need retransmission while idle in async code
-//! call a blocking wait from time to time or keep one connection's traffic flowing.
+//! An async wait awaits QP1's CQ notification or a wake from another waiter's progress, and
+//! the next CM timer (retransmissions, TIMEWAIT) through the [`CmTimer`] the application
+//! lends with [`CmDevice::set_timer`] (e.g. its runtime's `sleep_until`): this layer has no
+//! clock to wake a task with, no thread, and names no runtime or platform. Without a timer,
+//! CM timers in async code fire only when something wakes the task (a MAD, another call);
+//! [`CmDevice::next_deadline`] then says when an event loop should call
+//! [`CmDevice::progress`]. [`CmDevice::run`] is the async driver of a device nobody else
+//! waits on.
 //!
 //! QP transitions (DESIGN §3 decision 6): the RTR, RTS and ERR transitions the agent asks for
 //! are started as verbs-core's async `modify` and polled, never waited for inside progress.
@@ -76,6 +79,7 @@ mod engine;
 mod error;
 mod events;
 mod pacing;
+mod timer;
 mod transition;
 
 pub use api::{
@@ -85,6 +89,7 @@ pub use api::{
 pub use engine::{CmDevice, MAX_SLEEP, MadCounts};
 pub use error::ServiceError;
 pub use events::RdmaCmEvent;
+pub use timer::{CmTimer, Sleep};
 
 #[cfg(doc)]
 use portverbs_verbs::{Context, Cq, QpInit};

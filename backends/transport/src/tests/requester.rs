@@ -255,6 +255,28 @@ fn a_ud_send_carries_a_deth_and_completes_at_once() {
     );
 }
 
+/// A UD send completes when its packet leaves; the application may rewrite the buffer at
+/// once, before the fabric delivers the packet, which must still carry the bytes that were
+/// in the buffer when it was sent (the CM's QP1 send slots are reused this way).
+#[test]
+fn a_ud_packet_keeps_its_bytes_when_the_buffer_is_reused_after_completion() {
+    let mut s = Side::with(Setup::of(QpType::Ud));
+    let sent = pattern(100, 3);
+    s.write_mem(0, &sent);
+    let mut wqe = s.wqe(SendOp::Send, 0, 100);
+    wqe.ud = Some(UdTarget {
+        av: AddressVector::default(),
+        remote_qpn: 77,
+        remote_qkey: 0x42,
+    });
+    let out = s.post(wqe);
+    assert_eq!(s.take_cqes().len(), 1);
+    s.write_mem(0, &pattern(100, 9));
+    let mut got = vec![0u8; 100];
+    out[0].payload.read(0, &mut got).unwrap();
+    assert_eq!(got, sent);
+}
+
 #[test]
 fn a_bad_lkey_fails_locally_without_a_packet_and_errors_the_qp() {
     let mut s = Side::rc();
