@@ -326,6 +326,32 @@ fn simultaneous_disconnects_both_complete() {
 }
 
 #[test]
+fn a_dreq_crossing_ours_ends_our_disconnect_without_retransmission() {
+    // perftest -R's teardown against Linux: our DREQ crosses the one Linux sends when perftest
+    // destroys its ID (sent once, straight to TIMEWAIT); Linux never answers ours then. The
+    // peer's DREQ must end our disconnect: a DREP, and our DREQ's timer cancelled.
+    let mut t = Pair::new();
+    let (_, a, p) = t.establish();
+    t.nodes[0].agent.disconnect(t.now, a, &[]).expect("dreq");
+    t.nodes[1].agent.destroy(t.now, p).expect("destroy");
+    t.run_until_if(60_000 * MS, |to, m| !(to == 0 && is(m, AttrId::Drep)));
+    assert_eq!(t.sent(0, AttrId::Dreq).len(), 1, "our DREQ went once");
+    assert_eq!(
+        t.sent(0, AttrId::Drep).len(),
+        1,
+        "the peer's DREQ got its DREP"
+    );
+    assert_eq!(t.nodes[0].agent.stats().retransmits, 0);
+    assert_eq!(
+        t.take_events(0),
+        [
+            CmEvent::Disconnected { id: a },
+            CmEvent::TimewaitExit { id: a }
+        ]
+    );
+}
+
+#[test]
 fn dreq_before_rtu_completes_the_accept_first() {
     let mut t = Pair::new();
     let (_, a, p) = t.request();
