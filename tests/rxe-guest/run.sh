@@ -6,9 +6,9 @@
 #
 # 1. Builds the CLI (the host side) and rxe-check (the capture check) in release mode.
 #    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw,
-#    ib_read_bw, ib_send_bw and ib_write_lat with -R (connected by the CM; perftest's -R also
-#    runs its exchange over a CM-connected QP), each with the guest as server and with
-#    Portverbs as server.
+#    ib_read_bw, ib_send_bw, ib_write_lat and ib_send_lat with -R (connected by the CM;
+#    perftest's -R also runs its exchange over a CM-connected QP), each with the guest as
+#    server and with Portverbs as server.
 # 2. Finds a Debian kernel with rdma_rxe (tests/guest-lib.sh: the one the VFIO guest test
 #    uses, fetched with apt-get download if none is installed).
 # 3. Fetches Debian's rdma-core, perftest and iproute2 packages (apt-get download, unpacked
@@ -22,8 +22,8 @@
 #    device udp0) against the guest's tool: the guest as server and Portverbs as client, then
 #    the other way round. Every run has a time limit; both sides' exit codes and outputs are
 #    checked (pingpong: the bytes and iterations lines with the right counts; the bandwidth
-#    tests: the result row of the size and iterations asked for; ib_write_lat: its latency
-#    row so; rping: one line per ping, in order), and every
+#    tests: the result row of the size and iterations asked for; the latency tests: their
+#    own row so; rping: one line per ping, in order), and every
 #    host run's capture (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, tshark
 #    decodes every frame as InfiniBand over RoCEv2 with none malformed, every MAD to QP1 is
 #    a CM MAD that tshark and portverbs-cm read alike, and the capture of an rping or -R run
@@ -87,6 +87,8 @@ checks=(
     "sbwR-hs|client|ib_send_bw -R -d rxe0 -x @GIDX@ -s 4096 -n 200 -F $host_ip|perf send_bw -R -d udp0 -x 0 -s 4096 -n 200 -F"
     "wlatR-gs|server|ib_write_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F|perf write_lat -R -d udp0 -x 0 -s 64 -n 200 -F $guest_ip"
     "wlatR-hs|client|ib_write_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf write_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
+    "slatR-gs|server|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F $guest_ip"
+    "slatR-hs|client|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
 )
 
 # --- 1. host binaries -----------------------------------------------------------------------
@@ -134,7 +136,7 @@ provider=$stage/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 cp "$provider" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
 tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
-    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/rping usr/bin/rdma)
+    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma)
 for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
     cp "$stage/$t" "$root/usr/bin/"
@@ -244,7 +246,7 @@ output_ok() {
         # #bytes #iterations BW peak BW average MsgRate
         grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){3}[[:space:]]*\$" "$out"
         ;;
-    write_lat)
+    write_lat | send_lat)
         # #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
         grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){7}[[:space:]]*\$" "$out"
         ;;
