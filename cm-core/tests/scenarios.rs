@@ -45,6 +45,43 @@ fn establish_moves_both_qps_and_reports_once() {
 }
 
 #[test]
+fn rep_depths_beyond_the_req_offer_are_cut_to_it() {
+    // Linux's perftest server answers with its device's maximum (128 on rxe) whatever the
+    // REQ offered; the active side's QP must not get more than it asked for.
+    let mut t = Pair::new();
+    let listener = t.nodes[1].agent.create_id().expect("id");
+    t.nodes[1].agent.listen(listener, SERVICE).expect("listen");
+    let a = t.nodes[0].agent.create_id().expect("id");
+    let mut p = t.params(0, 0x11, 0x100);
+    p.responder_resources = 16;
+    p.initiator_depth = 4;
+    t.nodes[0]
+        .agent
+        .connect(t.now, a, &p, &[])
+        .expect("connect");
+    t.deliver();
+    let ev = t.take_events(1);
+    let [CmEvent::ConnectRequest { id: passive, .. }] = ev.as_slice() else {
+        panic!("one connect request expected, got {ev:?}");
+    };
+    let mut accept = AcceptParams::new(0x22, 0x200);
+    accept.responder_resources = 128;
+    accept.initiator_depth = 128;
+    t.nodes[1]
+        .agent
+        .accept(t.now, *passive, &accept, &[])
+        .expect("accept");
+    t.deliver();
+    let qa = &t.nodes[0].qp;
+    let (QpTarget::Rtr(rtr), QpTarget::Rts(rts)) = (qa[0].target, qa[1].target) else {
+        panic!("RTR then RTS: {qa:?}");
+    };
+    assert_eq!((rtr.max_dest_rd_atomic, rtr.remote_read_atomic), (16, true));
+    assert_eq!(rts.max_rd_atomic, 4);
+    assert_eq!(t.nodes[0].agent.state(a), Some(CmState::Established));
+}
+
+#[test]
 fn no_listener_is_rejected_with_invalid_service_id() {
     let mut t = Pair::new();
     let a = t.nodes[0].agent.create_id().expect("id");
@@ -286,6 +323,32 @@ fn simultaneous_disconnects_both_complete() {
     assert_eq!(t.take_events(1), [CmEvent::Disconnected { id: p }]);
     assert_eq!(t.nodes[0].agent.state(a), Some(CmState::Timewait));
     assert_eq!(t.nodes[1].agent.state(p), Some(CmState::Timewait));
+}
+
+#[test]
+fn a_dreq_crossing_ours_ends_our_disconnect_without_retransmission() {
+    // perftest -R's teardown against Linux: our DREQ crosses the one Linux sends when perftest
+    // destroys its ID (sent once, straight to TIMEWAIT); Linux never answers ours then. The
+    // peer's DREQ must end our disconnect: a DREP, and our DREQ's timer cancelled.
+    let mut t = Pair::new();
+    let (_, a, p) = t.establish();
+    t.nodes[0].agent.disconnect(t.now, a, &[]).expect("dreq");
+    t.nodes[1].agent.destroy(t.now, p).expect("destroy");
+    t.run_until_if(60_000 * MS, |to, m| !(to == 0 && is(m, AttrId::Drep)));
+    assert_eq!(t.sent(0, AttrId::Dreq).len(), 1, "our DREQ went once");
+    assert_eq!(
+        t.sent(0, AttrId::Drep).len(),
+        1,
+        "the peer's DREQ got its DREP"
+    );
+    assert_eq!(t.nodes[0].agent.stats().retransmits, 0);
+    assert_eq!(
+        t.take_events(0),
+        [
+            CmEvent::Disconnected { id: a },
+            CmEvent::TimewaitExit { id: a }
+        ]
+    );
 }
 
 #[test]

@@ -5,9 +5,10 @@
 #   tests/rxe-guest/run.sh          (as root: it makes a network namespace and a tap device)
 #
 # 1. Builds the CLI (the host side) and rxe-check (the capture check) in release mode.
-#    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw -R
-#    (connected by the CM; perftest's -R also runs its exchange over a CM-connected QP), each
-#    with the guest as server and with Portverbs as server.
+#    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw,
+#    ib_read_bw, ib_send_bw, ib_write_lat and ib_send_lat with -R (connected by the CM;
+#    perftest's -R also runs its exchange over a CM-connected QP), each with the guest as
+#    server and with Portverbs as server.
 # 2. Finds a Debian kernel with rdma_rxe (tests/guest-lib.sh: the one the VFIO guest test
 #    uses, fetched with apt-get download if none is installed).
 # 3. Fetches Debian's rdma-core, perftest and iproute2 packages (apt-get download, unpacked
@@ -20,14 +21,17 @@
 # 5. Runs every check below, one at a time, the host's Portverbs (`PORTVERBS_UDP=10.77.0.1`,
 #    device udp0) against the guest's tool: the guest as server and Portverbs as client, then
 #    the other way round. Every run has a time limit; both sides' exit codes and outputs are
-#    checked (pingpong: the bytes and iterations lines with the right counts; ib_write_bw:
-#    the result row of 65536-byte messages; rping: one line per ping, in order), and every
+#    checked (pingpong: the bytes and iterations lines with the right counts; the bandwidth
+#    tests: the result row of the size and iterations asked for; the latency tests: their
+#    own row so; rping: one line per ping, in order), and every
 #    host run's capture (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, tshark
 #    decodes every frame as InfiniBand over RoCEv2 with none malformed, every MAD to QP1 is
 #    a CM MAD that tshark and portverbs-cm read alike, and the capture of an rping or -R run
 #    holds REQ, REP, RTU, DREQ and DREP (Linux's rdma_cm and ib_cm against Portverbs' CM;
-#    with -R two connections at least: the exchange's QP and the test's, which the server
-#    disconnects).
+#    with -R two connections at least: the exchange's QP and the test's), and none of its CM
+#    MADs retransmitted (the same sender, attribute and TID twice): neither connecting nor
+#    the teardown, where perftest and Portverbs often send crossing DREQs, may wait for a
+#    CM timer.
 #
 # Needs root, qemu-system-x86, busybox-static, cpio, kmod, iproute2, tshark and apt-get (for
 # the packages). Output goes to $CARGO_TARGET_DIR/rxe-guest (default target/). Environment:
@@ -77,6 +81,14 @@ checks=(
     # perftest's rdma_cm mode: the exchange over a CM-connected RC QP, the test QP by the CM.
     "wbwR-gs|server|ib_write_bw -R -d rxe0 -x @GIDX@ -s 65536 -n 200 -F|perf write_bw -R -d udp0 -x 0 -s 65536 -n 200 -F $guest_ip"
     "wbwR-hs|client|ib_write_bw -R -d rxe0 -x @GIDX@ -s 65536 -n 200 -F $host_ip|perf write_bw -R -d udp0 -x 0 -s 65536 -n 200 -F"
+    "rbwR-gs|server|ib_read_bw -R -d rxe0 -x @GIDX@ -s 65536 -n 100 -F|perf read_bw -R -d udp0 -x 0 -s 65536 -n 100 -F $guest_ip"
+    "rbwR-hs|client|ib_read_bw -R -d rxe0 -x @GIDX@ -s 65536 -n 100 -F $host_ip|perf read_bw -R -d udp0 -x 0 -s 65536 -n 100 -F"
+    "sbwR-gs|server|ib_send_bw -R -d rxe0 -x @GIDX@ -s 4096 -n 200 -F|perf send_bw -R -d udp0 -x 0 -s 4096 -n 200 -F $guest_ip"
+    "sbwR-hs|client|ib_send_bw -R -d rxe0 -x @GIDX@ -s 4096 -n 200 -F $host_ip|perf send_bw -R -d udp0 -x 0 -s 4096 -n 200 -F"
+    "wlatR-gs|server|ib_write_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F|perf write_lat -R -d udp0 -x 0 -s 64 -n 200 -F $guest_ip"
+    "wlatR-hs|client|ib_write_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf write_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
+    "slatR-gs|server|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F $guest_ip"
+    "slatR-hs|client|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
 )
 
 # --- 1. host binaries -----------------------------------------------------------------------
@@ -95,11 +107,12 @@ echo "==> kernel $kernel"
 # --- 3. userland and initramfs --------------------------------------------------------------
 echo "==> packing the initramfs"
 t0=$(now_ms)
-pkgs=(ibverbs-utils perftest ibverbs-providers libibverbs1 librdmacm1 rdmacm-utils iproute2
-    libnl-3-200 libnl-route-3-200 libpci3 libmnl0 libbsd0 libmd0 libcap2 libudev1)
+pkgs=(ibverbs-utils perftest ibverbs-providers libibverbs1 librdmacm1 libibumad3 rdmacm-utils
+    iproute2 libnl-3-200 libnl-route-3-200 libpci3 libmnl0 libbsd0 libmd0 libcap2 libudev1)
 debs=$work/debs
 stage=$work/userland
-if [[ ! -f $stage/.complete ]]; then
+# (.complete names the packages unpacked: a changed list unpacks them again.)
+if [[ $(cat "$stage/.complete" 2>/dev/null) != "${pkgs[*]}" ]]; then
     rm -rf "$debs" "$stage"
     mkdir -p "$debs" "$stage"
     (cd "$debs" && apt-get download -q "${pkgs[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
@@ -108,7 +121,7 @@ if [[ ! -f $stage/.complete ]]; then
         [[ -f $deb ]] || die "apt-get download $p produced no .deb (run apt-get update)"
         dpkg-deb -x "$deb" "$stage"
     done
-    touch "$stage/.complete"
+    echo "${pkgs[*]}" >"$stage/.complete"
 fi
 root=$work/initramfs
 rm -rf "$root"
@@ -122,7 +135,8 @@ provider=$stage/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 [[ -f $provider ]] || die "ibverbs-providers has no librxe-rdmav34.so"
 cp "$provider" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
-tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/rping usr/bin/rdma)
+tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
+    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma)
 for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
     cp "$stage/$t" "$root/usr/bin/"
@@ -228,8 +242,13 @@ output_ok() {
         grep -qE "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec" "$out" &&
             grep -qE "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter" "$out"
         ;;
-    write_bw)
+    write_bw | read_bw | send_bw)
+        # #bytes #iterations BW peak BW average MsgRate
         grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){3}[[:space:]]*\$" "$out"
+        ;;
+    write_lat | send_lat)
+        # #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+        grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){7}[[:space:]]*\$" "$out"
         ;;
     esac
 }

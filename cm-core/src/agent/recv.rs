@@ -230,13 +230,19 @@ impl CmAgent {
         c.rnr_retry = r.rnr_retry_count;
         c.av_timeout = ack_timeout(r.target_ack_delay, c.packet_life_time);
         c.in_qpn_map = true;
+        // The REP's depths may not exceed what the REQ offered (its initiator depth at most
+        // our responder resources, and the other way round); Linux's perftest server answers
+        // with its device's maximum (128 on rxe) whatever the REQ said, more than this side
+        // may have, so the QP gets the smaller of the two.
+        let dest_rd_atomic = r.initiator_depth.min(c.responder_resources);
+        let rd_atomic = r.responder_resources.min(c.initiator_depth);
         let rtr = RtrAttrs {
             dest_qpn: r.local_qpn,
             rq_psn: c.rq_psn,
             path_mtu: c.path.path_mtu,
-            max_dest_rd_atomic: r.initiator_depth,
+            max_dest_rd_atomic: dest_rd_atomic,
             min_rnr_timer: 0,
-            remote_read_atomic: r.initiator_depth > 0,
+            remote_read_atomic: dest_rd_atomic > 0,
             sgid: c.path.local_gid,
             dgid: c.path.remote_gid,
             flow_label: c.path.flow_label,
@@ -248,7 +254,7 @@ impl CmAgent {
             sq_psn: r.starting_psn,
             retry_cnt: c.retry_count,
             rnr_retry: r.rnr_retry_count,
-            max_rd_atomic: r.responder_resources,
+            max_rd_atomic: rd_atomic,
             timeout: c.av_timeout,
         };
         let rtu = Rtu {

@@ -6,7 +6,9 @@
 //! over RoCEv2 with no malformed packet, and reads the same BTH opcodes in the same order;
 //! both hosts sent something. Every datagram to QP 1 is a CM MAD that our parser
 //! (`portverbs-cm`) reads, and tshark reads as the same CM attribute. With `--cm`, the
-//! capture must hold a connection's MADs: REQ, REP, RTU, DREQ and DREP. One line per capture
+//! capture must hold a connection's MADs: REQ, REP, RTU, DREQ and DREP, and no CM MAD may be
+//! a retransmission (the same sender, attribute and transaction ID twice: a REQ, REP or DREQ
+//! whose answer came late, and what answers such a duplicate). One line per capture
 //! says what it held; any failure names the capture and the frame, and the exit status is 1.
 
 use std::collections::BTreeMap;
@@ -29,7 +31,12 @@ struct Summary {
     by_source: BTreeMap<IpAddr, usize>,
     /// Per frame: the CM attribute ID of a MAD to QP 1 (our parser's reading).
     cm: Vec<Option<u16>>,
+    /// Every CM MAD: (sender, attribute ID, transaction ID) and its frame number.
+    cm_sent: Vec<(CmKey, usize)>,
 }
+
+/// What makes a CM MAD unique unless it is retransmitted.
+type CmKey = (IpAddr, u16, u64);
 
 /// What tshark read of one frame.
 #[derive(Debug, PartialEq, Eq)]
@@ -131,6 +138,9 @@ fn check(path: &Path, need_cm: bool) -> Result<String, String> {
                 missing.join(", ")
             ));
         }
+        if let Some(e) = first_retransmission(&ours.cm_sent) {
+            return Err(e);
+        }
     }
     let mut counts: BTreeMap<u8, usize> = BTreeMap::new();
     for op in &ours.opcodes {
@@ -154,6 +164,22 @@ fn check(path: &Path, need_cm: bool) -> Result<String, String> {
         }
     }
     Ok(line)
+}
+
+/// The first CM MAD sent again (same sender, attribute and TID), described.
+fn first_retransmission(sent: &[(CmKey, usize)]) -> Option<String> {
+    let mut seen: BTreeMap<CmKey, usize> = BTreeMap::new();
+    for &(key, frame) in sent {
+        if let Some(first) = seen.insert(key, frame) {
+            let (src, attr, tid) = key;
+            return Some(format!(
+                "CM {} from {src} with TID {tid:#018x} sent again: frames {first} and {frame} \
+                 (a retransmission)",
+                cm_name(attr)
+            ));
+        }
+    }
+    None
 }
 
 /// Every record: a whole Ethernet frame whose RoCEv2 packet has a good ICRC and a transport
@@ -194,7 +220,9 @@ fn read_capture(path: &Path) -> Result<Summary, String> {
             // QP1 carries MADs; here every one must be the CM's.
             let mad = Mad::parse(parsed.payload)
                 .map_err(|e| format!("frame {n}: a datagram to QP 1 that is no CM MAD: {e}"))?;
-            Some(mad.msg.attr().to_u16())
+            let attr = mad.msg.attr().to_u16();
+            summary.cm_sent.push(((view.src, attr, mad.tid), n));
+            Some(attr)
         } else {
             None
         };
@@ -256,4 +284,28 @@ fn tshark_frames(path: &Path) -> Result<Vec<Tshark>, String> {
         frames.push(Tshark { opcode, cm });
     }
     Ok(frames)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_mad_twice_from_one_sender_is_a_retransmission() {
+        let (a, b): (IpAddr, IpAddr) = ("10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap());
+        let dreq = AttrId::Dreq.to_u16();
+        let drep = AttrId::Drep.to_u16();
+        // Crossing DREQs, each answered once: different senders or TIDs, no retransmission.
+        let crossing = [
+            ((b, dreq, 7), 1),
+            ((a, dreq, 9), 2),
+            ((b, drep, 9), 3),
+            ((a, drep, 7), 4),
+        ];
+        assert_eq!(first_retransmission(&crossing), None);
+        let resent = [((a, dreq, 9), 1), ((b, dreq, 7), 2), ((a, dreq, 9), 5)];
+        let e = first_retransmission(&resent).expect("a retransmission");
+        assert!(e.contains("CM DREQ from 10.77.0.1"), "{e}");
+        assert!(e.contains("frames 1 and 5"), "{e}");
+    }
 }

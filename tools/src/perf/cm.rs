@@ -28,10 +28,14 @@
 //!   connections, one after the other; a second hand shake; then the test's own hand shakes
 //!   as over TCP, with no `ctx_connect` and no GID check — the CM did it. At the end
 //!   perftest's closing hand shake sends no `done`.
-//! - Disconnect: the server disconnects every test QP (DREQ) and waits for the DREPs; the
-//!   client waits for the DREQs and answers them. The side channel's connection goes when
-//!   each process destroys its endpoint (the kernel sends a DREQ for an established one);
-//!   this side disconnects it itself and lingers briefly for the answer.
+//! - Disconnect: perftest (4.5-0.17, RC) disconnects nothing itself: it destroys the test
+//!   QPs' IDs, then the side channel's, and the kernel sends for each one DREQ that is never
+//!   retransmitted (or the DREP, when the peer's DREQ came first); it waits for no answer.
+//!   Here the server disconnects every test QP (DREQ) and waits for the DREPs, and the client
+//!   waits for the DREQs and answers them; then each side disconnects the side channel and
+//!   lingers briefly for the answer. Against perftest as client our DREQ for a test QP often
+//!   crosses the one its kernel sends: that DREQ ends our disconnect (we answer it; the
+//!   kernel, its ID gone, does not answer ours), so no CM timer runs out.
 //! - The server's test QPs get RNR timer code 12 once connected (the CM's is 0, 655 ms).
 //! - The REQ of a test QP asks for no RDMA read resources unless the test reads
 //!   (`responder_resources` = `initiator_depth` = `-o`'s outstanding reads), with 7 retries

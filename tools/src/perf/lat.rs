@@ -8,7 +8,8 @@
 //!
 //! The client stamps the clock before every iteration and once after the last; a sample is the
 //! difference of consecutive stamps. Ping-pong samples are halved (half the round trip).
-//! Across processes ([`run_remote`]) both sides stamp their iterations, as perftest's do.
+//! Across processes ([`run_remote`]) both sides stamp their iterations, as perftest's do, and
+//! the side that moves first is perftest's: the server in `write_lat`, the client in `send_lat`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -126,7 +127,15 @@ pub(crate) fn run_remote(
     };
     let mut rec = Recorder::new(cfg.mode);
     let never = AtomicBool::new(false);
-    if client {
+    // Who moves first is perftest's: in send_lat the client sends first, in write_lat the
+    // server writes first and the client waits for it (either side waits for exactly the
+    // next count, so both must agree or both wait forever).
+    let first = if cfg.test.verb == Verb::Write {
+        !client
+    } else {
+        client
+    };
+    if first {
         pingpong.ping(side, &mut plan, &rplan, &mut rec, tracker, &never)?;
     } else {
         pingpong.serve(side, &mut plan, &rplan, &never, Some(&mut rec))?;
