@@ -18,10 +18,10 @@ use portverbs::cm::service::{
 use portverbs::cm::wire::RejReason;
 use portverbs::prelude::*;
 use portverbs::udp_port::UdpConfig;
-use portverbs::{AnyDevice, UdpDevice, udp_device};
+use portverbs::{UdpDevice, udp_device};
 
-type Dev = CmDevice<AnyDevice>;
-const T: Option<Duration> = Some(Duration::from_secs(20));
+mod cm_util;
+use cm_util::{Dev, T, cm_dev, ctx_of, param, poll_one, post_recv, settle, side};
 
 /// soft0 and soft1 have one QP1 each for the whole process: the tests share them and take
 /// turns.
@@ -31,12 +31,6 @@ fn soft() -> (MutexGuard<'static, ()>, &'static (Dev, Dev)) {
     let turn = TURN.lock().unwrap_or_else(PoisonError::into_inner);
     let devs = DEVS.get_or_init(|| (cm_dev("soft0"), cm_dev("soft1")));
     (turn, devs)
-}
-
-fn cm_dev(name: &str) -> Dev {
-    let ctx = portverbs::open(portverbs::device(name).unwrap()).unwrap();
-    let gid = ctx.gid_table_blocking(1).unwrap()[0].1.gid;
-    CmDevice::open_blocking(&ctx, gid.to_ip()).unwrap()
 }
 
 fn udp_pair(ips: [&str; 2]) -> (UdpDevice, UdpDevice, Dev, Dev) {
@@ -50,63 +44,6 @@ fn udp_pair(ips: [&str; 2]) -> (UdpDevice, UdpDevice, Dev, Dev) {
     let (da, a) = open("cm_udp_a", ips[0]);
     let (db, b) = open("cm_udp_b", ips[1]);
     (da, db, a, b)
-}
-
-/// An RC QP with its CQ and a registered buffer, on `dev`'s device.
-struct Side {
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn side(ctx: &Context, cq: Option<&Cq>) -> Side {
-    let pd = ctx.alloc_pd_blocking().unwrap();
-    let cq = cq.cloned().unwrap_or_else(|| {
-        ctx.create_cq_blocking(CqInit {
-            entries: 64,
-            ..CqInit::default()
-        })
-        .unwrap()
-    });
-    let mut init = QpInit::new(QpType::Rc, &cq);
-    init.caps.max_send_wr = 8;
-    init.caps.max_recv_wr = 8;
-    let qp = pd.create_qp_blocking(init).unwrap();
-    let mr = pd
-        .reg_vec_blocking(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    Side { cq, qp, mr }
-}
-
-fn ctx_of(dev: &Dev) -> Context {
-    dev.context().clone()
-}
-
-fn poll_one(cq: &Cq) -> WorkCompletion {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut wc = [WorkCompletion::default()];
-    loop {
-        if cq.poll(&mut wc).unwrap() == 1 {
-            return wc[0];
-        }
-        assert!(Instant::now() < deadline, "no completion");
-        thread::yield_now();
-    }
-}
-
-fn post_recv(s: &Side, wr_id: u64) {
-    s.qp.post_recv(&[RecvWr {
-        wr_id,
-        sges: &[s.mr.sge(0, 1024).unwrap()],
-    }])
-    .unwrap();
-}
-
-fn param(data: &[u8]) -> ConnParam {
-    ConnParam {
-        private_data: data.to_vec(),
-        ..ConnParam::default()
-    }
 }
 
 /// A thread that drives a device's CM while it lives (this layer has no thread of its own:
@@ -139,25 +76,6 @@ impl Drop for Driver {
         if let Some(t) = self.thread.take() {
             t.join().unwrap();
         }
-    }
-}
-
-/// Drives both devices until neither holds an endpoint (TIMEWAIT included).
-fn settle(devs: &[&Dev]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while devs.iter().any(|d| d.live_endpoints() > 0) {
-        for d in devs {
-            d.progress().unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "endpoints leaked: {:?}",
-            devs.iter().map(|d| d.live_endpoints()).collect::<Vec<_>>()
-        );
-        thread::sleep(Duration::from_millis(2));
-    }
-    for d in devs {
-        assert_eq!(d.associated_qps(), 0);
     }
 }
 

@@ -19,90 +19,18 @@
 
 use std::net::SocketAddr;
 use std::thread;
-use std::time::{Duration, Instant};
 
-use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, RdmaCmEvent, ServiceError};
+use portverbs::cm::service::{Connector, Listener, RdmaCmEvent, ServiceError};
 use portverbs::cm::wire::RejReason;
 use portverbs::prelude::*;
 
-type Dev = CmDevice<AnyDevice>;
-const T: Option<Duration> = Some(Duration::from_secs(20));
+mod cm_util;
+use cm_util::{Dev, T, cm_dev, param, poll_one, post_recv, settle, side};
 
-fn cm_dev(name: &str) -> Dev {
-    let ctx = portverbs::open(portverbs::device(name).unwrap()).unwrap();
-    let gid = ctx.gid_table_blocking(1).unwrap()[0].1.gid;
-    CmDevice::open_blocking(&ctx, gid.to_ip()).unwrap()
-}
-
-/// An RC QP with its CQ and a registered buffer.
-struct Side {
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn side(dev: &Dev) -> Side {
-    let ctx = dev.context();
-    let pd = ctx.alloc_pd_blocking().unwrap();
-    let cq = ctx
-        .create_cq_blocking(CqInit {
-            entries: 64,
-            ..CqInit::default()
-        })
-        .unwrap();
-    let mut init = QpInit::new(QpType::Rc, &cq);
-    init.caps.max_send_wr = 8;
-    init.caps.max_recv_wr = 8;
-    let qp = pd.create_qp_blocking(init).unwrap();
-    let mr = pd
-        .reg_vec_blocking(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    Side { cq, qp, mr }
-}
-
-fn poll_one(cq: &Cq) -> WorkCompletion {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut wc = [WorkCompletion::default()];
-    loop {
-        if cq.poll(&mut wc).unwrap() == 1 {
-            return wc[0];
-        }
-        assert!(Instant::now() < deadline, "no completion");
-        thread::yield_now();
-    }
-}
-
-fn post_recv(s: &Side, wr_id: u64) {
-    s.qp.post_recv(&[RecvWr {
-        wr_id,
-        sges: &[s.mr.sge(0, 1024).unwrap()],
-    }])
-    .unwrap();
-}
-
-fn param(data: &[u8]) -> ConnParam {
-    ConnParam {
-        private_data: data.to_vec(),
-        ..ConnParam::default()
-    }
-}
-
-/// Drives both devices until neither holds an endpoint (TIMEWAIT included).
-fn settle(devs: &[&Dev]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while devs.iter().any(|d| d.live_endpoints() > 0) {
-        for d in devs {
-            d.progress().unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "endpoints leaked: {:?}",
-            devs.iter().map(|d| d.live_endpoints()).collect::<Vec<_>>()
-        );
-        thread::sleep(Duration::from_millis(2));
-    }
+/// [`settle`], and no QP1 completion failed on either device.
+fn settle_clean(devs: &[&Dev]) {
+    settle(devs);
     for d in devs {
-        assert_eq!(d.associated_qps(), 0);
         let c = d.mad_counts();
         assert_eq!((c.recv_errors, c.send_errors), (0, 0), "{c:?}");
     }
@@ -120,7 +48,7 @@ fn connect_send_disconnect(a: &Dev, b: &Dev, port: u16) {
     let passive = {
         let b = b.clone();
         thread::spawn(move || {
-            let s = side(&b);
+            let s = side(b.context(), None);
             let req = listener.get_request_blocking(T).unwrap();
             assert_eq!(req.remote_addr().ip(), a_ip);
             assert_eq!(&req.private_data()[..5], b"hello");
@@ -146,7 +74,7 @@ fn connect_send_disconnect(a: &Dev, b: &Dev, port: u16) {
             drop(listener);
         })
     };
-    let s = side(a);
+    let s = side(a.context(), None);
     let mut conn = Connector::new(a).unwrap();
     conn.resolve_blocking(dst).unwrap();
     assert_eq!(
@@ -184,7 +112,7 @@ fn connect_send_disconnect(a: &Dev, b: &Dev, port: u16) {
     conn.notify_disconnect_blocking(T).unwrap();
     passive.join().unwrap();
     drop(conn);
-    settle(&[a, b]);
+    settle_clean(&[a, b]);
     assert_eq!(
         (a.stats().retransmits, b.stats().retransmits),
         before,
@@ -202,7 +130,7 @@ fn reject(a: &Dev, b: &Dev, port: u16) {
         req.reject(b"go away").unwrap();
         drop(listener);
     });
-    let s = side(a);
+    let s = side(a.context(), None);
     let mut conn = Connector::new(a).unwrap();
     conn.resolve_blocking(dst).unwrap();
     match conn.connect_blocking(&s.qp, &param(b"please")) {
@@ -218,7 +146,7 @@ fn reject(a: &Dev, b: &Dev, port: u16) {
     assert_eq!(s.qp.state(), QpState::Err);
     passive.join().unwrap();
     drop(conn);
-    settle(&[a, b]);
+    settle_clean(&[a, b]);
 }
 
 /// The CM devices of the whole process: a device's QP1 can be created once, so the tests

@@ -10,18 +10,13 @@ use std::time::{Duration, Instant};
 
 use portverbs::AnyDevice;
 use portverbs::cm::CmId;
-use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener};
+use portverbs::cm::service::{ConnParam, Connector, Listener};
 use portverbs::prelude::*;
 
-type Dev = CmDevice<AnyDevice>;
+mod cm_util;
+use cm_util::{Dev, cm_dev};
 
 const CONNECTIONS: usize = 2000;
-
-fn cm_dev(name: &str) -> Dev {
-    let ctx = portverbs::open(portverbs::device(name).unwrap()).unwrap();
-    let gid = ctx.gid_table_blocking(1).unwrap()[0].1.gid;
-    CmDevice::open_blocking(&ctx, gid.to_ip()).unwrap()
-}
 
 fn qps(dev: &Dev, n: usize) -> Vec<Qp> {
     let ctx = dev.context();

@@ -1,0 +1,96 @@
+//! Set-up shared by the CM test files (`cm.rs`, `cm_mlx4.rs`, `cm_scale.rs`): a device's CM,
+//! an RC QP with its CQ and buffer, completions, and waiting until nothing is left.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use portverbs::cm::service::{CmDevice, ConnParam};
+use portverbs::prelude::*;
+
+pub type Dev = CmDevice<AnyDevice>;
+pub const T: Option<Duration> = Some(Duration::from_secs(20));
+
+/// The CM of the embedded device `name`, on the IP of its first GID.
+pub fn cm_dev(name: &str) -> Dev {
+    let ctx = portverbs::open(portverbs::device(name).unwrap()).unwrap();
+    let gid = ctx.gid_table_blocking(1).unwrap()[0].1.gid;
+    CmDevice::open_blocking(&ctx, gid.to_ip()).unwrap()
+}
+
+/// An RC QP with its CQ and a registered buffer, on `dev`'s device.
+pub struct Side {
+    pub cq: Cq,
+    pub qp: Qp,
+    pub mr: Mr,
+}
+
+pub fn side(ctx: &Context, cq: Option<&Cq>) -> Side {
+    let pd = ctx.alloc_pd_blocking().unwrap();
+    let cq = cq.cloned().unwrap_or_else(|| {
+        ctx.create_cq_blocking(CqInit {
+            entries: 64,
+            ..CqInit::default()
+        })
+        .unwrap()
+    });
+    let mut init = QpInit::new(QpType::Rc, &cq);
+    init.caps.max_send_wr = 8;
+    init.caps.max_recv_wr = 8;
+    let qp = pd.create_qp_blocking(init).unwrap();
+    let mr = pd
+        .reg_vec_blocking(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    Side { cq, qp, mr }
+}
+
+pub fn ctx_of(dev: &Dev) -> Context {
+    dev.context().clone()
+}
+
+pub fn poll_one(cq: &Cq) -> WorkCompletion {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut wc = [WorkCompletion::default()];
+    loop {
+        if cq.poll(&mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        assert!(Instant::now() < deadline, "no completion");
+        thread::yield_now();
+    }
+}
+
+pub fn post_recv(s: &Side, wr_id: u64) {
+    s.qp.post_recv(&[RecvWr {
+        wr_id,
+        sges: &[s.mr.sge(0, 1024).unwrap()],
+    }])
+    .unwrap();
+}
+
+pub fn param(data: &[u8]) -> ConnParam {
+    ConnParam {
+        private_data: data.to_vec(),
+        ..ConnParam::default()
+    }
+}
+
+/// Drives both devices until neither holds an endpoint (TIMEWAIT included).
+pub fn settle(devs: &[&Dev]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while devs.iter().any(|d| d.live_endpoints() > 0) {
+        for d in devs {
+            d.progress().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "endpoints leaked: {:?}",
+            devs.iter().map(|d| d.live_endpoints()).collect::<Vec<_>>()
+        );
+        thread::sleep(Duration::from_millis(2));
+    }
+    for d in devs {
+        assert_eq!(d.associated_qps(), 0);
+    }
+}
