@@ -10,11 +10,10 @@ mod common;
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 #[cfg(target_os = "linux")]
-use common::table_rows;
+use common::{finish, spawn, table_rows};
 
 /// A port nobody listens on right now.
 fn free_port() -> u16 {
@@ -22,16 +21,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
-}
-
-fn spawn(args: &[&str], env: &[(&str, &str)]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_portverbs"))
-        .args(args)
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the portverbs binary starts")
 }
 
 /// Connects to a server process that may still be starting.
@@ -51,19 +40,6 @@ fn connect(port: u16) -> TcpStream {
             Err(e) => panic!("the server never listened on {port}: {e}"),
         }
     }
-}
-
-fn finish(child: Child) -> (Option<i32>, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = child.wait_with_output().expect("the process ends");
-    (
-        status.code(),
-        String::from_utf8(stdout).expect("UTF-8"),
-        String::from_utf8(stderr).expect("UTF-8"),
-    )
 }
 
 /// `perf write_bw --server` listens on -p and answers a perftest client's version message

@@ -6,33 +6,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::table_rows;
-
-fn spawn(args: &[&str], udp: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_portverbs"))
-        .args(args)
-        .env("PORTVERBS_UDP", udp)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the portverbs binary starts")
-}
-
-fn finish(child: Child) -> (Option<i32>, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = child.wait_with_output().expect("the process ends");
-    (
-        status.code(),
-        String::from_utf8(stdout).expect("UTF-8"),
-        String::from_utf8(stderr).expect("UTF-8"),
-    )
-}
+use common::{finish, spawn, table_rows};
 
 /// Runs `perf <line> -R -d udp0 -p <port>` as a server on 127.0.<net>.1 and as its client on
 /// 127.0.<net>.2 (one `net` per test: tests run at the same time); both must succeed.
@@ -41,11 +18,14 @@ fn pair(line: &[&str], net: u8, port: u16) -> (String, String) {
     let (server_ip, client_ip) = (format!("127.0.{net}.1"), format!("127.0.{net}.2"));
     let p = port.to_string();
     let args = [&["perf"][..], line, &["-R", "-d", "udp0", "-p", &p]].concat();
-    let server = spawn(&args, &server_ip);
+    let server = spawn(&args, &[("PORTVERBS_UDP", &server_ip)]);
     // The client tries again while the server is not listening; a head start keeps the
     // retries few.
     std::thread::sleep(Duration::from_millis(300));
-    let client = spawn(&[&args[..], &[server_ip.as_str()]].concat(), &client_ip);
+    let client = spawn(
+        &[&args[..], &[server_ip.as_str()]].concat(),
+        &[("PORTVERBS_UDP", &client_ip)],
+    );
     let (ccode, cout, cerr) = finish(client);
     let (scode, sout, serr) = finish(server);
     assert_eq!(

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
 /// Every run of the binary spins an engine thread and busy-polls; running them one at a time
@@ -132,4 +132,30 @@ pub(crate) fn json_file(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("no JSON report at {}: {e}", path.display()));
     serde_json::from_str(&text).expect("the JSON document parses")
+}
+
+/// Starts the binary with `args` and extra environment, its output piped (a process that
+/// runs beside another: a server and its client).
+pub(crate) fn spawn(args: &[&str], env: &[(&str, &str)]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_portverbs"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the portverbs binary starts")
+}
+
+/// Waits for a [`spawn`]ed process: its exit code, stdout and stderr.
+pub(crate) fn finish(child: Child) -> (Option<i32>, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().expect("the process ends");
+    (
+        status.code(),
+        String::from_utf8(stdout).expect("UTF-8"),
+        String::from_utf8(stderr).expect("UTF-8"),
+    )
 }
