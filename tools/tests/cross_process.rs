@@ -13,7 +13,8 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 #[cfg(target_os = "linux")]
-use common::{finish, spawn, table_rows};
+use common::table_rows;
+use common::{finish, spawn};
 
 /// A port nobody listens on right now.
 fn free_port() -> u16 {
