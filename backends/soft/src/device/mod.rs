@@ -113,7 +113,13 @@ impl SoftDevice {
                 })
                 .collect();
             let state = DevState::new(name.clone(), index, ports);
-            let mut engine = Engine::new(EngineConfig::default(), engine_ports);
+            let mut engine = Engine::new(
+                EngineConfig {
+                    max_qp: state::limits::MAX_QP,
+                    ..EngineConfig::default()
+                },
+                engine_ports,
+            );
             engine.set_max_train(joining.max_train);
             let device = SimDevice {
                 engine,

@@ -12,7 +12,9 @@ use portverbs_hal::types::{Gid, LinkLayer, Mtu, PortState, Transport};
 
 /// Limits of the software device.
 pub(crate) mod limits {
-    pub(crate) const MAX_QP: u32 = 1 << 16;
+    /// 2^18 numbers: enough for 100 000 connections each way through one pair of devices
+    /// (the CM scale runs); numbers are handed out in O(1) and tables grow on demand.
+    pub(crate) const MAX_QP: u32 = 1 << 18;
     pub(crate) const MAX_QP_WR: u32 = 1 << 14;
     pub(crate) const MAX_SGE: u32 = 16;
     pub(crate) const MAX_INLINE: u32 = 512;
