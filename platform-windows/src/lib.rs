@@ -144,6 +144,8 @@ mod port;
 mod sinks;
 #[cfg(windows)]
 mod sys;
+#[cfg(windows)]
+mod timer;
 
 #[cfg(windows)]
 pub use windows_impl::*;
@@ -157,6 +159,7 @@ mod windows_impl {
     pub use crate::overlapped::{Overlapped, status};
     pub use crate::port::{CompletionPort, Dequeued, Packet};
     pub use crate::sinks::{PortSink, WindowsSinks, port_sleeps};
+    pub use crate::timer::{SleepUntil, TimerList, fire_due, next_timeout, sleep_until};
 
     use portverbs_hal::device::Device;
     use portverbs_verbs::{Context, ContextOptions, OpenError};
