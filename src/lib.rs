@@ -87,6 +87,7 @@
 
 mod any;
 mod any_queue;
+mod cm_timer;
 mod devices;
 mod env;
 mod open;
@@ -103,8 +104,13 @@ pub use env::{EnvError, HardwareEnv, capture_env, hardware_env};
 pub use open::{context_options, open, platform_sinks};
 /// The connection manager: the sans-IO protocol core (`portverbs-cm`) and, as
 /// [`cm::service`], the IB CM over QP1 with rdma_cm's IP addressing (`Listener`, `Connector`;
-/// crate `portverbs-cm-service`).
+/// crate `portverbs-cm-service`), with ready-made timers to lend a CM device in async code
+/// (`cm::TokioTimer` with feature `tokio`, `cm::PortTimer` on Windows).
 pub mod cm {
+    #[cfg(windows)]
+    pub use crate::cm_timer::PortTimer;
+    #[cfg(feature = "tokio")]
+    pub use crate::cm_timer::TokioTimer;
     pub use portverbs_cm::*;
     pub use portverbs_cm_service as service;
 }

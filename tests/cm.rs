@@ -12,9 +12,7 @@ use std::task::{Context as TaskContext, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use portverbs::cm::service::{
-    CmDevice, CmTimer, ConnParam, Connector, Listener, RdmaCmEvent, ServiceError, Sleep,
-};
+use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, RdmaCmEvent, ServiceError};
 use portverbs::cm::wire::RejReason;
 use portverbs::prelude::*;
 use portverbs::udp_port::UdpConfig;
@@ -476,23 +474,15 @@ fn async_connect_accept_disconnect() {
     settle(&[a, b]);
 }
 
-/// The application's timer for the CM's async waits: tokio's.
-#[derive(Debug)]
-struct TokioTimer;
-
-impl CmTimer for TokioTimer {
-    fn sleep_until(&self, deadline: Instant) -> Sleep {
-        Box::pin(tokio::time::sleep_until(deadline.into()))
-    }
-}
-
 /// CM timers fire in async code (issue 17 item 5): the REQ of an async connect is lost on
 /// the fabric; with a timer lent to the device ([`CmDevice::set_timer`]) the connect future
 /// retransmits it by itself and connects, the application making no blocking call and
 /// nothing else waking the task (the passive side is idle until the retransmitted REQ
 /// arrives). Then the DREQ of a (non-blocking) `disconnect` is lost, and nothing the
 /// application awaits waits on that device any more: the device's `run()` task, another
-/// task, retransmits it on its timer.
+/// task, retransmits it on its timer. The timer is the facade's ready-made
+/// [`portverbs::cm::TokioTimer`] (feature `tokio`, which CI's `--all-features` turns on).
+#[cfg(feature = "tokio")]
 #[test]
 fn async_connect_retransmits_a_lost_req_on_its_own() {
     use portverbs::soft::{DeviceConfig, Fabric, LinkFaults, SoftDevice};
@@ -505,7 +495,7 @@ fn async_connect_retransmits_a_lost_req_on_its_own() {
     };
     let (a, b) = (open("10.77.0.1"), open("10.77.0.2"));
     for d in [&a, &b] {
-        d.set_timer(std::sync::Arc::new(TokioTimer));
+        d.set_timer(std::sync::Arc::new(portverbs::cm::TokioTimer));
     }
     let dst = SocketAddr::new(b.local_ip(), 7479);
     let mut listener = Listener::bind(&b, dst).unwrap();

@@ -226,3 +226,130 @@ fn cm_connect_accept_and_disconnect_complete_overlapped_requests()
     assert!(cm_a.flush(Duration::from_secs(5))? && cm_b.flush(Duration::from_secs(5))?);
     Ok(())
 }
+
+/// CM retransmissions on the port loop alone (the issue 18 weak point): the REQ of a connect
+/// run as an OVERLAPPED request is lost on a private fabric. With the facade's `PortTimer`
+/// lent to the CM devices, the application does nothing but its port loop — a wait whose
+/// timeout is `Completions::next_timeout`, doorbells to `dispatch`, a timeout to `progress`
+/// — no blocking CM call and no other traffic, and the connect still completes after one
+/// retransmission interval.
+#[test]
+fn a_lost_req_is_retransmitted_while_the_application_only_runs_its_port_loop()
+-> Result<(), Box<dyn std::error::Error>> {
+    use portverbs::cm::PortTimer;
+    use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
+    use portverbs::soft::{DeviceConfig, Fabric, LinkFaults, SoftDevice};
+    use portverbs::windows::{CompletionPort, Overlapped, Packet};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let fabric = Fabric::threaded();
+    let open = |ip: &str| -> Result<_, Box<dyn std::error::Error>> {
+        let ip: std::net::IpAddr = ip.parse()?;
+        let dev = SoftDevice::attach(&fabric, DeviceConfig::with_ip(ip))?;
+        let win = portverbs::windows::open(portverbs::AnyDevice::Soft(dev))?;
+        let cm = CmDevice::open_blocking(win.context(), ip)?;
+        cm.set_timer(Arc::new(PortTimer));
+        Ok((win, cm))
+    };
+    let ((a, cm_a), (b, cm_b)) = (open("10.78.0.1")?, open("10.78.0.2")?);
+    let port = Arc::new(CompletionPort::new()?);
+    a.associate(port.clone(), 0xa)?;
+    b.associate(port.clone(), 0xb)?;
+    let qp = |ctx: &Context| -> Result<Qp, Box<dyn std::error::Error>> {
+        let cq = ctx.create_cq_blocking(CqInit {
+            entries: 8,
+            ..CqInit::default()
+        })?;
+        let pd = ctx.alloc_pd_blocking()?;
+        Ok(pd.create_qp_blocking(QpInit::new(QpType::Rc, &cq))?)
+    };
+    let (qp_a, qp_b) = (qp(a.context())?, qp(b.context())?);
+    let dst = std::net::SocketAddr::new(cm_b.local_ip(), 7472);
+    let mut listener = Listener::bind(&cm_b, dst)?;
+    listener.listen(1)?;
+
+    // The application's whole loop: wait no longer than the next timer, hand doorbells back,
+    // make progress when the wait timed out (a timer is due). Returns the time spent.
+    let run_until = |ovs: &[&Overlapped]| -> Result<Duration, Box<dyn std::error::Error>> {
+        let (start, mut left) = (Instant::now(), ovs.to_vec());
+        while !left.is_empty() {
+            if start.elapsed() > Duration::from_secs(30) {
+                return Err("no completion within 30 s".into());
+            }
+            let packet: Option<Packet> = port.get(a.next_timeout())?;
+            let Some(packet) = packet else {
+                a.progress()?;
+                b.progress()?;
+                continue;
+            };
+            if a.dispatch(&packet)? || b.dispatch(&packet)? {
+                continue;
+            }
+            left.retain(|ov| !ov.is(&packet));
+        }
+        Ok(start.elapsed())
+    };
+
+    let ov_resolve = Overlapped::new();
+    let resolve = a.start(&ov_resolve, {
+        let cm_a = cm_a.clone();
+        async move {
+            let mut conn = Connector::new(&cm_a)?;
+            conn.resolve(dst).await?;
+            Ok::<_, ServiceError>(conn)
+        }
+    })?;
+    run_until(&[&ov_resolve])?;
+    let mut conn = resolve.take().ok_or("resolve finished")??;
+
+    let (ov_accept, ov_connect) = (Overlapped::new(), Overlapped::new());
+    let qb = qp_b.clone();
+    let accept = b.start(&ov_accept, async move {
+        let req = listener.get_request().await?;
+        let conn = req.accept(&qb, &ConnParam::default()).await?;
+        Ok::<_, ServiceError>((listener, conn))
+    })?;
+    // Everything soft0 sends from now on is lost; starting the request polls it once, which
+    // sends the REQ.
+    fabric.set_faults(LinkFaults::lossy(1.0));
+    let qa = qp_a.clone();
+    let connect = a.start(&ov_connect, async move {
+        let reply = conn
+            .connect(
+                &qa,
+                &ConnParam {
+                    private_data: b"again".to_vec(),
+                    ..ConnParam::default()
+                },
+            )
+            .await?;
+        Ok::<_, ServiceError>((conn, reply))
+    })?;
+    let lost_by = Instant::now() + Duration::from_secs(5);
+    while fabric.stats().lost == 0 {
+        assert!(Instant::now() < lost_by, "the REQ never reached the fabric");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fabric.set_faults(LinkFaults::NONE);
+    assert!(ov_connect.is_pending() && ov_accept.is_pending());
+    assert!(
+        a.next_timeout().is_some(),
+        "the REQ's retransmission is armed"
+    );
+
+    let took = run_until(&[&ov_accept, &ov_connect])?;
+    let (_listener, passive) = accept.take().ok_or("accept finished")??;
+    let (active, _reply) = connect.take().ok_or("connect finished")??;
+    assert_eq!(fabric.stats().lost, 1);
+    assert_eq!(cm_a.stats().retransmits, 1, "{:?}", cm_a.stats());
+    assert_eq!(qp_a.state(), QpState::Rts);
+    // One retransmission interval, not the loop's 30 s guard.
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    eprintln!("connected {took:?} after the REQ was lost");
+
+    active.disconnect(&qp_a)?;
+    let _ = passive.disconnect(&qp_b);
+    assert!(cm_a.flush(Duration::from_secs(5))? && cm_b.flush(Duration::from_secs(5))?);
+    Ok(())
+}

@@ -21,6 +21,7 @@ use crate::overlapped::{Overlapped, notify_status, status};
 use crate::port::{CompletionPort, Packet};
 use crate::sinks::{Doorbell, WindowsSinks};
 use crate::sys::{self, Handle};
+use crate::timer::TimerList;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -404,7 +405,24 @@ impl<D: Device> Completions<D> {
         Ok(true)
     }
 
-    /// Makes progress now, on the calling thread: processes the device's event queues (the
+    /// How long the application's port loop may sleep before a timer is due: the timeout to
+    /// give [`CompletionPort::get`](crate::CompletionPort::get) (`None`: nothing armed, wait for ever). Timers are the
+    /// [`crate::sleep_until`] futures of the process — among them those of the connection
+    /// manager's retransmissions when it was lent `portverbs::cm::PortTimer` — and the
+    /// [`progress`](Self::progress) that follows a wait fires those that are due, so a loop
+    /// ```text
+    /// match port.get(win.next_timeout())? {
+    ///     Some(packet) => { win.dispatch(&packet)?; /* or the application's packet */ }
+    ///     None => { win.progress()?; } // a timer is due
+    /// }
+    /// ```
+    /// runs the operations' timers with no thread and no other traffic.
+    pub fn next_timeout(&self) -> Option<Duration> {
+        TimerList::global().next_timeout()
+    }
+
+    /// Makes progress now, on the calling thread: fires the timers that are due (see
+    /// [`next_timeout`](Self::next_timeout)), processes the device's event queues (the
     /// asynchronous and completion-vector ones, and those of the CQs with requests in flight),
     /// which completes notify requests, and polls the operations whose wakers fired. Returns
     /// how many device events were handled.
@@ -414,6 +432,8 @@ impl<D: Device> Completions<D> {
     pub fn progress(&self) -> Result<usize, RequestError> {
         // Clear first: a ring from now on is announced again.
         self.shared.doorbell.clear()?;
+        // A due timer wakes its operation: marked ready, polled below.
+        TimerList::global().fire_due();
         let mut first_error = None;
         let mut handled = match self.ctx.process_events() {
             Ok(n) => n,
@@ -457,7 +477,9 @@ impl<D: Device> Completions<D> {
 
     /// Waits on the doorbell event up to `timeout` (`None`: for ever), then makes progress.
     /// An `alertable` wait also returns, with [`WaitOutcome::Alerted`], once APCs queued to
-    /// this thread ran (those of [`notify_apc`](Self::notify_apc) among them).
+    /// this thread ran (those of [`notify_apc`](Self::notify_apc) among them). The wait ends
+    /// early when a timer is due ([`next_timeout`](Self::next_timeout)): it fires, and the
+    /// outcome is [`WaitOutcome::TimedOut`] unless the doorbell rang meanwhile.
     ///
     /// # Errors
     /// As [`progress`](Self::progress), or the wait failed.
@@ -467,19 +489,24 @@ impl<D: Device> Completions<D> {
         alertable: bool,
     ) -> Result<WaitOutcome, RequestError> {
         let event = &self.shared.doorbell.event;
+        let timers = TimerList::global();
+        let capped = timers.cap(timeout);
         let got = if alertable {
-            event.wait_alertable(timeout)?
+            event.wait_alertable(capped)?
         } else {
-            event.wait(timeout)?
+            event.wait(capped)?
         };
-        if got == WaitOutcome::Signalled {
+        // `progress` fires the due timers, and polls the operations they woke.
+        let due = timers.next_timeout() == Some(Duration::ZERO);
+        if got == WaitOutcome::Signalled || due {
             self.progress()?;
         }
         Ok(got)
     }
 
-    /// Blocks until the request on `ov` completed, making progress on this thread meanwhile,
-    /// and returns its result as `GetOverlappedResult` reads it (`None`: no timeout).
+    /// Blocks until the request on `ov` completed, making progress on this thread meanwhile
+    /// (timers included), and returns its result as `GetOverlappedResult` reads it (`None`:
+    /// no timeout).
     ///
     /// # Errors
     /// The request's own error; [`RequestError::Incomplete`] when `timeout` passed first.
@@ -504,7 +531,10 @@ impl<D: Device> Completions<D> {
                     Some(left)
                 }
             };
-            self.shared.doorbell.event.wait(left)?;
+            self.shared
+                .doorbell
+                .event
+                .wait(TimerList::global().cap(left))?;
         }
     }
 }

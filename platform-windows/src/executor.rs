@@ -3,6 +3,9 @@
 //! That is all Rust `async` needs on Windows here: the CQ notify future and the async verbs
 //! wake their task from the thread that raised the interrupt or completed the command (the
 //! application's own call, or the emulated device's), never from a thread of this crate.
+//! Timers ([`crate::sleep_until`]) need no thread either: the sleep lasts no longer than the
+//! earliest deadline on the process's [`TimerList`], and the sleeps that are due are woken
+//! when it ends.
 
 use std::future::Future;
 use std::io;
@@ -13,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::port::CompletionPort;
+use crate::timer::TimerList;
 
 struct PortWaker {
     port: CompletionPort,
@@ -36,7 +40,9 @@ impl Wake for PortWaker {
 }
 
 /// Runs `fut` to completion on the calling thread, sleeping on a completion port between
-/// polls. Returns how many times the thread slept, with the output.
+/// polls, each sleep no longer than the earliest timer deadline ([`crate::sleep_until`]);
+/// the timers that are due fire when it ends. Returns how many times the thread slept, with
+/// the output.
 ///
 /// # Errors
 /// The port could not be created or waited on, or a wake-up packet could not be posted.
@@ -57,17 +63,21 @@ pub fn block_on_port<F: Future>(fut: F) -> io::Result<(F::Output, usize)> {
         if state.failed.load(Ordering::Acquire) {
             return Err(io::Error::other("a wake-up packet could not be posted"));
         }
-        state.port.get(None)?;
+        let timers = TimerList::global();
+        // A packet taken: the next wake posts again. A timeout leaves `posted` alone (a
+        // packet posted meanwhile is still queued).
+        if state.port.get(timers.next_timeout())?.is_some() {
+            state.posted.store(false, Ordering::Release);
+        }
         sleeps += 1;
-        // Taken: the next wake posts again.
-        state.posted.store(false, Ordering::Release);
+        timers.fire_due();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     // Wine 8 deviation avoided (§3.2, b2): the executor's port is never closed to end a wait;
     // a wake is a posted packet.
@@ -96,5 +106,51 @@ mod tests {
         let (out, sleeps) = block_on_port(fut).unwrap();
         assert_eq!(out, 7);
         assert!(sleeps >= 1, "the thread slept on the port");
+    }
+
+    // Nothing but the deadline wakes these sleeps: the port wait's timeout ends them, in
+    // deadline order, and a sleep dropped first (the `select`-style loser) leaves nothing.
+    #[test]
+    fn sleeps_end_by_the_port_waits_timeout() {
+        let start = Instant::now();
+        let (order, sleeps) = block_on_port(async {
+            let mut order = Vec::new();
+            let mut a = pin!(crate::sleep_until(start + Duration::from_millis(60)));
+            let mut b = pin!(crate::sleep_until(start + Duration::from_millis(30)));
+            // Poll both until both are done, noting which finished first.
+            std::future::poll_fn(|cx| {
+                if !order.contains(&"a") && a.as_mut().poll(cx).is_ready() {
+                    order.push("a");
+                }
+                if !order.contains(&"b") && b.as_mut().poll(cx).is_ready() {
+                    order.push("b");
+                }
+                if order.len() == 2 {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            // A sleep polled once, then dropped long before its deadline.
+            let mut late = Box::pin(crate::sleep_until(Instant::now() + Duration::from_secs(60)));
+            let _ = std::future::poll_fn(|cx| Poll::Ready(late.as_mut().poll(cx))).await;
+            drop(late);
+            order
+        })
+        .unwrap();
+        let took = start.elapsed();
+        assert_eq!(order, ["b", "a"]);
+        assert!(took >= Duration::from_millis(60), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert!(
+            (2..20).contains(&sleeps),
+            "one port sleep per deadline: {sleeps}"
+        );
+        assert_eq!(
+            crate::timer::TimerList::global().next_deadline(),
+            None,
+            "the dropped sleep left no deadline"
+        );
     }
 }

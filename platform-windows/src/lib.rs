@@ -25,6 +25,7 @@
 //! | an async verb with an OVERLAPPED | [`Completions::start`] | ND_SUCCESS / ND_UNSUCCESSFUL; the typed result in [`Operation`] |
 //! | ND `IND2Connector::Connect` / `Accept` / `NotifyDisconnect`, `IND2Listener::GetConnectionRequest` | [`Completions::start`] with the connection manager's async calls (`portverbs::cm::service`: `Connector::connect`, `ConnectionRequest::accept`, `Connector::notify_disconnect`, `Listener::get_request`) moved into the future | the CM's progress rides on QP1's CQ events, which ring the device's doorbell like any other; `Connector::disconnect` returns at once (ND's `Disconnect` completes when the DREQ is sent) |
 //! | Rust `async` | [`block_on_port`], or any executor | wakers come from the raise itself; no reactor thread |
+//! | a timer (`SetWaitableTimer`, a wait's timeout) | [`sleep_until`] | the deadline is the timeout of the next port wait of this crate ([`block_on_port`], [`Completions::wait`], [`Completions::wait_for`]) or of the application's loop ([`Completions::next_timeout`], then [`Completions::progress`]); the facade's `cm::PortTimer` lends it to the CM |
 //!
 //! Statuses map to typed errors with [`RequestError::check`] (from `OVERLAPPED.Internal`)
 //! and [`RequestError::from_win32`] (from `GetOverlappedResult`'s error).
@@ -57,6 +58,22 @@
 //! without `FILE_SKIP_COMPLETION_PORT_ON_SUCCESS`; only a refused request (an error
 //! returned by the call) is never announced.
 //!
+//! ## Timers without a thread
+//! A [`sleep_until`] future puts its deadline on the process's [`TimerList`]; every wait of
+//! this crate sleeps in `GetQueuedCompletionStatus(Ex)` (or on the doorbell event) no longer
+//! than the earliest deadline, and wakes the sleeps that are due when it returns. An
+//! application's own port loop does the same with two calls:
+//! ```text
+//! match port.get(win.next_timeout())? {        // no longer than the next timer
+//!     Some(packet) => { win.dispatch(&packet)?; /* … or the application's packet */ }
+//!     None => { win.progress()?; }             // a timer is due: fire it, poll its request
+//! }
+//! ```
+//! The list is process-wide: any loop that applies it fires every due sleep, whichever
+//! device's request it belongs to (the woken request rings its own device's doorbell). A
+//! loop that waits with its own timeout, or not at all, delays the timers accordingly; that
+//! is the whole contract, and no kernel timer object, APC or thread is involved.
+//!
 //! ## Wine 8
 //! CI runs every test under Wine 8.0, which differs from Windows in three ways the code does
 //! not depend on (facts `completion-delivery.md` §3.2): closing a port does not wake its
@@ -69,8 +86,11 @@
 //! * **A CM-specific OVERLAPPED surface.** The connection manager's calls become OVERLAPPED
 //!   requests through the generic [`Completions::start`] (tested in the facade's
 //!   `tests/windows.rs`: connect, accept, disconnect and notify-disconnect on one port and one
-//!   thread); there are no ND-named wrappers, and CM timers (retransmissions) run only while
-//!   something wakes the request, as everywhere in this thread-free layer.
+//!   thread); there are no ND-named wrappers. CM timers (retransmissions, TIMEWAIT) run on
+//!   the port loop's timeout when the CM device was lent the facade's `cm::PortTimer`
+//!   (`tests/windows.rs`: a lost REQ is retransmitted while the application only runs its
+//!   loop); a loop that ignores [`Completions::next_timeout`] (waits for ever) runs them only
+//!   when something else wakes it.
 //! * **Hardware.** Only in-process devices (the soft device, the emulated ConnectX-3) run on
 //!   Windows; there is no VFIO on Windows. A Windows bring-up path for real hardware would
 //!   need, on paper:
@@ -144,6 +164,8 @@ mod port;
 mod sinks;
 #[cfg(windows)]
 mod sys;
+#[cfg(windows)]
+mod timer;
 
 #[cfg(windows)]
 pub use windows_impl::*;
@@ -157,6 +179,7 @@ mod windows_impl {
     pub use crate::overlapped::{Overlapped, status};
     pub use crate::port::{CompletionPort, Dequeued, Packet};
     pub use crate::sinks::{PortSink, WindowsSinks, port_sleeps};
+    pub use crate::timer::{SleepUntil, TimerList, fire_due, next_timeout, sleep_until};
 
     use portverbs_hal::device::Device;
     use portverbs_verbs::{Context, ContextOptions, OpenError};

@@ -1,17 +1,19 @@
 //! Item 7 of issue 18: the layer creates no thread. A stepped fabric (which runs none either),
 //! a completion port, and many notify/complete cycles through every route; the process's
-//! thread count (a Toolhelp snapshot) never moves. One test in this binary, so that no other
+//! thread count (a Toolhelp snapshot) never moves, timers included. One test in this binary, so that no other
 //! test's thread comes or goes meanwhile.
 #![cfg(windows)]
 
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Net, PATIENCE, collect, send, which};
 use portverbs_verbs::{NotifyKind, SendFlags, WorkCompletion};
-use portverbs_windows::{Event, Overlapped, sleep_alertable, thread_count};
+use portverbs_windows::{
+    Event, Overlapped, block_on_port, sleep_alertable, sleep_until, thread_count,
+};
 
 const CYCLES: u64 = 50;
 
@@ -71,6 +73,33 @@ fn no_thread_is_created() {
         before,
         "{CYCLES} notify/complete cycles"
     );
+
+    // Timers: an operation that only sleeps completes its OVERLAPPED through the
+    // application's port loop (the wait's timeout is the deadline), and block_on_port
+    // sleeps until one; neither starts a thread.
+    let ov_timer = Overlapped::new();
+    let deadline = Instant::now() + Duration::from_millis(30);
+    let op = w
+        .start(&ov_timer, async move {
+            sleep_until(deadline).await;
+            Ok::<_, ()>(Instant::now())
+        })
+        .unwrap();
+    let guard = Instant::now() + PATIENCE;
+    loop {
+        assert!(Instant::now() < guard, "the sleep never ended");
+        // (`or`: only so that a broken timer fails the test instead of hanging it.)
+        match port.get(w.next_timeout().or(Some(PATIENCE))).unwrap() {
+            Some(p) if ov_timer.is(&p) => break,
+            Some(p) => assert!(w.dispatch(&p).unwrap(), "only the doorbell or the timer"),
+            None => {
+                w.progress().unwrap();
+            }
+        }
+    }
+    assert!(op.take().unwrap().unwrap() >= deadline);
+    let ((), _) = block_on_port(sleep_until(Instant::now() + Duration::from_millis(20))).unwrap();
+    assert_eq!(thread_count().unwrap(), before, "timers on the port loop");
 
     // The count does see a thread: the check above can fail.
     let (tx, rx) = std::sync::mpsc::channel::<()>();

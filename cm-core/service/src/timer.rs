@@ -5,7 +5,10 @@
 //! one; an async wait has no clock of its own, and this layer may neither run a thread nor
 //! name a runtime or platform crate. So the application (or the layer that owns its event
 //! loop) lends the device a [`CmTimer`]: a way to make a future that completes at an instant,
-//! such as `tokio::time::sleep_until` or a timerfd in the application's reactor. Every async
+//! such as `tokio::time::sleep_until` or a timerfd in the application's reactor (the facade
+//! has ready-made ones: `portverbs::cm::TokioTimer` with its feature `tokio`, and on Windows
+//! `portverbs::cm::PortTimer`, whose sleeps end in the completion-port waits of
+//! `portverbs-windows`, with no thread). Every async
 //! wait of the device then also awaits the next CM deadline, and a lost REQ is retransmitted
 //! while the application only awaits `connect`. Without a timer the async waits behave as
 //! before (timers fire when something wakes the task), and [`CmDevice::next_deadline`] tells
