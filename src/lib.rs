@@ -55,9 +55,8 @@
 //! | A CQ notify request (NetworkDirect `Notify`) | [`NotifyRequest::try_result`](verbs::NotifyRequest::try_result) | [`Cq::wait_notify`](verbs::Cq::wait_notify) | [`Cq::notified`](verbs::Cq::notified) |
 //! | Asynchronous events (`ibv_get_async_event`) | [`get_async_event`](verbs::Context::get_async_event) | [`wait_async_event`](verbs::Context::wait_async_event) | [`next_async_event`](verbs::Context::next_async_event) |
 //!
-//! On Linux each has a pollable fd too ([`CompletionChannel::as_fd`](verbs::CompletionChannel::as_fd),
-//! [`Context::async_fd`](verbs::Context::async_fd)) for an application's own epoll loop; see
-//! [`linux`]. Awaiting works on any executor; with hardware behind VFIO it needs feature
+//! On Linux each has a pollable fd too (`CompletionChannel::as_fd`, `Context::async_fd`) for
+//! an application's own epoll loop; see `portverbs::linux`. Awaiting works on any executor; with hardware behind VFIO it needs feature
 //! `tokio` (the fds then sit in tokio's reactor). On Windows, blocking waits sleep on a
 //! completion port, and `portverbs::windows` (crate `portverbs-windows`) adds the Windows
 //! ways to wait: OVERLAPPED requests completing to the application's completion port, to an

@@ -7,7 +7,7 @@ use portverbs_verbs::{ContextOptions, OpenError, SinkFactory};
 use crate::{AnyDevice, Context};
 
 /// The interrupt sinks of this OS: an eventfd per event queue on Linux
-/// ([`linux::LinuxSinks`](crate::linux::LinuxSinks)), so that threads block in poll(2), tasks
+/// (`portverbs::linux::LinuxSinks`), so that threads block in poll(2), tasks
 /// wake from tokio's reactor (feature `tokio`) and VFIO hardware signals the same fds; a
 /// private I/O completion port per event queue on Windows (`portverbs_windows::WindowsSinks`),
 /// so that threads sleep in `GetQueuedCompletionStatusEx`; a latch per event queue elsewhere
