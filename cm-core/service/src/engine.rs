@@ -168,6 +168,12 @@ impl<D: Device> Shared<D> {
     }
 }
 
+/// What one round of a wait found: the value, or the agent's next timer to sleep toward.
+enum Round<T> {
+    Done(T),
+    Wait(Option<u64>),
+}
+
 /// The waker given to device commands the CM starts: their completion wakes the device's
 /// async waiters, whose next progress polls the command again. Blocking waiters poll it
 /// within [`MAX_SLEEP`].
@@ -881,6 +887,22 @@ impl<D: Device> CmDevice<D> {
         self.shared.wake_all();
     }
 
+    /// One round of a wait: drives the device, then asks `f`; a removed device ends the wait.
+    fn round<T>(
+        &self,
+        f: &mut impl FnMut(&mut State<D>) -> Option<T>,
+    ) -> Result<Round<T>, ServiceError> {
+        self.progress()?;
+        let mut st = self.state();
+        if let Some(v) = f(&mut st) {
+            return Ok(Round::Done(v));
+        }
+        if st.removed {
+            return Err(ServiceError::Closed);
+        }
+        Ok(Round::Wait(st.agent.poll_timeout()))
+    }
+
     /// Blocks, driving the device, until `f` finds what it waits for or `timeout` passes.
     pub(super) fn wait_blocking<T>(
         &self,
@@ -890,16 +912,9 @@ impl<D: Device> CmDevice<D> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let mut req = self.shared.cq.notify(NotifyKind::Any);
-            self.progress()?;
-            let next = {
-                let mut st = self.state();
-                if let Some(v) = f(&mut st) {
-                    return Ok(v);
-                }
-                if st.removed {
-                    return Err(ServiceError::Closed);
-                }
-                st.agent.poll_timeout()
+            let next = match self.round(&mut f)? {
+                Round::Done(v) => return Ok(v),
+                Round::Wait(next) => next,
             };
             let mut sleep = MAX_SLEEP;
             if let Some(t) = next {
@@ -932,16 +947,9 @@ impl<D: Device> CmDevice<D> {
         loop {
             let notified = self.shared.cq.notified(NotifyKind::Any);
             let gen_before = self.shared.wake_gen.load(Ordering::Acquire);
-            self.progress()?;
-            let next = {
-                let mut st = self.state();
-                if let Some(v) = f(&mut st) {
-                    return Ok(v);
-                }
-                if st.removed {
-                    return Err(ServiceError::Closed);
-                }
-                st.agent.poll_timeout()
+            let next = match self.round(&mut f)? {
+                Round::Done(v) => return Ok(v),
+                Round::Wait(next) => next,
             };
             // Every timer the agent arms comes with a MAD sent or received on QP1, whose
             // completion wakes this wait again: a deadline armed by another call is slept for
