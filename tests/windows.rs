@@ -34,6 +34,16 @@ fn receiving_pair(
     Ok((qp_a, qp_b, mr))
 }
 
+/// An RC QP in RESET on its own 8-entry CQ (the CM takes it from there).
+fn rc_qp(ctx: &Context) -> Result<Qp, Box<dyn std::error::Error>> {
+    let cq = ctx.create_cq_blocking(CqInit {
+        entries: 8,
+        ..CqInit::default()
+    })?;
+    let pd = ctx.alloc_pd_blocking()?;
+    Ok(pd.create_qp_blocking(QpInit::new(QpType::Rc, &cq))?)
+}
+
 #[test]
 fn a_channel_wait_sleeps_on_a_completion_port() -> Result<(), Box<dyn std::error::Error>> {
     let open = |name| portverbs::open(portverbs::device(name).expect("embedded device"));
@@ -146,15 +156,7 @@ fn cm_connect_accept_and_disconnect_complete_overlapped_requests()
     };
     let cm_a = CmDevice::open_blocking(a.context(), ip(a.context())?)?;
     let cm_b = CmDevice::open_blocking(b.context(), ip(b.context())?)?;
-    let qp = |ctx: &Context| -> Result<Qp, Box<dyn std::error::Error>> {
-        let cq = ctx.create_cq_blocking(CqInit {
-            entries: 8,
-            ..CqInit::default()
-        })?;
-        let pd = ctx.alloc_pd_blocking()?;
-        Ok(pd.create_qp_blocking(QpInit::new(QpType::Rc, &cq))?)
-    };
-    let (qp_a, qp_b) = (qp(a.context())?, qp(b.context())?);
+    let (qp_a, qp_b) = (rc_qp(a.context())?, rc_qp(b.context())?);
     let dst = std::net::SocketAddr::new(cm_b.local_ip(), 7471);
     let mut listener = Listener::bind(&cm_b, dst)?;
     listener.listen(1)?;
@@ -256,15 +258,7 @@ fn a_lost_req_is_retransmitted_while_the_application_only_runs_its_port_loop()
     let port = Arc::new(CompletionPort::new()?);
     a.associate(port.clone(), 0xa)?;
     b.associate(port.clone(), 0xb)?;
-    let qp = |ctx: &Context| -> Result<Qp, Box<dyn std::error::Error>> {
-        let cq = ctx.create_cq_blocking(CqInit {
-            entries: 8,
-            ..CqInit::default()
-        })?;
-        let pd = ctx.alloc_pd_blocking()?;
-        Ok(pd.create_qp_blocking(QpInit::new(QpType::Rc, &cq))?)
-    };
-    let (qp_a, qp_b) = (qp(a.context())?, qp(b.context())?);
+    let (qp_a, qp_b) = (rc_qp(a.context())?, rc_qp(b.context())?);
     let dst = std::net::SocketAddr::new(cm_b.local_ip(), 7472);
     let mut listener = Listener::bind(&cm_b, dst)?;
     listener.listen(1)?;
