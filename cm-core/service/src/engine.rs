@@ -155,6 +155,8 @@ struct Shared<D: Device> {
     wake_gen: AtomicU64,
     /// The application's timer for async waits ([`crate::CmTimer`]).
     timer: Mutex<Option<Arc<dyn CmTimer>>>,
+    /// Given to the device commands the CM starts ([`WakeWaiters`]).
+    waker: Waker,
 }
 
 impl<D: Device> Shared<D> {
@@ -262,7 +264,7 @@ impl<D: Device> CmDevice<D> {
         let ca_guid = ctx.attr().node_guid;
         let cfg = AgentConfig::new(ca_guid, (nanos as u32) ^ (nanos >> 32) as u32);
         let dev = Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me| Shared {
                 ctx: ctx.clone(),
                 pd,
                 cq,
@@ -297,6 +299,7 @@ impl<D: Device> CmDevice<D> {
                 wakers: Mutex::new(Vec::new()),
                 wake_gen: AtomicU64::new(0),
                 timer: Mutex::new(None),
+                waker: Waker::from(Arc::new(WakeWaiters(me.clone()))),
             }),
         };
         for slot in 0..RECV_SLOTS {
@@ -572,7 +575,7 @@ impl<D: Device> CmDevice<D> {
         st.pacer.release(&st.agent, &mut st.unsent);
         loop {
             if let Some(mut t) = st.gate.take() {
-                match t.poll(&self.waker()) {
+                match t.poll(self.waker()) {
                     Poll::Ready(r) => woke |= self.transition_done(st, t.id, r),
                     Poll::Pending => {
                         st.gate = Some(t);
@@ -686,7 +689,7 @@ impl<D: Device> CmDevice<D> {
             },
         };
         let mut t = Transition::start(a.id, qp, attr, mask);
-        match t.poll(&self.waker()) {
+        match t.poll(self.waker()) {
             Poll::Ready(r) => {
                 self.transition_done(st, a.id, r);
             }
@@ -727,7 +730,7 @@ impl<D: Device> CmDevice<D> {
             return;
         }
         let waker = self.waker();
-        st.background.retain_mut(|t| match t.poll(&waker) {
+        st.background.retain_mut(|t| match t.poll(waker) {
             Poll::Pending => true,
             Poll::Ready(r) => {
                 if let Err(e) = r {
@@ -757,8 +760,8 @@ impl<D: Device> CmDevice<D> {
     }
 
     /// A waker that wakes this device's async waiters (for device commands in flight).
-    fn waker(&self) -> Waker {
-        Waker::from(Arc::new(WakeWaiters(Arc::downgrade(&self.shared))))
+    fn waker(&self) -> &Waker {
+        &self.shared.waker
     }
 
     /// Puts an agent event where the application finds it.
