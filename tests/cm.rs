@@ -19,7 +19,7 @@ use portverbs::udp_port::UdpConfig;
 use portverbs::{UdpDevice, udp_device};
 
 mod cm_util;
-use cm_util::{Dev, T, cm_dev, ctx_of, param, poll_one, post_recv, settle, side};
+use cm_util::{Dev, T, cm_dev, ctx_of, param, poll_one, post_recv, reject_with_data, settle, side};
 
 /// soft0 and soft1 have one QP1 each for the whole process: the tests share them and take
 /// turns.
@@ -160,32 +160,7 @@ fn udp_connect_send_disconnect() {
 #[test]
 fn reject_carries_private_data() {
     let (_turn, (a, b)) = soft();
-    let dst = SocketAddr::new(b.local_ip(), 7472);
-    let mut listener = Listener::bind(b, dst).unwrap();
-    listener.listen(4).unwrap();
-    let passive = thread::spawn(move || {
-        let req = listener.get_request_blocking(T).unwrap();
-        req.reject(b"go away").unwrap();
-        drop(listener);
-    });
-    let s = side(&ctx_of(a), None);
-    let mut conn = Connector::new(a).unwrap();
-    conn.resolve_blocking(dst).unwrap();
-    match conn.connect_blocking(&s.qp, &param(b"please")) {
-        Err(ServiceError::Rejected {
-            reason,
-            private_data,
-        }) => {
-            assert_eq!(reason, RejReason::ConsumerReject);
-            assert_eq!(&private_data[..7], b"go away");
-        }
-        other => panic!("{other:?}"),
-    }
-    // A rejected connection leaves its QP in ERR and free for another connection.
-    assert_eq!(s.qp.state(), QpState::Err);
-    passive.join().unwrap();
-    drop(conn);
-    settle(&[a, b]);
+    reject_with_data(a, b, 7472);
 }
 
 #[test]

@@ -20,12 +20,11 @@
 use std::net::SocketAddr;
 use std::thread;
 
-use portverbs::cm::service::{Connector, Listener, RdmaCmEvent, ServiceError};
-use portverbs::cm::wire::RejReason;
+use portverbs::cm::service::{Connector, Listener, RdmaCmEvent};
 use portverbs::prelude::*;
 
 mod cm_util;
-use cm_util::{Dev, T, cm_dev, param, poll_one, post_recv, settle, side};
+use cm_util::{Dev, T, cm_dev, param, poll_one, post_recv, reject_with_data, settle, side};
 
 /// [`settle`], and no QP1 completion failed on either device.
 fn settle_clean(devs: &[&Dev]) {
@@ -120,35 +119,6 @@ fn connect_send_disconnect(a: &Dev, b: &Dev, port: u16) {
     );
 }
 
-/// The passive side rejects with private data; the active side sees it, its QP in ERR.
-fn reject(a: &Dev, b: &Dev, port: u16) {
-    let dst = SocketAddr::new(b.local_ip(), port);
-    let mut listener = Listener::bind(b, dst).unwrap();
-    listener.listen(4).unwrap();
-    let passive = thread::spawn(move || {
-        let req = listener.get_request_blocking(T).unwrap();
-        req.reject(b"go away").unwrap();
-        drop(listener);
-    });
-    let s = side(a.context(), None);
-    let mut conn = Connector::new(a).unwrap();
-    conn.resolve_blocking(dst).unwrap();
-    match conn.connect_blocking(&s.qp, &param(b"please")) {
-        Err(ServiceError::Rejected {
-            reason,
-            private_data,
-        }) => {
-            assert_eq!(reason, RejReason::ConsumerReject);
-            assert_eq!(&private_data[..7], b"go away");
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(s.qp.state(), QpState::Err);
-    passive.join().unwrap();
-    drop(conn);
-    settle_clean(&[a, b]);
-}
-
 /// The CM devices of the whole process: a device's QP1 can be created once, so the tests
 /// share one set and take turns.
 fn devices() -> (std::sync::MutexGuard<'static, ()>, &'static [Dev; 3]) {
@@ -182,7 +152,8 @@ fn mlx4_to_mlx4() {
 #[test]
 fn mlx4_rejects_and_is_rejected() {
     let (_turn, [m0, m1, s0]) = devices();
-    reject(s0, m0, 7605);
-    reject(m0, s0, 7606);
-    reject(m0, m1, 7607);
+    for (a, b, port) in [(s0, m0, 7605), (m0, s0, 7606), (m0, m1, 7607)] {
+        reject_with_data(a, b, port);
+        settle_clean(&[a, b]);
+    }
 }

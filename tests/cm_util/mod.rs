@@ -3,10 +3,12 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use portverbs::cm::service::{CmDevice, ConnParam};
+use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
+use portverbs::cm::wire::RejReason;
 use portverbs::prelude::*;
 
 pub type Dev = CmDevice<AnyDevice>;
@@ -93,4 +95,35 @@ pub fn settle(devs: &[&Dev]) {
     for d in devs {
         assert_eq!(d.associated_qps(), 0);
     }
+}
+
+/// `b` listens on `port` and rejects with private data; `a` connects and sees REJECTED
+/// (consumer reject) with that data, its QP left in ERR and free; then nothing is left.
+pub fn reject_with_data(a: &Dev, b: &Dev, port: u16) {
+    let dst = SocketAddr::new(b.local_ip(), port);
+    let mut listener = Listener::bind(b, dst).unwrap();
+    listener.listen(4).unwrap();
+    let passive = thread::spawn(move || {
+        let req = listener.get_request_blocking(T).unwrap();
+        req.reject(b"go away").unwrap();
+        drop(listener);
+    });
+    let s = side(&ctx_of(a), None);
+    let mut conn = Connector::new(a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    match conn.connect_blocking(&s.qp, &param(b"please")) {
+        Err(ServiceError::Rejected {
+            reason,
+            private_data,
+        }) => {
+            assert_eq!(reason, RejReason::ConsumerReject);
+            assert_eq!(&private_data[..7], b"go away");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A rejected connection leaves its QP in ERR and free for another connection.
+    assert_eq!(s.qp.state(), QpState::Err);
+    passive.join().unwrap();
+    drop(conn);
+    settle(&[a, b]);
 }
