@@ -112,7 +112,7 @@ pub struct Env {
 struct UdpEnv {
     other: Fabric,
     lockstep: portverbs::udp_port::Lockstep,
-    _devices: Vec<portverbs::UdpDevice>,
+    devices: Vec<portverbs::UdpDevice>,
 }
 
 /// Two loopback addresses no other environment of this process uses.
@@ -284,7 +284,7 @@ impl Env {
             udp: Some(UdpEnv {
                 other: fabrics[1].clone(),
                 lockstep,
-                _devices: devices,
+                devices,
             }),
         }
     }
@@ -403,6 +403,36 @@ impl Env {
         if let Some(u) = &self.udp {
             u.other.set_faults(faults);
         }
+    }
+
+    /// The UDP backend: the UDP address of device `dev`'s port (`None` on the in-process
+    /// backends).
+    pub fn udp_addr(&self, dev: usize) -> Option<std::net::SocketAddr> {
+        #[cfg(target_os = "linux")]
+        if let Some(u) = &self.udp {
+            return u.devices.get(dev).map(|d| d.port().local_addr());
+        }
+        let _ = dev;
+        None
+    }
+
+    /// The UDP backend: device `dev`'s port counters.
+    #[cfg(target_os = "linux")]
+    pub fn udp_stats(&self, dev: usize) -> Option<portverbs::udp_port::UdpStats> {
+        self.udp
+            .as_ref()
+            .and_then(|u| u.devices.get(dev))
+            .map(|d| d.port().stats())
+    }
+
+    /// The UDP backend: `n` datagrams were sent to the ports from outside them (a hostile
+    /// peer's raw socket); settling waits for them too. Nothing on the in-process backends.
+    pub fn expect_foreign(&self, n: u64) {
+        #[cfg(target_os = "linux")]
+        if let Some(u) = &self.udp {
+            u.lockstep.expect_foreign(n);
+        }
+        let _ = n;
     }
 
     /// The GID of context `ctx` (index 0 of port 1).

@@ -6,10 +6,13 @@
 //! datagram any port sent has been received and handed over by its peer's receive thread;
 //! only then does the clock of every fabric jump to the earliest next event among them. So a
 //! retransmission timer never fires because a packet was still in the kernel, and all
-//! fabrics' clocks stay equal. The ports must only talk among themselves.
+//! fabrics' clocks stay equal. The ports must only talk among themselves; a test that also
+//! sends datagrams to them from elsewhere (a hostile peer on a raw socket) says how many with
+//! [`Lockstep::expect_foreign`], so that they are waited for too and never mistaken for the
+//! ports' own traffic.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -27,6 +30,8 @@ const WIRE_WAIT: Duration = Duration::from_millis(200);
 pub struct Lockstep {
     fabrics: Vec<Fabric>,
     probes: Vec<(Arc<Counters>, Receiver<Vec<Packet>>)>,
+    /// Datagrams sent to the ports from outside them ([`Lockstep::expect_foreign`]).
+    foreign: AtomicU64,
 }
 
 impl Lockstep {
@@ -46,6 +51,7 @@ impl Lockstep {
         Ok(Self {
             fabrics,
             probes: ports.iter().map(|p| p.probe()).collect(),
+            foreign: AtomicU64::new(0),
         })
     }
 
@@ -70,6 +76,12 @@ impl Lockstep {
             f.advance_to(end)?;
         }
         Ok(())
+    }
+
+    /// Counts `n` datagrams that something other than the ports sent (or is about to send) to
+    /// them: rounds wait for those to be received as they wait for the ports' own.
+    pub fn expect_foreign(&self, n: u64) {
+        self.foreign.fetch_add(n, Ordering::AcqRel);
     }
 
     /// The common virtual time.
@@ -126,7 +138,8 @@ impl Lockstep {
                 .probes
                 .iter()
                 .map(|(c, _)| c.tx_packets.load(Ordering::Acquire))
-                .sum();
+                .sum::<u64>()
+                + self.foreign.load(Ordering::Acquire);
             let settled: u64 = self
                 .probes
                 .iter()
