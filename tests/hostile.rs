@@ -32,5 +32,6 @@ mod hostile {
     pub mod attacker;
     pub mod rss;
 
+    mod reads;
     mod transport;
 }

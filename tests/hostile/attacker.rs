@@ -260,7 +260,8 @@ impl FabricAttacker {
         Self { handle, seen }
     }
 
-    fn send(&self, packets: &[Forged]) -> usize {
+    /// Injects `packets` (those that parse); returns how many.
+    pub fn send(&self, packets: &[Forged]) -> usize {
         let pkts: Vec<Packet> = packets.iter().filter_map(to_packet).collect();
         let n = pkts.len();
         self.handle.with(|c| c.out.extend(pkts));
@@ -330,7 +331,8 @@ impl UdpAttacker {
         }
     }
 
-    fn send(&self, packets: &[Forged]) -> usize {
+    /// Sends `packets`, sealed; returns how many.
+    pub fn send(&self, packets: &[Forged]) -> usize {
         let mut sockets = self.sockets.lock().unwrap();
         for f in packets {
             let sock = sockets.entry(f.src).or_insert_with(|| {

@@ -1,0 +1,309 @@
+//! RDMA READ as an amplifier: a 32-byte request asks the responder for up to 2 GiB, and the
+//! requester decides how many it sends. The attacker here is the victim's connected peer
+//! (it knows the QPN, the PSN and an R_Key for REMOTE_READ: everything RoCE asks of a peer),
+//! so the READs themselves are legitimate; what the suite holds the responder to is the cost
+//! of answering them (IBA 9.5.3, 9.7.4.1.3):
+//!
+//! * a READ's responses are generated as the link drains them, so the memory one READ costs is
+//!   bounded whatever its size;
+//! * a requester may have at most `max_dest_rd_atomic` READs and atomics outstanding at the
+//!   responder: one more, while every resource is still answering, is refused with a NAK
+//!   (invalid request) rather than queued;
+//! * a duplicate READ (a retransmission) is answered again from its saved resource, never
+//!   as a second copy alongside the first.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use portverbs::prelude::*;
+use portverbs::udp_port::UdpConfig;
+use portverbs::verbs::ContextOptions;
+use portverbs_wire::{AethSyndrome, NakCode, Opcode, TransportHdr, seal_datagram};
+
+use super::attacker::{FabricAttacker, Forge, Forged};
+use super::rss::{Rss, turn};
+use crate::conformance::env::{Backend, Env};
+
+/// The impostor's QP number and the victim's first expected PSN.
+const IMPOSTOR_QPN: u32 = 0x4242;
+const PSN0: u32 = 0x0012_3456;
+const MIB: u32 = 1 << 20;
+
+/// What the victim's QP is given: an RC QP connected to the impostor, allowing `depth` READs
+/// outstanding (`max_dest_rd_atomic`), and an MR of `len` bytes with remote read.
+struct Victim {
+    qp: Qp,
+    mr: Mr,
+    _cq: Cq,
+    _pd: Pd,
+}
+
+impl Victim {
+    fn new(ctx: &Context, impostor: IpAddr, len: usize, depth: u8, mtu: Mtu) -> Self {
+        let pd = ctx.alloc_pd_blocking().unwrap();
+        let cq = ctx
+            .create_cq_blocking(CqInit {
+                entries: 64,
+                ..CqInit::default()
+            })
+            .unwrap();
+        let mut init = QpInit::new(QpType::Rc, &cq);
+        init.caps.max_send_wr = 16;
+        init.caps.max_recv_wr = 16;
+        let qp = pd.create_qp_blocking(init).unwrap();
+        // Zeroed pages the READs only read: they cost no resident memory of their own.
+        let mr = pd
+            .reg_vec_blocking(
+                vec![0u8; len],
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+            )
+            .unwrap();
+        let opts = ConnectOptions {
+            psn: 0x77,
+            mtu: Some(mtu),
+            access: AccessFlags::REMOTE_READ,
+            max_dest_rd_atomic: depth,
+            ..ConnectOptions::default()
+        };
+        let remote = QpEndpoint {
+            lid: 0,
+            qpn: IMPOSTOR_QPN,
+            psn: PSN0,
+            gid: Gid::from_ip(impostor),
+        };
+        qp.connect_rc_blocking(&remote, &opts).unwrap();
+        Self {
+            qp,
+            mr,
+            _cq: cq,
+            _pd: pd,
+        }
+    }
+
+    /// `n` READ requests of `len` bytes each, one after another in PSN order.
+    fn reads(&self, f: &Forge, n: u32, len: u32, mtu: u32) -> Vec<Forged> {
+        let (va, rkey) = (self.mr.addr(), self.mr.rkey().unwrap());
+        let npsn = len.div_ceil(mtu);
+        (0..n)
+            .map(|i| f.read(self.qp.qp_num(), PSN0 + i * npsn, va, rkey, len))
+            .collect()
+    }
+}
+
+/// The impostor over UDP: a socket on the address the victim's QP is connected to, port
+/// 4791, that sends the READs and counts the responses.
+struct Impostor {
+    sock: UdpSocket,
+    received: Arc<AtomicU64>,
+    naks: Arc<Mutex<Vec<(u32, AethSyndrome)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Impostor {
+    fn bind(ip: IpAddr) -> Self {
+        let sock = UdpSocket::bind(SocketAddr::new(ip, portverbs_wire::ROCEV2_UDP_PORT)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let rx = sock.try_clone().unwrap();
+        let received = Arc::new(AtomicU64::new(0));
+        let naks = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (received, naks, stop) = (received.clone(), naks.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Acquire) {
+                    let Ok(n) = rx.recv(&mut buf) else { continue };
+                    received.fetch_add(1, Ordering::AcqRel);
+                    let ib = &buf[..n.saturating_sub(portverbs_wire::ICRC_LEN)];
+                    if let Ok(p) = TransportHdr::parse(ib) {
+                        if p.hdr.bth.opcode == Opcode::Acknowledge {
+                            if let Some(a) = p.hdr.aeth {
+                                naks.lock().unwrap().push((p.hdr.bth.psn, a.syndrome));
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        Self {
+            sock,
+            received,
+            naks,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn send(&self, victim: SocketAddr, packets: &[Forged]) {
+        let from = self.sock.local_addr().unwrap();
+        for f in packets {
+            let mut d = f.ib.clone();
+            seal_datagram(from, victim, &mut d).unwrap();
+            self.sock.send_to(&d, victim).unwrap();
+        }
+    }
+
+    /// Waits until the responses stop coming (nothing for 3 s), `expect` arrived,
+    /// or 60 s passed.
+    fn drain(&self, expect: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = (0, Instant::now());
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let n = self.received.load(Ordering::Acquire);
+            if n != last.0 {
+                last = (n, Instant::now());
+            }
+            if n >= expect
+                || last.1.elapsed() > Duration::from_secs(3)
+                || Instant::now() > deadline
+            {
+                return n;
+            }
+        }
+    }
+}
+
+impl Drop for Impostor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A UDP-bound software device on `ip` (free-running, as an application has it).
+fn udp_victim(name: &str, ip: IpAddr) -> (portverbs::UdpDevice, Context) {
+    let dev = portverbs::udp_device(name, UdpConfig::new(ip)).unwrap();
+    let ctx = Context::open_blocking(dev.any(), ContextOptions::default()).unwrap();
+    (dev, ctx)
+}
+
+const MTU: u32 = 4096;
+
+/// One READ of 256 MiB, one of 128 MiB followed by three duplicates, and four of 64 MiB
+/// where one was granted, against a UDP-bound device. The bound, 32 MiB over the victim's
+/// size before the attack: the port's pool of receive chunks (at most 16 MiB, and only the
+/// attacker's few small requests arrive here), one engine turn of responses serialised for
+/// `sendmmsg` (at most 64 trains of 64 packets, 16 MiB, and normally far less), and the
+/// socket buffers the kernel charges to the process. Before responses were generated as the
+/// port drained them, the one READ alone grew the victim by 270 MiB and kept it.
+#[test]
+fn reads_of_hundreds_of_mib_cost_bounded_memory_over_udp() {
+    let _turn = turn();
+    let (victim_ip, impostor_ip): (IpAddr, IpAddr) =
+        ("127.66.0.1".parse().unwrap(), "127.66.0.2".parse().unwrap());
+    let (dev, ctx) = udp_victim("hostile_reads", victim_ip);
+    let to = dev.port().local_addr();
+    let impostor = Impostor::bind(impostor_ip);
+    let f = Forge::new(impostor_ip, victim_ip);
+
+    // One READ of 256 MiB.
+    let v = Victim::new(&ctx, impostor_ip, 256 << 20, 1, Mtu::Mtu4096);
+    let rss = Rss::start();
+    impostor.send(to, &v.reads(&f, 1, 256 * MIB, MTU));
+    let got = impostor.drain(u64::from(256 * MIB / MTU));
+    println!("  {got} responses arrived; {:?} {:?}", dev.port().stats(), dev.device().engine_stats());
+    rss.check("one READ of 256 MiB over UDP", 32.0);
+    assert!(
+        rss.held_growth_mib() <= 16.0,
+        "the victim keeps {:.1} MiB after the READ",
+        rss.held_growth_mib()
+    );
+    drop(v);
+
+    // A READ and three duplicates of it (a requester retransmitting, or pretending to).
+    let v = Victim::new(&ctx, impostor_ip, 128 << 20, 1, Mtu::Mtu4096);
+    let rss = Rss::start();
+    let read = v.reads(&f, 1, 128 * MIB, MTU);
+    for _ in 0..4 {
+        impostor.send(to, &read);
+    }
+    impostor.drain(u64::from(4 * 128 * MIB / MTU));
+    rss.check("one READ of 128 MiB and three duplicates over UDP", 32.0);
+    assert_eq!(
+        v.qp.state(),
+        QpState::Rts,
+        "duplicates are legitimate retransmissions"
+    );
+    drop(v);
+
+    // Four READs where the QP grants one outstanding.
+    let v = Victim::new(&ctx, impostor_ip, 64 << 20, 1, Mtu::Mtu4096);
+    impostor.naks.lock().unwrap().clear();
+    let rss = Rss::start();
+    impostor.send(to, &v.reads(&f, 4, 64 * MIB, MTU));
+    impostor.drain(u64::from(4 * 64 * MIB / MTU));
+    rss.check("four READs of 64 MiB beyond a granted depth of one, over UDP", 32.0);
+    let naks = impostor.naks.lock().unwrap().clone();
+    assert!(
+        naks.iter()
+            .any(|&(_, s)| s == AethSyndrome::Nak(NakCode::InvalidRequest)),
+        "a READ beyond max_dest_rd_atomic is refused with NAK invalid request: {naks:?}"
+    );
+}
+
+/// On the in-process fabric: a READ of 64 MiB is answered a turn at a time (never more than
+/// one engine burst of trains, 64 × 64 packets, per fabric step), and a second READ while the
+/// first still answers, on a QP granting one, draws a NAK invalid request.
+fn reads_are_answered_a_turn_at_a_time_and_bounded_by_depth(backend: Backend) {
+    let _turn = turn();
+    let env = Env::new(backend);
+    let impostor_ip: IpAddr = "10.0.0.66".parse().unwrap();
+    let attacker = FabricAttacker::join(&env.fabric, &[impostor_ip]);
+    let f = Forge::new(impostor_ip, env.ips[0]);
+    let v = Victim::new(env.a(), impostor_ip, 64 << 20, 1, Mtu::Mtu1024);
+    let rss = Rss::start();
+    attacker.send(&v.reads(&f, 2, 64 * MIB, 1024));
+    let mut most = 0;
+    let mut last = 0;
+    for _ in 0..100_000 {
+        if !env.fabric.step() {
+            break;
+        }
+        let n = attacker.received();
+        most = most.max(n - last);
+        last = n;
+    }
+    env.settle();
+    rss.check("two READs of 64 MiB on the fabric", 16.0);
+    assert!(
+        most <= 64 * 64,
+        "{most} READ response packets in one fabric step"
+    );
+    let naks: Vec<_> = attacker
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.hdr.aeth.map(|a| a.syndrome))
+        .filter(|s| matches!(s, AethSyndrome::Nak(_)))
+        .collect();
+    assert!(
+        naks.contains(&AethSyndrome::Nak(NakCode::InvalidRequest)),
+        "{naks:?}"
+    );
+    assert_eq!(v.qp.state(), QpState::Err, "the requester broke its grant");
+    drop(v);
+    drop(attacker);
+}
+
+mod soft {
+    #[test]
+    fn reads_are_answered_a_turn_at_a_time_and_bounded_by_depth() {
+        super::reads_are_answered_a_turn_at_a_time_and_bounded_by_depth(super::Backend::Soft);
+    }
+}
+
+mod mlx4 {
+    #[test]
+    fn reads_are_answered_a_turn_at_a_time_and_bounded_by_depth() {
+        super::reads_are_answered_a_turn_at_a_time_and_bounded_by_depth(super::Backend::Mlx4);
+    }
+}
