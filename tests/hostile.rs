@@ -1,6 +1,6 @@
 //! The hostile-peer suite: what a peer on the same network can and cannot do to a Portverbs
 //! device, its connections and its connection manager, with the attacker written in Rust on
-//! `portverbs-wire` (`hostile/attacker.rs`) and reaching the victim both over UDP on
+//! `portverbs-wire` (`attacks/attacker.rs`) and reaching the victim both over UDP on
 //! loopback (raw sockets, any source address) and on the in-process fabric (a node of its
 //! own).
 //!
@@ -28,10 +28,11 @@ mod conformance {
     pub mod util;
 }
 
-mod hostile {
+mod attacks {
     pub mod attacker;
     pub mod rss;
 
+    mod mads;
     mod reads;
     mod transport;
 }

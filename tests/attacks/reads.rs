@@ -12,18 +12,14 @@
 //! * a duplicate READ (a retransmission) is answered again from its saved resource, never
 //!   as a second copy alongside the first.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::net::IpAddr;
 
 use portverbs::prelude::*;
 use portverbs::udp_port::UdpConfig;
 use portverbs::verbs::ContextOptions;
-use portverbs_wire::{AethSyndrome, NakCode, Opcode, TransportHdr, seal_datagram};
+use portverbs_wire::{AethSyndrome, NakCode};
 
-use super::attacker::{FabricAttacker, Forge, Forged};
+use super::attacker::{FabricAttacker, Forge, Forged, UdpImpostor};
 use super::rss::{Rss, turn};
 use crate::conformance::env::{Backend, Env};
 
@@ -93,91 +89,6 @@ impl Victim {
     }
 }
 
-/// The impostor over UDP: a socket on the address the victim's QP is connected to, port
-/// 4791, that sends the READs and counts the responses.
-struct Impostor {
-    sock: UdpSocket,
-    received: Arc<AtomicU64>,
-    naks: Arc<Mutex<Vec<(u32, AethSyndrome)>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Impostor {
-    fn bind(ip: IpAddr) -> Self {
-        let sock = UdpSocket::bind(SocketAddr::new(ip, portverbs_wire::ROCEV2_UDP_PORT)).unwrap();
-        sock.set_read_timeout(Some(Duration::from_millis(20)))
-            .unwrap();
-        let rx = sock.try_clone().unwrap();
-        let received = Arc::new(AtomicU64::new(0));
-        let naks = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (received, naks, stop) = (received.clone(), naks.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while !stop.load(Ordering::Acquire) {
-                    let Ok(n) = rx.recv(&mut buf) else { continue };
-                    received.fetch_add(1, Ordering::AcqRel);
-                    let ib = &buf[..n.saturating_sub(portverbs_wire::ICRC_LEN)];
-                    if let Ok(p) = TransportHdr::parse(ib) {
-                        if p.hdr.bth.opcode == Opcode::Acknowledge {
-                            if let Some(a) = p.hdr.aeth {
-                                naks.lock().unwrap().push((p.hdr.bth.psn, a.syndrome));
-                            }
-                        }
-                    }
-                }
-            })
-        };
-        Self {
-            sock,
-            received,
-            naks,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn send(&self, victim: SocketAddr, packets: &[Forged]) {
-        let from = self.sock.local_addr().unwrap();
-        for f in packets {
-            let mut d = f.ib.clone();
-            seal_datagram(from, victim, &mut d).unwrap();
-            self.sock.send_to(&d, victim).unwrap();
-        }
-    }
-
-    /// Waits until the responses stop coming (nothing for 3 s), `expect` arrived,
-    /// or 60 s passed.
-    fn drain(&self, expect: u64) -> u64 {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut last = (0, Instant::now());
-        loop {
-            std::thread::sleep(Duration::from_millis(50));
-            let n = self.received.load(Ordering::Acquire);
-            if n != last.0 {
-                last = (n, Instant::now());
-            }
-            if n >= expect
-                || last.1.elapsed() > Duration::from_secs(3)
-                || Instant::now() > deadline
-            {
-                return n;
-            }
-        }
-    }
-}
-
-impl Drop for Impostor {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// A UDP-bound software device on `ip` (free-running, as an application has it).
 fn udp_victim(name: &str, ip: IpAddr) -> (portverbs::UdpDevice, Context) {
     let dev = portverbs::udp_device(name, UdpConfig::new(ip)).unwrap();
@@ -201,7 +112,7 @@ fn reads_of_hundreds_of_mib_cost_bounded_memory_over_udp() {
         ("127.66.0.1".parse().unwrap(), "127.66.0.2".parse().unwrap());
     let (dev, ctx) = udp_victim("hostile_reads", victim_ip);
     let to = dev.port().local_addr();
-    let impostor = Impostor::bind(impostor_ip);
+    let impostor = UdpImpostor::bind(impostor_ip);
     let f = Forge::new(impostor_ip, victim_ip);
 
     // One READ of 256 MiB.
@@ -209,7 +120,11 @@ fn reads_of_hundreds_of_mib_cost_bounded_memory_over_udp() {
     let rss = Rss::start();
     impostor.send(to, &v.reads(&f, 1, 256 * MIB, MTU));
     let got = impostor.drain(u64::from(256 * MIB / MTU));
-    println!("  {got} responses arrived; {:?} {:?}", dev.port().stats(), dev.device().engine_stats());
+    println!(
+        "  {got} responses arrived; {:?} {:?}",
+        dev.port().stats(),
+        dev.device().engine_stats()
+    );
     rss.check("one READ of 256 MiB over UDP", 32.0);
     assert!(
         rss.held_growth_mib() <= 16.0,
@@ -240,7 +155,10 @@ fn reads_of_hundreds_of_mib_cost_bounded_memory_over_udp() {
     let rss = Rss::start();
     impostor.send(to, &v.reads(&f, 4, 64 * MIB, MTU));
     impostor.drain(u64::from(4 * 64 * MIB / MTU));
-    rss.check("four READs of 64 MiB beyond a granted depth of one, over UDP", 32.0);
+    rss.check(
+        "four READs of 64 MiB beyond a granted depth of one, over UDP",
+        32.0,
+    );
     let naks = impostor.naks.lock().unwrap().clone();
     assert!(
         naks.iter()

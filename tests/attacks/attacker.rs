@@ -13,7 +13,10 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use portverbs::hal::Gid;
 use portverbs_fabric::{Fabric, Joining, Node, NodeConfig, NodeHandle};
@@ -361,5 +364,89 @@ impl UdpAttacker {
     /// Forgets the sockets (a flood from many addresses closes each after use).
     pub fn close_all(&self) {
         self.sockets.lock().unwrap().clear();
+    }
+}
+
+/// An impostor over UDP: a socket on an address the victim sends to (its QP is connected
+/// there, or it answers MADs from there), port 4791, that sends forged packets from that
+/// address and counts whatever comes back, keeping the AETH syndromes of the ACKs and NAKs.
+pub struct UdpImpostor {
+    sock: UdpSocket,
+    pub received: Arc<AtomicU64>,
+    pub naks: Arc<Mutex<Vec<(u32, AethSyndrome)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl UdpImpostor {
+    pub fn bind(ip: IpAddr) -> Self {
+        let sock = UdpSocket::bind(SocketAddr::new(ip, portverbs_wire::ROCEV2_UDP_PORT)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let rx = sock.try_clone().unwrap();
+        let received = Arc::new(AtomicU64::new(0));
+        let naks = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (received, naks, stop) = (received.clone(), naks.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Acquire) {
+                    let Ok(n) = rx.recv(&mut buf) else { continue };
+                    received.fetch_add(1, Ordering::AcqRel);
+                    let ib = &buf[..n.saturating_sub(portverbs_wire::ICRC_LEN)];
+                    if let Ok(p) = TransportHdr::parse(ib) {
+                        if p.hdr.bth.opcode == Opcode::Acknowledge {
+                            if let Some(a) = p.hdr.aeth {
+                                naks.lock().unwrap().push((p.hdr.bth.psn, a.syndrome));
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        Self {
+            sock,
+            received,
+            naks,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn send(&self, victim: SocketAddr, packets: &[Forged]) {
+        let from = self.sock.local_addr().unwrap();
+        for f in packets {
+            let mut d = f.ib.clone();
+            seal_datagram(from, victim, &mut d).unwrap();
+            self.sock.send_to(&d, victim).unwrap();
+        }
+    }
+
+    /// Waits until the responses stop coming (nothing for 3 s), `expect` arrived,
+    /// or 60 s passed.
+    pub fn drain(&self, expect: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = (0, Instant::now());
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let n = self.received.load(Ordering::Acquire);
+            if n != last.0 {
+                last = (n, Instant::now());
+            }
+            if n >= expect || last.1.elapsed() > Duration::from_secs(3) || Instant::now() > deadline
+            {
+                return n;
+            }
+        }
+    }
+}
+
+impl Drop for UdpImpostor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

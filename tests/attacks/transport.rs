@@ -376,7 +376,10 @@ fn garbage_and_mutations_change_nothing(backend: Backend) {
     }
     s.check_transfer();
     let dropped = s.env.devs[1].engine_stats().dropped + s.env.devs[0].engine_stats().dropped;
-    assert!(dropped > 0, "nothing was dropped: the attack did not arrive");
+    assert!(
+        dropped > 0,
+        "nothing was dropped: the attack did not arrive"
+    );
     rss.check("garbage and resealed mutations", 16.0);
 }
 
