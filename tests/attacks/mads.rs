@@ -462,6 +462,98 @@ fn a_forged_dreq_for_a_live_connection_changes_nothing(net: Net) {
     );
 }
 
+/// Points 4 and 5: REQs for the server's listener from many source addresses, each
+/// proposing the longest CM response timeouts (31: 4.096 µs · 2^31, 2.4 hours per try) and
+/// the most retries. The server's application takes every request and accepts it on a QP of
+/// its own without waiting (as an event-driven rdma_cm server does), so the forged
+/// connections wait for RTUs that never come; the CM answers each stranger (REP, or REJ when
+/// the backlog is full), and what it keeps per stranger stays bounded. A real client that
+/// connects in the middle of the flood is served. The bound on RSS, 40 MiB: the server
+/// application's own QPs for the 600 requests it accepts (about 36 KiB each on the soft
+/// device, 21 MiB) plus the CM's bounded caches.
+fn a_req_flood_from_many_sources_leaves_room_for_real_clients(net: Net) {
+    let _turn = turn();
+    let rig = Rig::new(net, 4, &[]);
+    let forged = 600u32;
+    let dst = SocketAddr::new(rig.server_ip, PORT);
+    let mut listener = Listener::bind(&rig.server, dst).unwrap();
+    // A backlog that holds a burst: a full one answers REJ 28 (busy), as a TCP listener
+    // drops SYNs, and a client that meets it is refused, not served.
+    listener.listen(1024).unwrap();
+    let ctx = rig.server.context().clone();
+    let ahs_before = ctx.object_counts().ahs;
+    let rss = Rss::start();
+    // The server's application: every request accepted on a QP of its own, nobody waited for.
+    let stop = Arc::new(AtomicBool::new(false));
+    let app = {
+        let (dev, stop) = (rig.server.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut held = Vec::new();
+            let mut established = 0usize;
+            while !stop.load(Ordering::Acquire) {
+                match listener.try_get_request() {
+                    Some(req) => {
+                        let s = side(&dev);
+                        if let Ok(conn) = req.accept_nowait(&s.qp, &ConnParam::default()) {
+                            held.push((conn, s));
+                        }
+                    }
+                    None => thread::sleep(Duration::from_millis(1)),
+                }
+                held.retain(|(conn, _)| match conn.try_connected() {
+                    Some(Ok(_)) => {
+                        established += 1;
+                        true
+                    }
+                    Some(Err(_)) => false,
+                    None => true,
+                });
+            }
+            (held.len(), established)
+        })
+    };
+    let sources: Vec<u32> = (0..forged).collect();
+    for (k, batch) in sources.chunks(50).enumerate() {
+        let pkts: Vec<Forged> = batch
+            .iter()
+            .map(|&i| {
+                let src = stranger_of(net, 4, i + 256);
+                Forge::new(src, rig.server_ip).mad(&req_mad(
+                    0xF000_0000 + i,
+                    src,
+                    rig.server_ip,
+                    PORT,
+                    31,
+                ))
+            })
+            .collect();
+        rig.send(&pkts);
+        if let Attacker::Udp(u) = &rig.attacker {
+            u.close_all();
+        }
+        if k == 3 {
+            // A real client, in the middle of the flood.
+            let c = side(&rig.client);
+            let mut conn = Connector::new(&rig.client).unwrap();
+            conn.resolve_blocking(dst).unwrap();
+            conn.connect_blocking(&c.qp, &ConnParam::default())
+                .expect("a real client is served during a REQ flood");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Release);
+    let (held, established) = app.join().unwrap();
+    let ahs = ctx.object_counts().ahs - ahs_before;
+    println!(
+        "{forged} forged REQs: the application holds {held} connections ({established} \
+         established), {ahs} address handles, {} B of CM state",
+        rig.server.state_bytes()
+    );
+    assert!(ahs <= 512, "{ahs} address handles for {forged} strangers");
+    rss.check("REQs from many sources", 40.0);
+}
+
 fn poll_one(cq: &Cq) -> WorkCompletion {
     let mut wc = [WorkCompletion::default()];
     assert!(wait_for(|| cq.poll(&mut wc).unwrap() == 1), "no completion");
@@ -485,6 +577,11 @@ mod fabric {
     fn a_forged_dreq_for_a_live_connection_changes_nothing() {
         super::a_forged_dreq_for_a_live_connection_changes_nothing(Net::Fabric);
     }
+
+    #[test]
+    fn a_req_flood_from_many_sources_leaves_room_for_real_clients() {
+        super::a_req_flood_from_many_sources_leaves_room_for_real_clients(Net::Fabric);
+    }
 }
 
 mod udp {
@@ -503,5 +600,10 @@ mod udp {
     #[test]
     fn a_forged_dreq_for_a_live_connection_changes_nothing() {
         super::a_forged_dreq_for_a_live_connection_changes_nothing(Net::Udp);
+    }
+
+    #[test]
+    fn a_req_flood_from_many_sources_leaves_room_for_real_clients() {
+        super::a_req_flood_from_many_sources_leaves_room_for_real_clients(Net::Udp);
     }
 }
