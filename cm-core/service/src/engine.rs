@@ -49,7 +49,7 @@ const SEND_BASE: usize = RECV_SLOTS * RECV_SLOT;
 /// QP1's traffic counters ([`CmDevice::mad_counts`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MadCounts {
-    /// MADs received and handed to the agent.
+    /// Datagrams QP1 received (malformed ones and those not from a QP1 included).
     pub received: u64,
     /// MADs posted.
     pub sent: u64,
@@ -62,6 +62,9 @@ pub struct MadCounts {
     pub deferred_transitions: u64,
     /// MADs that waited for the send window before leaving (see the crate docs: pacing).
     pub paced: u64,
+    /// Datagrams dropped because they did not come from a QP1: a CM MAD's source QP is 1
+    /// (Linux's CM never redirects, so neither does this one).
+    pub not_from_qp1: u64,
 }
 
 /// A connection request waiting in a listener's queue.
@@ -122,6 +125,7 @@ pub(super) struct State<D: Device> {
     mads_out: u64,
     recv_errors: u64,
     send_errors: u64,
+    not_from_qp1: u64,
 }
 
 impl<D: Device> State<D> {
@@ -295,6 +299,7 @@ impl<D: Device> CmDevice<D> {
                     mads_out: 0,
                     recv_errors: 0,
                     send_errors: 0,
+                    not_from_qp1: 0,
                 }),
                 wakers: Mutex::new(Vec::new()),
                 wake_gen: AtomicU64::new(0),
@@ -358,6 +363,7 @@ impl<D: Device> CmDevice<D> {
             send_errors: st.send_errors,
             deferred_transitions: st.deferred,
             paced: st.pacer.paced,
+            not_from_qp1: st.not_from_qp1,
         }
     }
 
@@ -521,18 +527,33 @@ impl<D: Device> CmDevice<D> {
         }
         match wc.status {
             WcStatus::Success => {
+                // Only the bytes that arrived: a UD receive's byte count covers the GRH area
+                // and the datagram. The rest of the buffer is what an earlier MAD left there.
+                let len = usize::try_from(wc.byte_len).map_or(RECV_SLOT, |n| n.min(RECV_SLOT));
                 let mut buf = [0u8; RECV_SLOT];
                 self.shared
                     .mr
-                    .read(slot * RECV_SLOT, &mut buf)
+                    .read(slot * RECV_SLOT, &mut buf[..len])
                     .map_err(|e| ServiceError::verbs("reading a MAD", e))?;
+                st.mads_in += 1;
                 let mut grh = [0u8; GRH];
                 grh.copy_from_slice(&buf[..GRH]);
-                st.mads_in += 1;
-                // Malformed MADs are counted by the agent and dropped.
-                let _ = st
-                    .agent
-                    .handle_mad(now, addr::source_gid(&grh), &buf[GRH..]);
+                if wc.src_qp == SpecialQp::GSI_QPN {
+                    // Exactly the datagram: anything but a whole 256-byte MAD is malformed,
+                    // counted by the agent and dropped.
+                    let _ = st.agent.handle_mad(
+                        now,
+                        addr::source_gid(&grh),
+                        buf.get(GRH..len).unwrap_or_default(),
+                    );
+                } else {
+                    st.not_from_qp1 += 1;
+                }
+                // Nothing of this MAD stays for the next one to be read with.
+                self.shared
+                    .mr
+                    .write(slot * RECV_SLOT, &[0u8; RECV_SLOT][..len])
+                    .map_err(|e| ServiceError::verbs("clearing a QP1 receive buffer", e))?;
             }
             WcStatus::WrFlushErr => {
                 // QP1 went to ERR: the device is gone (or failed). Every endpoint hears it

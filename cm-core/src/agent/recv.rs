@@ -13,9 +13,12 @@ use crate::wire::{
 };
 
 impl CmAgent {
-    /// Takes one MAD received from `from` (the peer's GID). A MAD that does not parse is
-    /// dropped with its [`MadError`]; nothing changes then. Anything well-formed is handled or
-    /// silently dropped as Linux would.
+    /// Takes one MAD received from `from` (the peer's GID). `bytes` are exactly the bytes
+    /// that arrived (a UD receive's byte count less its 40-byte GRH area), never a whole
+    /// receive buffer: a datagram of any other length than 256 bytes is malformed. A MAD that
+    /// does not parse is dropped with its [`MadError`] and counted
+    /// ([`AgentStats::malformed`](super::AgentStats)); nothing changes then. Anything
+    /// well-formed is handled or silently dropped as Linux would.
     pub fn handle_mad(&mut self, now: u64, from: Gid, bytes: &[u8]) -> Result<(), MadError> {
         let mad = Mad::parse(bytes).inspect_err(|_| self.stats.malformed += 1)?;
         let tid = mad.tid;
