@@ -66,6 +66,9 @@ pub struct AgentStats {
     pub duplicates: u64,
     /// Retransmissions sent.
     pub retransmits: u64,
+    /// Messages that matched an endpoint by their communication IDs but came from another
+    /// source GID than the endpoint's peer: dropped (a forged or misrouted MAD).
+    pub foreign_source: u64,
 }
 
 /// The IB CM of one port, sans-IO.

@@ -24,14 +24,14 @@ impl CmAgent {
         let tid = mad.tid;
         match mad.msg {
             CmMessage::Req(m) => self.on_req(now, from, tid, &m),
-            CmMessage::Mra(m) => self.on_mra(now, &m),
-            CmMessage::Rej(m) => self.on_rej(now, &m),
+            CmMessage::Mra(m) => self.on_mra(now, from, &m),
+            CmMessage::Rej(m) => self.on_rej(now, from, &m),
             CmMessage::Rep(m) => self.on_rep(now, from, &m),
-            CmMessage::Rtu(m) => self.on_rtu(&m),
+            CmMessage::Rtu(m) => self.on_rtu(from, &m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, tid, &m),
-            CmMessage::Drep(m) => self.on_drep(now, &m),
+            CmMessage::Drep(m) => self.on_drep(now, from, &m),
             CmMessage::SidrReq(m) => self.on_sidr_req(from, tid, &m),
-            CmMessage::SidrRep(m) => self.on_sidr_rep(&m),
+            CmMessage::SidrRep(m) => self.on_sidr_rep(from, &m),
             // LAP and APR: ignored on RoCE ports, as Linux does.
             CmMessage::AltPath { .. } => self.stats.unmatched += 1,
         }
@@ -40,6 +40,24 @@ impl CmAgent {
 
     fn state_of(&self, index: u32) -> CmState {
         self.table.conn(index).map_or(CmState::Idle, |c| c.state)
+    }
+
+    /// Whether `from` is the peer of endpoint `index`. A message that found an endpoint by
+    /// its communication IDs is taken only from the address the endpoint talks to (the REQ's
+    /// source, or the GID our REQ or SIDR_REQ went to): communication IDs travel in the
+    /// clear and can be learnt or guessed, a source address can be forged only by a host on
+    /// the path. Linux matches by the IDs alone; this CM also checks the source, and drops
+    /// and counts ([`super::AgentStats::foreign_source`]) what fails.
+    fn sent_by_peer(&mut self, index: u32, from: Gid) -> bool {
+        let ok = self
+            .table
+            .conn(index)
+            .is_some_and(|c| c.path.remote_gid == from);
+        if !ok {
+            self.stats.foreign_source += 1;
+            tracing::debug!(id = ?self.table.comm_id(index), ?from, "MAD from a stranger dropped");
+        }
+        ok
     }
 
     /// A REJ to a REQ that created no endpoint (no listener, stale, unsupported).
@@ -60,6 +78,9 @@ impl CmAgent {
 
     fn on_req(&mut self, now: u64, from: Gid, tid: u64, r: &Req) {
         if let Some(&index) = self.by_remote.get(&(r.local_comm_id, r.local_ca_guid)) {
+            if !self.sent_by_peer(index, from) {
+                return;
+            }
             self.stats.duplicates += 1;
             // Only MRA_REQ_SENT answers (with the MRA); REQ_RCVD, REP_SENT and later stay
             // silent: the REP is re-sent by its own timer, never on a duplicate REQ.
@@ -72,6 +93,11 @@ impl CmAgent {
             return;
         }
         if let Some(&old) = self.by_remote_qpn.get(&(r.local_qpn, r.local_ca_guid)) {
+            // Stale only when it comes from that connection's peer: anyone else naming its
+            // QPN and CA GUID would otherwise tear it down.
+            if !self.sent_by_peer(old, from) {
+                return;
+            }
             self.reject_req(from, tid, r, RejReason::StaleConnection);
             self.drop_stale(old, now);
             return;
@@ -174,10 +200,18 @@ impl CmAgent {
             .table
             .by_wire(r.remote_comm_id, 0)
             .filter(|&i| matches!(self.state_of(i), CmState::ReqSent | CmState::MraReqRcvd));
+        if let Some(index) = waiting {
+            if !self.sent_by_peer(index, from) {
+                return;
+            }
+        }
         let Some(index) = waiting else {
             // Duplicate REP: the RTU was lost. Answer from ESTABLISHED with the stored RTU.
             match self.table.by_wire(r.remote_comm_id, r.local_comm_id) {
                 Some(i) if self.state_of(i) == CmState::Established => {
+                    if !self.sent_by_peer(i, from) {
+                        return;
+                    }
                     self.stats.duplicates += 1;
                     if let Some(c) = self.table.conn(i) {
                         if c.has_reply {
@@ -192,36 +226,45 @@ impl CmAgent {
         };
         let id = self.table.comm_id(index);
         self.cancel(index);
-        if let Some(&old) = self.by_remote_qpn.get(&(r.local_qpn, r.local_ca_guid)) {
-            if old != index {
-                let Some(c) = self.table.conn_mut(index) else {
-                    return;
-                };
-                c.remote_id = r.local_comm_id;
-                let rej = Rej {
-                    local_comm_id: id.0,
-                    remote_comm_id: r.local_comm_id,
-                    msg_rejected: MsgKind::Rep,
-                    ari_len: 0,
-                    reason: RejReason::StaleConnection,
-                    ari: [0; 72],
-                    private_data: [0; 148],
-                };
-                let tid = c.tid;
-                self.send(from, tid, CmMessage::Rej(rej));
-                self.qp(index, QpTarget::Error);
-                let reason = RejReason::StaleConnection;
-                let private_data = Vec::new();
-                let ev = CmEvent::Rejected {
-                    id,
-                    reason,
-                    private_data,
-                };
-                self.finish_outcome(index, ev);
-                self.drop_stale(old, now);
-                self.enter_timewait(index, now);
+        let stale = self
+            .by_remote_qpn
+            .get(&(r.local_qpn, r.local_ca_guid))
+            .copied()
+            .filter(|&old| {
+                old != index
+                    && self
+                        .table
+                        .conn(old)
+                        .is_some_and(|c| c.path.remote_gid == from)
+            });
+        if let Some(old) = stale {
+            let Some(c) = self.table.conn_mut(index) else {
                 return;
-            }
+            };
+            c.remote_id = r.local_comm_id;
+            let rej = Rej {
+                local_comm_id: id.0,
+                remote_comm_id: r.local_comm_id,
+                msg_rejected: MsgKind::Rep,
+                ari_len: 0,
+                reason: RejReason::StaleConnection,
+                ari: [0; 72],
+                private_data: [0; 148],
+            };
+            let tid = c.tid;
+            self.send(from, tid, CmMessage::Rej(rej));
+            self.qp(index, QpTarget::Error);
+            let reason = RejReason::StaleConnection;
+            let private_data = Vec::new();
+            let ev = CmEvent::Rejected {
+                id,
+                reason,
+                private_data,
+            };
+            self.finish_outcome(index, ev);
+            self.drop_stale(old, now);
+            self.enter_timewait(index, now);
+            return;
         }
         let Some(c) = self.table.conn_mut(index) else {
             return;
@@ -282,11 +325,14 @@ impl CmAgent {
         self.finish_outcome(index, CmEvent::Established { id, private_data });
     }
 
-    fn on_rtu(&mut self, r: &Rtu) {
+    fn on_rtu(&mut self, from: Gid, r: &Rtu) {
         let Some(index) = self.table.by_wire(r.remote_comm_id, r.local_comm_id) else {
             self.stats.unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         match self.state_of(index) {
             CmState::RepSent | CmState::MraRepRcvd => {
                 self.cancel(index);
@@ -300,7 +346,7 @@ impl CmAgent {
         }
     }
 
-    fn on_mra(&mut self, now: u64, m: &Mra) {
+    fn on_mra(&mut self, now: u64, from: Gid, m: &Mra) {
         let (key_remote, want, next) = match m.msg_mraed {
             MsgKind::Req => (0, CmState::ReqSent, CmState::MraReqRcvd),
             MsgKind::Rep => (m.local_comm_id, CmState::RepSent, CmState::MraRepRcvd),
@@ -313,6 +359,9 @@ impl CmAgent {
             self.stats.unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         let state = self.state_of(index);
         if state == next {
             self.stats.duplicates += 1;
@@ -332,7 +381,7 @@ impl CmAgent {
         self.arm(index, now.saturating_add(extra), TimerKind::Retransmit);
     }
 
-    fn on_rej(&mut self, now: u64, r: &Rej) {
+    fn on_rej(&mut self, now: u64, from: Gid, r: &Rej) {
         let index = if r.reason == RejReason::Timeout {
             // The active side gave up before knowing our ID: find us by its ID and GUID.
             let mut guid = [0u8; 8];
@@ -349,6 +398,9 @@ impl CmAgent {
             self.stats.unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         let id = self.table.comm_id(index);
         let reason = r.reason;
         let state = self.state_of(index);
@@ -406,6 +458,9 @@ impl CmAgent {
             self.send(from, tid, CmMessage::Drep(drep));
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         let Some(c) = self.table.conn_mut(index) else {
             return;
         };
@@ -455,17 +510,31 @@ impl CmAgent {
         }
     }
 
-    fn on_drep(&mut self, now: u64, d: &Drep) {
+    fn on_drep(&mut self, now: u64, from: Gid, d: &Drep) {
         let Some(index) = self.table.by_wire(d.remote_comm_id, d.local_comm_id) else {
             self.stats.unmatched += 1;
             return;
         };
-        if self.state_of(index) == CmState::DreqSent {
-            self.cancel(index);
-            self.report_disconnect(index);
-            self.enter_timewait(index, now);
-        } else {
-            self.stats.unmatched += 1;
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
+        match self.state_of(index) {
+            CmState::DreqSent => {
+                self.cancel(index);
+                self.report_disconnect(index);
+                self.enter_timewait(index, now);
+            }
+            CmState::Established => {
+                // The peer answers a DREQ this side never sent: someone disconnected it in our
+                // name, and the peer's side is gone. Linux drops such a DREP and its
+                // connection then waits for nothing that will come; here the connection ends
+                // and its owner hears DISCONNECTED.
+                self.cancel(index);
+                self.qp(index, QpTarget::Error);
+                self.report_disconnect(index);
+                self.enter_timewait(index, now);
+            }
+            _ => self.stats.unmatched += 1,
         }
     }
 
@@ -517,7 +586,7 @@ impl CmAgent {
         );
     }
 
-    fn on_sidr_rep(&mut self, r: &SidrRep) {
+    fn on_sidr_rep(&mut self, from: Gid, r: &SidrRep) {
         let index = self
             .table
             .by_wire(r.request_id, 0)
@@ -526,6 +595,9 @@ impl CmAgent {
             self.stats.unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         self.cancel(index);
         let id = self.table.comm_id(index);
         let ev = CmEvent::SidrResolved {
