@@ -6,9 +6,10 @@
 
 use std::net::SocketAddr;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use portverbs::cm::service::{Connector, Listener};
+use portverbs::cm::service::{Connector, Listener, ServiceError};
+use portverbs::cm::wire::{AttrId, CmMessage, RejReason};
 use portverbs::prelude::*;
 use portverbs::soft::Fabric;
 
@@ -17,7 +18,9 @@ mod cm_util;
 mod spoof;
 
 use cm_util::{Dev, T, ctx_of, param, poll_one, post_recv, side};
-use spoof::{Driver, Spoofer, cm_on, dreq, gid, pump_until_received, wait_until};
+use spoof::{
+    Driver, ForgedReq, ReqTimers, Spoofer, cm_on, dreq, gid, pump_until_received, wait_until,
+};
 
 /// QP1's receive buffers (as many as Linux's MAD layer posts).
 const RECV_SLOTS: u64 = 512;
@@ -42,17 +45,26 @@ fn a_short_mad_is_dropped_and_leaks_nothing() {
         }
     }
     assert!(victim.flush(Duration::from_secs(10)).unwrap());
-    let to_a = liar.heard();
-    assert_eq!(to_a.len(), RECV_SLOTS as usize, "a DREP answers each DREQ");
+    let mut to_a = Vec::new();
+    wait_until("a DREP answered each DREQ", || {
+        to_a.extend(liar.heard());
+        to_a.len() >= RECV_SLOTS as usize
+    });
     assert!(to_a.iter().all(|h| h.to == a));
     let malformed = victim.stats().malformed;
-    // The header alone, then a MAD cut after its first 200 bytes.
+    // The header alone, then a MAD cut after its first 200 bytes; then a whole DREQ, whose
+    // DREP comes back after anything the short ones brought.
     let short = dreq(0x5555, 0x0101_0101, 0x0202_0202, 0x42);
     liar.send(stranger, v, &short[..24]);
     liar.send(stranger, v, &short[..200]);
-    pump_until_received(&victim, RECV_SLOTS + 2);
+    liar.send(stranger, v, &dreq(0x6666, 0x0303_0303, 0x0404_0404, 0x42));
+    pump_until_received(&victim, RECV_SLOTS + 3);
     assert!(victim.flush(Duration::from_secs(10)).unwrap());
-    let heard = liar.heard();
+    let mut heard = Vec::new();
+    wait_until("the whole DREQ was answered", || {
+        heard.extend(liar.heard());
+        !heard.is_empty()
+    });
     let leaks: Vec<_> = heard
         .iter()
         .filter(|h| {
@@ -65,13 +77,132 @@ fn a_short_mad_is_dropped_and_leaks_nothing() {
         leaks.is_empty(),
         "A's comm IDs reached the stranger: {leaks:?}"
     );
-    assert!(heard.is_empty(), "nothing answers a short MAD: {heard:?}");
+    assert_eq!(heard.len(), 1, "nothing answers a short MAD: {heard:?}");
+    let Some(CmMessage::Drep(d)) = heard[0].parsed().map(|m| m.msg) else {
+        panic!("{heard:?}");
+    };
+    assert_eq!(
+        (d.local_comm_id, d.remote_comm_id),
+        (0x0404_0404, 0x0303_0303)
+    );
     assert_eq!(
         victim.stats().malformed,
         malformed + 2,
         "{:?}",
         victim.stats()
     );
+}
+
+/// A REQ proposing the longest timers there are (every timeout 31: 2^23 ms, 2.3 hours, by
+/// Linux's rounding; 15 retries) holds nothing for hours: the request is withdrawn within
+/// five minutes if nobody answers it, an accepted one retransmits its REP at most every
+/// 2^15 ms, and its TIMEWAIT is as short. (The timers are read, not waited for.)
+#[test]
+fn a_request_with_the_longest_timers_is_clamped() {
+    let fabric = Fabric::threaded();
+    let victim = cm_on(&fabric, "10.96.0.1");
+    let liar = Spoofer::attach(&fabric, &["10.96.0.9"]);
+    let port = 7601;
+    let mut listener = Listener::bind(&victim, SocketAddr::new(victim.local_ip(), port)).unwrap();
+    listener.listen(4).unwrap();
+    let forged = ForgedReq {
+        local: 0x1234_5678,
+        guid: 0x0200_0000_0000_0009,
+        qpn: 0x99,
+        src: "10.96.0.9".parse().unwrap(),
+        dst: victim.local_ip(),
+        port,
+        timers: ReqTimers::LONGEST,
+    };
+    liar.send(gid("10.96.0.9"), victim.local_gid(), &forged.mad(1));
+    pump_until_received(&victim, 1);
+    assert_eq!(victim.live_endpoints(), 2);
+    // Unanswered, the request is withdrawn once its sender has given up: within the CM's
+    // bound on any wait for a peer (five minutes) and the MRA it may have been sent.
+    let withdrawn = victim.next_deadline().expect("a deadline for the request");
+    assert!(withdrawn <= Instant::now() + Duration::from_secs(300 + 5));
+    // Accepted, the REP is retransmitted every 2^15 ms at most.
+    let req = listener.get_request_blocking(T).unwrap();
+    let s = side(&ctx_of(&victim), None);
+    let conn = req.accept_nowait(&s.qp, &param(b"")).unwrap();
+    let rep = victim.next_deadline().expect("the REP's retransmission");
+    assert!(rep <= Instant::now() + Duration::from_millis(1 << 15));
+    // Given up on, the connection's TIMEWAIT is as short.
+    drop(conn);
+    let timewait = victim.next_deadline().expect("TIMEWAIT");
+    assert!(timewait <= Instant::now() + Duration::from_millis(1 << 15));
+    // The REP went to the forged address, then the REJ.
+    let mut heard = Vec::new();
+    wait_until("the REP and the REJ reached the liar", || {
+        heard.extend(liar.heard().iter().filter_map(|h| h.parsed()));
+        heard.len() >= 2
+    });
+    let attrs: Vec<_> = heard.iter().map(|m| m.msg.attr()).collect();
+    assert_eq!(attrs, [AttrId::Rep, AttrId::Rej]);
+}
+
+/// A forged request does not keep the listener's backlog full for longer than its sender
+/// would wait: while it is queued a legitimate client is refused (REJ 28: the backlog is
+/// full), and once the forged sender has given up (its REQ proposes about 2 s) the request is
+/// withdrawn and the client connects.
+#[test]
+fn a_forged_request_leaves_the_backlog_when_its_sender_gave_up() {
+    let fabric = Fabric::threaded();
+    let victim = cm_on(&fabric, "10.97.0.1");
+    let client = cm_on(&fabric, "10.97.0.2");
+    let liar = Spoofer::attach(&fabric, &[]);
+    let port = 7602;
+    let dst = SocketAddr::new(victim.local_ip(), port);
+    let mut listener = Listener::bind(&victim, dst).unwrap();
+    listener.listen(1).unwrap();
+    let _driver = Driver::start(&victim);
+    let forged = ForgedReq {
+        local: 0x0BAD_0001,
+        guid: 0x0200_0000_0000_0666,
+        qpn: 0x66,
+        src: "10.97.0.66".parse().unwrap(),
+        dst: victim.local_ip(),
+        port,
+        timers: ReqTimers {
+            remote_cm_response_timeout: 19,
+            local_cm_response_timeout: 19,
+            local_ack_timeout: 8,
+            max_cm_retries: 0,
+        },
+    };
+    liar.send(gid("10.97.0.66"), victim.local_gid(), &forged.mad(7));
+    wait_until("the forged request is queued", || {
+        victim.live_endpoints() == 2
+    });
+    let s = side(&ctx_of(&client), None);
+    let mut conn = Connector::new(&client).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    match conn.connect_blocking(&s.qp, &param(b"me")) {
+        Err(ServiceError::Rejected { reason, .. }) => {
+            assert_eq!(reason, RejReason::ConsumerReject)
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(conn);
+    wait_until("the forged request is withdrawn", || {
+        victim.live_endpoints() == 1
+    });
+    let passive = {
+        let victim = victim.clone();
+        thread::spawn(move || {
+            let req = listener.get_request_blocking(T).unwrap();
+            assert_eq!(&req.private_data()[..2], b"me");
+            let s = side(&ctx_of(&victim), None);
+            let conn = req.accept_blocking(&s.qp, &param(b"")).unwrap();
+            (conn, s, listener)
+        })
+    };
+    let s = side(&ctx_of(&client), None);
+    let mut conn = Connector::new(&client).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    conn.connect_blocking(&s.qp, &param(b"me")).unwrap();
+    let (pconn, _ps, _l) = passive.join().unwrap();
+    drop((conn, pconn));
 }
 
 /// A connection between `client` and `server` on a private fabric, both devices driven.

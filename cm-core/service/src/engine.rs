@@ -838,6 +838,21 @@ impl<D: Device> CmDevice<D> {
             CmEvent::Disconnected { id } => (id, RdmaCmEvent::Disconnected),
             CmEvent::TimewaitExit { id } => (id, RdmaCmEvent::TimewaitExit),
         };
+        if matches!(ev, RdmaCmEvent::Rejected { .. }) && !st.events.contains_key(&id) {
+            // A request still in a listener's queue (the application never took it) that its
+            // sender withdrew, or that the agent withdrew once its sender must have given up:
+            // it leaves the backlog, and its endpoint goes.
+            let mut queued = false;
+            for l in st.listeners.values_mut() {
+                let before = l.pending.len();
+                l.pending.retain(|p| p.id != id);
+                queued |= l.pending.len() != before;
+            }
+            if queued {
+                let _ = st.agent.destroy(now, id);
+                return;
+            }
+        }
         if matches!(
             ev,
             RdmaCmEvent::Rejected { .. } | RdmaCmEvent::Unreachable | RdmaCmEvent::TimewaitExit

@@ -69,6 +69,9 @@ pub struct AgentStats {
     /// Messages that matched an endpoint by their communication IDs but came from another
     /// source GID than the endpoint's peer: dropped (a forged or misrouted MAD).
     pub foreign_source: u64,
+    /// Connection requests withdrawn unanswered once their sender must have given up (see
+    /// the crate docs: what is bounded).
+    pub withdrawn: u64,
 }
 
 /// The IB CM of one port, sans-IO.

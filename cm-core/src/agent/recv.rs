@@ -6,7 +6,7 @@ use portverbs_hal::Gid;
 use super::conn::TimerKind;
 use super::{CmAgent, CmEvent, CmState, ConnectRequest, QpTarget, RtrAttrs, RtsAttrs};
 use crate::MadError;
-use crate::time::{ack_timeout, timeout_ns};
+use crate::time::{MAX_WAIT_NS, ack_timeout, from_peer, timeout_ns};
 use crate::wire::{
     AttrId, CmMessage, Drep, Dreq, Mad, Mra, MsgKind, Rej, RejReason, Rep, Req, Rtu, SidrRep,
     SidrReq, SidrStatus,
@@ -84,10 +84,22 @@ impl CmAgent {
             self.stats.duplicates += 1;
             // Only MRA_REQ_SENT answers (with the MRA); REQ_RCVD, REP_SENT and later stay
             // silent: the REP is re-sent by its own timer, never on a duplicate REQ.
-            if let Some(c) = self.table.conn(index) {
+            let mra = self.cfg.request_mra_timeout.unwrap_or(0);
+            if let Some(c) = self.table.conn_mut(index) {
                 if c.state == CmState::MraReqSent && c.has_reply {
                     let (to, mad) = (c.path.remote_gid, c.reply);
+                    // The MRA pushes the sender's give-up out once: so is the request's
+                    // withdrawal (once, whatever the duplicates).
+                    let withdraw = match c.timer {
+                        Some((at, TimerKind::Withdraw)) if !c.mra_extended => Some(at),
+                        _ => None,
+                    };
+                    c.mra_extended = true;
+                    let extra = timeout_ns(mra).saturating_add(timeout_ns(c.av_timeout));
                     self.send_raw(to, mad);
+                    if let Some(at) = withdraw {
+                        self.arm(index, at.saturating_add(extra), TimerKind::Withdraw);
+                    }
                 }
             }
             return;
@@ -147,9 +159,20 @@ impl CmAgent {
         c.retry_count = r.retry_count;
         c.rnr_retry = r.rnr_retry_count;
         c.max_cm_retries = r.max_cm_retries;
-        c.av_timeout = r.primary.local_ack_timeout;
-        c.packet_life_time = r.primary.local_ack_timeout.saturating_sub(1);
-        c.peer_response_timeout = r.local_cm_response_timeout;
+        // Every timeout the REQ proposes is clamped (crate docs: what is bounded).
+        let av_timeout = from_peer(r.primary.local_ack_timeout);
+        c.av_timeout = av_timeout;
+        c.packet_life_time = av_timeout.saturating_sub(1);
+        c.peer_response_timeout = from_peer(r.local_cm_response_timeout);
+        // How long the sender waits for our answer (its REQ interval, 2·PLT plus the
+        // response timeout it gave us, times its tries), at most MAX_WAIT_NS: unanswered by
+        // then, the request is withdrawn.
+        let interval = timeout_ns(c.packet_life_time)
+            .saturating_mul(2)
+            .saturating_add(timeout_ns(from_peer(r.remote_cm_response_timeout)));
+        let patience = interval
+            .saturating_mul(u64::from(r.max_cm_retries) + 1)
+            .min(MAX_WAIT_NS);
         c.in_remote_map = true;
         c.in_qpn_map = true;
         if let Some(mad) = mra {
@@ -166,6 +189,7 @@ impl CmAgent {
             CmState::ReqRcvd
         };
         self.set_state(index, next);
+        self.arm(index, now.saturating_add(patience), TimerKind::Withdraw);
         let request = ConnectRequest {
             listener: self.table.comm_id(listener),
             service_id: r.service_id,
@@ -274,7 +298,10 @@ impl CmAgent {
         c.remote_qpn = r.local_qpn;
         c.sq_psn = r.starting_psn;
         c.rnr_retry = r.rnr_retry_count;
-        c.av_timeout = ack_timeout(r.target_ack_delay, c.packet_life_time);
+        c.av_timeout = from_peer(ack_timeout(
+            from_peer(r.target_ack_delay),
+            c.packet_life_time,
+        ));
         c.in_qpn_map = true;
         // The REP's depths may not exceed what the REQ offered (its initiator depth at most
         // our responder resources, and the other way round); Linux's perftest server answers
@@ -373,10 +400,14 @@ impl CmAgent {
         }
         // The peer needs longer: the outstanding message's timer is pushed out by the
         // service timeout plus the path's ACK timeout; its retries are not reset.
-        let Some(c) = self.table.conn(index) else {
+        // Linux extends the deadline of the MAD it acknowledges as well: so does this CM (once
+        // per message: a second MRA finds the MRA_*_RCVD state and is a duplicate).
+        let Some(c) = self.table.conn_mut(index) else {
             return;
         };
-        let extra = timeout_ns(m.service_timeout).saturating_add(timeout_ns(c.av_timeout));
+        let extra =
+            timeout_ns(from_peer(m.service_timeout)).saturating_add(timeout_ns(c.av_timeout));
+        c.give_up_at = c.give_up_at.saturating_add(extra);
         self.set_state(index, next);
         self.arm(index, now.saturating_add(extra), TimerKind::Retransmit);
     }
