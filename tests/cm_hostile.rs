@@ -93,6 +93,118 @@ fn a_short_mad_is_dropped_and_leaks_nothing() {
     );
 }
 
+/// Nothing the CM keeps grows with the number of strangers: 4096 DREQs and 4096 REQs, each
+/// from an address of its own, leave at most the address-handle cache's 256 handles, at most
+/// the listener's backlog of requests (the rest are refused), and CM tables of a bounded
+/// size; once their senders have given up, the requests the backlog kept are withdrawn, and
+/// connections the application gave up on leave TIMEWAIT: nothing but the listener is left.
+#[test]
+fn strangers_leave_no_state_behind() {
+    const STRANGERS: u32 = 4096;
+    const BACKLOG: usize = 8;
+    let fabric = Fabric::threaded();
+    let victim = cm_on(&fabric, "10.92.0.1");
+    let liar = Spoofer::attach(&fabric, &[]);
+    let v = victim.local_gid();
+    let ctx = ctx_of(&victim);
+    let port = 7600;
+    let mut listener = Listener::bind(&victim, SocketAddr::new(victim.local_ip(), port)).unwrap();
+    listener.listen(BACKLOG).unwrap();
+    let stranger = |k: u32| format!("10.{}.{}.{}", 93 + k / 65536, (k / 256) % 256, k % 256);
+    let mut sent = 0;
+    // DREQs for no connection, each answered with a DREP (as Linux answers them).
+    for k in 0..STRANGERS {
+        liar.send(gid(&stranger(k)), v, &dreq(u64::from(k), k, !k, 0x42));
+        sent += 1;
+        if k % 128 == 127 {
+            pump_until_received(&victim, sent);
+        }
+    }
+    assert!(victim.flush(Duration::from_secs(20)).unwrap());
+    assert!(
+        ctx.object_counts().ahs <= 256,
+        "address handles: {}",
+        ctx.object_counts().ahs
+    );
+    // REQs with short timers: a sender that proposes them gives up within milliseconds.
+    let short = ReqTimers {
+        remote_cm_response_timeout: 8,
+        local_cm_response_timeout: 8,
+        local_ack_timeout: 8,
+        max_cm_retries: 0,
+    };
+    let mut most = 0;
+    for k in 0..STRANGERS {
+        let src = stranger(k);
+        let forged = ForgedReq {
+            local: 0x7000_0000 | k,
+            guid: 0x0200_0000_0000_0000 | u64::from(k),
+            qpn: 0x100 + k,
+            src: src.parse().unwrap(),
+            dst: victim.local_ip(),
+            port,
+            timers: short,
+        };
+        liar.send(gid(&src), v, &forged.mad(u64::from(k)));
+        sent += 1;
+        if k % 128 == 127 {
+            pump_until_received(&victim, sent);
+            most = most.max(victim.live_endpoints());
+        }
+    }
+    assert!(victim.flush(Duration::from_secs(20)).unwrap());
+    assert!(most <= 1 + BACKLOG, "{most} endpoints");
+    assert!(
+        ctx.object_counts().ahs <= 256,
+        "address handles: {}",
+        ctx.object_counts().ahs
+    );
+    assert_eq!(victim.address_handles(), 256);
+    // What the CM holds after 8192 strangers: the address-handle cache at its 256 handles
+    // (about 48 KiB), the agent's slab grown to a poll batch of requests (32) plus the
+    // backlog (about 43 KiB for 64 slots) and its maps, and room for a send queue's worth of
+    // answers (64 MADs, 17 KiB): about 125 KiB, whatever the number of strangers.
+    let bytes = victim.state_bytes();
+    assert!(bytes <= 160 * 1024, "{bytes} bytes of CM state");
+    // The requests the backlog kept are withdrawn once their senders have given up.
+    let driver = Driver::start(&victim);
+    wait_until("the kept requests are withdrawn", || {
+        victim.live_endpoints() == 1
+    });
+    assert!(listener.try_get_request().is_none());
+    // Requests the application accepts and then gives up on (nobody answers the REP): each
+    // sends its REJ, goes through TIMEWAIT (its path's ACK timeout, 8: 1 ms) and is freed.
+    let patient = ReqTimers {
+        remote_cm_response_timeout: 20,
+        local_cm_response_timeout: 18,
+        ..short
+    };
+    let mut accepted = Vec::new();
+    for k in 0..BACKLOG as u32 {
+        let src = stranger(k);
+        let forged = ForgedReq {
+            local: 0x7100_0000 | k,
+            guid: 0x0300_0000_0000_0000 | u64::from(k),
+            qpn: 0x200 + k,
+            src: src.parse().unwrap(),
+            dst: victim.local_ip(),
+            port,
+            timers: patient,
+        };
+        liar.send(gid(&src), v, &forged.mad(u64::from(k)));
+        let req = listener.get_request_blocking(T).unwrap();
+        let s = side(&ctx, None);
+        accepted.push((req.accept_nowait(&s.qp, &param(b"")).unwrap(), s));
+    }
+    assert_eq!(victim.live_endpoints(), 1 + BACKLOG);
+    drop(accepted);
+    wait_until("TIMEWAIT has ended", || victim.live_endpoints() == 1);
+    drop(driver);
+    assert_eq!(victim.associated_qps(), 0);
+    drop(listener);
+    assert_eq!(victim.live_endpoints(), 0);
+}
+
 /// A REQ proposing the longest timers there are (every timeout 31: 2^23 ms, 2.3 hours, by
 /// Linux's rounding; 15 retries) holds nothing for hours: the request is withdrawn within
 /// five minutes if nobody answers it, an accepted one retransmits its REP at most every

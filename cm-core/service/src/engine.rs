@@ -1,6 +1,5 @@
 //! The CM device: QP1, the agent, and progress driven by the application's calls.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::poll_fn;
@@ -14,11 +13,11 @@ use std::time::{Duration, Instant};
 use portverbs_hal::Device;
 use portverbs_hal::Gid;
 use portverbs_verbs::{
-    AccessFlags, AddressHandle, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit,
-    QpState, RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus, WeakQp,
-    WorkCompletion,
+    AccessFlags, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit, QpState,
+    RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus, WeakQp, WorkCompletion,
 };
 
+use crate::ahcache::AhCache;
 use crate::pacing::Pacer;
 use crate::timer::Sleep;
 use crate::transition::{self, Transition};
@@ -92,7 +91,8 @@ pub(super) struct ListenState {
 /// Everything behind the device lock.
 pub(super) struct State<D: Device> {
     pub(super) agent: CmAgent,
-    ahs: HashMap<Gid, AddressHandle<D>>,
+    /// QP1's address handles, one per recent peer ([`crate::ahcache`]).
+    ahs: AhCache<D>,
     /// QPN → the connection it belongs to: one entry per QP, set and cleared under this lock.
     /// Weak: the application's `Qp::destroy` is not refused because the CM tracks the QP;
     /// a QP found gone aborts its connection ([`CmDevice::progress`]).
@@ -279,7 +279,7 @@ impl<D: Device> CmDevice<D> {
                 epoch,
                 state: Mutex::new(State {
                     agent: CmAgent::new(cfg),
-                    ahs: HashMap::new(),
+                    ahs: AhCache::default(),
                     qps: HashMap::new(),
                     qp_of: HashMap::new(),
                     events: HashMap::new(),
@@ -400,9 +400,9 @@ impl<D: Device> CmDevice<D> {
     }
 
     /// The CM's table bytes, an upper estimate by capacity: the agent's
-    /// ([`CmAgent::state_bytes`]) plus this layer's per-connection maps (QP associations,
-    /// event queues, the send window). Buffers of fixed size (QP1's, the address handles)
-    /// are not counted.
+    /// ([`CmAgent::state_bytes`]) plus this layer's maps (QP associations, event queues, the
+    /// send window, MADs waiting for a send slot, the address-handle cache). QP1's buffers,
+    /// of fixed size, are not counted.
     pub fn state_bytes(&self) -> usize {
         use std::mem::size_of;
         fn map<K, V>(m: &HashMap<K, V>) -> usize {
@@ -420,9 +420,17 @@ impl<D: Device> CmDevice<D> {
             + map(&st.events)
             + queues
             + st.pacer.bytes()
+            + st.unsent.capacity() * size_of::<OutMad>()
+            + st.ahs.bytes()
             + st.ready
                 .as_ref()
                 .map_or(0, |r| r.capacity() * size_of::<CmId>())
+    }
+
+    /// Address handles QP1's sends keep (one per recent peer, at most 256: see the crate
+    /// docs, "What is bounded").
+    pub fn address_handles(&self) -> usize {
+        lock(&self.shared.state).ahs.len()
     }
 
     /// QPs associated with a connection.
@@ -491,6 +499,10 @@ impl<D: Device> CmDevice<D> {
             for wc in &wcs[..n] {
                 self.completion(&mut st, now, wc)?;
             }
+            // What one batch brought is acted on before the next is taken: a burst of
+            // requests from strangers then holds at most a batch of endpoints at once (each
+            // refused or queued by the listener's backlog), not a receive queue's worth.
+            woke |= self.drain(&mut st)?;
             if n < wcs.len() {
                 break;
             }
@@ -628,6 +640,11 @@ impl<D: Device> CmDevice<D> {
     }
 
     fn flush_unsent(&self, st: &mut State<D>) -> Result<(), ServiceError> {
+        if st.unsent.is_empty() && st.unsent.capacity() > SEND_SLOTS {
+            // A burst of answers (a flood of DREQs from strangers) leaves no lasting
+            // footprint.
+            st.unsent.shrink_to(SEND_SLOTS);
+        }
         while !st.unsent.is_empty() {
             let Some(slot) = st.free_send.pop() else {
                 return Ok(());
@@ -645,22 +662,19 @@ impl<D: Device> CmDevice<D> {
     }
 
     fn send_mad(&self, st: &mut State<D>, slot: usize, m: &OutMad) -> Result<(), ServiceError> {
-        let ah = match st.ahs.entry(m.to) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(
-                self.shared
-                    .pd
-                    .create_ah_blocking(AddressVector {
-                        dgid: m.to,
-                        is_global: true,
-                        sgid_index: self.shared.gid_index,
-                        hop_limit: 64,
-                        port_num: 1,
-                        ..AddressVector::default()
-                    })
-                    .map_err(|e| ServiceError::verbs("address handle to a CM peer", e))?,
-            ),
-        };
+        let ah = st.ahs.get(m.to, || {
+            self.shared
+                .pd
+                .create_ah_blocking(AddressVector {
+                    dgid: m.to,
+                    is_global: true,
+                    sgid_index: self.shared.gid_index,
+                    hop_limit: 64,
+                    port_num: 1,
+                    ..AddressVector::default()
+                })
+                .map_err(|e| ServiceError::verbs("address handle to a CM peer", e))
+        })?;
         let at = SEND_BASE + slot * MAD_LEN;
         self.shared
             .mr

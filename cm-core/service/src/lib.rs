@@ -74,6 +74,7 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+mod ahcache;
 mod api;
 mod engine;
 mod error;

@@ -27,6 +27,9 @@ use portverbs_hal::Gid;
 use crate::wire::{CmMessage, MAD_LEN, Mad};
 use table::Table;
 
+/// Outputs whose room an empty output queue keeps after a burst.
+const OUT_KEEP: usize = 64;
+
 /// Per-port settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AgentConfig {
@@ -119,7 +122,12 @@ impl CmAgent {
 
     /// The next output, in the order the caller must act on them.
     pub fn poll_output(&mut self) -> Option<CmOutput> {
-        self.out.pop_front()
+        let next = self.out.pop_front();
+        if next.is_none() && self.out.capacity() > OUT_KEEP {
+            // A burst (hundreds of MADs handled in one round) leaves no lasting footprint.
+            self.out.shrink_to(OUT_KEEP);
+        }
+        next
     }
 
     /// Endpoints held: everything not destroyed, plus destroyed endpoints still in TIMEWAIT.
