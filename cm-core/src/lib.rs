@@ -44,7 +44,8 @@
 //!   given up: its REQ interval (2·PLT + its remote CM response timeout, both clamped) times
 //!   its tries, at most five minutes, plus the MRA we sent, once. It is reported as a REJ
 //!   Timeout would be ([`AgentStats::withdrawn`]), so a forged REQ does not hold a listener's
-//!   backlog for ever.
+//!   backlog for ever. A SIDR_REQ, which proposes no timeout, is withdrawn after five
+//!   minutes.
 //! * A message that finds an endpoint by its communication IDs (REP, MRA, REJ, RTU, DREQ,
 //!   DREP, SIDR_REP, a duplicate REQ) is taken only from the endpoint's peer GID, and a REQ
 //!   or REP makes a connection stale only when it comes from that connection's peer

@@ -7,7 +7,7 @@ mod common;
 
 use common::{MS, Pair};
 use portverbs_cm::wire::{AttrId, CmMessage, Drep, Dreq, Mad, Mra, MsgKind, Rej, RejReason, Rtu};
-use portverbs_cm::{AcceptParams, CmEvent, CmState, QpTarget};
+use portverbs_cm::{AcceptParams, CmEvent, CmState, QpTarget, SidrParams};
 use portverbs_hal::Gid;
 
 /// The longest a single wait on a peer-proposed timeout lasts: 2^15 ms (exponent 23).
@@ -177,6 +177,45 @@ fn an_unanswered_request_is_withdrawn_when_its_sender_gave_up() {
     // The sender's budget: (2·4 + 64 ms) × (3 retries + 1) = 288 ms, plus nothing for the
     // MRA it was never sent.
     assert_eq!(t.nodes[1].agent.poll_timeout(), None);
+}
+
+/// A SIDR_REQ nobody answers is withdrawn after the CM's longest wait for a peer (its sender
+/// proposes no timeout): a forged one does not hold a UDP listener's backlog for ever.
+#[test]
+fn an_unanswered_sidr_request_is_withdrawn() {
+    let mut t = Pair::new();
+    let l = t.nodes[1].agent.create_id().expect("id");
+    t.nodes[1].agent.listen(l, common::SERVICE).expect("listen");
+    let s = t.nodes[0].agent.create_id().expect("id");
+    let to = t.nodes[1].gid;
+    let params = SidrParams {
+        service_id: common::SERVICE,
+        pkey: 0xffff,
+        timeout: 12,
+        max_retries: 0,
+    };
+    t.nodes[0]
+        .agent
+        .sidr_request(0, s, to, &params, &[])
+        .expect("sidr");
+    t.deliver();
+    let ev = t.take_events(1);
+    let [CmEvent::SidrRequest { id, .. }] = ev.as_slice() else {
+        panic!("{ev:?}");
+    };
+    let id = *id;
+    t.run_until(MAX_WAIT - 1);
+    assert_eq!(t.nodes[1].agent.state(id), Some(CmState::SidrReqRcvd));
+    t.run_until(MAX_WAIT);
+    assert_eq!(
+        t.take_events(1),
+        [CmEvent::Rejected {
+            id,
+            reason: RejReason::Timeout,
+            private_data: Vec::new()
+        }]
+    );
+    assert_eq!(t.nodes[1].agent.state(id), Some(CmState::Idle));
 }
 
 /// Messages that act on a live connection, with the right communication IDs, from another

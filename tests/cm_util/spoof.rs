@@ -20,7 +20,7 @@ use portverbs_wire::{Bth, Deth, Opcode, TransportHdr};
 
 use crate::cm_util::Dev;
 
-/// QP1's Q_Key (IBA 13.5.3: the GSI's well-known Q_Key).
+/// QP1's Q_Key, the well-known Q_Key of the General Services Interface.
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// What came back to an address the liar owns.

@@ -858,9 +858,10 @@ impl<D: Device> CmDevice<D> {
             // it leaves the backlog, and its endpoint goes.
             let mut queued = false;
             for l in st.listeners.values_mut() {
-                let before = l.pending.len();
+                let before = l.pending.len() + l.sidr.len();
                 l.pending.retain(|p| p.id != id);
-                queued |= l.pending.len() != before;
+                l.sidr.retain(|s| *s != id);
+                queued |= l.pending.len() + l.sidr.len() != before;
             }
             if queued {
                 let _ = st.agent.destroy(now, id);

@@ -30,7 +30,7 @@ impl CmAgent {
             CmMessage::Rtu(m) => self.on_rtu(from, &m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, tid, &m),
             CmMessage::Drep(m) => self.on_drep(now, from, &m),
-            CmMessage::SidrReq(m) => self.on_sidr_req(from, tid, &m),
+            CmMessage::SidrReq(m) => self.on_sidr_req(now, from, tid, &m),
             CmMessage::SidrRep(m) => self.on_sidr_rep(from, &m),
             // LAP and APR: ignored on RoCE ports, as Linux does.
             CmMessage::AltPath { .. } => self.stats.unmatched += 1,
@@ -569,7 +569,7 @@ impl CmAgent {
         }
     }
 
-    fn on_sidr_req(&mut self, from: Gid, tid: u64, r: &SidrReq) {
+    fn on_sidr_req(&mut self, now: u64, from: Gid, tid: u64, r: &SidrReq) {
         if self.by_sidr.contains_key(&(r.request_id, from)) {
             self.stats.duplicates += 1;
             return;
@@ -604,6 +604,9 @@ impl CmAgent {
         c.in_sidr_map = true;
         self.by_sidr.insert((r.request_id, from), index);
         self.set_state(index, CmState::SidrReqRcvd);
+        // A SIDR_REQ carries no timeout of its sender's (rdma_cm gives up after 16 × 4 s):
+        // unanswered, it is withdrawn after the CM's longest wait for a peer.
+        self.arm(index, now.saturating_add(MAX_WAIT_NS), TimerKind::Withdraw);
         let id = self.table.comm_id(index);
         let listener = self.table.comm_id(listener);
         let service_id = r.service_id;

@@ -142,15 +142,18 @@ impl CmAgent {
         }
     }
 
-    /// A connection request nobody answered, whose sender has given up by now (or never
-    /// existed: a forged REQ from an address that answers nothing): withdrawn as if its REJ
-    /// Timeout had come, so that it leaves the listener's backlog.
+    /// A connection request (or SIDR_REQ) nobody answered, whose sender has given up by now
+    /// (or never existed: a forged REQ from an address that answers nothing): withdrawn as
+    /// if its REJ Timeout had come, so that it leaves the listener's backlog.
     fn withdraw_due(&mut self, index: u32) {
         let Some(c) = self.table.conn_mut(index) else {
             return;
         };
         c.timer = None;
-        if !matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent) {
+        if !matches!(
+            c.state,
+            CmState::ReqRcvd | CmState::MraReqSent | CmState::SidrReqRcvd
+        ) {
             return;
         }
         let id = self.table.comm_id(index);
