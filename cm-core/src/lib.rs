@@ -25,6 +25,39 @@
 //! `portverbs-cm-service` (`cm-core/service`, `portverbs::cm::service` in the facade). It
 //! reads the clock and does the I/O; this crate does neither.
 //!
+//! ## What is bounded and clamped
+//!
+//! A peer may lie and forge its source address (DESIGN §3 decision 12); the agent holds:
+//!
+//! * A received MAD is exactly 256 bytes (the bytes that arrived, never a whole receive
+//!   buffer), else it is dropped as malformed ([`AgentStats::malformed`]).
+//! * Every 5-bit timeout a peer proposes (a REQ's two CM response timeouts and local ACK
+//!   timeout, a REP's target ACK delay, an MRA's service timeout) is clamped to 23
+//!   ([`time::MAX_PEER_TIMEOUT`]: 2^15 ms = 32.8 s by Linux's rounding, the largest under
+//!   the 60 s Linux's MAD layer allows one retry interval; 31 would be 2^23 ms, 2.3 hours)
+//!   before it becomes a retransmission interval, a QP ACK timeout or a TIMEWAIT.
+//! * No wait for a peer lasts more than five minutes ([`time::MAX_WAIT_NS`], Linux's
+//!   `IB_MAD_MAX_DEADLINE`): a REQ, REP, DREQ or SIDR_REQ still unanswered then is given up
+//!   whatever its interval and retries (at most 15, a 4-bit field); an MRA extends the wait
+//!   once, by its clamped service timeout.
+//! * A received connection request nobody answers is withdrawn once its sender must have
+//!   given up: its REQ interval (2·PLT + its remote CM response timeout, both clamped) times
+//!   its tries, at most five minutes, plus the MRA we sent, once. It is reported as a REJ
+//!   Timeout would be ([`AgentStats::withdrawn`]), so a forged REQ does not hold a listener's
+//!   backlog for ever. A SIDR_REQ, which proposes no timeout, is withdrawn after five
+//!   minutes.
+//! * A message that finds an endpoint by its communication IDs (REP, MRA, REJ, RTU, DREQ,
+//!   DREP, SIDR_REP, a duplicate REQ) is taken only from the endpoint's peer GID, and a REQ
+//!   or REP makes a connection stale only when it comes from that connection's peer
+//!   ([`AgentStats::foreign_source`] counts the rest). Linux matches by the IDs alone.
+//! * A DREP reaching an established connection from its peer (someone disconnected it in
+//!   our name) ends the connection: its owner hears DISCONNECTED rather than waiting.
+//! * Strangers leave no state: a REQ for no listener, a DREQ for no connection and a
+//!   SIDR_REQ for no service are answered without an endpoint; a REQ to a listener makes one
+//!   endpoint, freed at once when refused; the lookup maps and the timer heap hold only live
+//!   endpoints (and TIMEWAIT, at most 2^15 ms); the output queue gives its room back after a
+//!   burst.
+//!
 //! What the agent and the codecs must never do: I/O of any kind (no sockets, no QP1, no
 //! device), spawn a thread, sleep, read a clock (time is an argument in nanoseconds), draw
 //! random numbers, touch a QP (QP transitions are data for the caller), panic on input from

@@ -5,6 +5,30 @@
 /// Nanoseconds in a millisecond.
 pub const NS_PER_MS: u64 = 1_000_000;
 
+/// The largest 5-bit timeout this CM takes from a peer: every timeout a MAD proposes (a REQ's
+/// CM response timeouts and local ACK timeout, a REP's target ACK delay, an MRA's service
+/// timeout) is clamped to it before it becomes a timer, a QP attribute or a TIMEWAIT. 23 is
+/// 2^15 ms (32.8 s) by Linux's rounding, the largest exponent under the 60 s Linux's MAD
+/// layer allows one retry interval (`IB_MAD_MAX_TIMEOUT_MS` in `drivers/infiniband/core/
+/// mad.c`); unclamped, 31 is 2^23 ms, 2.3 hours.
+pub const MAX_PEER_TIMEOUT: u8 = 23;
+
+/// The longest this CM waits for a peer to answer one message, retransmissions included
+/// (five minutes, Linux's `IB_MAD_MAX_DEADLINE` for a MAD and its retries): a REQ, REP, DREQ
+/// or SIDR_REQ still unanswered then is given up whatever its interval and retry count, and a
+/// connection request nobody answered is withdrawn by then. An MRA's service timeout extends
+/// the wait it acknowledges, as Linux extends a MAD's deadline.
+pub const MAX_WAIT_NS: u64 = 300_000 * NS_PER_MS;
+
+/// A timeout a peer proposed, clamped to [`MAX_PEER_TIMEOUT`].
+pub const fn from_peer(x: u8) -> u8 {
+    if x > MAX_PEER_TIMEOUT {
+        MAX_PEER_TIMEOUT
+    } else {
+        x
+    }
+}
+
 /// Linux's `cm_convert_to_ms`: 2^max(x−8, 0) ms, `x` capped at 31.
 pub const fn timeout_ms(x: u8) -> u64 {
     let x = if x > 31 { 31 } else { x };
@@ -50,6 +74,15 @@ mod tests {
             assert_eq!(timeout_ms(x), ms, "x = {x}");
         }
         assert_eq!(timeout_ns(9), 2 * NS_PER_MS);
+    }
+
+    #[test]
+    fn a_peers_timeout_is_clamped_under_a_minute() {
+        assert_eq!(from_peer(31), 23);
+        assert_eq!(from_peer(20), 20);
+        assert_eq!(timeout_ms(from_peer(31)), 32_768);
+        assert!(timeout_ms(from_peer(31)) < 60_000);
+        assert!(timeout_ms(from_peer(31) + 1) > 60_000);
     }
 
     #[test]

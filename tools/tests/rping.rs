@@ -51,3 +51,100 @@ fn sizes_and_modes_rping_refuses_are_usage_errors() {
     let both = portverbs(&["rping", "-s", "-c"]);
     assert_eq!(both.code, Some(2), "{}", both.stderr);
 }
+
+/// `rping -s -P` keeps serving when a connection fails: a client (this test, on a UDP-bound
+/// device of its own) sends its REQ and vanishes mid-connect once the server has taken the
+/// request (its endpoint is destroyed, which sends the REJ a killed rdma_cm process's kernel
+/// sends); the server reports the failed connection and serves the next client, an `rping
+/// -c` process that pings and validates. (Before, the server exited on that one failure.)
+#[cfg(target_os = "linux")]
+#[test]
+fn a_persistent_server_survives_a_client_that_vanishes_mid_connect() {
+    use std::io::{BufRead, BufReader};
+    use std::net::{IpAddr, SocketAddr};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use common::{finish, spawn};
+    use portverbs::cm::service::{CmDevice, ConnParam, Connector};
+    use portverbs::prelude::*;
+    use portverbs::udp_port::UdpConfig;
+
+    let (server_ip, vanishing_ip, client_ip) = ("127.0.92.1", "127.0.92.2", "127.0.92.3");
+    let port = "7292";
+    /// Ends the server however the test ends.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut server = Server(spawn(
+        &[
+            "rping", "-s", "-P", "-d", "-a", server_ip, "-p", port, "-S", "64",
+        ],
+        &[("PORTVERBS_UDP", server_ip)],
+    ));
+    // The server's stderr, line by line, as it comes.
+    let (tx, lines) = mpsc::channel::<String>();
+    let stderr = server.0.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |what: &str| loop {
+        match lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) => {
+                let hit = line.contains(what);
+                seen.push(line);
+                if hit {
+                    return;
+                }
+            }
+            Err(e) => panic!("the server never said {what:?} ({e}): {seen:?}"),
+        }
+    };
+    wait_for("rdma_listen on");
+    // The vanishing client.
+    let ip: IpAddr = vanishing_ip.parse().unwrap();
+    let dev = portverbs::udp_device("rping_vanish", UdpConfig::new(ip)).unwrap();
+    let ctx = portverbs::open(dev.any()).unwrap();
+    let cm = CmDevice::open_blocking(&ctx, ip).unwrap();
+    let pd = ctx.alloc_pd_blocking().unwrap();
+    let cq = ctx
+        .create_cq_blocking(CqInit {
+            entries: 16,
+            ..CqInit::default()
+        })
+        .unwrap();
+    let qp = pd.create_qp_blocking(QpInit::new(QpType::Rc, &cq)).unwrap();
+    let mut conn = Connector::new(&cm).unwrap();
+    let dst = SocketAddr::new(server_ip.parse().unwrap(), port.parse().unwrap());
+    conn.resolve_blocking(dst).unwrap();
+    conn.connect_nowait(&qp, &ConnParam::default()).unwrap();
+    wait_for("RDMA_CM_EVENT_CONNECT_REQUEST");
+    drop(conn);
+    assert!(cm.flush(Duration::from_secs(5)).unwrap());
+    drop((qp, cq, pd, cm, ctx, dev));
+    wait_for("failed");
+    // The next client is served.
+    let client = spawn(
+        &[
+            "rping", "-c", "-a", server_ip, "-p", port, "-S", "64", "-C", "3", "-V",
+        ],
+        &[("PORTVERBS_UDP", client_ip)],
+    );
+    let (code, cout, cerr) = finish(client);
+    drop(server);
+    let _ = reader.join();
+    seen.extend(lines.try_iter());
+    assert_eq!(code, Some(0), "{cout}\n{cerr}\nserver: {seen:?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("server DISCONNECT EVENT...")),
+        "{seen:?}"
+    );
+}

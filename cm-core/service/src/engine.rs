@@ -1,6 +1,5 @@
 //! The CM device: QP1, the agent, and progress driven by the application's calls.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::poll_fn;
@@ -14,11 +13,11 @@ use std::time::{Duration, Instant};
 use portverbs_hal::Device;
 use portverbs_hal::Gid;
 use portverbs_verbs::{
-    AccessFlags, AddressHandle, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit,
-    QpState, RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus, WeakQp,
-    WorkCompletion,
+    AccessFlags, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit, QpState,
+    RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus, WeakQp, WorkCompletion,
 };
 
+use crate::ahcache::AhCache;
 use crate::pacing::Pacer;
 use crate::timer::Sleep;
 use crate::transition::{self, Transition};
@@ -49,7 +48,7 @@ const SEND_BASE: usize = RECV_SLOTS * RECV_SLOT;
 /// QP1's traffic counters ([`CmDevice::mad_counts`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MadCounts {
-    /// MADs received and handed to the agent.
+    /// Datagrams QP1 received (malformed ones and those not from a QP1 included).
     pub received: u64,
     /// MADs posted.
     pub sent: u64,
@@ -62,6 +61,9 @@ pub struct MadCounts {
     pub deferred_transitions: u64,
     /// MADs that waited for the send window before leaving (see the crate docs: pacing).
     pub paced: u64,
+    /// Datagrams dropped because they did not come from a QP1: a CM MAD's source QP is 1
+    /// (Linux's CM never redirects, so neither does this one).
+    pub not_from_qp1: u64,
 }
 
 /// A connection request waiting in a listener's queue.
@@ -89,7 +91,8 @@ pub(super) struct ListenState {
 /// Everything behind the device lock.
 pub(super) struct State<D: Device> {
     pub(super) agent: CmAgent,
-    ahs: HashMap<Gid, AddressHandle<D>>,
+    /// QP1's address handles, one per recent peer ([`crate::ahcache`]).
+    ahs: AhCache<D>,
     /// QPN → the connection it belongs to: one entry per QP, set and cleared under this lock.
     /// Weak: the application's `Qp::destroy` is not refused because the CM tracks the QP;
     /// a QP found gone aborts its connection ([`CmDevice::progress`]).
@@ -122,6 +125,7 @@ pub(super) struct State<D: Device> {
     mads_out: u64,
     recv_errors: u64,
     send_errors: u64,
+    not_from_qp1: u64,
 }
 
 impl<D: Device> State<D> {
@@ -275,7 +279,7 @@ impl<D: Device> CmDevice<D> {
                 epoch,
                 state: Mutex::new(State {
                     agent: CmAgent::new(cfg),
-                    ahs: HashMap::new(),
+                    ahs: AhCache::default(),
                     qps: HashMap::new(),
                     qp_of: HashMap::new(),
                     events: HashMap::new(),
@@ -295,6 +299,7 @@ impl<D: Device> CmDevice<D> {
                     mads_out: 0,
                     recv_errors: 0,
                     send_errors: 0,
+                    not_from_qp1: 0,
                 }),
                 wakers: Mutex::new(Vec::new()),
                 wake_gen: AtomicU64::new(0),
@@ -358,6 +363,7 @@ impl<D: Device> CmDevice<D> {
             send_errors: st.send_errors,
             deferred_transitions: st.deferred,
             paced: st.pacer.paced,
+            not_from_qp1: st.not_from_qp1,
         }
     }
 
@@ -394,9 +400,9 @@ impl<D: Device> CmDevice<D> {
     }
 
     /// The CM's table bytes, an upper estimate by capacity: the agent's
-    /// ([`CmAgent::state_bytes`]) plus this layer's per-connection maps (QP associations,
-    /// event queues, the send window). Buffers of fixed size (QP1's, the address handles)
-    /// are not counted.
+    /// ([`CmAgent::state_bytes`]) plus this layer's maps (QP associations, event queues, the
+    /// send window, MADs waiting for a send slot, the address-handle cache). QP1's buffers,
+    /// of fixed size, are not counted.
     pub fn state_bytes(&self) -> usize {
         use std::mem::size_of;
         fn map<K, V>(m: &HashMap<K, V>) -> usize {
@@ -414,9 +420,17 @@ impl<D: Device> CmDevice<D> {
             + map(&st.events)
             + queues
             + st.pacer.bytes()
+            + st.unsent.capacity() * size_of::<OutMad>()
+            + st.ahs.bytes()
             + st.ready
                 .as_ref()
                 .map_or(0, |r| r.capacity() * size_of::<CmId>())
+    }
+
+    /// Address handles QP1's sends keep (one per recent peer, at most 256: see the crate
+    /// docs, "What is bounded").
+    pub fn address_handles(&self) -> usize {
+        lock(&self.shared.state).ahs.len()
     }
 
     /// QPs associated with a connection.
@@ -485,6 +499,10 @@ impl<D: Device> CmDevice<D> {
             for wc in &wcs[..n] {
                 self.completion(&mut st, now, wc)?;
             }
+            // What one batch brought is acted on before the next is taken: a burst of
+            // requests from strangers then holds at most a batch of endpoints at once (each
+            // refused or queued by the listener's backlog), not a receive queue's worth.
+            woke |= self.drain(&mut st)?;
             if n < wcs.len() {
                 break;
             }
@@ -521,18 +539,33 @@ impl<D: Device> CmDevice<D> {
         }
         match wc.status {
             WcStatus::Success => {
+                // Only the bytes that arrived: a UD receive's byte count covers the GRH area
+                // and the datagram. The rest of the buffer is what an earlier MAD left there.
+                let len = usize::try_from(wc.byte_len).map_or(RECV_SLOT, |n| n.min(RECV_SLOT));
                 let mut buf = [0u8; RECV_SLOT];
                 self.shared
                     .mr
-                    .read(slot * RECV_SLOT, &mut buf)
+                    .read(slot * RECV_SLOT, &mut buf[..len])
                     .map_err(|e| ServiceError::verbs("reading a MAD", e))?;
+                st.mads_in += 1;
                 let mut grh = [0u8; GRH];
                 grh.copy_from_slice(&buf[..GRH]);
-                st.mads_in += 1;
-                // Malformed MADs are counted by the agent and dropped.
-                let _ = st
-                    .agent
-                    .handle_mad(now, addr::source_gid(&grh), &buf[GRH..]);
+                if wc.src_qp == SpecialQp::GSI_QPN {
+                    // Exactly the datagram: anything but a whole 256-byte MAD is malformed,
+                    // counted by the agent and dropped.
+                    let _ = st.agent.handle_mad(
+                        now,
+                        addr::source_gid(&grh),
+                        buf.get(GRH..len).unwrap_or_default(),
+                    );
+                } else {
+                    st.not_from_qp1 += 1;
+                }
+                // Nothing of this MAD stays for the next one to be read with.
+                self.shared
+                    .mr
+                    .write(slot * RECV_SLOT, &[0u8; RECV_SLOT][..len])
+                    .map_err(|e| ServiceError::verbs("clearing a QP1 receive buffer", e))?;
             }
             WcStatus::WrFlushErr => {
                 // QP1 went to ERR: the device is gone (or failed). Every endpoint hears it
@@ -607,6 +640,11 @@ impl<D: Device> CmDevice<D> {
     }
 
     fn flush_unsent(&self, st: &mut State<D>) -> Result<(), ServiceError> {
+        if st.unsent.is_empty() && st.unsent.capacity() > SEND_SLOTS {
+            // A burst of answers (a flood of DREQs from strangers) leaves no lasting
+            // footprint.
+            st.unsent.shrink_to(SEND_SLOTS);
+        }
         while !st.unsent.is_empty() {
             let Some(slot) = st.free_send.pop() else {
                 return Ok(());
@@ -624,22 +662,19 @@ impl<D: Device> CmDevice<D> {
     }
 
     fn send_mad(&self, st: &mut State<D>, slot: usize, m: &OutMad) -> Result<(), ServiceError> {
-        let ah = match st.ahs.entry(m.to) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(
-                self.shared
-                    .pd
-                    .create_ah_blocking(AddressVector {
-                        dgid: m.to,
-                        is_global: true,
-                        sgid_index: self.shared.gid_index,
-                        hop_limit: 64,
-                        port_num: 1,
-                        ..AddressVector::default()
-                    })
-                    .map_err(|e| ServiceError::verbs("address handle to a CM peer", e))?,
-            ),
-        };
+        let ah = st.ahs.get(m.to, || {
+            self.shared
+                .pd
+                .create_ah_blocking(AddressVector {
+                    dgid: m.to,
+                    is_global: true,
+                    sgid_index: self.shared.gid_index,
+                    hop_limit: 64,
+                    port_num: 1,
+                    ..AddressVector::default()
+                })
+                .map_err(|e| ServiceError::verbs("address handle to a CM peer", e))
+        })?;
         let at = SEND_BASE + slot * MAD_LEN;
         self.shared
             .mr
@@ -817,6 +852,22 @@ impl<D: Device> CmDevice<D> {
             CmEvent::Disconnected { id } => (id, RdmaCmEvent::Disconnected),
             CmEvent::TimewaitExit { id } => (id, RdmaCmEvent::TimewaitExit),
         };
+        if matches!(ev, RdmaCmEvent::Rejected { .. }) && !st.events.contains_key(&id) {
+            // A request still in a listener's queue (the application never took it) that its
+            // sender withdrew, or that the agent withdrew once its sender must have given up:
+            // it leaves the backlog, and its endpoint goes.
+            let mut queued = false;
+            for l in st.listeners.values_mut() {
+                let before = l.pending.len() + l.sidr.len();
+                l.pending.retain(|p| p.id != id);
+                l.sidr.retain(|s| *s != id);
+                queued |= l.pending.len() + l.sidr.len() != before;
+            }
+            if queued {
+                let _ = st.agent.destroy(now, id);
+                return;
+            }
+        }
         if matches!(
             ev,
             RdmaCmEvent::Rejected { .. } | RdmaCmEvent::Unreachable | RdmaCmEvent::TimewaitExit

@@ -13,6 +13,8 @@ pub(crate) enum TimerKind {
     Retransmit,
     /// Leave TIMEWAIT.
     Timewait,
+    /// Withdraw a connection request nobody answered: its sender has given up by now.
+    Withdraw,
 }
 
 /// What the passive side keeps from the REQ until `accept`, and both sides keep for the QP.
@@ -71,6 +73,11 @@ pub(crate) struct Conn {
     pub(crate) peer_response_timeout: u8,
     pub(crate) retx_interval_ns: u64,
     pub(crate) retries_left: u8,
+    /// When the outstanding request is given up at the latest ([`crate::time::MAX_WAIT_NS`]
+    /// after it first left, plus what an MRA asked for).
+    pub(crate) give_up_at: u64,
+    /// A received request's withdrawal was pushed out once for the MRA we sent.
+    pub(crate) mra_extended: bool,
     pub(crate) timer: Option<(u64, TimerKind)>,
     /// Bumped on every timer change and kept across reuse: heap entries carry it.
     pub(crate) timer_seq: u32,
@@ -113,6 +120,8 @@ impl Default for Conn {
             peer_response_timeout: 0,
             retx_interval_ns: 0,
             retries_left: 0,
+            give_up_at: 0,
+            mra_extended: false,
             timer: None,
             timer_seq: 0,
             retx: [0; MAD_LEN],

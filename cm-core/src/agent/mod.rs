@@ -27,6 +27,9 @@ use portverbs_hal::Gid;
 use crate::wire::{CmMessage, MAD_LEN, Mad};
 use table::Table;
 
+/// Outputs whose room an empty output queue keeps after a burst.
+const OUT_KEEP: usize = 64;
+
 /// Per-port settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AgentConfig {
@@ -66,6 +69,12 @@ pub struct AgentStats {
     pub duplicates: u64,
     /// Retransmissions sent.
     pub retransmits: u64,
+    /// Messages that matched an endpoint by their communication IDs but came from another
+    /// source GID than the endpoint's peer: dropped (a forged or misrouted MAD).
+    pub foreign_source: u64,
+    /// Connection requests withdrawn unanswered once their sender must have given up (see
+    /// the crate docs: what is bounded).
+    pub withdrawn: u64,
 }
 
 /// The IB CM of one port, sans-IO.
@@ -113,7 +122,12 @@ impl CmAgent {
 
     /// The next output, in the order the caller must act on them.
     pub fn poll_output(&mut self) -> Option<CmOutput> {
-        self.out.pop_front()
+        let next = self.out.pop_front();
+        if next.is_none() && self.out.capacity() > OUT_KEEP {
+            // A burst (hundreds of MADs handled in one round) leaves no lasting footprint.
+            self.out.shrink_to(OUT_KEEP);
+        }
+        next
     }
 
     /// Endpoints held: everything not destroyed, plus destroyed endpoints still in TIMEWAIT.

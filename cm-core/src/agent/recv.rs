@@ -6,29 +6,32 @@ use portverbs_hal::Gid;
 use super::conn::TimerKind;
 use super::{CmAgent, CmEvent, CmState, ConnectRequest, QpTarget, RtrAttrs, RtsAttrs};
 use crate::MadError;
-use crate::time::{ack_timeout, timeout_ns};
+use crate::time::{MAX_WAIT_NS, ack_timeout, from_peer, timeout_ns};
 use crate::wire::{
     AttrId, CmMessage, Drep, Dreq, Mad, Mra, MsgKind, Rej, RejReason, Rep, Req, Rtu, SidrRep,
     SidrReq, SidrStatus,
 };
 
 impl CmAgent {
-    /// Takes one MAD received from `from` (the peer's GID). A MAD that does not parse is
-    /// dropped with its [`MadError`]; nothing changes then. Anything well-formed is handled or
-    /// silently dropped as Linux would.
+    /// Takes one MAD received from `from` (the peer's GID). `bytes` are exactly the bytes
+    /// that arrived (a UD receive's byte count less its 40-byte GRH area), never a whole
+    /// receive buffer: a datagram of any other length than 256 bytes is malformed. A MAD that
+    /// does not parse is dropped with its [`MadError`] and counted
+    /// ([`AgentStats::malformed`](super::AgentStats)); nothing changes then. Anything
+    /// well-formed is handled or silently dropped as Linux would.
     pub fn handle_mad(&mut self, now: u64, from: Gid, bytes: &[u8]) -> Result<(), MadError> {
         let mad = Mad::parse(bytes).inspect_err(|_| self.stats.malformed += 1)?;
         let tid = mad.tid;
         match mad.msg {
             CmMessage::Req(m) => self.on_req(now, from, tid, &m),
-            CmMessage::Mra(m) => self.on_mra(now, &m),
-            CmMessage::Rej(m) => self.on_rej(now, &m),
+            CmMessage::Mra(m) => self.on_mra(now, from, &m),
+            CmMessage::Rej(m) => self.on_rej(now, from, &m),
             CmMessage::Rep(m) => self.on_rep(now, from, &m),
-            CmMessage::Rtu(m) => self.on_rtu(&m),
+            CmMessage::Rtu(m) => self.on_rtu(from, &m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, tid, &m),
-            CmMessage::Drep(m) => self.on_drep(now, &m),
-            CmMessage::SidrReq(m) => self.on_sidr_req(from, tid, &m),
-            CmMessage::SidrRep(m) => self.on_sidr_rep(&m),
+            CmMessage::Drep(m) => self.on_drep(now, from, &m),
+            CmMessage::SidrReq(m) => self.on_sidr_req(now, from, tid, &m),
+            CmMessage::SidrRep(m) => self.on_sidr_rep(from, &m),
             // LAP and APR: ignored on RoCE ports, as Linux does.
             CmMessage::AltPath { .. } => self.stats.unmatched += 1,
         }
@@ -37,6 +40,24 @@ impl CmAgent {
 
     fn state_of(&self, index: u32) -> CmState {
         self.table.conn(index).map_or(CmState::Idle, |c| c.state)
+    }
+
+    /// Whether `from` is the peer of endpoint `index`. A message that found an endpoint by
+    /// its communication IDs is taken only from the address the endpoint talks to (the REQ's
+    /// source, or the GID our REQ or SIDR_REQ went to): communication IDs travel in the
+    /// clear and can be learnt or guessed, a source address can be forged only by a host on
+    /// the path. Linux matches by the IDs alone; this CM also checks the source, and drops
+    /// and counts ([`super::AgentStats::foreign_source`]) what fails.
+    fn sent_by_peer(&mut self, index: u32, from: Gid) -> bool {
+        let ok = self
+            .table
+            .conn(index)
+            .is_some_and(|c| c.path.remote_gid == from);
+        if !ok {
+            self.stats.foreign_source += 1;
+            tracing::debug!(id = ?self.table.comm_id(index), ?from, "MAD from a stranger dropped");
+        }
+        ok
     }
 
     /// A REJ to a REQ that created no endpoint (no listener, stale, unsupported).
@@ -57,18 +78,38 @@ impl CmAgent {
 
     fn on_req(&mut self, now: u64, from: Gid, tid: u64, r: &Req) {
         if let Some(&index) = self.by_remote.get(&(r.local_comm_id, r.local_ca_guid)) {
+            if !self.sent_by_peer(index, from) {
+                return;
+            }
             self.stats.duplicates += 1;
             // Only MRA_REQ_SENT answers (with the MRA); REQ_RCVD, REP_SENT and later stay
             // silent: the REP is re-sent by its own timer, never on a duplicate REQ.
-            if let Some(c) = self.table.conn(index) {
+            let mra = self.cfg.request_mra_timeout.unwrap_or(0);
+            if let Some(c) = self.table.conn_mut(index) {
                 if c.state == CmState::MraReqSent && c.has_reply {
                     let (to, mad) = (c.path.remote_gid, c.reply);
+                    // The MRA pushes the sender's give-up out once: so is the request's
+                    // withdrawal (once, whatever the duplicates).
+                    let withdraw = match c.timer {
+                        Some((at, TimerKind::Withdraw)) if !c.mra_extended => Some(at),
+                        _ => None,
+                    };
+                    c.mra_extended = true;
+                    let extra = timeout_ns(mra).saturating_add(timeout_ns(c.av_timeout));
                     self.send_raw(to, mad);
+                    if let Some(at) = withdraw {
+                        self.arm(index, at.saturating_add(extra), TimerKind::Withdraw);
+                    }
                 }
             }
             return;
         }
         if let Some(&old) = self.by_remote_qpn.get(&(r.local_qpn, r.local_ca_guid)) {
+            // Stale only when it comes from that connection's peer: anyone else naming its
+            // QPN and CA GUID would otherwise tear it down.
+            if !self.sent_by_peer(old, from) {
+                return;
+            }
             self.reject_req(from, tid, r, RejReason::StaleConnection);
             self.drop_stale(old, now);
             return;
@@ -118,9 +159,20 @@ impl CmAgent {
         c.retry_count = r.retry_count;
         c.rnr_retry = r.rnr_retry_count;
         c.max_cm_retries = r.max_cm_retries;
-        c.av_timeout = r.primary.local_ack_timeout;
-        c.packet_life_time = r.primary.local_ack_timeout.saturating_sub(1);
-        c.peer_response_timeout = r.local_cm_response_timeout;
+        // Every timeout the REQ proposes is clamped (crate docs: what is bounded).
+        let av_timeout = from_peer(r.primary.local_ack_timeout);
+        c.av_timeout = av_timeout;
+        c.packet_life_time = av_timeout.saturating_sub(1);
+        c.peer_response_timeout = from_peer(r.local_cm_response_timeout);
+        // How long the sender waits for our answer (its REQ interval, 2·PLT plus the
+        // response timeout it gave us, times its tries), at most MAX_WAIT_NS: unanswered by
+        // then, the request is withdrawn.
+        let interval = timeout_ns(c.packet_life_time)
+            .saturating_mul(2)
+            .saturating_add(timeout_ns(from_peer(r.remote_cm_response_timeout)));
+        let patience = interval
+            .saturating_mul(u64::from(r.max_cm_retries) + 1)
+            .min(MAX_WAIT_NS);
         c.in_remote_map = true;
         c.in_qpn_map = true;
         if let Some(mad) = mra {
@@ -137,6 +189,7 @@ impl CmAgent {
             CmState::ReqRcvd
         };
         self.set_state(index, next);
+        self.arm(index, now.saturating_add(patience), TimerKind::Withdraw);
         let request = ConnectRequest {
             listener: self.table.comm_id(listener),
             service_id: r.service_id,
@@ -171,10 +224,18 @@ impl CmAgent {
             .table
             .by_wire(r.remote_comm_id, 0)
             .filter(|&i| matches!(self.state_of(i), CmState::ReqSent | CmState::MraReqRcvd));
+        if let Some(index) = waiting {
+            if !self.sent_by_peer(index, from) {
+                return;
+            }
+        }
         let Some(index) = waiting else {
             // Duplicate REP: the RTU was lost. Answer from ESTABLISHED with the stored RTU.
             match self.table.by_wire(r.remote_comm_id, r.local_comm_id) {
                 Some(i) if self.state_of(i) == CmState::Established => {
+                    if !self.sent_by_peer(i, from) {
+                        return;
+                    }
                     self.stats.duplicates += 1;
                     if let Some(c) = self.table.conn(i) {
                         if c.has_reply {
@@ -189,36 +250,45 @@ impl CmAgent {
         };
         let id = self.table.comm_id(index);
         self.cancel(index);
-        if let Some(&old) = self.by_remote_qpn.get(&(r.local_qpn, r.local_ca_guid)) {
-            if old != index {
-                let Some(c) = self.table.conn_mut(index) else {
-                    return;
-                };
-                c.remote_id = r.local_comm_id;
-                let rej = Rej {
-                    local_comm_id: id.0,
-                    remote_comm_id: r.local_comm_id,
-                    msg_rejected: MsgKind::Rep,
-                    ari_len: 0,
-                    reason: RejReason::StaleConnection,
-                    ari: [0; 72],
-                    private_data: [0; 148],
-                };
-                let tid = c.tid;
-                self.send(from, tid, CmMessage::Rej(rej));
-                self.qp(index, QpTarget::Error);
-                let reason = RejReason::StaleConnection;
-                let private_data = Vec::new();
-                let ev = CmEvent::Rejected {
-                    id,
-                    reason,
-                    private_data,
-                };
-                self.finish_outcome(index, ev);
-                self.drop_stale(old, now);
-                self.enter_timewait(index, now);
+        let stale = self
+            .by_remote_qpn
+            .get(&(r.local_qpn, r.local_ca_guid))
+            .copied()
+            .filter(|&old| {
+                old != index
+                    && self
+                        .table
+                        .conn(old)
+                        .is_some_and(|c| c.path.remote_gid == from)
+            });
+        if let Some(old) = stale {
+            let Some(c) = self.table.conn_mut(index) else {
                 return;
-            }
+            };
+            c.remote_id = r.local_comm_id;
+            let rej = Rej {
+                local_comm_id: id.0,
+                remote_comm_id: r.local_comm_id,
+                msg_rejected: MsgKind::Rep,
+                ari_len: 0,
+                reason: RejReason::StaleConnection,
+                ari: [0; 72],
+                private_data: [0; 148],
+            };
+            let tid = c.tid;
+            self.send(from, tid, CmMessage::Rej(rej));
+            self.qp(index, QpTarget::Error);
+            let reason = RejReason::StaleConnection;
+            let private_data = Vec::new();
+            let ev = CmEvent::Rejected {
+                id,
+                reason,
+                private_data,
+            };
+            self.finish_outcome(index, ev);
+            self.drop_stale(old, now);
+            self.enter_timewait(index, now);
+            return;
         }
         let Some(c) = self.table.conn_mut(index) else {
             return;
@@ -228,7 +298,10 @@ impl CmAgent {
         c.remote_qpn = r.local_qpn;
         c.sq_psn = r.starting_psn;
         c.rnr_retry = r.rnr_retry_count;
-        c.av_timeout = ack_timeout(r.target_ack_delay, c.packet_life_time);
+        c.av_timeout = from_peer(ack_timeout(
+            from_peer(r.target_ack_delay),
+            c.packet_life_time,
+        ));
         c.in_qpn_map = true;
         // The REP's depths may not exceed what the REQ offered (its initiator depth at most
         // our responder resources, and the other way round); Linux's perftest server answers
@@ -279,11 +352,14 @@ impl CmAgent {
         self.finish_outcome(index, CmEvent::Established { id, private_data });
     }
 
-    fn on_rtu(&mut self, r: &Rtu) {
+    fn on_rtu(&mut self, from: Gid, r: &Rtu) {
         let Some(index) = self.table.by_wire(r.remote_comm_id, r.local_comm_id) else {
             self.stats.unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         match self.state_of(index) {
             CmState::RepSent | CmState::MraRepRcvd => {
                 self.cancel(index);
@@ -297,7 +373,7 @@ impl CmAgent {
         }
     }
 
-    fn on_mra(&mut self, now: u64, m: &Mra) {
+    fn on_mra(&mut self, now: u64, from: Gid, m: &Mra) {
         let (key_remote, want, next) = match m.msg_mraed {
             MsgKind::Req => (0, CmState::ReqSent, CmState::MraReqRcvd),
             MsgKind::Rep => (m.local_comm_id, CmState::RepSent, CmState::MraRepRcvd),
@@ -310,6 +386,9 @@ impl CmAgent {
             self.stats.unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         let state = self.state_of(index);
         if state == next {
             self.stats.duplicates += 1;
@@ -321,15 +400,19 @@ impl CmAgent {
         }
         // The peer needs longer: the outstanding message's timer is pushed out by the
         // service timeout plus the path's ACK timeout; its retries are not reset.
-        let Some(c) = self.table.conn(index) else {
+        // Linux extends the deadline of the MAD it acknowledges as well: so does this CM (once
+        // per message: a second MRA finds the MRA_*_RCVD state and is a duplicate).
+        let Some(c) = self.table.conn_mut(index) else {
             return;
         };
-        let extra = timeout_ns(m.service_timeout).saturating_add(timeout_ns(c.av_timeout));
+        let extra =
+            timeout_ns(from_peer(m.service_timeout)).saturating_add(timeout_ns(c.av_timeout));
+        c.give_up_at = c.give_up_at.saturating_add(extra);
         self.set_state(index, next);
         self.arm(index, now.saturating_add(extra), TimerKind::Retransmit);
     }
 
-    fn on_rej(&mut self, now: u64, r: &Rej) {
+    fn on_rej(&mut self, now: u64, from: Gid, r: &Rej) {
         let index = if r.reason == RejReason::Timeout {
             // The active side gave up before knowing our ID: find us by its ID and GUID.
             let mut guid = [0u8; 8];
@@ -346,6 +429,9 @@ impl CmAgent {
             self.stats.unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         let id = self.table.comm_id(index);
         let reason = r.reason;
         let state = self.state_of(index);
@@ -403,6 +489,9 @@ impl CmAgent {
             self.send(from, tid, CmMessage::Drep(drep));
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         let Some(c) = self.table.conn_mut(index) else {
             return;
         };
@@ -452,21 +541,35 @@ impl CmAgent {
         }
     }
 
-    fn on_drep(&mut self, now: u64, d: &Drep) {
+    fn on_drep(&mut self, now: u64, from: Gid, d: &Drep) {
         let Some(index) = self.table.by_wire(d.remote_comm_id, d.local_comm_id) else {
             self.stats.unmatched += 1;
             return;
         };
-        if self.state_of(index) == CmState::DreqSent {
-            self.cancel(index);
-            self.report_disconnect(index);
-            self.enter_timewait(index, now);
-        } else {
-            self.stats.unmatched += 1;
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
+        match self.state_of(index) {
+            CmState::DreqSent => {
+                self.cancel(index);
+                self.report_disconnect(index);
+                self.enter_timewait(index, now);
+            }
+            CmState::Established => {
+                // The peer answers a DREQ this side never sent: someone disconnected it in our
+                // name, and the peer's side is gone. Linux drops such a DREP and its
+                // connection then waits for nothing that will come; here the connection ends
+                // and its owner hears DISCONNECTED.
+                self.cancel(index);
+                self.qp(index, QpTarget::Error);
+                self.report_disconnect(index);
+                self.enter_timewait(index, now);
+            }
+            _ => self.stats.unmatched += 1,
         }
     }
 
-    fn on_sidr_req(&mut self, from: Gid, tid: u64, r: &SidrReq) {
+    fn on_sidr_req(&mut self, now: u64, from: Gid, tid: u64, r: &SidrReq) {
         if self.by_sidr.contains_key(&(r.request_id, from)) {
             self.stats.duplicates += 1;
             return;
@@ -501,6 +604,9 @@ impl CmAgent {
         c.in_sidr_map = true;
         self.by_sidr.insert((r.request_id, from), index);
         self.set_state(index, CmState::SidrReqRcvd);
+        // A SIDR_REQ carries no timeout of its sender's (rdma_cm gives up after 16 × 4 s):
+        // unanswered, it is withdrawn after the CM's longest wait for a peer.
+        self.arm(index, now.saturating_add(MAX_WAIT_NS), TimerKind::Withdraw);
         let id = self.table.comm_id(index);
         let listener = self.table.comm_id(listener);
         let service_id = r.service_id;
@@ -514,7 +620,7 @@ impl CmAgent {
         );
     }
 
-    fn on_sidr_rep(&mut self, r: &SidrRep) {
+    fn on_sidr_rep(&mut self, from: Gid, r: &SidrRep) {
         let index = self
             .table
             .by_wire(r.request_id, 0)
@@ -523,6 +629,9 @@ impl CmAgent {
             self.stats.unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(index, from) {
+            return;
+        }
         self.cancel(index);
         let id = self.table.comm_id(index);
         let ev = CmEvent::SidrResolved {

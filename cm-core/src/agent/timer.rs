@@ -6,7 +6,8 @@ use core::cmp::Reverse;
 
 use super::conn::TimerKind;
 use super::{CmAgent, CmEvent, CmState, QpTarget};
-use crate::time::timeout_ns;
+use crate::time::{MAX_WAIT_NS, from_peer, timeout_ns};
+use crate::wire::RejReason;
 
 impl CmAgent {
     pub(super) fn arm(&mut self, index: u32, deadline: u64, kind: TimerKind) {
@@ -36,28 +37,32 @@ impl CmAgent {
         }
     }
 
-    /// Sends the endpoint's retransmittable MAD (already in `retx`) and arms its timer.
+    /// Sends the endpoint's retransmittable MAD (already in `retx`) and arms its timer. The
+    /// whole exchange is given up [`MAX_WAIT_NS`] after this first send at the latest,
+    /// whatever the interval and the retries.
     pub(super) fn start_retx(&mut self, index: u32, now: u64, interval_ns: u64, retries: u8) {
         let Some(c) = self.table.conn_mut(index) else {
             return;
         };
         c.retx_interval_ns = interval_ns;
         c.retries_left = retries;
-        let (to, mad) = (c.path.remote_gid, c.retx);
+        c.give_up_at = now.saturating_add(MAX_WAIT_NS);
+        let (to, mad, end) = (c.path.remote_gid, c.retx, c.give_up_at);
         self.send_raw(to, mad);
         self.arm(
             index,
-            now.saturating_add(interval_ns),
+            now.saturating_add(interval_ns).min(end),
             TimerKind::Retransmit,
         );
     }
 
-    /// Enters TIMEWAIT for `convert(av_timeout)`.
+    /// Enters TIMEWAIT for `convert(av_timeout)`, at most 2^15 ms (the path's ACK timeout may
+    /// come from the peer: [`from_peer`]).
     pub(super) fn enter_timewait(&mut self, index: u32, now: u64) {
         let Some(c) = self.table.conn(index) else {
             return;
         };
-        let len = timeout_ns(c.av_timeout);
+        let len = timeout_ns(from_peer(c.av_timeout));
         self.set_state(index, CmState::Timewait);
         self.arm(index, now.saturating_add(len), TimerKind::Timewait);
     }
@@ -92,6 +97,7 @@ impl CmAgent {
             match self.live_entry(deadline, index, seq) {
                 Some(TimerKind::Retransmit) => self.retransmit_due(index, now),
                 Some(TimerKind::Timewait) => self.timewait_due(index),
+                Some(TimerKind::Withdraw) => self.withdraw_due(index),
                 None => {}
             }
         }
@@ -102,12 +108,14 @@ impl CmAgent {
             return;
         };
         c.timer = None;
-        if c.retries_left > 0 {
+        if c.retries_left > 0 && now < c.give_up_at {
             c.retries_left -= 1;
             let (to, mad, interval) = (c.path.remote_gid, c.retx, c.retx_interval_ns);
+            let end = c.give_up_at;
             self.stats.retransmits += 1;
             self.send_raw(to, mad);
-            self.arm(index, now.saturating_add(interval), TimerKind::Retransmit);
+            let next = now.saturating_add(interval).min(end);
+            self.arm(index, next, TimerKind::Retransmit);
             return;
         }
         let state = c.state;
@@ -132,6 +140,31 @@ impl CmAgent {
             }
             _ => {}
         }
+    }
+
+    /// A connection request (or SIDR_REQ) nobody answered, whose sender has given up by now
+    /// (or never existed: a forged REQ from an address that answers nothing): withdrawn as
+    /// if its REJ Timeout had come, so that it leaves the listener's backlog.
+    fn withdraw_due(&mut self, index: u32) {
+        let Some(c) = self.table.conn_mut(index) else {
+            return;
+        };
+        c.timer = None;
+        if !matches!(
+            c.state,
+            CmState::ReqRcvd | CmState::MraReqSent | CmState::SidrReqRcvd
+        ) {
+            return;
+        }
+        let id = self.table.comm_id(index);
+        self.stats.withdrawn += 1;
+        let ev = CmEvent::Rejected {
+            id,
+            reason: RejReason::Timeout,
+            private_data: Vec::new(),
+        };
+        self.event(index, ev);
+        self.set_state(index, CmState::Idle);
     }
 
     fn timewait_due(&mut self, index: u32) {

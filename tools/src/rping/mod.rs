@@ -15,7 +15,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use portverbs::AnyDevice;
-use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
+use portverbs::cm::service::{
+    CmDevice, ConnParam, ConnectionRequest, Connector, Listener, ServiceError,
+};
 use portverbs::prelude::*;
 
 use crate::error::{CliError, Context as _};
@@ -66,7 +68,8 @@ pub(crate) struct RpingArgs {
     /// Debug output: the CM events, on stderr
     #[arg(short = 'd')]
     debug: bool,
-    /// Persistent server: after a client leaves, wait for the next one (one at a time)
+    /// Persistent server: serve every client that comes, each on a thread of its own (a
+    /// connection that fails is reported and the server goes on)
     #[arg(short = 'P')]
     persistent: bool,
     /// Self-created QP: accepted for rping's command lines; Portverbs always creates the QP
@@ -207,15 +210,21 @@ fn debug(on: bool, what: impl std::fmt::Display) {
     }
 }
 
-/// The server: listens, and serves one client (every client in turn with `-P`).
-/// `listening` is called once the listener is up; a request is awaited for
-/// `wait_for_client` (None: as long as it takes, as rping does).
+/// Clients a persistent server (`-P`) serves at once; the next request waits in the
+/// listener's backlog until one of them is done.
+const MAX_CLIENTS: usize = 16;
+
+/// The server: listens, and serves one client; with `-P` every client, each on a thread of
+/// its own as librdmacm's rping does, so that a connection that fails or hangs (a client that
+/// vanished mid-connect, a forged request whose REP nobody answers) is logged and the next
+/// client is served meanwhile. `listening` is called once the listener is up; a request is
+/// awaited for `wait_for_client` (None: as long as it takes, as rping does).
 fn serve(
     args: &RpingArgs,
     cm: &CmDevice<AnyDevice>,
     wait_for_client: Option<Duration>,
     listening: &dyn Fn(),
-    out: &mut dyn std::io::Write,
+    out: &mut (dyn std::io::Write + Send),
 ) -> Result<(), CliError> {
     let ip = args.addr.unwrap_or(if cm.local_ip().is_ipv4() {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
@@ -229,7 +238,7 @@ fn serve(
         args.debug,
         format_args!("rdma_listen on {}", listener.local_addr()),
     );
-    loop {
+    let next = |listener: &Listener<AnyDevice>| {
         let req = listener
             .get_request_blocking(wait_for_client)
             .ctx("waiting for a connection request")?;
@@ -240,35 +249,79 @@ fn serve(
                 req.remote_addr()
             ),
         );
-        let side = make_side(cm.context(), args.size, false)?;
-        let conn = req
-            .accept_blocking(&side.qp, &ConnParam::default())
-            .map_err(connect_error)?;
-        debug(args.debug, "cma_event type RDMA_CM_EVENT_ESTABLISHED");
-        let mut link = CmLink {
-            cq: &side.cq,
-            conn: &conn,
-            idle: 0,
-        };
-        let served = side.rping.serve(&mut link, args.verbose, out);
-        eprintln!("server DISCONNECT EVENT...");
-        // rping disconnects its side too; the peer's DREQ may have ended it already.
-        if let Err(e) = conn.disconnect(&side.qp) {
-            debug(
-                args.debug,
-                format_args!("rdma_disconnect: {e} (CM state {:?})", conn.cm_state()),
-            );
-        }
-        // The DREP must leave before this process does (the CM has no thread to send it).
-        drop(conn);
-        if !cm.flush(Duration::from_secs(1)).unwrap_or(false) {
-            debug(args.debug, "QP1 still had MADs to send after 1 s");
-        }
-        served?;
-        if !args.persistent {
-            return Ok(());
-        }
+        Ok::<_, CliError>(req)
+    };
+    if !args.persistent {
+        return serve_one(args, cm, next(&listener)?, out);
     }
+    let out = std::sync::Mutex::new(out);
+    std::thread::scope(|s| {
+        let mut running = std::collections::VecDeque::new();
+        loop {
+            running.retain(|t: &std::thread::ScopedJoinHandle<'_, ()>| !t.is_finished());
+            while running.len() >= MAX_CLIENTS {
+                if let Some(t) = running.pop_front() {
+                    let _ = t.join();
+                }
+            }
+            let req = next(&listener)?;
+            let (remote, out) = (req.remote_addr(), &out);
+            running.push_back(s.spawn(move || {
+                if let Err(e) = serve_one(args, cm, req, &mut Shared(out)) {
+                    eprintln!("rping: the connection from {remote} failed: {e}");
+                }
+            }));
+        }
+    })
+}
+
+/// One writer for the connections of a persistent server: each write takes it whole.
+struct Shared<'a, 'w>(&'a std::sync::Mutex<&'w mut (dyn std::io::Write + Send)>);
+
+impl std::io::Write for Shared<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut w = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        w.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).flush()
+    }
+}
+
+/// Accepts `req` and serves its client until it disconnects.
+fn serve_one(
+    args: &RpingArgs,
+    cm: &CmDevice<AnyDevice>,
+    req: ConnectionRequest<AnyDevice>,
+    out: &mut dyn std::io::Write,
+) -> Result<(), CliError> {
+    let side = make_side(cm.context(), args.size, false)?;
+    let conn = req
+        .accept_blocking(&side.qp, &ConnParam::default())
+        .map_err(connect_error)?;
+    debug(args.debug, "cma_event type RDMA_CM_EVENT_ESTABLISHED");
+    let mut link = CmLink {
+        cq: &side.cq,
+        conn: &conn,
+        idle: 0,
+    };
+    let served = side.rping.serve(&mut link, args.verbose, out);
+    eprintln!("server DISCONNECT EVENT...");
+    // rping disconnects its side too; the peer's DREQ may have ended it already.
+    if let Err(e) = conn.disconnect(&side.qp) {
+        debug(
+            args.debug,
+            format_args!("rdma_disconnect: {e} (CM state {:?})", conn.cm_state()),
+        );
+    }
+    // The DREP must leave before this process does (the CM has no thread to send it).
+    drop(conn);
+    if !cm.flush(Duration::from_secs(1)).unwrap_or(false) {
+        debug(args.debug, "QP1 still had MADs to send after 1 s");
+    }
+    served.map(|_| ())
 }
 
 /// The client: resolves, connects, pings, disconnects.
@@ -319,7 +372,6 @@ fn ping(
 /// `portverbs rping`.
 pub(crate) fn run(args: &RpingArgs) -> Result<(), CliError> {
     proto::check_size(args.size)?;
-    let mut stdout = std::io::stdout().lock();
     let explicit = args
         .device
         .as_deref()
@@ -333,7 +385,8 @@ pub(crate) fn run(args: &RpingArgs) -> Result<(), CliError> {
             })?,
             (None, None) => reachable_device()?,
         };
-        return serve(args, &cm_device(dev)?, None, &|| {}, &mut stdout);
+        // Not locked: a persistent server's connections write from threads of their own.
+        return serve(args, &cm_device(dev)?, None, &|| {}, &mut std::io::stdout());
     }
     let dst = args.addr;
     let dev = match (explicit, args.source) {
@@ -355,7 +408,7 @@ pub(crate) fn run(args: &RpingArgs) -> Result<(), CliError> {
     };
     if args.client {
         let dst = dst.ok_or_else(|| CliError::usage("rping -c needs the server's address (-a)"))?;
-        ping(args, &cm_device(dev)?, dst, &mut stdout)?;
+        ping(args, &cm_device(dev)?, dst, &mut std::io::stdout().lock())?;
         return Ok(());
     }
     if !verbs::in_process(&dev) {
@@ -363,7 +416,7 @@ pub(crate) fn run(args: &RpingArgs) -> Result<(), CliError> {
             "rping needs -s (server) or -c (client); both ends in one process only on the embedded fabric",
         ));
     }
-    in_process(args, dev, &mut stdout)
+    in_process(args, dev, &mut std::io::stdout().lock())
 }
 
 /// Both ends in this process: a server thread on another in-process device, the client on
