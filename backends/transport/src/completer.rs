@@ -94,6 +94,15 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
 }
 
 /// Processes an ACK, NAK, READ response or atomic ACK for this QP's requests.
+///
+/// A response is trusted only for a PSN it can refer to (IBA 9.7: a response outside the
+/// requester's outstanding window is discarded; rxe's `check_psn` in
+/// drivers/infiniband/sw/rxe/rxe_comp.c drops responses behind the completer's PSN): ACKs,
+/// READ responses and atomic ACKs must lie in `[una, sent_end)`, and a NAK or a reserved
+/// syndrome must name a request packet still in flight that could draw it ([`nak_target`]).
+/// Anything else — stale, duplicated by the network after it was acted on, or forged — is
+/// dropped and counted in `psn_out_of_window`: it fails no WQE, starts no RNR wait and costs
+/// no retry.
 pub(crate) fn on_response<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
@@ -107,13 +116,35 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
         return;
     }
     let p = pkt.hdr.bth.psn;
-    // Anything at or beyond what was sent is bogus.
-    if psn::diff(p, qp.req.sent_end) >= 0 {
+    let opcode = pkt.hdr.bth.opcode;
+    let nak = match pkt.hdr.aeth.map(|a| a.syndrome) {
+        _ if opcode.is_read_response() || pkt.hdr.atomic_ack.is_some() => None,
+        Some(AethSyndrome::Nak(NakCode::PsnSequenceError)) => Some(NakKind::Sequence),
+        Some(AethSyndrome::RnrNak { .. }) => Some(NakKind::Rnr),
+        Some(AethSyndrome::Nak(_) | AethSyndrome::Reserved(_)) => Some(NakKind::Error),
+        Some(AethSyndrome::Ack { .. }) | None => None,
+    };
+    let target = match nak {
+        Some(kind) => nak_target(qp, core, p, kind),
+        None if in_flight(qp, p) => Some(qp.req.comp),
+        None => {
+            // A retransmitted train of READ responses may start behind `una` and reach into
+            // the window: take it apart, each part checked on its own.
+            let last = psn::add(p, u32::from(pkt.train.max(1)) - 1);
+            if pkt.train > 1 && opcode.is_read_response() && in_flight(qp, last) {
+                for part in pkt.clone().split() {
+                    on_response(qp, core, hca, now, &part, out);
+                }
+                return;
+            }
+            None
+        }
+    };
+    let Some(target) = target else {
         core.stats.dropped += 1;
         core.stats.psn_out_of_window += 1;
         return;
-    }
-    let opcode = pkt.hdr.bth.opcode;
+    };
     if opcode.is_read_response() {
         on_read_response(qp, core, hca, now, pkt);
     } else if let Some(ack) = pkt.hdr.atomic_ack {
@@ -139,19 +170,100 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
                 retry(qp, core, hca, now, una);
             }
             AethSyndrome::Nak(code) => {
-                ack_through(qp, core, now, psn::add(p, psn::MASK));
                 let status = match code {
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                     NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                     NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                     _ => WcStatus::BadRespErr,
                 };
-                fail_at(qp, p, status);
+                on_error_nak(qp, core, hca, now, p, target, status);
             }
-            AethSyndrome::Reserved(_) => fail_at(qp, p, WcStatus::BadRespErr),
+            AethSyndrome::Reserved(_) => {
+                on_error_nak(qp, core, hca, now, p, target, WcStatus::BadRespErr);
+            }
         }
     }
     requester::transmit(qp, core, hca, now, out);
+}
+
+/// True when PSN `p` lies in `[una, sent_end)`: sent and not yet acknowledged.
+fn in_flight(qp: &QpCtx, p: u32) -> bool {
+    psn::diff(p, qp.req.una) >= 0 && psn::diff(p, qp.req.sent_end) < 0
+}
+
+/// What a NAK asks for, as far as the PSN it may name goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NakKind {
+    /// PSN sequence error: names the responder's expected PSN.
+    Sequence,
+    /// Receiver not ready: names a request that needs a receive WQE.
+    Rnr,
+    /// Invalid request, remote access or operational error, or a reserved syndrome: names
+    /// the request that failed.
+    Error,
+}
+
+/// The send WQE a NAK for PSN `p` refers to, or `None` when no request in flight could have
+/// drawn it. A responder NAKs the PSN of a request packet (IBA 9.7.5.1): any packet of a
+/// SEND or RDMA WRITE, but only the request packet of an RDMA READ (its first PSN, or where a
+/// retried request restarted it) or of an atomic, so PSNs a READ reserved for its responses
+/// are never NAKed. An RNR NAK names a request that consumes a receive WQE (a SEND, or an
+/// RDMA WRITE with immediate). All of them lie in `[una, sent_end)` — except the first PSN of
+/// a READ whose responses are partly in: a responder that fails in the middle of a READ's
+/// responses NAKs the READ request's PSN (rxe's completer takes such a NAK while a READ
+/// response is in progress).
+fn nak_target(qp: &QpCtx, core: &Core, p: u32, kind: NakKind) -> Option<u32> {
+    let c = wqe_of_psn(qp, p)?;
+    let s = qp.req.slot(c);
+    if s.done.is_some() {
+        return None;
+    }
+    let mtu = u64::from(qp.mtu(core.port_mtu(qp.attr.port_num)));
+    let window = in_flight(qp, p);
+    let ok = match (s.wqe.op, kind) {
+        (SendOp::RdmaRead { .. }, NakKind::Error) if s.read_done > 0 => {
+            p == s.first_psn || (window && p == psn::add(s.first_psn, (s.read_done / mtu) as u32))
+        }
+        (SendOp::RdmaRead { .. }, NakKind::Sequence | NakKind::Error) => {
+            window && p == psn::add(s.first_psn, (s.read_done / mtu) as u32)
+        }
+        (SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }, NakKind::Rnr)
+        | (SendOp::RdmaRead { .. } | SendOp::RdmaWrite { .. }, NakKind::Rnr) => false,
+        (SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }, _) => {
+            window && p == s.first_psn
+        }
+        _ => window,
+    };
+    ok.then_some(c)
+}
+
+/// A NAK that ends the connection (invalid request, remote access or operational error,
+/// reserved syndrome) for WQE `c`, whose request packet had PSN `p`.
+fn on_error_nak<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    p: u32,
+    c: u32,
+    status: WcStatus,
+) {
+    ack_through(qp, core, now, psn::add(p, psn::MASK));
+    // A READ or atomic before `c` still waits for (the rest of) its response, although the
+    // responder got past it: its responses were lost or cut short. As rxe's completer does
+    // with a response beyond a READ it waits for, go back to it (one retry) instead of
+    // failing a later WQE first; the responder's error comes back when the retry reaches it.
+    let mut k = qp.req.comp;
+    while k != c {
+        let s = qp.req.slot(k);
+        if s.done.is_none() && s.wqe.op.is_read_or_atomic() {
+            let una = qp.req.una;
+            retry(qp, core, hca, now, una);
+            return;
+        }
+        k = k.wrapping_add(1);
+    }
+    fail_wqe(qp, c, status);
 }
 
 /// Counter of the transmitted WQE whose PSN range contains `p`.
@@ -450,6 +562,11 @@ fn rewind(qp: &mut QpCtx, core: &Core, p: u32) {
 /// Completes the WQE containing `p` with an error; earlier WQEs were acknowledged by the caller.
 fn fail_at(qp: &mut QpCtx, p: u32, status: WcStatus) {
     let c = wqe_of_psn(qp, p).unwrap_or(qp.req.comp);
+    fail_wqe(qp, c, status);
+}
+
+/// Completes WQE `c` with an error and stops transmission.
+fn fail_wqe(qp: &mut QpCtx, c: u32, status: WcStatus) {
     if c != qp.req.fetched {
         let s = qp.req.slot_mut(c);
         if s.done.is_none() {

@@ -9,5 +9,6 @@ mod completer;
 mod modify;
 mod requester;
 mod responder;
+mod window;
 
 mod frames;
