@@ -216,3 +216,103 @@ fn a_delayed_duplicate_rnr_nak_after_progress_costs_nothing() {
     assert!(cqes.iter().all(|c| c.status == WcStatus::Success));
     received(&p, 0..3);
 }
+
+fn target() -> portverbs_hal::wr::RemoteAddr {
+    portverbs_hal::wr::RemoteAddr {
+        addr: 0x9000,
+        rkey: 0x77,
+    }
+}
+
+/// A READ response from the peer for PSN `psn`.
+fn read_response(opcode: Opcode, psn: u32, data: &[u8]) -> Packet {
+    let mut hdr = crate::wire::TransportHdr::new(super::harness::bth(opcode, psn, false));
+    if opcode != Opcode::ReadResponseMiddle {
+        hdr.aeth = Some(crate::wire::Aeth {
+            syndrome: AethSyndrome::ACK_UNLIMITED,
+            msn: 0,
+        });
+    }
+    super::harness::from_peer(hdr, data)
+}
+
+#[test]
+fn a_nak_names_a_request_packet_or_it_is_dropped() {
+    use super::harness::MTU;
+    let mut s = Side::rc();
+    // A READ of three responses (PSNs 100..103), a WRITE of two packets, a SEND.
+    s.post(s.wqe(SendOp::RdmaRead { remote: target() }, 0, 3 * MTU as u32));
+    s.post(s.wqe(SendOp::RdmaWrite { remote: target() }, 0, 2 * MTU as u32));
+    s.post(s.wqe(SendOp::Send, 0, 16));
+    let before = s.engine.stats();
+    let bogus = [
+        // PSNs the READ reserved for its responses: no request packet carries them.
+        nak(SQ_PSN + 1, NakCode::PsnSequenceError),
+        nak(SQ_PSN + 2, NakCode::RemoteAccessError),
+        // A WRITE without immediate consumes no receive WQE: no RNR NAK for it.
+        aeth(SQ_PSN + 3, AethSyndrome::RnrNak { timer: 31 }),
+        // A READ asks for no receive either.
+        aeth(SQ_PSN, AethSyndrome::RnrNak { timer: 31 }),
+    ];
+    for b in bogus {
+        assert!(s.feed(b).is_empty());
+    }
+    let after = s.engine.stats();
+    assert_eq!(after.psn_out_of_window, before.psn_out_of_window + 4);
+    assert_eq!(s.retries_left(), (3, 3));
+    assert!(s.take_cqes().is_empty());
+    // The READ's request packet may be NAKed: it fails, the rest is flushed.
+    s.feed(nak(SQ_PSN, NakCode::RemoteAccessError));
+    assert_eq!(
+        statuses(&mut s),
+        [
+            (0, WcStatus::RemAccessErr),
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr)
+        ]
+    );
+}
+
+#[test]
+fn a_nak_naming_the_read_whose_responses_are_arriving_fails_it() {
+    use super::harness::MTU;
+    let mut s = Side::rc();
+    s.post(s.wqe(SendOp::RdmaRead { remote: target() }, 0, 3 * MTU as u32));
+    let data = pattern(MTU, 1);
+    s.feed(read_response(Opcode::ReadResponseFirst, SQ_PSN, &data));
+    s.feed(read_response(Opcode::ReadResponseMiddle, SQ_PSN + 1, &data));
+    // The responder lost the MR in the middle: it NAKs the READ request's PSN, now behind
+    // `una`, which is still the READ's to answer.
+    s.feed(nak(SQ_PSN, NakCode::RemoteAccessError));
+    assert_eq!(statuses(&mut s), [(0, WcStatus::RemAccessErr)]);
+    assert_eq!(s.state(), QpState::Err);
+}
+
+#[test]
+fn an_error_nak_beyond_a_read_still_missing_its_responses_goes_back_to_the_read() {
+    use super::harness::MTU;
+    let mut s = Side::rc();
+    s.post(s.wqe(SendOp::RdmaRead { remote: target() }, 0, 2 * MTU as u32));
+    s.post(s.wqe(SendOp::Send, 0, 16));
+    // The SEND (PSN 102) is NAKed while the READ before it has none of its responses: they
+    // were lost, or cut short by the responder's error. Go back to the READ, as rxe does.
+    let out = s.feed(nak(SQ_PSN + 2, NakCode::RemoteOperationalError));
+    assert_eq!(
+        summary(&out),
+        [
+            (Opcode::ReadRequest, SQ_PSN),
+            (Opcode::SendOnly, SQ_PSN + 2)
+        ]
+    );
+    assert_eq!(s.retries_left(), (2, 3));
+    assert!(s.take_cqes().is_empty());
+    // The NAK again, once the READ is answered: now it fails the SEND.
+    let data = pattern(MTU, 2);
+    s.feed(read_response(Opcode::ReadResponseFirst, SQ_PSN, &data));
+    s.feed(read_response(Opcode::ReadResponseLast, SQ_PSN + 1, &data));
+    s.feed(nak(SQ_PSN + 2, NakCode::RemoteOperationalError));
+    assert_eq!(
+        statuses(&mut s),
+        [(0, WcStatus::Success), (1, WcStatus::RemOpErr)]
+    );
+}
