@@ -7,6 +7,7 @@ mod harness;
 
 mod completer;
 mod modify;
+mod read;
 mod requester;
 mod responder;
 mod window;
