@@ -496,6 +496,13 @@ fn on_rnr_nak<H: Hca + ?Sized>(
     timer: u8,
 ) {
     ack_through(qp, core, now, psn::add(p, psn::MASK));
+    if qp.req.rnr_wait {
+        // Already backing off: nothing was sent since the RNR NAK that started it, so this
+        // one is its duplicate (or a forgery). It costs no RNR retry and arms no timer (one
+        // per NAK would let a peer fill the timer heap).
+        core.stats.duplicates += 1;
+        return;
+    }
     if qp.req.rnr_left == 0 {
         fail_at(qp, p, WcStatus::RnrRetryExcErr);
         let _ = hca;

@@ -316,3 +316,22 @@ fn an_error_nak_beyond_a_read_still_missing_its_responses_goes_back_to_the_read(
         [(0, WcStatus::Success), (1, WcStatus::RemOpErr)]
     );
 }
+
+#[test]
+fn rnr_naks_repeated_while_waiting_cost_one_rnr_retry_and_one_timer() {
+    let mut s = Side::rc();
+    s.post(s.wqe(SendOp::Send, 0, 16));
+    let timers = s.engine.core.timers.len();
+    // The network duplicates the RNR NAK many times before the back-off ends.
+    for _ in 0..100 {
+        assert!(
+            s.feed(aeth(SQ_PSN, AethSyndrome::RnrNak { timer: 31 }))
+                .is_empty()
+        );
+    }
+    assert_eq!(s.retries_left(), (3, 2), "one RNR retry spent");
+    assert!(s.engine.core.timers.len() <= timers + 1, "one timer armed");
+    assert!(s.take_cqes().is_empty());
+    let out = s.advance_to(s.now + rnr_timer_ns(31));
+    assert_eq!(summary(&out), [(Opcode::SendOnly, SQ_PSN)]);
+}
