@@ -111,9 +111,22 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
     pkt: &Packet,
     out: &mut Vec<Packet>,
 ) {
+    if take_response(qp, core, hca, now, pkt) {
+        requester::transmit(qp, core, hca, now, out);
+    }
+}
+
+/// [`on_response`] up to what it makes possible to send; false when the response was dropped.
+fn take_response<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    pkt: &Packet,
+) -> bool {
     if qp.init.qp_type != QpType::Rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         core.stats.dropped += 1;
-        return;
+        return false;
     }
     let p = pkt.hdr.bth.psn;
     let opcode = pkt.hdr.bth.opcode;
@@ -129,13 +142,15 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
         None if in_flight(qp, p) => Some(qp.req.comp),
         None => {
             // A retransmitted train of READ responses may start behind `una` and reach into
-            // the window: take it apart, each part checked on its own.
+            // the window: take it apart, each part checked on its own (and the requester
+            // run once, after them all).
             let last = psn::add(p, u32::from(pkt.train.max(1)) - 1);
             if pkt.train > 1 && opcode.is_read_response() && in_flight(qp, last) {
+                let mut taken = false;
                 for part in pkt.clone().split() {
-                    on_response(qp, core, hca, now, &part, out);
+                    taken |= take_response(qp, core, hca, now, &part);
                 }
-                return;
+                return taken;
             }
             None
         }
@@ -143,7 +158,7 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
     let Some(target) = target else {
         core.stats.dropped += 1;
         core.stats.psn_out_of_window += 1;
-        return;
+        return false;
     };
     if opcode.is_read_response() {
         on_read_response(qp, core, hca, now, pkt);
@@ -159,8 +174,7 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
                 // duplicate from the network and must not cost another retry.
                 if qp.req.last_nak == Some(p) {
                     core.stats.duplicates += 1;
-                    requester::transmit(qp, core, hca, now, out);
-                    return;
+                    return true;
                 }
                 qp.req.last_nak = Some(p);
                 // Go back to the oldest unacknowledged PSN, not to `p`: an RDMA READ or atomic
@@ -183,7 +197,7 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
             }
         }
     }
-    requester::transmit(qp, core, hca, now, out);
+    true
 }
 
 /// True when PSN `p` lies in `[una, sent_end)`: sent and not yet acknowledged.
