@@ -62,6 +62,7 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
             // Keep comp <= tx: a WQE retired at the transmit point needs no more packets.
             qp.req.tx = qp.req.comp;
             qp.req.tx_offset = 0;
+            requester::passed(qp, c);
         }
         if lost {
             // The send CQ overran (or is in error): the QP goes to ERR (IBA 11.4.2.1).
@@ -303,7 +304,9 @@ fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
     }
     let mut una = psn::add(p, 1);
     let mut c = qp.req.comp;
-    while c != qp.req.tx {
+    // Up to every WQE sent, not only to the transmit point: after a go-back, `tx` is behind
+    // WQEs that were sent before and that this ACK may cover.
+    while c != qp.req.fetched {
         let s = qp.req.slot_mut(c);
         if s.done.is_some() || !s.assigned {
             c = c.wrapping_add(1);
