@@ -54,6 +54,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod hca;
 pub mod memory;
 pub mod packet;

@@ -13,3 +13,4 @@ mod responder;
 mod window;
 
 mod frames;
+mod fuzz;
