@@ -589,7 +589,10 @@ fn fail_at(qp: &mut QpCtx, p: u32, status: WcStatus) {
     fail_wqe(qp, c, status);
 }
 
-/// Completes WQE `c` with an error and stops transmission.
+/// Completes WQE `c` with an error and stops transmission. An older WQE still waiting (a
+/// READ or atomic whose response is missing) must complete first, and only a retry can bring
+/// its response back: the retransmission timer keeps running for it (the retry resends up to
+/// `c`, which stops transmission again).
 fn fail_wqe(qp: &mut QpCtx, c: u32, status: WcStatus) {
     if c != qp.req.fetched {
         let s = qp.req.slot_mut(c);
@@ -598,5 +601,12 @@ fn fail_wqe(qp: &mut QpCtx, c: u32, status: WcStatus) {
         }
     }
     qp.req.stalled = true;
+    let mut k = qp.req.comp;
+    while k != c && k != qp.req.fetched {
+        if qp.req.slot(k).done.is_none() {
+            return;
+        }
+        k = k.wrapping_add(1);
+    }
     qp.req.rto_armed = false;
 }
