@@ -17,11 +17,17 @@ pub(super) fn accept(qp: &mut QpCtx, core: &mut Core, pkt: &Packet) {
     let last = psn::add(pkt.hdr.bth.psn, pkt.psn_count() - 1);
     qp.resp.epsn = psn::add(last, 1);
     if pkt.hdr.bth.ack_req {
-        qp.resp.pending_ack = Some(last);
-        if !qp.ack_scheduled {
-            qp.ack_scheduled = true;
-            core.acks.push(qp.qpn);
-        }
+        owe_ack(qp, core, last);
+    }
+}
+
+/// Owes an ACK for everything through PSN `p`, sent when the current burst ends (one for
+/// the whole burst, however many packets asked).
+pub(super) fn owe_ack(qp: &mut QpCtx, core: &mut Core, p: u32) {
+    qp.resp.pending_ack = Some(p);
+    if !qp.ack_scheduled {
+        qp.ack_scheduled = true;
+        core.acks.push(qp.qpn);
     }
 }
 

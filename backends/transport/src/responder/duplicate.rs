@@ -1,6 +1,6 @@
 //! Duplicate requests (IBA 9.9.2.2): a READ restarts its resource's responses from the PSN it
 //! asks for, an atomic's saved result is sent again, SENDs and WRITEs are re-acknowledged
-//! without being executed again. None of them adds work: a duplicate READ moves the one
+//! (one coalesced ACK per burst) without being executed again. None of them adds work: a duplicate READ moves the one
 //! cursor its resource has (three duplicates in a row cost one more pass from the last one's
 //! PSN, not three), and what it owes goes out in the QP's work turns, in PSN order.
 
@@ -9,11 +9,10 @@ use portverbs_hal::types::AccessFlags;
 use super::super::Core;
 use super::super::packet::{Packet, psn};
 use super::super::qp::{QpCtx, Resource};
-use super::ack::send_or_hold;
+use super::ack::owe_ack;
 use super::atomic::atomic_ack;
 use super::read::owe_responses;
 use super::{mtu_of, remote};
-use crate::wire::AethSyndrome;
 
 /// A request with a PSN behind the expected one (IBA 9.9.2.2).
 pub(super) fn duplicate(qp: &mut QpCtx, core: &mut Core, pkt: &Packet, out: &mut Vec<Packet>) {
@@ -42,9 +41,9 @@ pub(super) fn duplicate(qp: &mut QpCtx, core: &mut Core, pkt: &Packet, out: &mut
             None => {}
         }
     } else {
-        // SEND/WRITE already executed: acknowledge what we have.
-        let last = psn::add(qp.resp.epsn, psn::MASK);
-        send_or_hold(qp, core, out, last, AethSyndrome::Ack { credits: 0x1f });
+        // SEND/WRITE already executed: acknowledge what we have, once for the burst (a
+        // go-back resends many packets; each need not draw its own ACK).
+        owe_ack(qp, core, psn::add(qp.resp.epsn, psn::MASK));
     }
 }
 

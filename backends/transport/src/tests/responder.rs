@@ -376,3 +376,22 @@ fn a_packet_from_another_address_is_not_the_connections() {
     assert_eq!(s.take_cqes().len(), 1);
     assert_eq!(s.engine.stats().misaddressed, 1);
 }
+
+#[test]
+fn duplicates_in_one_burst_are_re_acked_once() {
+    let mut s = Side::rc();
+    s.post_recv(0, 4096);
+    let data = pattern(3 * MTU, 2);
+    let pkts = [
+        request(Opcode::SendFirst, RQ_PSN, false, &data[..MTU]),
+        request(Opcode::SendMiddle, RQ_PSN + 1, false, &data[MTU..2 * MTU]),
+        request(Opcode::SendLast, RQ_PSN + 2, true, &data[2 * MTU..]),
+    ];
+    assert!(acked(&s.burst(&pkts), RQ_PSN + 2));
+    // The whole message again, twice (a go-back after a lost ACK, duplicated on the way):
+    // one ACK says it all.
+    let again: Vec<Packet> = pkts.iter().chain(&pkts).cloned().collect();
+    let out = s.burst(&again);
+    assert!(acked(&out, RQ_PSN + 2), "{:?}", summary(&out));
+    assert_eq!(s.take_cqes().len(), 1);
+}
