@@ -49,7 +49,11 @@
 //! passes, and every violation becomes the IBTA completion status on both sides.
 //!
 //! Each machine has sans-IO unit tests in `tests/` (one engine, one QP, a test [`Hca`] whose
-//! queues are vectors; the test plays the peer with packets built from the wire types).
+//! queues are vectors; the test plays the peer with packets built from the wire types, or a
+//! second engine does). The `fuzzing` module (with the `fuzzing` feature) drives two engines
+//! back to back from arbitrary bytes — hostile packets, loss, duplication, reordering,
+//! timers — checking bounded work per call and that every send completes; the `engine`
+//! target in `fuzz/` runs it under libFuzzer, `tests/fuzz.rs` on seeded inputs.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
