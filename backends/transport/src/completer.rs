@@ -308,9 +308,12 @@ fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
     // WQEs that were sent before and that this ACK may cover.
     while c != qp.req.fetched {
         let s = qp.req.slot_mut(c);
-        if s.done.is_some() || !s.assigned {
+        if s.done.is_some() {
             c = c.wrapping_add(1);
             continue;
+        }
+        if !s.assigned {
+            break; // never sent, nor anything after it
         }
         let last = psn::add(s.first_psn, s.npsn.saturating_sub(1));
         if s.wqe.op.is_read_or_atomic() {
