@@ -1,8 +1,9 @@
 //! Duplicate requests (IBA 9.9.2.2): a READ restarts its resource's responses from the PSN it
-//! asks for, an atomic's saved result is sent again, SENDs and WRITEs are re-acknowledged
-//! (one coalesced ACK per burst) without being executed again. None of them adds work: a duplicate READ moves the one
-//! cursor its resource has (three duplicates in a row cost one more pass from the last one's
-//! PSN, not three), and what it owes goes out in the QP's work turns, in PSN order.
+//! asks for, an atomic's saved result is sent again, SENDs and WRITEs are re-acknowledged (one
+//! coalesced ACK per burst) without being executed again. None of them adds work: a duplicate
+//! READ moves the one cursor its resource has (three duplicates in a row cost one more pass
+//! from the last one's PSN, not three), and what it owes goes out in the QP's work turns, in
+//! PSN order.
 
 use portverbs_hal::types::AccessFlags;
 

@@ -1,5 +1,5 @@
 //! The responder: in-order execution of SEND, RDMA WRITE, READ and atomics with coalesced
-//! ACKs, duplicates (re-ACKed, READs re-executed, atomics replayed), one sequence NAK per PSN
+//! ACKs, duplicates (re-ACKed, READs answered again, atomics replayed), one sequence NAK per PSN
 //! gap, RNR NAKs, remote access and length errors, and UC/UD reception.
 
 use portverbs_hal::event::QpEventKind;
@@ -261,7 +261,7 @@ fn a_read_request_is_answered_with_responses_at_consecutive_psns() {
         &s.feed(request(Opcode::SendOnly, RQ_PSN + 3, true, &[1])),
         RQ_PSN + 3
     ));
-    // A duplicate READ is executed again from its saved resource.
+    // A duplicate READ is answered again from its saved resource.
     assert!(s.feed(read).is_empty());
     let out = s.turn();
     assert_eq!(out.len(), 3);
