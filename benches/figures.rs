@@ -50,6 +50,8 @@ struct Load {
     signal: u64,
     batch: u64,
     inline: bool,
+    /// RDMA READs from the peer's buffer instead of writes to it.
+    read: bool,
 }
 
 impl Load {
@@ -61,6 +63,7 @@ impl Load {
         signal: 16,
         batch: 16,
         inline: false,
+        read: false,
     };
     /// 8-byte inline writes in lists of 32, one completion per list.
     const RATE: Self = Self {
@@ -70,10 +73,20 @@ impl Load {
         signal: 32,
         batch: 32,
         inline: true,
+        read: false,
     };
 
     fn iters(self, iters: u64) -> Self {
         Self { iters, ..self }
+    }
+
+    /// The same load as RDMA READs of `len` bytes (at most `max_rd_atomic`, 16, in flight).
+    fn read(self, len: u32) -> Self {
+        Self {
+            len,
+            read: true,
+            ..self
+        }
     }
 }
 
@@ -90,7 +103,8 @@ fn poll(cq: &Cq, wc: &mut [WorkCompletion]) -> usize {
 }
 
 /// Runs `load` on the pair; `drive` runs the device when the fabric is stepped. Returns GB/s
-/// and Mops/s.
+/// and Mops/s. A READ load reads the peer's buffer into the same slots a write load sends
+/// from.
 fn write_rate(p: &common::Pair, load: Load, drive: &dyn Fn()) -> (f64, f64) {
     let Load {
         len,
@@ -99,6 +113,7 @@ fn write_rate(p: &common::Pair, load: Load, drive: &dyn Fn()) -> (f64, f64) {
         signal,
         batch,
         inline,
+        read,
     } = load;
     let remote = RemoteAddr {
         addr: p.b.mr.addr(),
@@ -121,15 +136,16 @@ fn write_rate(p: &common::Pair, load: Load, drive: &dyn Fn()) -> (f64, f64) {
             wrs.clear();
             for _ in 0..batch.min(iters - posted) {
                 let off = (posted % 4) * u64::from(len);
-                let mut wr = SendWr::new(
-                    posted,
-                    SendOp::RdmaWrite {
-                        remote: RemoteAddr {
-                            addr: remote.addr + off,
-                            ..remote
-                        },
-                    },
-                );
+                let remote = RemoteAddr {
+                    addr: remote.addr + off,
+                    ..remote
+                };
+                let op = if read {
+                    SendOp::RdmaRead { remote }
+                } else {
+                    SendOp::RdmaWrite { remote }
+                };
+                let mut wr = SendWr::new(posted, op);
                 wr = if inline {
                     wr.inline(&payload[..len as usize])
                 } else {
@@ -170,6 +186,37 @@ fn profile_rate(n: u64) {
     };
     let (_, mops) = write_rate(&p, Load::RATE.iters(n), &drive);
     println!("{n} writes, {mops:.2} Mops/s");
+}
+
+/// RDMA READ bandwidth: 64 KiB READs (one response train each) on both fabrics, and 16 MiB
+/// READs on the stepped one, whose responses take more than one engine turn. Medians over
+/// rounds, as the write figures (`--read` prints only these rows).
+fn read_rows(quick: bool) {
+    let rounds = if quick { 3 } else { 15 };
+    for (label, threaded, len, iters) in [
+        ("64 KiB, threaded engine", true, 64u32 << 10, 5_000u64),
+        ("64 KiB, stepped, one core", false, 64 << 10, 5_000),
+        ("16 MiB, stepped, one core", false, 16 << 20, 40),
+    ] {
+        let fabric = if threaded {
+            Fabric::threaded()
+        } else {
+            Fabric::stepped(1)
+        };
+        let p = common::pair(fabric, 4 * len as usize, 256);
+        let f = p.fabric.clone();
+        let drive = move || {
+            if !threaded {
+                f.run_until_idle().expect("idle");
+            }
+        };
+        let load = Load::BW.iters(iters).read(len);
+        let _ = write_rate(&p, load, &drive);
+        let bw: Vec<f64> = (0..rounds)
+            .map(|_| write_rate(&p, load, &drive).0)
+            .collect();
+        println!("| RDMA READ {label} | {:.2} GB/s |", median(bw));
+    }
 }
 
 /// `--profile-bw N [--threaded]`: only the 64 KiB write scenario, N writes (for profilers).
@@ -316,6 +363,11 @@ fn main() {
         return profile_rate(n);
     }
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--read") {
+        println!("| figure | value |");
+        println!("|---|---|");
+        return read_rows(quick);
+    }
     let runs = if quick { 1 } else { RUNS };
     println!("# portverbs soft device — figures (medians)");
     println!();
@@ -361,6 +413,7 @@ fn main() {
     bandwidth("threaded engine", Fabric::threaded());
     // A stepped fabric: one core does post, transport, copy and poll.
     bandwidth("stepped, one core", Fabric::stepped(1));
+    read_rows(quick);
 
     // 8-byte inline writes, batches of 32, one completion per batch, one core.
     let p = common::pair(Fabric::stepped(1), 4096, 1024);

@@ -62,6 +62,7 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
             // Keep comp <= tx: a WQE retired at the transmit point needs no more packets.
             qp.req.tx = qp.req.comp;
             qp.req.tx_offset = 0;
+            requester::passed(qp, c);
         }
         if lost {
             // The send CQ overran (or is in error): the QP goes to ERR (IBA 11.4.2.1).
@@ -94,6 +95,15 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
 }
 
 /// Processes an ACK, NAK, READ response or atomic ACK for this QP's requests.
+///
+/// A response is trusted only for a PSN it can refer to (IBA 9.7: a response outside the
+/// requester's outstanding window is discarded; rxe's `check_psn` in
+/// drivers/infiniband/sw/rxe/rxe_comp.c drops responses behind the completer's PSN): ACKs,
+/// READ responses and atomic ACKs must lie in `[una, sent_end)`, and a NAK or a reserved
+/// syndrome must name a request packet still in flight that could draw it ([`nak_target`]).
+/// Anything else — stale, duplicated by the network after it was acted on, or forged — is
+/// dropped and counted in `psn_out_of_window`: it fails no WQE, starts no RNR wait and costs
+/// no retry.
 pub(crate) fn on_response<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
@@ -102,18 +112,55 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
     pkt: &Packet,
     out: &mut Vec<Packet>,
 ) {
+    if take_response(qp, core, hca, now, pkt) {
+        requester::transmit(qp, core, hca, now, out);
+    }
+}
+
+/// [`on_response`] up to what it makes possible to send; false when the response was dropped.
+fn take_response<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    pkt: &Packet,
+) -> bool {
     if qp.init.qp_type != QpType::Rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         core.stats.dropped += 1;
-        return;
+        return false;
     }
     let p = pkt.hdr.bth.psn;
-    // Anything at or beyond what was sent is bogus.
-    if psn::diff(p, qp.req.sent_end) >= 0 {
+    let opcode = pkt.hdr.bth.opcode;
+    let nak = match pkt.hdr.aeth.map(|a| a.syndrome) {
+        _ if opcode.is_read_response() || pkt.hdr.atomic_ack.is_some() => None,
+        Some(AethSyndrome::Nak(NakCode::PsnSequenceError)) => Some(NakKind::Sequence),
+        Some(AethSyndrome::RnrNak { .. }) => Some(NakKind::Rnr),
+        Some(AethSyndrome::Nak(_) | AethSyndrome::Reserved(_)) => Some(NakKind::Error),
+        Some(AethSyndrome::Ack { .. }) | None => None,
+    };
+    let target = match nak {
+        Some(kind) => nak_target(qp, core, p, kind),
+        None if in_flight(qp, p) => Some(qp.req.comp),
+        None => {
+            // A retransmitted train of READ responses may start behind `una` and reach into
+            // the window: take it apart, each part checked on its own (and the requester
+            // run once, after them all).
+            let last = psn::add(p, u32::from(pkt.train.max(1)) - 1);
+            if pkt.train > 1 && opcode.is_read_response() && in_flight(qp, last) {
+                let mut taken = false;
+                for part in pkt.clone().split() {
+                    taken |= take_response(qp, core, hca, now, &part);
+                }
+                return taken;
+            }
+            None
+        }
+    };
+    let Some(target) = target else {
         core.stats.dropped += 1;
         core.stats.psn_out_of_window += 1;
-        return;
-    }
-    let opcode = pkt.hdr.bth.opcode;
+        return false;
+    };
     if opcode.is_read_response() {
         on_read_response(qp, core, hca, now, pkt);
     } else if let Some(ack) = pkt.hdr.atomic_ack {
@@ -128,8 +175,7 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
                 // duplicate from the network and must not cost another retry.
                 if qp.req.last_nak == Some(p) {
                     core.stats.duplicates += 1;
-                    requester::transmit(qp, core, hca, now, out);
-                    return;
+                    return true;
                 }
                 qp.req.last_nak = Some(p);
                 // Go back to the oldest unacknowledged PSN, not to `p`: an RDMA READ or atomic
@@ -139,19 +185,100 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
                 retry(qp, core, hca, now, una);
             }
             AethSyndrome::Nak(code) => {
-                ack_through(qp, core, now, psn::add(p, psn::MASK));
                 let status = match code {
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                     NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                     NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                     _ => WcStatus::BadRespErr,
                 };
-                fail_at(qp, p, status);
+                on_error_nak(qp, core, hca, now, p, target, status);
             }
-            AethSyndrome::Reserved(_) => fail_at(qp, p, WcStatus::BadRespErr),
+            AethSyndrome::Reserved(_) => {
+                on_error_nak(qp, core, hca, now, p, target, WcStatus::BadRespErr);
+            }
         }
     }
-    requester::transmit(qp, core, hca, now, out);
+    true
+}
+
+/// True when PSN `p` lies in `[una, sent_end)`: sent and not yet acknowledged.
+fn in_flight(qp: &QpCtx, p: u32) -> bool {
+    psn::diff(p, qp.req.una) >= 0 && psn::diff(p, qp.req.sent_end) < 0
+}
+
+/// What a NAK asks for, as far as the PSN it may name goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NakKind {
+    /// PSN sequence error: names the responder's expected PSN.
+    Sequence,
+    /// Receiver not ready: names a request that needs a receive WQE.
+    Rnr,
+    /// Invalid request, remote access or operational error, or a reserved syndrome: names
+    /// the request that failed.
+    Error,
+}
+
+/// The send WQE a NAK for PSN `p` refers to, or `None` when no request in flight could have
+/// drawn it. A responder NAKs the PSN of a request packet (IBA 9.7.5.1): any packet of a
+/// SEND or RDMA WRITE, but only the request packet of an RDMA READ (its first PSN, or where a
+/// retried request restarted it) or of an atomic, so PSNs a READ reserved for its responses
+/// are never NAKed. An RNR NAK names a request that consumes a receive WQE (a SEND, or an
+/// RDMA WRITE with immediate). All of them lie in `[una, sent_end)` — except the first PSN of
+/// a READ whose responses are partly in: a responder that fails in the middle of a READ's
+/// responses NAKs the READ request's PSN (rxe's completer takes such a NAK while a READ
+/// response is in progress).
+fn nak_target(qp: &QpCtx, core: &Core, p: u32, kind: NakKind) -> Option<u32> {
+    let c = wqe_of_psn(qp, p)?;
+    let s = qp.req.slot(c);
+    if s.done.is_some() {
+        return None;
+    }
+    let mtu = u64::from(qp.mtu(core.port_mtu(qp.attr.port_num)));
+    let window = in_flight(qp, p);
+    let ok = match (s.wqe.op, kind) {
+        (SendOp::RdmaRead { .. }, NakKind::Error) if s.read_done > 0 => {
+            p == s.first_psn || (window && p == psn::add(s.first_psn, (s.read_done / mtu) as u32))
+        }
+        (SendOp::RdmaRead { .. }, NakKind::Sequence | NakKind::Error) => {
+            window && p == psn::add(s.first_psn, (s.read_done / mtu) as u32)
+        }
+        (SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }, NakKind::Rnr)
+        | (SendOp::RdmaRead { .. } | SendOp::RdmaWrite { .. }, NakKind::Rnr) => false,
+        (SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }, _) => {
+            window && p == s.first_psn
+        }
+        _ => window,
+    };
+    ok.then_some(c)
+}
+
+/// A NAK that ends the connection (invalid request, remote access or operational error,
+/// reserved syndrome) for WQE `c`, whose request packet had PSN `p`.
+fn on_error_nak<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    p: u32,
+    c: u32,
+    status: WcStatus,
+) {
+    ack_through(qp, core, now, psn::add(p, psn::MASK));
+    // A READ or atomic before `c` still waits for (the rest of) its response, although the
+    // responder got past it: its responses were lost or cut short. As rxe's completer does
+    // with a response beyond a READ it waits for, go back to it (one retry) instead of
+    // failing a later WQE first; the responder's error comes back when the retry reaches it.
+    let mut k = qp.req.comp;
+    while k != c {
+        let s = qp.req.slot(k);
+        if s.done.is_none() && s.wqe.op.is_read_or_atomic() {
+            let una = qp.req.una;
+            retry(qp, core, hca, now, una);
+            return;
+        }
+        k = k.wrapping_add(1);
+    }
+    fail_wqe(qp, c, status);
 }
 
 /// Counter of the transmitted WQE whose PSN range contains `p`.
@@ -177,11 +304,16 @@ fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
     }
     let mut una = psn::add(p, 1);
     let mut c = qp.req.comp;
-    while c != qp.req.tx {
+    // Up to every WQE sent, not only to the transmit point: after a go-back, `tx` is behind
+    // WQEs that were sent before and that this ACK may cover.
+    while c != qp.req.fetched {
         let s = qp.req.slot_mut(c);
-        if s.done.is_some() || !s.assigned {
+        if s.done.is_some() {
             c = c.wrapping_add(1);
             continue;
+        }
+        if !s.assigned {
+            break; // never sent, nor anything after it
         }
         let last = psn::add(s.first_psn, s.npsn.saturating_sub(1));
         if s.wqe.op.is_read_or_atomic() {
@@ -384,6 +516,13 @@ fn on_rnr_nak<H: Hca + ?Sized>(
     timer: u8,
 ) {
     ack_through(qp, core, now, psn::add(p, psn::MASK));
+    if qp.req.rnr_wait {
+        // Already backing off: nothing was sent since the RNR NAK that started it, so this
+        // one is its duplicate (or a forgery). It costs no RNR retry and arms no timer (one
+        // per NAK would let a peer fill the timer heap).
+        core.stats.duplicates += 1;
+        return;
+    }
     if qp.req.rnr_left == 0 {
         fail_at(qp, p, WcStatus::RnrRetryExcErr);
         let _ = hca;
@@ -450,6 +589,14 @@ fn rewind(qp: &mut QpCtx, core: &Core, p: u32) {
 /// Completes the WQE containing `p` with an error; earlier WQEs were acknowledged by the caller.
 fn fail_at(qp: &mut QpCtx, p: u32, status: WcStatus) {
     let c = wqe_of_psn(qp, p).unwrap_or(qp.req.comp);
+    fail_wqe(qp, c, status);
+}
+
+/// Completes WQE `c` with an error and stops transmission. An older WQE still waiting (a
+/// READ or atomic whose response is missing) must complete first, and only a retry can bring
+/// its response back: the retransmission timer keeps running for it (the retry resends up to
+/// `c`, which stops transmission again).
+fn fail_wqe(qp: &mut QpCtx, c: u32, status: WcStatus) {
     if c != qp.req.fetched {
         let s = qp.req.slot_mut(c);
         if s.done.is_none() {
@@ -457,5 +604,12 @@ fn fail_at(qp: &mut QpCtx, p: u32, status: WcStatus) {
         }
     }
     qp.req.stalled = true;
+    let mut k = qp.req.comp;
+    while k != c && k != qp.req.fetched {
+        if qp.req.slot(k).done.is_none() {
+            return;
+        }
+        k = k.wrapping_add(1);
+    }
     qp.req.rto_armed = false;
 }

@@ -27,9 +27,18 @@
 //!   backs off on RNR NAKs (bounded by `rnr_retry`, 7 = infinite), and moves the QP to ERR
 //!   (RC) or SQE (UC/UD) on an error completion;
 //! * the **responder** (`responder/`) checks PSNs (one sequence NAK per gap, duplicates
-//!   re-ACKed, duplicate READs re-executed and duplicate atomics answered from the cached
-//!   result), opcode sequences, keys and rights, consumes receive WQEs, and coalesces ACKs
-//!   until the end of a burst ([`Engine::flush_acks`]).
+//!   re-ACKed, duplicate READs restarted from the PSN they ask for and duplicate atomics
+//!   answered from the cached result), opcode sequences, keys and rights, consumes receive
+//!   WQEs, and coalesces ACKs until the end of a burst ([`Engine::flush_acks`]). READ and
+//!   atomic responses come from a ring of `max_dest_rd_atomic` responder resources and leave
+//!   as the engine's work turns drain them, in PSN order, an ACK or NAK for a later request
+//!   behind them (`responder/read.rs`).
+//!
+//! Work per call is bounded: a doorbell, a packet or a work turn ([`Engine::run_work`]) makes
+//! a QP emit at most [`EngineConfig::burst`] packets (or trains) from its requester and as
+//! many READ or atomic responses, and leaves the QP on the work list ([`Engine::has_work`])
+//! for the rest. A QP's memory does not grow with what its peer asks for: a READ of any size
+//! is a resource and a cursor.
 //!
 //! A QP's state changes in one place, `modify::set_state`, whether a modify command, the
 //! completer, the responder or a device error asks for it: it does the work entering each
@@ -40,11 +49,17 @@
 //! passes, and every violation becomes the IBTA completion status on both sides.
 //!
 //! Each machine has sans-IO unit tests in `tests/` (one engine, one QP, a test [`Hca`] whose
-//! queues are vectors; the test plays the peer with packets built from the wire types).
+//! queues are vectors; the test plays the peer with packets built from the wire types, or a
+//! second engine does). The `fuzzing` module (with the `fuzzing` feature) drives two engines
+//! back to back from arbitrary bytes — hostile packets, loss, duplication, reordering,
+//! timers — checking bounded work per call and that every send completes; the `engine`
+//! target in `fuzz/` runs it under libFuzzer, `tests/fuzz.rs` on seeded inputs.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod hca;
 pub mod memory;
 pub mod packet;
@@ -89,7 +104,9 @@ pub struct EngineConfig {
     pub psn_window: u32,
     /// Set AckReq at least every this many packets.
     pub ack_req_every: u32,
-    /// Packets one QP may emit per scheduling turn (bounded work per call).
+    /// Packets (or trains) one QP's requester, and as many of its READ and atomic
+    /// responses, may emit per call: a doorbell, a packet or a work turn (bounded work per
+    /// call; the rest waits for [`Engine::run_work`]).
     pub burst: u32,
 }
 
@@ -419,7 +436,9 @@ impl Engine {
         !self.core.work.is_empty()
     }
 
-    /// Runs one turn for every QP that had work left over.
+    /// Runs one turn for every QP that had work left over: the READ and atomic responses its
+    /// responder owes, then its requester's transmission, each at most `burst` packets (or
+    /// trains).
     pub fn run_work<H: Hca + ?Sized>(&mut self, now: u64, hca: &mut H, out: &mut Vec<Packet>) {
         for _ in 0..self.core.work.len() {
             let Some(qpn) = self.core.work.pop_front() else {
@@ -431,6 +450,7 @@ impl Engine {
                 .and_then(|q| q.as_deref_mut())
             {
                 qp.scheduled = false;
+                responder::respond(qp, &mut self.core, hca, out);
                 requester::transmit(qp, &mut self.core, hca, now, out);
             }
         }

@@ -27,8 +27,8 @@ use super::requester;
 /// * SQD from another state — the drain starts, and completes at once if nothing is in flight
 ///   (the SQ-drained event);
 /// * SQE (UC/UD send-side error) — the send queue is flushed; receives keep working;
-/// * ERR (once) — the device is told, timers stop, both queues are flushed (an SRQ gets the
-///   last-WQE-reached event instead).
+/// * ERR (once) — the device is told, timers stop, READ and atomic responses still owed are
+///   dropped, both queues are flushed (an SRQ gets the last-WQE-reached event instead).
 ///
 /// The transition itself is not checked here (`modify` checks a command's; the engine's own
 /// moves to ERR and SQE are always legal).
@@ -59,6 +59,7 @@ pub(crate) fn set_state<H: Hca + ?Sized>(
             hca.qp_error(qp.qpn);
             qp.req.rto_armed = false;
             qp.req.rnr_wait = false;
+            qp.resp.drop_responses();
             flush_sq(qp, hca);
             flush_rq(qp, hca);
         }
@@ -138,8 +139,13 @@ pub(crate) fn modify<H: Hca + ?Sized>(
         qp.req.una = p;
     }
     if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+        // A new ring: READ responses still owed are dropped (the requester asks again), what
+        // waited behind them goes out in the next work turn.
         qp.resp.resources = vec![None; usize::from(attr.max_dest_rd_atomic)];
         qp.resp.next_resource = 0;
+        if qp.resp.responding {
+            core.schedule(qp);
+        }
     }
     set_state(qp, core, hca, next);
     if next == QpState::Rts {

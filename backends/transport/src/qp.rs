@@ -10,6 +10,7 @@ use portverbs_hal::wc::WcStatus;
 
 use super::hca::{RecvSource, RecvWqe, SendWqe};
 use super::memory::Span;
+use crate::wire::AethSyndrome;
 
 /// How a QP was created.
 #[derive(Debug, Clone, Copy)]
@@ -136,20 +137,65 @@ impl Requester {
     }
 }
 
-/// A resource kept by the responder for duplicate READ and atomic requests.
-#[derive(Debug, Clone, Copy)]
+/// A responder resource (IBA 9.5.3): what the responder keeps of an RDMA READ or an atomic,
+/// to send its responses as the link drains them (`responder::respond`) and to answer a
+/// duplicate of it again (IBA 9.9.2.2). A QP has `max_dest_rd_atomic` of them, in a ring.
+#[derive(Debug, Clone)]
 pub(crate) enum Resource {
-    Read {
-        first_psn: u32,
-        npsn: u32,
-        va: u64,
-        rkey: u32,
-        len: u32,
-    },
-    Atomic {
-        psn: u32,
-        orig: u64,
-    },
+    Read(ReadResource),
+    Atomic(AtomicResource),
+}
+
+/// An RDMA READ: the request as accepted, and the cursor of its responses.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadResource {
+    pub(crate) first_psn: u32,
+    /// PSNs the READ reserved: one per response packet.
+    pub(crate) npsn: u32,
+    pub(crate) va: u64,
+    pub(crate) rkey: u32,
+    pub(crate) len: u32,
+    /// The MSN its responses carry.
+    pub(crate) msn: u32,
+    /// Index (from `first_psn`) of the next response to send; `npsn` when none is owed.
+    pub(crate) next: u32,
+    /// Every response was sent once; what is owed now is a replay for a duplicate.
+    pub(crate) sent: bool,
+    /// Where the bytes from response `next` on live, as the key check that let the request
+    /// (or the duplicate) in found them; `None` for a zero-length READ, or once a turn used
+    /// it (the next turn checks the key again, so a deregistered MR ends the READ).
+    pub(crate) span: Option<Span>,
+}
+
+/// An atomic: its PSN and the original value its ACK carries (once executed, never again).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AtomicResource {
+    pub(crate) psn: u32,
+    pub(crate) orig: u64,
+    pub(crate) msn: u32,
+    /// Its atomic ACK is owed (behind responses before it, or replayed for a duplicate).
+    pub(crate) owed: bool,
+    /// The ACK was sent once.
+    pub(crate) sent: bool,
+}
+
+impl Resource {
+    /// Responses still to send.
+    pub(crate) fn owed(&self) -> bool {
+        match self {
+            Self::Read(r) => r.next < r.npsn,
+            Self::Atomic(a) => a.owed,
+        }
+    }
+
+    /// Responses of the request itself still to send (not a replay): the requester cannot
+    /// have completed it, so it still counts against `max_dest_rd_atomic`.
+    pub(crate) fn unanswered(&self) -> bool {
+        match self {
+            Self::Read(r) => !r.sent,
+            Self::Atomic(a) => !a.sent,
+        }
+    }
 }
 
 /// A multi-packet message being received.
@@ -176,10 +222,17 @@ pub(crate) struct Responder {
     /// Receive WQE held for the current message.
     pub(crate) recv: RecvWqe,
     pub(crate) recv_held: bool,
+    /// The responder resources, oldest at `next_resource` once all are used.
     pub(crate) resources: Vec<Option<Resource>>,
     pub(crate) next_resource: usize,
-    /// An ACK owed for this PSN (sent when the current burst ends).
+    /// Some resource owes responses: what the responder sends for later PSNs waits behind
+    /// them (`responder::respond` sends it when they are out).
+    pub(crate) responding: bool,
+    /// An ACK owed for this PSN (sent when the current burst ends, or behind the responses
+    /// owed before it).
     pub(crate) pending_ack: Option<u32>,
+    /// A sequence or RNR NAK held back behind the responses owed before it.
+    pub(crate) held_nak: Option<(u32, AethSyndrome)>,
     /// UC: drop packets until the next FIRST/ONLY.
     pub(crate) drop_msg: bool,
     /// COMM_EST already reported.
@@ -187,6 +240,17 @@ pub(crate) struct Responder {
 }
 
 impl Responder {
+    /// Forgets every READ and atomic response owed, and what waited behind them (the QP went
+    /// to ERR: it answers nothing any more).
+    pub(crate) fn drop_responses(&mut self) {
+        for r in &mut self.resources {
+            *r = None;
+        }
+        self.responding = false;
+        self.pending_ack = None;
+        self.held_nak = None;
+    }
+
     pub(crate) fn reset(&mut self) {
         let recv = std::mem::take(&mut self.recv);
         *self = Self {

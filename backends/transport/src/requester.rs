@@ -74,6 +74,16 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
     }
 }
 
+/// Transmission moved past WQE `c` without emitting its last packet (it was done already):
+/// the next PSN to assign follows its PSNs, if it has any, so that a WQE transmitted for the
+/// first time never reuses one.
+pub(crate) fn passed(qp: &mut QpCtx, c: u32) {
+    let s = qp.req.slot(c);
+    if s.assigned {
+        qp.req.next_psn = psn::add(s.first_psn, s.npsn);
+    }
+}
+
 /// Send WQEs read per fetch burst.
 const FETCH_AHEAD: u32 = 16;
 
@@ -105,7 +115,10 @@ fn step<H: Hca + ?Sized>(
             qp.req.stalled = true;
             return Ok(Step::Blocked);
         }
+        // Done already (a local operation, or acknowledged while a go-back was behind it).
         qp.req.tx = tx.wrapping_add(1);
+        qp.req.tx_offset = 0;
+        passed(qp, tx);
         return Ok(Step::Progress);
     }
     let op = slot.wqe.op;

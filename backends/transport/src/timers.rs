@@ -54,6 +54,16 @@ impl TimerHeap {
         }
     }
 
+    /// Entries queued, stale ones included.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// True when no entry is queued.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
     /// Drops every entry of a QP (destroy).
     pub fn forget_qp(&mut self, qpn: u32) {
         self.heap.retain(|Reverse(e)| e.qpn != qpn);

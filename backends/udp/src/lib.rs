@@ -35,7 +35,9 @@
 //! datagrams, puts their payloads in a pool of reused DMA chunks, and hands the packets to the
 //! fabric through a bounded channel (full: dropped and counted). So a flood costs bounded
 //! memory: 64 batches in the channel, 16 MiB of pooled payload. Sending happens on the thread
-//! that steps the fabric, at the end of each step.
+//! that steps the fabric, at the end of each step, or sooner when 4 MiB of datagrams are
+//! queued: however much a step produces, the sending side holds no more, and keeps no more
+//! room than that after a burst.
 //!
 //! Layering: `wire` → `transport` → `fabric` → this crate. It must never know a device's
 //! queues or formats (it only routes packets), never depend on `verbs-core` or a device crate,

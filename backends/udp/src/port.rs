@@ -1,8 +1,7 @@
 //! The port: its configuration, its node on the fabric, and the handle that owns both and
 //! the receive thread.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -148,8 +147,10 @@ pub(crate) struct UdpNode {
     from_wire: Receiver<Vec<Packet>>,
     faults: PortFaults,
     rng: SplitMix64,
-    held: BinaryHeap<Reverse<(u64, u64)>>,
-    held_packets: Vec<Option<Packet>>,
+    /// Packets held back by injected reordering, by release time (and arrival, to keep
+    /// equal times in order).
+    held: BTreeMap<(u64, u64), Packet>,
+    held_count: u64,
     stats: Arc<Counters>,
     capture: Arc<Mutex<CaptureSlot>>,
 }
@@ -175,32 +176,30 @@ impl UdpNode {
             add(&self.stats.injected_reorder, 1);
             let window = f.reorder_window.as_nanos().max(1) as u64;
             let at = now + 1 + self.rng.below(window);
-            let slot = self.held_packets.len();
-            self.held_packets.push(Some(pkt.clone()));
-            self.held.push(Reverse((at, slot as u64)));
+            self.held_count += 1;
+            self.held.insert((at, self.held_count), pkt.clone());
             return;
+        }
+        self.queue(pkt);
+    }
+
+    /// Queues `pkt` for the end of the step, sending what is queued first when the queue is
+    /// full: however much one step produces, the port holds at most `tx::ARENA_MAX` bytes.
+    fn queue(&mut self, pkt: &Packet) {
+        if self.txq.is_full() {
+            self.flush();
         }
         self.txq
             .push(pkt, self.peer_port, &mut self.sockets, &self.stats);
     }
 
     fn release_held(&mut self, now: u64) {
-        while let Some(Reverse((at, slot))) = self.held.peek().copied() {
-            if at > now {
+        while let Some(entry) = self.held.first_entry() {
+            if entry.key().0 > now {
                 break;
             }
-            self.held.pop();
-            let pkt = self
-                .held_packets
-                .get_mut(slot as usize)
-                .and_then(Option::take);
-            if let Some(pkt) = pkt {
-                self.txq
-                    .push(&pkt, self.peer_port, &mut self.sockets, &self.stats);
-            }
-        }
-        if self.held.is_empty() {
-            self.held_packets.clear();
+            let pkt = entry.remove();
+            self.queue(&pkt);
         }
     }
 
@@ -251,7 +250,7 @@ impl Node for UdpNode {
     }
 
     fn next_deadline(&self) -> Option<u64> {
-        self.held.peek().map(|Reverse((at, _))| *at)
+        self.held.keys().next().map(|&(at, _)| at)
     }
 
     fn set_max_train(&mut self, _n: u32) {}
@@ -308,8 +307,8 @@ impl UdpPort {
             from_wire: from_wire.clone(),
             faults: config.faults,
             rng: SplitMix64::new(config.faults.seed),
-            held: BinaryHeap::new(),
-            held_packets: Vec::new(),
+            held: BTreeMap::new(),
+            held_count: 0,
             stats: stats.clone(),
             capture: capture.clone(),
         };

@@ -103,9 +103,27 @@ pub(crate) struct TxQueue {
 /// Most bytes one GSO message carries (UDP's 16-bit length, less headers, with room).
 const GSO_MAX_BYTES: usize = 63 * 1024;
 
+/// Most bytes of serialised datagrams the queue holds, and keeps room for between flushes:
+/// the port sends what is queued as soon as another datagram might not fit
+/// ([`TxQueue::is_full`]), and a flush gives back capacity above it. However much a fabric
+/// step produces (a READ's responses, a burst of many QPs), the port holds at most this much.
+pub(crate) const ARENA_MAX: usize = 4 << 20;
+
+/// Most datagrams the queue holds (and keeps room for) between sends.
+pub(crate) const ENTRIES_MAX: usize = 4096;
+
+/// Room one datagram may need: the largest IB MTU, headers and ICRC, with margin.
+const DATAGRAM_MAX: usize = 9216;
+
 impl TxQueue {
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// True when the next datagram might not fit within [`ARENA_MAX`] or [`ENTRIES_MAX`]:
+    /// flush first.
+    pub(crate) fn is_full(&self) -> bool {
+        self.arena.len() + DATAGRAM_MAX > ARENA_MAX || self.entries.len() >= ENTRIES_MAX
     }
 
     /// Serialises `pkt` (not a train) for `dst_port` on the peer.
@@ -123,6 +141,7 @@ impl TxQueue {
             return;
         }
         let (sock, sport) = sockets.for_port(pkt.udp_sport, stats);
+        self.make_room();
         let start = self.arena.len();
         let sealed = pkt.write_datagram(&mut self.arena).and_then(|()| {
             let body = self.arena.get(start..).unwrap_or(&[]);
@@ -149,6 +168,22 @@ impl TxQueue {
                 self.arena.truncate(start);
                 add(&stats.tx_dropped, 1);
             }
+        }
+    }
+
+    /// Grows the arena for one more datagram as a `Vec` would, by doubling, but up to
+    /// [`ARENA_MAX`] exactly, so that a queue kept within it by [`Self::is_full`] never holds
+    /// more memory than that (past it, for a caller that does not check, it doubles again).
+    fn make_room(&mut self) {
+        let (len, cap) = (self.arena.len(), self.arena.capacity());
+        if len + DATAGRAM_MAX <= cap {
+            return;
+        }
+        if cap < ARENA_MAX {
+            let want = (cap * 2).clamp(64 << 10, ARENA_MAX).max(len + DATAGRAM_MAX);
+            self.arena.reserve_exact(want - len);
+        } else {
+            self.arena.reserve(DATAGRAM_MAX);
         }
     }
 
@@ -221,6 +256,12 @@ impl TxQueue {
         self.entries.clear();
         self.arena.clear();
         self.runs.clear();
+        // A burst queued without `is_full` checks (or a capture frame) may have grown the
+        // buffers: give the excess back rather than keep it for the life of the port.
+        self.arena.shrink_to(ARENA_MAX);
+        self.entries.shrink_to(ENTRIES_MAX);
+        self.runs.shrink_to(ENTRIES_MAX);
+        self.frame.shrink_to(DATAGRAM_MAX * 2);
     }
 
     /// The kernel numbers the IPv4 packets a GSO message becomes: segment `k` of a message
@@ -306,5 +347,66 @@ fn send_all(sock: &UdpSocket, msgs: &[Outgoing<'_>], counts: &[usize], stats: &C
             add(&stats.tx_errors, c as u64);
             pos += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use portverbs_hal::types::Gid;
+    use portverbs_transport::PayloadData;
+    use portverbs_wire::{Bth, Opcode, TransportHdr};
+
+    /// A 4 KiB READ response to 127.0.0.2, with PSN `psn`.
+    fn response(psn: u32) -> Packet {
+        let hdr = TransportHdr::new(Bth::new(Opcode::ReadResponseMiddle, 0x11, psn));
+        Packet::new(
+            Gid::from_ip("127.0.0.1".parse().unwrap()),
+            Gid::from_ip("127.0.0.2".parse().unwrap()),
+            hdr,
+            PayloadData::Bytes(vec![0x5a; 4096]),
+        )
+    }
+
+    fn queue() -> (TxQueue, Sockets, Counters) {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = sock.local_addr().unwrap().port();
+        let sockets = Sockets::new(sock, port, 0).unwrap();
+        (TxQueue::default(), sockets, Counters::default())
+    }
+
+    /// Nothing listens on the discard port of 127.0.0.2: the kernel drops what arrives.
+    const PEER_PORT: u16 = 9;
+
+    #[test]
+    fn a_flush_gives_back_what_a_large_burst_grew() {
+        let (mut q, mut sockets, stats) = queue();
+        // 16 MiB of responses queued in one go, as one engine step could produce them.
+        for psn in 0..4096 {
+            q.push(&response(psn), PEER_PORT, &mut sockets, &stats);
+        }
+        assert!(q.arena.capacity() > 4 * ARENA_MAX);
+        q.flush(&sockets, false, &stats, None);
+        assert!(q.is_empty());
+        assert!(q.arena.capacity() <= ARENA_MAX, "{}", q.arena.capacity());
+        assert!(q.entries.capacity() <= ENTRIES_MAX);
+        assert!(q.runs.capacity() <= ENTRIES_MAX);
+    }
+
+    #[test]
+    fn flushing_when_full_keeps_the_arena_within_its_bound() {
+        let (mut q, mut sockets, stats) = queue();
+        let mut most = 0;
+        for psn in 0..8192 {
+            if q.is_full() {
+                q.flush(&sockets, true, &stats, None);
+            }
+            q.push(&response(psn), PEER_PORT, &mut sockets, &stats);
+            most = most.max(q.arena.capacity());
+        }
+        q.flush(&sockets, true, &stats, None);
+        assert!(most <= ARENA_MAX, "{most}");
+        let sent = stats.snapshot();
+        assert_eq!(sent.tx_packets + sent.tx_errors + sent.tx_dropped, 8192);
     }
 }

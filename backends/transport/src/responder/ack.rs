@@ -17,19 +17,51 @@ pub(super) fn accept(qp: &mut QpCtx, core: &mut Core, pkt: &Packet) {
     let last = psn::add(pkt.hdr.bth.psn, pkt.psn_count() - 1);
     qp.resp.epsn = psn::add(last, 1);
     if pkt.hdr.bth.ack_req {
-        qp.resp.pending_ack = Some(last);
-        if !qp.ack_scheduled {
-            qp.ack_scheduled = true;
-            core.acks.push(qp.qpn);
-        }
+        owe_ack(qp, core, last);
     }
 }
 
-/// Sends the coalesced ACK, if one is owed.
+/// Owes an ACK for everything through PSN `p`, sent when the current burst ends (one for
+/// the whole burst, however many packets asked).
+pub(super) fn owe_ack(qp: &mut QpCtx, core: &mut Core, p: u32) {
+    qp.resp.pending_ack = Some(p);
+    if !qp.ack_scheduled {
+        qp.ack_scheduled = true;
+        core.acks.push(qp.qpn);
+    }
+}
+
+/// Sends the coalesced ACK, if one is owed and no READ or atomic response before it is still
+/// owed (then it goes out behind them: `read::respond`).
 pub(crate) fn flush_ack(qp: &mut QpCtx, core: &mut Core, out: &mut Vec<Packet>) {
     qp.ack_scheduled = false;
+    if qp.resp.responding {
+        return;
+    }
     if let Some(p) = qp.resp.pending_ack.take() {
         send_aeth(qp, core, out, p, AethSyndrome::Ack { credits: 0x1f });
+    }
+}
+
+/// Sends an ACK, a sequence NAK or an RNR NAK for PSN `p` — or, while READ or atomic
+/// responses for earlier PSNs are still owed, holds it until they are out: responses leave in
+/// PSN order (a requester such as rxe's takes a response beyond a READ it is still receiving
+/// as the READ's responses lost, and asks for the READ again). Only the latest of each is
+/// kept; the QP's state does not change in between (ACKs are cumulative, and a NAK's PSN is
+/// the expected PSN, which stays put until it arrives).
+pub(super) fn send_or_hold(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    out: &mut Vec<Packet>,
+    p: u32,
+    syndrome: AethSyndrome,
+) {
+    if !qp.resp.responding {
+        send_aeth(qp, core, out, p, syndrome);
+    } else if let AethSyndrome::Ack { .. } = syndrome {
+        qp.resp.pending_ack = Some(p);
+    } else {
+        qp.resp.held_nak = Some((p, syndrome));
     }
 }
 
@@ -37,7 +69,7 @@ pub(super) fn rnr(qp: &mut QpCtx, core: &mut Core, out: &mut Vec<Packet>, p: u32
     core.stats.rnr_naks += 1;
     let timer = qp.attr.min_rnr_timer & 0x1f;
     let _ = rnr_timer_ns(timer);
-    send_aeth(qp, core, out, p, AethSyndrome::RnrNak { timer });
+    send_or_hold(qp, core, out, p, AethSyndrome::RnrNak { timer });
 }
 
 /// A remote access violation: NAK, QP to ERR, and an access-error event on this side.

@@ -1,13 +1,15 @@
 //! Atomic requests (compare-and-swap, fetch-and-add): checks in rxe's order, execution, the
-//! atomic ACK, and the saved original value a duplicate is answered from.
+//! atomic ACK (sent at once, or behind READ responses owed before it), and the saved original
+//! value a duplicate is answered from (the responder resource, shared with READs: `read.rs`).
 
 use portverbs_hal::types::AccessFlags;
 
 use super::super::Core;
 use super::super::hca::Hca;
 use super::super::packet::{Packet, PayloadData, psn};
-use super::super::qp::{QpCtx, Resource};
+use super::super::qp::{AtomicResource, QpCtx, Resource};
 use super::ack::{access_error, bth, nak_fatal, reply};
+use super::read::{resource_free, store_resource};
 use super::remote;
 use crate::wire::{Aeth, AethSyndrome, AtomicAckEth, NakCode, Opcode, TransportHdr};
 
@@ -25,7 +27,7 @@ pub(super) fn atomic<H: Hca + ?Sized>(
     };
     // The order of the checks (rxe's): responder resources, then the QP's and the key's
     // rights and the range (REM_ACCESS_ERR), and only then the alignment (REM_INV_REQ_ERR).
-    if qp.resp.resources.is_empty() {
+    if !resource_free(qp) {
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
         return;
     }
@@ -47,29 +49,34 @@ pub(super) fn atomic<H: Hca + ?Sized>(
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
         return;
     };
-    store_resource(qp, Resource::Atomic { psn: p, orig });
     qp.resp.msn = psn::add(qp.resp.msn, 1);
     qp.resp.epsn = psn::add(p, 1);
+    // The atomic ACK acknowledges everything before it.
     qp.resp.pending_ack = None;
-    out.push(atomic_ack(qp, core, p, orig));
+    let mut a = AtomicResource {
+        psn: p,
+        orig,
+        msn: qp.resp.msn,
+        owed: false,
+        sent: false,
+    };
+    if qp.resp.responding {
+        // Behind the responses owed before it.
+        a.owed = true;
+    } else {
+        a.sent = true;
+        out.push(atomic_ack(qp, core, p, orig, a.msn));
+    }
+    store_resource(qp, Resource::Atomic(a));
 }
 
-pub(super) fn atomic_ack(qp: &QpCtx, core: &mut Core, p: u32, orig: u64) -> Packet {
+/// The atomic ACK of the atomic at PSN `p`: its original value and the MSN it completed.
+pub(super) fn atomic_ack(qp: &QpCtx, core: &mut Core, p: u32, orig: u64, msn: u32) -> Packet {
     let mut hdr = TransportHdr::new(bth(qp, Opcode::AtomicAcknowledge, p));
     hdr.aeth = Some(Aeth {
         syndrome: AethSyndrome::Ack { credits: 0x1f },
-        msn: qp.resp.msn,
+        msn,
     });
     hdr.atomic_ack = Some(AtomicAckEth { orig });
     reply(qp, core, hdr, PayloadData::Empty)
-}
-
-pub(super) fn store_resource(qp: &mut QpCtx, r: Resource) {
-    let n = qp.resp.resources.len();
-    if n == 0 {
-        return;
-    }
-    let i = qp.resp.next_resource % n;
-    qp.resp.resources[i] = Some(r);
-    qp.resp.next_resource = (i + 1) % n;
 }

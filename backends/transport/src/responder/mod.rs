@@ -32,6 +32,7 @@ use uc::on_uc;
 use ud::on_ud;
 
 pub(crate) use ack::flush_ack;
+pub(crate) use read::respond;
 
 /// Handles a request packet (SEND, WRITE, READ request, atomic) for this QP.
 pub(crate) fn on_request<H: Hca + ?Sized>(

@@ -9,7 +9,7 @@ use super::super::hca::Hca;
 use super::super::modify::set_state;
 use super::super::packet::{Packet, psn};
 use super::super::qp::{InMsg, QpCtx};
-use super::ack::{accept, access_error, nak_fatal, rnr, send_aeth};
+use super::ack::{accept, access_error, nak_fatal, rnr, send_aeth, send_or_hold};
 use super::atomic::atomic;
 use super::duplicate::duplicate;
 use super::read::read_request;
@@ -32,7 +32,7 @@ pub(super) fn on_rc<H: Hca + ?Sized>(
             qp.resp.nak_sent = true;
             core.stats.seq_naks += 1;
             let epsn = qp.resp.epsn;
-            send_aeth(
+            send_or_hold(
                 qp,
                 core,
                 out,
@@ -55,6 +55,8 @@ pub(super) fn on_rc<H: Hca + ?Sized>(
         return;
     }
     qp.resp.nak_sent = false;
+    // A NAK held back for this PSN asked for what just arrived.
+    qp.resp.held_nak = None;
     let op = pkt.hdr.bth.opcode;
     if !sequence_ok(qp, op) {
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);

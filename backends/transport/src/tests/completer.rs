@@ -299,3 +299,37 @@ fn a_response_with_another_partitions_p_key_is_dropped_and_counted() {
     );
     assert_eq!(s.engine.port_violations(2), Default::default());
 }
+
+#[test]
+fn a_wqe_failing_behind_an_atomic_still_waiting_lets_the_atomic_finish_first() {
+    let mut setup = Setup::rc();
+    setup.rnr_retry = 0;
+    let mut s = Side::with(setup);
+    s.post(s.wqe(
+        SendOp::AtomicFetchAdd {
+            remote: target(),
+            add: 1,
+        },
+        64,
+        8,
+    ));
+    s.post(s.wqe(SendOp::Send, 0, 16));
+    // The atomic's ACK is lost; the SEND behind it runs out of RNR retries.
+    s.feed(aeth(SQ_PSN + 1, AethSyndrome::RnrNak { timer: 1 }));
+    assert!(s.take_cqes().is_empty(), "completions stay in order");
+    // The retransmission timer still runs for the atomic, which is asked for again.
+    let out = s.advance_to(s.now + ack_timeout_ns(TIMEOUT).unwrap());
+    assert_eq!(summary(&out), [(Opcode::FetchAdd, SQ_PSN)]);
+    let mut hdr = TransportHdr::new(bth(Opcode::AtomicAcknowledge, SQ_PSN, false));
+    hdr.aeth = Some(Aeth {
+        syndrome: AethSyndrome::ACK_UNLIMITED,
+        msn: 1,
+    });
+    hdr.atomic_ack = Some(AtomicAckEth { orig: 41 });
+    s.feed(from_peer(hdr, &[]));
+    assert_eq!(
+        statuses(&mut s),
+        [(0, WcStatus::Success), (1, WcStatus::RnrRetryExcErr)]
+    );
+    assert_eq!(s.state(), QpState::Err);
+}

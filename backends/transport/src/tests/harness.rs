@@ -53,6 +53,19 @@ pub(super) struct Setup {
     pub(super) access: AccessFlags,
     /// Stop in RTR (a pure responder).
     pub(super) rtr_only: bool,
+    /// The QP's number and its peer's.
+    pub(super) qpn: u32,
+    pub(super) peer_qpn: u32,
+    /// Last octet of the side's address and of its peer's (10.0.0.x).
+    pub(super) me: u8,
+    pub(super) peer: u8,
+    /// First PSN sent and first PSN expected.
+    pub(super) sq_psn: u32,
+    pub(super) rq_psn: u32,
+    /// Size of the registered buffer.
+    pub(super) buf: usize,
+    /// Path MTU.
+    pub(super) path_mtu: Mtu,
 }
 
 impl Setup {
@@ -69,6 +82,27 @@ impl Setup {
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
             rtr_only: false,
+            qpn: QPN,
+            peer_qpn: PEER_QPN,
+            me: 1,
+            peer: 2,
+            sq_psn: SQ_PSN,
+            rq_psn: RQ_PSN,
+            buf: BUF,
+            path_mtu: Mtu::Mtu1024,
+        }
+    }
+
+    /// The other end of a connection set up like this one.
+    pub(super) fn mirrored(self) -> Self {
+        Self {
+            qpn: self.peer_qpn,
+            peer_qpn: self.qpn,
+            me: self.peer,
+            peer: self.me,
+            sq_psn: self.rq_psn,
+            rq_psn: self.sq_psn,
+            ..self
         }
     }
 
@@ -84,6 +118,8 @@ impl Setup {
 #[derive(Debug)]
 pub(super) struct Side {
     pub(super) engine: Engine,
+    /// The QP under test (`QPN` unless set up otherwise).
+    pub(super) qpn: u32,
     pub(super) hca: TestHca,
     pub(super) mem: Arc<SoftDma>,
     /// lkey = rkey of the buffer.
@@ -112,7 +148,7 @@ impl Side {
         let mut engine = Engine::new(
             s.cfg,
             vec![PortInfo {
-                gids: vec![gid(1)],
+                gids: vec![gid(s.me)],
                 mtu: Mtu::Mtu4096,
                 active: true,
             }],
@@ -126,21 +162,22 @@ impl Side {
             sq_entries: 64,
             caps: QpCaps::default(),
         };
-        engine.create_qp(QPN, init).unwrap();
-        let mem = SoftDma::alloc(BUF).unwrap();
+        engine.create_qp(s.qpn, init).unwrap();
+        let mem = SoftDma::alloc(s.buf).unwrap();
         let key = engine
             .memory_mut()
             .register(MrSpec {
                 pd: 1,
                 access: s.access,
                 va: VA,
-                len: BUF as u64,
+                len: s.buf as u64,
                 mem: mem.clone(),
                 mem_offset: 0,
             })
             .unwrap();
         let mut side = Self {
             engine,
+            qpn: s.qpn,
             hca: TestHca::default(),
             mem,
             key,
@@ -152,10 +189,10 @@ impl Side {
             port_num: 1,
             qkey: QKEY,
             qp_access_flags: s.access,
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: PEER_QPN,
-            rq_psn: RQ_PSN,
-            sq_psn: SQ_PSN,
+            path_mtu: s.path_mtu,
+            dest_qp_num: s.peer_qpn,
+            rq_psn: s.rq_psn,
+            sq_psn: s.sq_psn,
             max_rd_atomic: s.max_rd_atomic,
             max_dest_rd_atomic: s.max_dest_rd_atomic,
             min_rnr_timer: MIN_RNR_TIMER,
@@ -163,7 +200,7 @@ impl Side {
             retry_cnt: s.retry_cnt,
             rnr_retry: s.rnr_retry,
             ah_attr: AddressVector {
-                dgid: gid(2),
+                dgid: gid(s.peer),
                 ..AddressVector::default()
             },
             ..QpAttr::default()
@@ -208,7 +245,7 @@ impl Side {
         };
         self.engine.modify_qp(
             self.now,
-            QPN,
+            self.qpn,
             &attr,
             mask | QpAttrMask::STATE,
             &mut self.hca,
@@ -218,7 +255,7 @@ impl Side {
     }
 
     pub(super) fn state(&self) -> QpState {
-        self.engine.qp_state(QPN).unwrap()
+        self.engine.qp_state(self.qpn).unwrap()
     }
 
     /// Posts a send WQE and rings the doorbell; returns what went out.
@@ -226,7 +263,8 @@ impl Side {
         wqe.counter = self.hca.sq.len() as u32;
         self.hca.sq.push(wqe);
         let mut out = Vec::new();
-        self.engine.doorbell(self.now, QPN, &mut self.hca, &mut out);
+        self.engine
+            .doorbell(self.now, self.qpn, &mut self.hca, &mut out);
         out
     }
 
@@ -284,10 +322,29 @@ impl Side {
     }
 
     pub(super) fn has_event(&self, kind: QpEventKind) -> bool {
-        self.hca
-            .events
-            .iter()
-            .any(|e| matches!(e, DeviceEvent::Qp { qpn: QPN, kind: k } if *k == kind))
+        self.hca.events.iter().any(
+            |e| matches!(e, DeviceEvent::Qp { qpn, kind: k } if *qpn == self.qpn && *k == kind),
+        )
+    }
+
+    /// The engine's state of the QP under test.
+    pub(super) fn qp(&self) -> &crate::qp::QpCtx {
+        self.engine.qps[self.qpn as usize]
+            .as_deref()
+            .expect("the QP under test exists")
+    }
+
+    /// Retries left: (transport retries, RNR retries).
+    pub(super) fn retries_left(&self) -> (u8, u8) {
+        let qp = self.qp();
+        (qp.req.retries_left, qp.req.rnr_left)
+    }
+
+    /// Runs one engine work turn (the QPs left with work by a bounded turn); what went out.
+    pub(super) fn turn(&mut self) -> Vec<Packet> {
+        let mut out = Vec::new();
+        self.engine.run_work(self.now, &mut self.hca, &mut out);
+        out
     }
 
     /// An SGE over buffer bytes `[off, off + len)`.
@@ -373,4 +430,86 @@ pub(super) fn summary(pkts: &[Packet]) -> Vec<(Opcode, u32)> {
     pkts.iter()
         .map(|p| (p.hdr.bth.opcode, p.hdr.bth.psn))
         .collect()
+}
+
+/// Which way a packet travels between the two sides of a [`Pair`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dir {
+    AtoB,
+    BtoA,
+}
+
+/// Two engines with one QP each, connected back to back: `a` set up as the [`Setup`] says,
+/// `b` as its mirror image. Packets in flight wait in `to_a` and `to_b` until a round
+/// delivers them.
+#[derive(Debug)]
+pub(super) struct Pair {
+    pub(super) a: Side,
+    pub(super) b: Side,
+    pub(super) to_a: Vec<Packet>,
+    pub(super) to_b: Vec<Packet>,
+}
+
+impl Pair {
+    pub(super) fn new(setup: Setup) -> Self {
+        Self {
+            a: Side::with(setup),
+            b: Side::with(setup.mirrored()),
+            to_a: Vec::new(),
+            to_b: Vec::new(),
+        }
+    }
+
+    /// One round: every packet in flight that `keep` lets through is delivered (one burst per
+    /// side, its ACKs flushed), then each side runs one work turn. False when nothing moved.
+    pub(super) fn round(&mut self, keep: &mut impl FnMut(Dir, &Packet) -> bool) -> bool {
+        let to_b: Vec<Packet> = std::mem::take(&mut self.to_b)
+            .into_iter()
+            .filter(|p| keep(Dir::AtoB, p))
+            .collect();
+        let to_a: Vec<Packet> = std::mem::take(&mut self.to_a)
+            .into_iter()
+            .filter(|p| keep(Dir::BtoA, p))
+            .collect();
+        let moved = !to_a.is_empty()
+            || !to_b.is_empty()
+            || self.a.engine.has_work()
+            || self.b.engine.has_work();
+        let out = self.b.burst(&to_b);
+        self.to_a.extend(out);
+        let out = self.a.burst(&to_a);
+        self.to_b.extend(out);
+        if self.a.engine.has_work() {
+            let out = self.a.turn();
+            self.to_b.extend(out);
+        }
+        if self.b.engine.has_work() {
+            let out = self.b.turn();
+            self.to_a.extend(out);
+        }
+        moved
+    }
+
+    /// Rounds until nothing moves; returns how many ran (at most `limit`).
+    pub(super) fn settle(
+        &mut self,
+        limit: usize,
+        mut keep: impl FnMut(Dir, &Packet) -> bool,
+    ) -> usize {
+        for n in 0..limit {
+            if !self.round(&mut keep) {
+                return n;
+            }
+        }
+        limit
+    }
+
+    /// Advances both clocks by `ns` and fires the timers due; what they send goes in flight.
+    pub(super) fn advance(&mut self, ns: u64) {
+        let at = self.a.now.max(self.b.now) + ns;
+        let out = self.a.advance_to(at);
+        self.to_b.extend(out);
+        let out = self.b.advance_to(at);
+        self.to_a.extend(out);
+    }
 }

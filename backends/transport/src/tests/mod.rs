@@ -7,7 +7,10 @@ mod harness;
 
 mod completer;
 mod modify;
+mod read;
 mod requester;
 mod responder;
+mod window;
 
 mod frames;
+mod fuzz;

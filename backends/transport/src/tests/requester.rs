@@ -289,3 +289,36 @@ fn a_bad_lkey_fails_locally_without_a_packet_and_errors_the_qp() {
     assert_eq!(cqes[0].status, WcStatus::LocProtErr);
     assert_eq!(s.state(), QpState::Err);
 }
+
+#[test]
+fn an_ack_covering_wqes_the_go_back_has_not_reached_again_completes_them() {
+    let mut setup = Setup::rc();
+    setup.cfg = EngineConfig {
+        burst: 2,
+        ..EngineConfig::default()
+    };
+    let mut s = Side::with(setup);
+    for _ in 0..4 {
+        s.post(s.wqe(SendOp::Send, 0, 16));
+    }
+    while s.engine.has_work() {
+        s.turn();
+    }
+    // The ACK is late: the timeout goes back to the first SEND and resends a burst of two.
+    let out = s.advance_to(s.now + ack_timeout_ns(TIMEOUT).unwrap());
+    assert_eq!(
+        summary(&out),
+        [(Opcode::SendOnly, SQ_PSN), (Opcode::SendOnly, SQ_PSN + 1)]
+    );
+    // Then it arrives, covering all four, two of which the go-back has not resent yet.
+    s.feed(ack(SQ_PSN + 3));
+    let cqes = s.take_cqes();
+    assert_eq!(cqes.len(), 4, "{cqes:?}");
+    assert!(cqes.iter().all(|c| c.status == WcStatus::Success));
+    while s.engine.has_work() {
+        assert!(s.turn().is_empty(), "nothing acknowledged is resent");
+    }
+    // The next message gets the next PSN.
+    let out = s.post(s.wqe(SendOp::Send, 0, 16));
+    assert_eq!(summary(&out), [(Opcode::SendOnly, SQ_PSN + 4)]);
+}

@@ -1,5 +1,5 @@
 //! The responder: in-order execution of SEND, RDMA WRITE, READ and atomics with coalesced
-//! ACKs, duplicates (re-ACKed, READs re-executed, atomics replayed), one sequence NAK per PSN
+//! ACKs, duplicates (re-ACKed, READs answered again, atomics replayed), one sequence NAK per PSN
 //! gap, RNR NAKs, remote access and length errors, and UC/UD reception.
 
 use portverbs_hal::event::QpEventKind;
@@ -237,7 +237,9 @@ fn a_read_request_is_answered_with_responses_at_consecutive_psns() {
     let data = pattern(2500, 8);
     s.write_mem(0, &data);
     let read = with_reth(&s, Opcode::ReadRequest, RQ_PSN, 0, 2500, &[]);
-    let out = s.feed(read.clone());
+    // The responses go out in the QP's next work turn (`tests/read.rs` has the details).
+    assert!(s.feed(read.clone()).is_empty());
+    let out = s.turn();
     assert_eq!(
         summary(&out),
         [
@@ -259,8 +261,9 @@ fn a_read_request_is_answered_with_responses_at_consecutive_psns() {
         &s.feed(request(Opcode::SendOnly, RQ_PSN + 3, true, &[1])),
         RQ_PSN + 3
     ));
-    // A duplicate READ is executed again from its saved resource.
-    let out = s.feed(read);
+    // A duplicate READ is answered again from its saved resource.
+    assert!(s.feed(read).is_empty());
+    let out = s.turn();
     assert_eq!(out.len(), 3);
     assert_eq!(out[2].hdr.bth.psn, RQ_PSN + 2);
 }
@@ -372,4 +375,23 @@ fn a_packet_from_another_address_is_not_the_connections() {
     assert_eq!(summary(&out), vec![(Opcode::Acknowledge, RQ_PSN)]);
     assert_eq!(s.take_cqes().len(), 1);
     assert_eq!(s.engine.stats().misaddressed, 1);
+}
+
+#[test]
+fn duplicates_in_one_burst_are_re_acked_once() {
+    let mut s = Side::rc();
+    s.post_recv(0, 4096);
+    let data = pattern(3 * MTU, 2);
+    let pkts = [
+        request(Opcode::SendFirst, RQ_PSN, false, &data[..MTU]),
+        request(Opcode::SendMiddle, RQ_PSN + 1, false, &data[MTU..2 * MTU]),
+        request(Opcode::SendLast, RQ_PSN + 2, true, &data[2 * MTU..]),
+    ];
+    assert!(acked(&s.burst(&pkts), RQ_PSN + 2));
+    // The whole message again, twice (a go-back after a lost ACK, duplicated on the way):
+    // one ACK says it all.
+    let again: Vec<Packet> = pkts.iter().chain(&pkts).cloned().collect();
+    let out = s.burst(&again);
+    assert!(acked(&out, RQ_PSN + 2), "{:?}", summary(&out));
+    assert_eq!(s.take_cqes().len(), 1);
 }
