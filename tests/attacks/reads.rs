@@ -207,7 +207,19 @@ fn reads_are_answered_a_turn_at_a_time_and_bounded_by_depth(backend: Backend) {
         naks.contains(&AethSyndrome::Nak(NakCode::InvalidRequest)),
         "{naks:?}"
     );
-    assert_eq!(v.qp.state(), QpState::Err, "the requester broke its grant");
+    // The responder's invalid-request error: the QP is in ERR on the device, and the
+    // application hears it as IBV_EVENT_QP_REQ_ERR.
+    assert_eq!(
+        v.qp.query_blocking().unwrap().qp_state,
+        QpState::Err,
+        "the requester broke its grant"
+    );
+    let event = env.a().get_async_event().unwrap().expect("an async event");
+    assert_eq!(event.kind, portverbs::verbs::AsyncEventKind::QpReqErr);
+    assert_eq!(
+        event.element,
+        portverbs::verbs::EventElement::Qp(v.qp.qp_num())
+    );
     drop(v);
     drop(attacker);
 }
