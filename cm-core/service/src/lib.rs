@@ -84,7 +84,7 @@
 //!   retransmission recovers it. A peer's window and queue are freed once they are empty
 //!   (at the latest when the number of peers with one has doubled).
 //!
-//! Measured (`tests/cm_hostile.rs`): 4096 DREQs and 4096 REQs, each from an address of its
+//! Measured (`tests/attacks/cm_liar.rs`): 4096 DREQs and 4096 REQs, each from an address of its
 //! own, leave 256 address handles and about 125 KiB of CM state
 //! ([`CmDevice::state_bytes`]), and nothing but the listener once the requests' senders have
 //! given up.
