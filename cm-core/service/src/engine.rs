@@ -522,6 +522,8 @@ impl<D: Device> CmDevice<D> {
         }
         self.poll_background(&mut st);
         woke |= self.drain(&mut st)?;
+        let State { pacer, agent, .. } = &mut *st;
+        pacer.tick(agent, now);
         self.flush_unsent(&mut st)?;
         drop(st);
         if woke {

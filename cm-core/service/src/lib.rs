@@ -81,8 +81,8 @@
 //!   one per endpoint it connects, accepts or disconnects), of which at most 1024 answers
 //!   (what a peer's repeated messages can queue behind a waiting request); beyond either, a
 //!   MAD is dropped as if lost on the wire and counted ([`MadCounts::pace_dropped`]), and a
-//!   retransmission recovers it. A peer's window and queue are freed once they are empty
-//!   (at the latest when the number of peers with one has doubled).
+//!   retransmission recovers it. A peer's window and queue are freed once they are empty:
+//!   within a second, or sooner when the number of peers with one has doubled.
 //!
 //! Measured (`tests/attacks/cm_liar.rs`): 4096 DREQs and 4096 REQs, each from an address of its
 //! own, leave 256 address handles and about 125 KiB of CM state

@@ -34,19 +34,21 @@
 //!   first anyway.
 //! * Per-peer tables: a peer has an entry only while it has requests counted in its window
 //!   or MADs held. An entry whose window has emptied and which holds nothing is freed when
-//!   its last MAD leaves, or by a sweep that runs whenever the number of entries has doubled
-//!   since the last one (at least 64): a stranger's entry outlives its last request by at
-//!   most that, and the entries are at most twice the peers with a request in flight at the
-//!   last sweep, plus 64. An entry costs about 130 bytes (with its window's slot in the map of
-//!   requests on the wire), and 280 bytes per held MAD while it has a queue.
+//!   its last held MAD leaves, else by a sweep, which runs every second and whenever the
+//!   number of entries has doubled since the last one (at least 64): an entry outlives its
+//!   last answer by about a second, and the entries are at most twice the peers with a
+//!   request in flight at the last sweep, plus 64, however fast strangers come. An entry
+//!   costs about 130 bytes (with its window's slot in the map of requests on the wire), and
+//!   280 bytes per held MAD while it has a queue.
 //! * Work: a MAD offered costs a few hash lookups. On each release (once per round of
 //!   progress) only the peers with held MADs are looked at (a ready list); answered
 //!   requests are freed from the oldest of a peer's window first (answers mostly come in the
 //!   order the requests left, so this costs what it frees), and while a full window's oldest
 //!   request is still unanswered, one look in 64 goes through the whole window (at most 128
 //!   requests), so a peer that answers out of order, or not at all, does not keep places
-//!   that others' answers freed. A sweep costs the number of entries, amortised over the
-//!   entries made since the last one.
+//!   that others' answers freed. A sweep looks at the oldest request of every entry: on
+//!   growth, its cost is amortised over the entries made since the last one; once a
+//!   second, it is at most that many looks.
 //!
 //! What this does not bound: many peers sending to one device at once (each has its own
 //! window toward us), and the peer's own speed at reposting (it reposts each receive as soon
@@ -74,8 +76,11 @@ pub(crate) const HELD_ANSWERS_MAX: usize = 1024;
 /// looks go through all of its requests.
 const FULL_SCAN_EVERY: u32 = 64;
 
-/// Peer entries below which no sweep runs.
+/// Peer entries below which no sweep runs on growth.
 const SWEEP_FLOOR: usize = 64;
+
+/// The longest between two sweeps, in nanoseconds (one second).
+const SWEEP_EVERY_NS: u64 = 1_000_000_000;
 
 /// Where the attribute ID sits in the MAD header.
 const ATTR_ID: usize = 16;
@@ -141,6 +146,8 @@ pub(crate) struct Pacer {
     moves: u64,
     /// Peer entries at which the next sweep runs.
     sweep_at: usize,
+    /// When the last sweep ran (the caller's clock, nanoseconds).
+    swept_at: u64,
     /// MADs that had to wait for a window (a counter, never reset).
     pub(crate) paced: u64,
     /// MADs dropped at the caps on held MADs (a counter, never reset).
@@ -157,6 +164,7 @@ impl Default for Pacer {
             held_answers: 0,
             moves: 1,
             sweep_at: SWEEP_FLOOR,
+            swept_at: 0,
             paced: 0,
             dropped: 0,
         }
@@ -413,6 +421,18 @@ impl Pacer {
         }
     }
 
+    /// Sweeps when the last sweep is a second old (`now` in nanoseconds, any monotonic
+    /// origin), so that a peer's entry outlives its last answer by about a second at most,
+    /// for the cost of a look at each entry per second.
+    pub(crate) fn tick(&mut self, agent: &CmAgent, now: u64) {
+        if now.saturating_sub(self.swept_at) >= SWEEP_EVERY_NS {
+            self.swept_at = now;
+            if !self.peers.is_empty() {
+                self.sweep(agent);
+            }
+        }
+    }
+
     /// Frees the answered requests at the front of every window, and the entries of peers
     /// left with nothing.
     fn sweep(&mut self, agent: &CmAgent) {
@@ -627,7 +647,8 @@ mod tests {
     }
 
     /// Entries of peers whose requests are done with are freed: 200 strangers each with a
-    /// request on the wire, all given up, then 100 more: what is left is the newcomers'.
+    /// request on the wire, all given up, then 100 more: what is left is the newcomers', and
+    /// nothing a second after theirs are done with too.
     #[test]
     fn peers_that_are_done_leave_no_entry() {
         let mut me = agent(ME);
@@ -646,8 +667,10 @@ mod tests {
             me.destroy(0, id).unwrap();
         }
         drive(&mut p, &mut me);
+        let mut newcomers = Vec::new();
         for k in 0..100u32 {
-            let (_, req) = connect(&mut me, 0, 5000 + k, 0x5000 + k);
+            let (id, req) = connect(&mut me, 0, 5000 + k, 0x5000 + k);
+            newcomers.push(id);
             assert!(p.offer(&me, req).is_some());
             drive(&mut p, &mut me);
         }
@@ -657,5 +680,14 @@ mod tests {
             "{} bytes after, {busy} before",
             p.bytes()
         );
+        // Once their requests are done with, a second later nothing is left.
+        for id in newcomers {
+            me.destroy(0, id).unwrap();
+        }
+        drive(&mut p, &mut me);
+        p.tick(&me, 999 * MS);
+        assert!(p.peers() > 0, "a sweep before the second was up");
+        p.tick(&me, 1000 * MS);
+        assert_eq!((p.peers(), p.on_wire.len()), (0, 0));
     }
 }
