@@ -368,8 +368,8 @@ impl<D: Device> CmDevice<D> {
             recv_errors: st.recv_errors,
             send_errors: st.send_errors,
             deferred_transitions: st.deferred,
-            paced: st.pacer.paced,
-            pace_dropped: st.pacer.dropped,
+            paced: st.pacer.paced(),
+            pace_dropped: st.pacer.dropped(),
             not_from_qp1: st.not_from_qp1,
         }
     }

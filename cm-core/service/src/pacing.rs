@@ -138,9 +138,7 @@ pub(crate) struct Pacer {
     on_wire: HashMap<u32, Gid>,
     /// The peers with held MADs, each once.
     ready: Vec<Gid>,
-    /// MADs held, and answers among them.
-    held: usize,
-    held_answers: usize,
+    tally: Tally,
     /// Counts the times the agent may have moved (a call, a MAD, a timer): a window pruned at
     /// the current count needs no look.
     moves: u64,
@@ -148,10 +146,18 @@ pub(crate) struct Pacer {
     sweep_at: usize,
     /// When the last sweep ran (the caller's clock, nanoseconds).
     swept_at: u64,
+}
+
+/// What is held, and what was.
+#[derive(Debug, Default)]
+struct Tally {
+    /// MADs held now, and answers among them.
+    held: usize,
+    answers: usize,
     /// MADs that had to wait for a window (a counter, never reset).
-    pub(crate) paced: u64,
+    paced: u64,
     /// MADs dropped at the caps on held MADs (a counter, never reset).
-    pub(crate) dropped: u64,
+    dropped: u64,
 }
 
 impl Default for Pacer {
@@ -160,13 +166,10 @@ impl Default for Pacer {
             peers: HashMap::new(),
             on_wire: HashMap::new(),
             ready: Vec::new(),
-            held: 0,
-            held_answers: 0,
+            tally: Tally::default(),
             moves: 1,
             sweep_at: SWEEP_FLOOR,
             swept_at: 0,
-            paced: 0,
-            dropped: 0,
         }
     }
 }
@@ -206,6 +209,28 @@ fn waits_id(agent: &CmAgent, id: u32) -> bool {
 /// A hash map's bytes by capacity (one control byte per bucket, 8/7 of the capacity).
 fn map_bytes<K, V>(m: &HashMap<K, V>) -> usize {
     m.capacity() * 8 / 7 * (size_of::<(K, V)>() + 1)
+}
+
+/// Queues `h` for `peer`, unless a cap is reached (then it is dropped and counted).
+fn hold(peer: &mut Peer, ready: &mut Vec<Gid>, t: &mut Tally, h: Held) {
+    if t.held >= HELD_MAX || (!h.request && t.answers >= HELD_ANSWERS_MAX) {
+        t.dropped += 1;
+        return;
+    }
+    let queue = peer.queue.get_or_insert_with(|| {
+        ready.push(h.mad.to);
+        Box::default()
+    });
+    let of = queue.held_of.entry(h.id).or_default();
+    of.mads += 1;
+    if h.request {
+        of.request = Some(h.attr);
+    } else {
+        t.answers += 1;
+    }
+    t.held += 1;
+    t.paced += 1;
+    queue.held.push_back(h);
 }
 
 impl Peer {
@@ -289,7 +314,17 @@ impl Pacer {
 
     /// MADs held back now.
     pub(crate) fn held(&self) -> usize {
-        self.held
+        self.tally.held
+    }
+
+    /// MADs that had to wait for a window, since the device was opened.
+    pub(crate) fn paced(&self) -> u64 {
+        self.tally.paced
+    }
+
+    /// MADs dropped at the caps on held MADs, since the device was opened.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.tally.dropped
     }
 
     /// Peers with an entry now (a window with requests in it, or MADs held).
@@ -309,59 +344,41 @@ impl Pacer {
     pub(crate) fn offer(&mut self, agent: &CmAgent, m: OutMad) -> Option<OutMad> {
         let (request, attr, id) = classify(&m.mad);
         let to = m.to;
-        let held_of = self.peers.get(&to).and_then(|p| p.queue.as_ref());
-        if let Some(of) = held_of.and_then(|q| q.held_of.get(&id)) {
+        let Some(peer) = self.peers.get_mut(&to) else {
+            // No window and nothing held for this peer: an answer goes, and so does a
+            // request, which opens the window.
+            if request && !self.on_wire.contains_key(&id) {
+                let mut peer = Peer::default();
+                peer.order.push_back(id);
+                self.on_wire.insert(id, to);
+                self.peers.insert(to, peer);
+            }
+            return Some(m);
+        };
+        let held = Held {
+            mad: m,
+            id,
+            attr,
+            request,
+        };
+        if let Some(of) = peer.queue.as_ref().and_then(|q| q.held_of.get(&id)) {
             if request && of.request == Some(attr) {
                 // A retransmission of a request that has not left yet.
                 return None;
             }
             // Behind its endpoint's earlier MADs.
-            self.hold(Held {
-                mad: m,
-                id,
-                attr,
-                request,
-            });
+            hold(peer, &mut self.ready, &mut self.tally, held);
             return None;
         }
         if !request || self.on_wire.contains_key(&id) {
             // An answer, or a retransmission whose place is taken already.
-            return Some(m);
+            return Some(held.mad);
         }
-        let peer = self.peers.entry(to).or_default();
         if !peer.holds() && peer.admit(to, agent, &mut self.on_wire, self.moves, id) {
-            return Some(m);
+            return Some(held.mad);
         }
-        self.hold(Held {
-            mad: m,
-            id,
-            attr,
-            request,
-        });
+        hold(peer, &mut self.ready, &mut self.tally, held);
         None
-    }
-
-    fn hold(&mut self, h: Held) {
-        if self.held >= HELD_MAX || (!h.request && self.held_answers >= HELD_ANSWERS_MAX) {
-            self.dropped += 1;
-            return;
-        }
-        let to = h.mad.to;
-        let peer = self.peers.entry(to).or_default();
-        let queue = peer.queue.get_or_insert_with(|| {
-            self.ready.push(to);
-            Box::default()
-        });
-        let of = queue.held_of.entry(h.id).or_default();
-        of.mads += 1;
-        if h.request {
-            of.request = Some(h.attr);
-        } else {
-            self.held_answers += 1;
-        }
-        self.held += 1;
-        self.paced += 1;
-        queue.held.push_back(h);
     }
 
     /// Moves the held MADs that may go now to `out`: for each peer with MADs held, oldest
@@ -399,9 +416,9 @@ impl Pacer {
                         e.remove();
                     }
                 }
-                self.held -= 1;
+                self.tally.held -= 1;
                 if !h.request {
-                    self.held_answers -= 1;
+                    self.tally.answers -= 1;
                 }
                 out.push_back(h.mad);
             }
@@ -539,7 +556,7 @@ mod tests {
             let went = p.offer(&me, req).is_some();
             assert_eq!(went, (i as usize) < WINDOW, "REQ {i}");
         }
-        assert_eq!((p.held(), p.paced), (20, 20));
+        assert_eq!((p.held(), p.paced()), (20, 20));
         // Another peer's REQ goes at once.
         let (_, req) = connect(&mut me, 0, 8, 0x2000);
         assert!(
@@ -643,7 +660,7 @@ mod tests {
             assert!(p.offer(&me, rtu.clone()).is_none());
         }
         assert_eq!(p.held(), 1 + HELD_ANSWERS_MAX);
-        assert_eq!(p.dropped, 10);
+        assert_eq!(p.dropped(), 10);
     }
 
     /// Entries of peers whose requests are done with are freed: 200 strangers each with a
