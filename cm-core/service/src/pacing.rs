@@ -25,13 +25,13 @@
 //!
 //! * Held MADs: at most [`HELD_MAX`] (2^17, about 35 MiB) in all, and of those at most
 //!   [`HELD_ANSWERS_MAX`] (1024, about 280 KiB) answers. Requests are the application's own
-//!   (its connects, accepts and disconnects: one per endpoint, each with a QP of its own, so
-//!   `portverbs cmtime` holds 100 000 at once); answers are what a peer's repeated messages
-//!   can make the agent queue behind a held request. A MAD beyond either cap is dropped
-//!   instead of held and counted (`MadCounts::pace_dropped`), as if lost on the wire: the agent's
-//!   retransmission (a request) or the peer's (what an answer answers) recovers it. A
-//!   retransmission of a request that is still held is merged into it: the held copy leaves
-//!   first anyway.
+//!   (its connects, accepts and disconnects: one per endpoint, each with a QP of its own;
+//!   `portverbs cmtime -c 100000` holds nearly 100 000 REQs at once); answers are what a
+//!   peer's repeated messages can make the agent queue behind a held request. A MAD beyond
+//!   either cap is dropped instead of held and counted (`MadCounts::pace_dropped`), as if
+//!   lost on the wire: the agent's retransmission (a request) or the peer's (what an answer
+//!   answers) recovers it. A retransmission of a request that is still held is merged into
+//!   it: the held copy leaves first anyway.
 //! * Per-peer tables: a peer has an entry only while it has requests counted in its window
 //!   or MADs held. An entry whose window has emptied and which holds nothing is freed when
 //!   its last held MAD leaves, else by a sweep, which runs every second and whenever the
@@ -40,15 +40,15 @@
 //!   request in flight at the last sweep, plus 64, however fast strangers come. An entry
 //!   costs about 130 bytes (with its window's slot in the map of requests on the wire), and
 //!   280 bytes per held MAD while it has a queue.
-//! * Work: a MAD offered costs a few hash lookups. On each release (once per round of
-//!   progress) only the peers with held MADs are looked at (a ready list); answered
-//!   requests are freed from the oldest of a peer's window first (answers mostly come in the
-//!   order the requests left, so this costs what it frees), and while a full window's oldest
-//!   request is still unanswered, one look in 64 goes through the whole window (at most 128
-//!   requests), so a peer that answers out of order, or not at all, does not keep places
-//!   that others' answers freed. A sweep looks at the oldest request of every entry: on
-//!   growth, its cost is amortised over the entries made since the last one; once a
-//!   second, it is at most that many looks.
+//! * Work: a MAD offered costs a few hash lookups. On each release (each time the device
+//!   acts on the agent's outputs) only the peers with held MADs are looked at (a ready
+//!   list). A peer's answered requests are freed from the oldest of its window first
+//!   (answers mostly come in the order the requests left, so this costs what it frees), and
+//!   while a full window's oldest request is still unanswered, one look in 64 goes through
+//!   the whole window (at most 128 requests), so a peer that answers out of order, or not at
+//!   all, does not keep places that its other answers freed. A sweep looks at the oldest
+//!   request of every entry: on growth, its cost is amortised over the entries made since
+//!   the last one; once a second, it is at most that many looks.
 //!
 //! What this does not bound: many peers sending to one device at once (each has its own
 //! window toward us), and the peer's own speed at reposting (it reposts each receive as soon
@@ -65,8 +65,8 @@ use portverbs_hal::Gid;
 /// Requests on the wire at once, per peer.
 pub(crate) const WINDOW: usize = 128;
 
-/// Held MADs at most, in all: more than the connects `portverbs cmtime` starts at once
-/// (100 000).
+/// Held MADs at most, in all: more than the 100 000 connects `portverbs cmtime -c 100000`
+/// starts at once.
 pub(crate) const HELD_MAX: usize = 1 << 17;
 
 /// Held answers at most, in all.
