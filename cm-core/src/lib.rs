@@ -27,7 +27,8 @@
 //!
 //! ## What is bounded and clamped
 //!
-//! A peer may lie and forge its source address (DESIGN §3 decision 12); the agent holds:
+//! Everything from the wire is hostile: a peer may lie, forge its source address and
+//! propose any value a field can hold. The agent holds:
 //!
 //! * A received MAD is exactly 256 bytes (the bytes that arrived, never a whole receive
 //!   buffer), else it is dropped as malformed ([`AgentStats::malformed`]).

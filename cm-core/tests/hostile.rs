@@ -1,7 +1,7 @@
-//! The agent against a lying peer, on virtual time (DESIGN §3 decision 12): timers a peer
-//! proposes are clamped and every wait for a peer ends, an unanswered request is withdrawn
-//! once its sender has given up, and messages acting on a connection are taken only from
-//! the connection's peer.
+//! The agent against a lying peer (one that forges its source address and proposes any value
+//! a field can hold), on virtual time: timers a peer proposes are clamped and every wait for
+//! a peer ends, an unanswered request is withdrawn once its sender has given up, and
+//! messages acting on a connection are taken only from the connection's peer.
 
 mod common;
 

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use portverbs::cm::wire::Mad;
 use portverbs::hal::Gid;
 use portverbs_fabric::{Fabric, Joining, Node, NodeConfig, NodeHandle};
 use portverbs_transport::{Packet, PayloadData};
@@ -233,7 +234,8 @@ impl Wire {
 }
 
 /// The fabric attacker: a node that injects packets and keeps whatever the fabric routes to
-/// the addresses it claims.
+/// the addresses it claims: every packet is counted, and the first 4096 since the last
+/// [`FabricAttacker::heard`] are kept in `seen`.
 pub struct FabricAttacker {
     handle: NodeHandle<Sink>,
     pub seen: Arc<Mutex<Vec<Packet>>>,
@@ -271,9 +273,51 @@ impl FabricAttacker {
         n
     }
 
+    /// Sends `mad` (a MAD, or fewer bytes) to `dst`'s QP1 from "QP1" at `src`.
+    pub fn send_mad(&self, src: IpAddr, dst: IpAddr, mad: &[u8]) {
+        self.send(&[Forge::new(src, dst).mad(mad)]);
+    }
+
     /// Packets routed to the attacker so far (all of them are counted; the first 4096 kept).
     pub fn received(&self) -> u64 {
         self.handle.with(|c| c.node.count)
+    }
+
+    /// What the packets kept since the last call carried, per destination (each one's
+    /// addresses and payload: on QP1, a MAD); they leave `seen`.
+    pub fn heard(&self) -> Vec<Heard> {
+        let kept = std::mem::take(&mut *self.seen.lock().unwrap());
+        kept.iter()
+            .map(|p| {
+                let mut payload = vec![0u8; p.payload.len()];
+                p.payload
+                    .read(0, &mut payload)
+                    .expect("a received packet's payload");
+                Heard {
+                    to: p.dst_gid,
+                    from: p.src_gid,
+                    mad: payload,
+                }
+            })
+            .collect()
+    }
+}
+
+/// What reached an address the fabric attacker claims.
+#[derive(Debug, Clone)]
+pub struct Heard {
+    /// The address it was sent to.
+    pub to: Gid,
+    /// Its source address.
+    pub from: Gid,
+    /// The payload (on QP1, a MAD).
+    pub mad: Vec<u8>,
+}
+
+impl Heard {
+    /// The MAD, parsed.
+    pub fn parsed(&self) -> Option<Mad> {
+        Mad::parse(&self.mad).ok()
     }
 }
 

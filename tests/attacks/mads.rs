@@ -17,14 +17,12 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener};
-use portverbs::cm::wire::{
-    CmMessage, CmaHeader, Dreq, Mad, PortSpace, REQ_PRIVATE_DATA, Req, ReqPath, service_id,
-};
 use portverbs::prelude::*;
 use portverbs::soft::{DeviceConfig, Fabric, FabricConfig, LinkFaults, Mode, SoftDevice};
 use portverbs::udp_port::UdpConfig;
 
 use super::attacker::{FabricAttacker, Forge, Forged, UdpAttacker, UdpImpostor};
+use super::cm_mads::{ForgedReq, ReqTimers, dreq};
 use super::rss::{Rss, turn};
 
 type Dev = CmDevice<AnyDevice>;
@@ -173,68 +171,17 @@ fn stranger_of(net: Net, tag: u8, i: u32) -> IpAddr {
 }
 
 /// A REQ for `port` on `dst` from `src`, as rdma_cm sends one (CMA header in the private
-/// data), with the given CM response timeouts (5 bits each, 4.096 µs · 2^x).
+/// data), with both CM response timeouts `timeout` (5 bits each, 4.096 µs · 2^x), local ACK
+/// timeout 18 and 15 retries.
 fn req_mad(comm_id: u32, src: IpAddr, dst: IpAddr, port: u16, timeout: u8) -> [u8; 256] {
-    let mut private_data = [0u8; REQ_PRIVATE_DATA];
-    CmaHeader {
-        src_port: 40_000,
-        src,
-        dst,
-    }
-    .emit(&mut private_data)
-    .unwrap();
-    let path = ReqPath {
-        local_lid: 0xFFFF,
-        remote_lid: 0xFFFF,
-        local_gid: Gid::from_ip(src),
-        remote_gid: Gid::from_ip(dst),
-        hop_limit: 64,
-        local_ack_timeout: 18,
-        ..ReqPath::default()
-    };
-    let req = Req {
-        local_comm_id: comm_id,
-        vendor_id: 0,
-        service_id: service_id(PortSpace::Tcp, port),
-        local_ca_guid: 0x0202_0304_0506_0708,
-        local_qkey: 0,
-        local_qpn: 0x1000 + (comm_id & 0xFFFF),
-        responder_resources: 1,
-        local_eecn: 0,
-        initiator_depth: 1,
-        remote_eecn: 0,
-        remote_cm_response_timeout: timeout,
-        transport: 0,
-        end_to_end_flow_control: false,
-        starting_psn: 0x10,
-        local_cm_response_timeout: timeout,
-        retry_count: 7,
-        pkey: 0xFFFF,
-        path_mtu: 3,
-        rdc_exists: false,
-        rnr_retry_count: 7,
-        max_cm_retries: 15,
-        srq: false,
-        extended_transport: 0,
-        primary: path,
-        alternate: ReqPath::default(),
-        sap_supported: false,
-        private_data,
-    };
-    Mad::new(u64::from(comm_id), CmMessage::Req(req)).emit()
-}
-
-fn dreq_mad(local_comm_id: u32, remote_comm_id: u32, remote_qpn: u32) -> [u8; 256] {
-    Mad::new(
-        u64::from(local_comm_id) << 8,
-        CmMessage::Dreq(Dreq {
-            local_comm_id,
-            remote_comm_id,
-            remote_qpn,
-            private_data: [0; 220],
-        }),
-    )
-    .emit()
+    ForgedReq::new(comm_id, src, dst, port)
+        .timers(ReqTimers {
+            remote_cm_response_timeout: timeout,
+            local_cm_response_timeout: timeout,
+            local_ack_timeout: 18,
+            max_cm_retries: 15,
+        })
+        .mad(u64::from(comm_id))
 }
 
 /// Waits (driving nothing itself: the rig's thread does) until `cond` holds or 10 s passed;
@@ -298,7 +245,7 @@ fn short_mads_are_malformed_and_answer_nobody(net: Net) {
     // connections that do not exist (each answered, as unmatched, or dropped).
     let from_x = Forge::new(x, rig.server_ip);
     let full: Vec<Forged> = (0..600u32)
-        .map(|i| from_x.mad(&dreq_mad(0xA0A0_0000 + i, 0xB0B0_0000 + i, 0x77)))
+        .map(|i| from_x.mad(&dreq(u64::from(i), 0xA0A0_0000 + i, 0xB0B0_0000 + i, 0x77)))
         .collect();
     let before = rig.server.mad_counts().received;
     for (i, chunk) in full.chunks(100).enumerate() {
@@ -313,7 +260,7 @@ fn short_mads_are_malformed_and_answer_nobody(net: Net) {
     let from_y = Forge::new(y, rig.server_ip);
     let templates = [
         req_mad(0xC0C0_0001, y, rig.server_ip, PORT, 20),
-        dreq_mad(0xC0C0_0002, 0xB0B0_0001, 0x77),
+        dreq(2, 0xC0C0_0002, 0xB0B0_0001, 0x77),
     ];
     let mut short = Vec::new();
     for t in &templates {
@@ -365,7 +312,8 @@ fn a_dreq_flood_from_many_sources_leaves_bounded_state(net: Net) {
         let pkts: Vec<Forged> = batch
             .iter()
             .map(|&i| {
-                Forge::new(stranger_of(net, 2, i + 256), rig.server_ip).mad(&dreq_mad(
+                Forge::new(stranger_of(net, 2, i + 256), rig.server_ip).mad(&dreq(
+                    u64::from(i),
                     0xD000_0000 + i,
                     0xE000_0000 + i,
                     0x99,
@@ -420,10 +368,10 @@ fn a_forged_dreq_for_a_live_connection_changes_nothing(net: Net) {
     let (client_id, server_id) = (conn.cm_id().comm_id(), accepted.cm_id().comm_id());
     // From a stranger, and from the client's IP with another CA: only the GID is checked
     // here, since the peer's address is all a RoCE port knows of it.
-    let dreq = dreq_mad(client_id, server_id, s.qp.qp_num());
+    let forged_dreq = dreq(1, client_id, server_id, s.qp.qp_num());
     let forged = [
-        Forge::new(stranger_of(net, 3, 7), rig.server_ip).mad(&dreq),
-        Forge::new(stranger_of(net, 3, 8), rig.server_ip).mad(&dreq),
+        Forge::new(stranger_of(net, 3, 7), rig.server_ip).mad(&forged_dreq),
+        Forge::new(stranger_of(net, 3, 8), rig.server_ip).mad(&forged_dreq),
     ];
     let before = rig.server.mad_counts().received;
     rig.send(&forged);

@@ -1,5 +1,6 @@
-//! Set-up shared by the CM test files (`cm.rs`, `cm_mlx4.rs`, `cm_scale.rs`): a device's CM,
-//! an RC QP with its CQ and buffer, completions, and waiting until nothing is left.
+//! Set-up shared by the CM test files (`cm.rs`, `cm_mlx4.rs`, `cm_scale.rs`, and the hostile
+//! suite's `attacks/cm_liar.rs`): a device's CM, an RC QP with its CQ and buffer,
+//! completions, and waiting until nothing is left.
 
 #![allow(dead_code, unreachable_pub)]
 

@@ -59,8 +59,13 @@ pub struct MadCounts {
     /// QP transitions the device did not finish when the CM started them: each held the
     /// agent's later outputs back until it was done (DESIGN §3 decision 6).
     pub deferred_transitions: u64,
-    /// MADs that waited for the send window before leaving (see the crate docs: pacing).
+    /// MADs that waited for their peer's send window before leaving (see the crate docs:
+    /// pacing).
     pub paced: u64,
+    /// MADs dropped instead of waiting, because the caps on waiting MADs were reached (see
+    /// the crate docs: pacing): each is recovered as a MAD lost on the wire is, by a
+    /// retransmission.
+    pub pace_dropped: u64,
     /// Datagrams dropped because they did not come from a QP1: a CM MAD's source QP is 1
     /// (Linux's CM never redirects, so neither does this one).
     pub not_from_qp1: u64,
@@ -110,7 +115,8 @@ pub(super) struct State<D: Device> {
     /// Released QPs on their way to ERR; nothing waits for them.
     background: Vec<Transition>,
     deferred: u64,
-    /// The send window: requests the peers have yet to answer, and what waits behind them.
+    /// The send windows, one per peer: requests the peers have yet to answer, and what waits
+    /// behind them.
     pacer: Pacer,
     /// Endpoints that got an event since [`CmDevice::take_ready`] last ran; `None` until an
     /// application first asks.
@@ -362,7 +368,8 @@ impl<D: Device> CmDevice<D> {
             recv_errors: st.recv_errors,
             send_errors: st.send_errors,
             deferred_transitions: st.deferred,
-            paced: st.pacer.paced,
+            paced: st.pacer.paced(),
+            pace_dropped: st.pacer.dropped(),
             not_from_qp1: st.not_from_qp1,
         }
     }
@@ -515,6 +522,8 @@ impl<D: Device> CmDevice<D> {
         }
         self.poll_background(&mut st);
         woke |= self.drain(&mut st)?;
+        let State { pacer, agent, .. } = &mut *st;
+        pacer.tick(agent, now);
         self.flush_unsent(&mut st)?;
         drop(st);
         if woke {

@@ -54,8 +54,11 @@
 //!
 //! Pacing: QP1 is UD, and a MAD that finds no receive posted at the peer is lost until a
 //! retransmission seconds later. The device therefore keeps at most a window of its own
-//! requests (REQ, REP, DREQ, SIDR_REQ, LAP) unanswered on the wire and holds the rest, in
-//! order, until answers free places (`pacing`); [`MadCounts::paced`] counts what waited.
+//! requests (REQ, REP, DREQ, SIDR_REQ, LAP) unanswered on the wire per peer (128 per
+//! destination GID, a quarter of a QP1's 512 receives) and holds the rest, in order, until
+//! that peer's answers free places (`pacing`); [`MadCounts::paced`] counts what waited. A
+//! peer that never answers (a stranger whose forged requests the application accepted)
+//! fills only its own window: other peers' REQs and REPs leave at once.
 //! A QP the application destroyed is noticed when the context's QP count drops, and at
 //! least every 100 ms.
 //!
@@ -74,8 +77,14 @@
 //!   listener's backlog; a queued request its sender withdrew, or that the agent withdrew
 //!   once its sender must have given up, leaves the backlog and is freed.
 //! * MADs waiting for a send slot: back to 64 after a burst.
+//! * MADs waiting for a peer's window: at most 2^17 in all (the application's own requests,
+//!   one per endpoint it connects, accepts or disconnects), of which at most 1024 answers
+//!   (what a peer's repeated messages can queue behind a waiting request); beyond either, a
+//!   MAD is dropped as if lost on the wire and counted ([`MadCounts::pace_dropped`]), and a
+//!   retransmission recovers it. A peer's window and queue are freed once they are empty:
+//!   within a second, or sooner when the number of peers with one has doubled.
 //!
-//! Measured (`tests/cm_hostile.rs`): 4096 DREQs and 4096 REQs, each from an address of its
+//! Measured (`tests/attacks/cm_liar.rs`): 4096 DREQs and 4096 REQs, each from an address of its
 //! own, leave 256 address handles and about 125 KiB of CM state
 //! ([`CmDevice::state_bytes`]), and nothing but the listener once the requests' senders have
 //! given up.

@@ -1,26 +1,27 @@
-//! The connection manager against a lying peer (DESIGN §3 decision 12: everything from the
-//! wire is hostile). A node of the test's own on a private fabric ([`spoof::Spoofer`]) sends
-//! crafted MADs to a device's QP1 under any source address, as a host that forges its IP
-//! source can: MADs cut short, floods from thousands of addresses, requests with the longest
-//! timers there are, and teardowns of other hosts' connections.
+//! The connection manager against a lying peer, on a private fabric: the attacker
+//! ([`FabricAttacker`]) is a node of its own that sends crafted MADs to a device's QP1 under
+//! any source address, as a host that forges its IP source can, and keeps what comes back to
+//! the addresses it claims. MADs cut short, floods from thousands of addresses, requests with
+//! the longest timers there are, and teardowns of other hosts' connections. These run on the
+//! fabric alone (no sockets, no `/proc`), so on every platform the suite builds for; their
+//! memory bound is the CM's own count of its tables ([`CmDevice::state_bytes`]).
 
-use std::net::SocketAddr;
-use std::thread;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use portverbs::cm::service::{Connector, Listener, ServiceError};
+use portverbs::cm::service::{CmDevice, Connector, Listener, ServiceError};
 use portverbs::cm::wire::{AttrId, CmMessage, RejReason};
+use portverbs::hal::Gid;
 use portverbs::prelude::*;
-use portverbs::soft::Fabric;
+use portverbs::soft::{DeviceConfig, Fabric, SoftDevice};
 
-mod cm_util;
-#[path = "cm_util/spoof.rs"]
-mod spoof;
-
-use cm_util::{Dev, T, ctx_of, param, poll_one, post_recv, side};
-use spoof::{
-    Driver, ForgedReq, ReqTimers, Spoofer, cm_on, dreq, gid, pump_until_received, wait_until,
-};
+use super::attacker::FabricAttacker;
+use super::cm_mads::{ForgedReq, ReqTimers, dreq};
+use super::rss::turn;
+use crate::cm_util::{self, Dev, T, ctx_of, param, poll_one, post_recv, side};
 
 /// QP1's receive buffers (as many as Linux's MAD layer posts).
 const RECV_SLOTS: u64 = 512;
@@ -32,14 +33,15 @@ const RECV_SLOTS: u64 = 512;
 /// IDs of A's connection. It is dropped and counted as malformed, and nothing answers it.
 #[test]
 fn a_short_mad_is_dropped_and_leaks_nothing() {
+    let _turn = turn();
     let fabric = Fabric::threaded();
     let victim = cm_on(&fabric, "10.91.0.1");
-    let liar = Spoofer::attach(&fabric, &["10.91.0.2", "10.91.0.3"]);
-    let (a, stranger, v) = (gid("10.91.0.2"), gid("10.91.0.3"), victim.local_gid());
+    let (a, stranger, v) = (ip("10.91.0.2"), ip("10.91.0.3"), victim.local_ip());
+    let liar = FabricAttacker::join(&fabric, &[a, stranger]);
     const A_LOCAL: u32 = 0xA1A1_A1A1;
     const A_REMOTE: u32 = 0xB2B2_B2B2;
     for n in 0..RECV_SLOTS {
-        liar.send(a, v, &dreq(n, A_LOCAL, A_REMOTE, 0x00AB_CDEF));
+        liar.send_mad(a, v, &dreq(n, A_LOCAL, A_REMOTE, 0x00AB_CDEF));
         if n % 128 == 127 {
             pump_until_received(&victim, n + 1);
         }
@@ -50,14 +52,14 @@ fn a_short_mad_is_dropped_and_leaks_nothing() {
         to_a.extend(liar.heard());
         to_a.len() >= RECV_SLOTS as usize
     });
-    assert!(to_a.iter().all(|h| h.to == a));
+    assert!(to_a.iter().all(|h| h.to == Gid::from_ip(a)));
     let malformed = victim.stats().malformed;
     // The header alone, then a MAD cut after its first 200 bytes; then a whole DREQ, whose
     // DREP comes back after anything the short ones brought.
     let short = dreq(0x5555, 0x0101_0101, 0x0202_0202, 0x42);
-    liar.send(stranger, v, &short[..24]);
-    liar.send(stranger, v, &short[..200]);
-    liar.send(stranger, v, &dreq(0x6666, 0x0303_0303, 0x0404_0404, 0x42));
+    liar.send_mad(stranger, v, &short[..24]);
+    liar.send_mad(stranger, v, &short[..200]);
+    liar.send_mad(stranger, v, &dreq(0x6666, 0x0303_0303, 0x0404_0404, 0x42));
     pump_until_received(&victim, RECV_SLOTS + 3);
     assert!(victim.flush(Duration::from_secs(10)).unwrap());
     let mut heard = Vec::new();
@@ -100,12 +102,13 @@ fn a_short_mad_is_dropped_and_leaks_nothing() {
 /// connections the application gave up on leave TIMEWAIT: nothing but the listener is left.
 #[test]
 fn strangers_leave_no_state_behind() {
+    let _turn = turn();
     const STRANGERS: u32 = 4096;
     const BACKLOG: usize = 8;
     let fabric = Fabric::threaded();
     let victim = cm_on(&fabric, "10.92.0.1");
-    let liar = Spoofer::attach(&fabric, &[]);
-    let v = victim.local_gid();
+    let liar = FabricAttacker::join(&fabric, &[]);
+    let v = victim.local_ip();
     let ctx = ctx_of(&victim);
     let port = 7600;
     let mut listener = Listener::bind(&victim, SocketAddr::new(victim.local_ip(), port)).unwrap();
@@ -114,7 +117,7 @@ fn strangers_leave_no_state_behind() {
     let mut sent = 0;
     // DREQs for no connection, each answered with a DREP (as Linux answers them).
     for k in 0..STRANGERS {
-        liar.send(gid(&stranger(k)), v, &dreq(u64::from(k), k, !k, 0x42));
+        liar.send_mad(ip(&stranger(k)), v, &dreq(u64::from(k), k, !k, 0x42));
         sent += 1;
         if k % 128 == 127 {
             pump_until_received(&victim, sent);
@@ -145,7 +148,7 @@ fn strangers_leave_no_state_behind() {
             port,
             timers: short,
         };
-        liar.send(gid(&src), v, &forged.mad(u64::from(k)));
+        liar.send_mad(ip(&src), v, &forged.mad(u64::from(k)));
         sent += 1;
         if k % 128 == 127 {
             pump_until_received(&victim, sent);
@@ -191,7 +194,7 @@ fn strangers_leave_no_state_behind() {
             port,
             timers: patient,
         };
-        liar.send(gid(&src), v, &forged.mad(u64::from(k)));
+        liar.send_mad(ip(&src), v, &forged.mad(u64::from(k)));
         let req = listener.get_request_blocking(T).unwrap();
         let s = side(&ctx, None);
         accepted.push((req.accept_nowait(&s.qp, &param(b"")).unwrap(), s));
@@ -211,9 +214,10 @@ fn strangers_leave_no_state_behind() {
 /// 2^15 ms, and its TIMEWAIT is as short. (The timers are read, not waited for.)
 #[test]
 fn a_request_with_the_longest_timers_is_clamped() {
+    let _turn = turn();
     let fabric = Fabric::threaded();
     let victim = cm_on(&fabric, "10.96.0.1");
-    let liar = Spoofer::attach(&fabric, &["10.96.0.9"]);
+    let liar = FabricAttacker::join(&fabric, &[ip("10.96.0.9")]);
     let port = 7601;
     let mut listener = Listener::bind(&victim, SocketAddr::new(victim.local_ip(), port)).unwrap();
     listener.listen(4).unwrap();
@@ -226,7 +230,7 @@ fn a_request_with_the_longest_timers_is_clamped() {
         port,
         timers: ReqTimers::LONGEST,
     };
-    liar.send(gid("10.96.0.9"), victim.local_gid(), &forged.mad(1));
+    liar.send_mad(ip("10.96.0.9"), victim.local_ip(), &forged.mad(1));
     pump_until_received(&victim, 1);
     assert_eq!(victim.live_endpoints(), 2);
     // Unanswered, the request is withdrawn once its sender has given up: within the CM's
@@ -259,10 +263,11 @@ fn a_request_with_the_longest_timers_is_clamped() {
 /// withdrawn and the client connects.
 #[test]
 fn a_forged_request_leaves_the_backlog_when_its_sender_gave_up() {
+    let _turn = turn();
     let fabric = Fabric::threaded();
     let victim = cm_on(&fabric, "10.97.0.1");
     let client = cm_on(&fabric, "10.97.0.2");
-    let liar = Spoofer::attach(&fabric, &[]);
+    let liar = FabricAttacker::join(&fabric, &[]);
     let port = 7602;
     let dst = SocketAddr::new(victim.local_ip(), port);
     let mut listener = Listener::bind(&victim, dst).unwrap();
@@ -282,7 +287,7 @@ fn a_forged_request_leaves_the_backlog_when_its_sender_gave_up() {
             max_cm_retries: 0,
         },
     };
-    liar.send(gid("10.97.0.66"), victim.local_gid(), &forged.mad(7));
+    liar.send_mad(ip("10.97.0.66"), victim.local_ip(), &forged.mad(7));
     wait_until("the forged request is queued", || {
         victim.live_endpoints() == 2
     });
@@ -379,9 +384,10 @@ fn send_travels(l: &Live) {
 /// still travels.
 #[test]
 fn a_stranger_cannot_disconnect_a_live_connection() {
+    let _turn = turn();
     let fabric = Fabric::threaded();
     let l = live(&fabric, 98, 7603);
-    let liar = Spoofer::attach(&fabric, &["10.98.0.3"]);
+    let liar = FabricAttacker::join(&fabric, &[ip("10.98.0.3")]);
     let before = l.server.mad_counts().received;
     let forged = dreq(
         9,
@@ -389,7 +395,7 @@ fn a_stranger_cannot_disconnect_a_live_connection() {
         l.s_conn.cm_id().comm_id(),
         l.s.qp.qp_num(),
     );
-    liar.send(gid("10.98.0.3"), l.server.local_gid(), &forged);
+    liar.send_mad(ip("10.98.0.3"), l.server.local_ip(), &forged);
     wait_until("the server heard the DREQ", || {
         l.server.mad_counts().received > before
     });
@@ -408,18 +414,89 @@ fn a_stranger_cannot_disconnect_a_live_connection() {
 /// of waiting forever.
 #[test]
 fn a_disconnect_in_the_peers_name_reaches_both_owners() {
+    let _turn = turn();
     let fabric = Fabric::threaded();
     let l = live(&fabric, 99, 7604);
-    let liar = Spoofer::attach(&fabric, &[]);
+    let liar = FabricAttacker::join(&fabric, &[]);
     let forged = dreq(
         9,
         l.c_conn.cm_id().comm_id(),
         l.s_conn.cm_id().comm_id(),
         l.s.qp.qp_num(),
     );
-    liar.send(l.client.local_gid(), l.server.local_gid(), &forged);
+    liar.send_mad(l.client.local_ip(), l.server.local_ip(), &forged);
     l.s_conn.notify_disconnect_blocking(T).unwrap();
     l.s_conn.disconnect(&l.s.qp).unwrap();
     l.c_conn.notify_disconnect_blocking(T).unwrap();
     assert_eq!(l.c.qp.state(), QpState::Err);
+}
+
+/// An IP address.
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("an IP address")
+}
+
+/// The CM of a soft device of its own on `fabric`, at `ip`.
+fn cm_on(fabric: &Fabric, at: &str) -> Dev {
+    let dev = SoftDevice::attach(fabric, DeviceConfig::with_ip(ip(at))).expect("attach");
+    let ctx = portverbs::open(AnyDevice::Soft(dev)).expect("open");
+    CmDevice::open_blocking(&ctx, ip(at)).expect("the CM opens")
+}
+
+/// Drives `dev` until its QP1 has received `count` MADs in all.
+fn pump_until_received(dev: &Dev, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dev.mad_counts().received < count {
+        dev.progress().expect("progress");
+        assert!(
+            Instant::now() < deadline,
+            "QP1 received {} of {count} MADs",
+            dev.mad_counts().received
+        );
+        thread::yield_now();
+    }
+    dev.progress().expect("progress");
+}
+
+/// A thread that drives a device's CM while it lives (the CM has no thread of its own: a
+/// device nobody calls does not answer).
+struct Driver {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Driver {
+    /// Starts driving `dev`.
+    fn start(dev: &Dev) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (dev, flag) = (dev.clone(), stop.clone());
+        let thread = thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                dev.progress().expect("progress");
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Waits (at most 30 s, driving nothing itself) until `what` holds.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        thread::sleep(Duration::from_millis(2));
+    }
 }
