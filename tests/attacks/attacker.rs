@@ -413,11 +413,10 @@ impl UdpAttacker {
 
 /// An impostor over UDP: a socket on an address the victim sends to (its QP is connected
 /// there, or it answers MADs from there), port 4791, that sends forged packets from that
-/// address and counts whatever comes back, keeping the AETH syndromes of the ACKs and NAKs.
+/// address and counts whatever comes back.
 pub struct UdpImpostor {
     sock: UdpSocket,
     pub received: Arc<AtomicU64>,
-    pub naks: Arc<Mutex<Vec<(u32, AethSyndrome)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -429,22 +428,14 @@ impl UdpImpostor {
             .unwrap();
         let rx = sock.try_clone().unwrap();
         let received = Arc::new(AtomicU64::new(0));
-        let naks = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (received, naks, stop) = (received.clone(), naks.clone(), stop.clone());
+            let (received, stop) = (received.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut buf = vec![0u8; 65536];
                 while !stop.load(Ordering::Acquire) {
-                    let Ok(n) = rx.recv(&mut buf) else { continue };
-                    received.fetch_add(1, Ordering::AcqRel);
-                    let ib = &buf[..n.saturating_sub(portverbs_wire::ICRC_LEN)];
-                    if let Ok(p) = TransportHdr::parse(ib) {
-                        if p.hdr.bth.opcode == Opcode::Acknowledge {
-                            if let Some(a) = p.hdr.aeth {
-                                naks.lock().unwrap().push((p.hdr.bth.psn, a.syndrome));
-                            }
-                        }
+                    if rx.recv(&mut buf).is_ok() {
+                        received.fetch_add(1, Ordering::AcqRel);
                     }
                 }
             })
@@ -452,7 +443,6 @@ impl UdpImpostor {
         Self {
             sock,
             received,
-            naks,
             stop,
             thread: Some(thread),
         }
