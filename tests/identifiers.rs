@@ -195,3 +195,23 @@ fn an_mlx4_key_changes_its_byte_every_time_its_slot_is_used_again() {
     assert!(bytes.windows(2).all(|w| w[0] != w[1]), "{bytes:x?}");
     assert!(!counts_up(&bytes), "{bytes:x?}");
 }
+
+/// The CM's communication IDs are the table slot XORed with a per-device salt (as Linux's CM
+/// does with its random operand): the salts of devices opened together share no bits that a
+/// clock would give them (the top bits of a nanosecond count barely move in a second).
+#[test]
+fn cm_devices_opened_together_salt_their_comm_ids_apart() {
+    use portverbs::cm::service::{CmDevice, Connector};
+    let fabric = Fabric::threaded();
+    let ids: Vec<u32> = (0..8)
+        .map(|i| {
+            let ip = format!("10.0.6.{}", i + 1);
+            let ctx = soft(&fabric, &ip, None);
+            let cm = CmDevice::open_blocking(&ctx, ip.parse().unwrap()).unwrap();
+            // The first endpoint of each device: the same slot, so the IDs differ by the salt.
+            Connector::new(&cm).unwrap().cm_id().comm_id()
+        })
+        .collect();
+    let tops: Vec<u32> = ids.iter().map(|id| id >> 28).collect();
+    assert!(tops.windows(2).any(|w| w[0] != w[1]), "{ids:08x?}");
+}
