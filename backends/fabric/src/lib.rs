@@ -280,7 +280,9 @@ fn engine_thread(shared: Arc<Shared>) {
             std::thread::park_timeout(wait.min(Duration::from_millis(10)));
         }
         shared.wake.sleeping.store(false, Ordering::SeqCst);
-        idle_since = None;
+        // Still idle: the next round parks again at once. Only work (a kick, a packet, a
+        // timer that fired) starts another spin; spinning again after every park kept an idle
+        // engine busy a third of the time (5 ms of spin per 10 ms park).
     }
 }
 
