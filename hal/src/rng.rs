@@ -2,11 +2,11 @@
 //! hands them out.
 //!
 //! A peer that can guess a memory key, a QP number, a starting PSN or a CM communication ID
-//! can aim packets at a region, a QP or a connection it was never told about (the design's
-//! rule: everything from the wire is hostile). IBTA leaves these values to the implementation
-//! (the memory keys of IBA 10.6, a QP's starting PSN, the CM's communication IDs), so Portverbs
-//! draws them from the OS's randomness, as Linux does: rxe draws a fresh key byte
-//! for every registration (`rxe_get_next_key` in `drivers/infiniband/sw/rxe/rxe_mr.c`), the
+//! can aim packets at a region, a QP or a connection it was never told about (DESIGN.md §3,
+//! decision 12: everything from the wire is hostile). IBTA leaves these values to the
+//! implementation (the memory keys of IBA 10.6, a QP's starting PSN, the CM's communication
+//! IDs), so Portverbs draws them from the OS's randomness, as Linux does: rxe draws a fresh key
+//! byte for every registration (`rxe_get_next_key` in `drivers/infiniband/sw/rxe/rxe_mr.c`), the
 //! kernel CM XORs its IDs with a random operand (`drivers/infiniband/core/cm.c`) and rdma_cm
 //! draws each starting PSN (`drivers/infiniband/core/cma.c`), and the C tools draw theirs with
 //! `lrand48() & 0xffffff` (perftest, `ibv_rc_pingpong`).
