@@ -90,6 +90,7 @@ pub fn udp_device_on(
                 addrs: vec![addr],
                 mtu: port.ib_mtu(),
             }],
+            seed: None,
         },
     )?;
     Ok(UdpDevice { device, port })

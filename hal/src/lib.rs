@@ -38,10 +38,16 @@
 //!   and the mlx4 driver maps onto its firmware commands.
 //! * **Capabilities and quirks** ([`caps`]): device and port attributes in the shape of
 //!   `ibv_query_device`/`ibv_query_port`, plus one queryable table of deviations from IBTA.
+//! * **Randomness** ([`rng`]): the OS's randomness and the small seeded generator from which
+//!   every device draws the identifiers a peer could guess (memory keys, QP numbers, PSNs), so
+//!   that every backend and the CM take them from one source, and deterministic runs pin one
+//!   seed.
 //!
 //! ## What this layer must never do
 //!
-//! * depend on another Portverbs crate (backends depend on it, never the other way round);
+//! * depend on another Portverbs crate (backends depend on it, never the other way round; the
+//!   external crates it uses are small and declare no threads: `getrandom` is the only one
+//!   that reaches the OS, for [`rng::os_random`]);
 //! * contain `unsafe` code (`#![deny(unsafe_code)]`; the one exception is a declaration, not an
 //!   operation: [`dma::HostMemory::from_raw_parts`] is an `unsafe fn` because its caller vouches
 //!   for memory the device will write): raw DMA access lives in `portverbs-dma`
@@ -65,6 +71,7 @@ pub mod mmio;
 pub mod notify;
 pub mod qp_state;
 pub mod queue;
+pub mod rng;
 pub mod types;
 pub mod wc;
 pub mod wr;

@@ -181,6 +181,7 @@ fn gid_table_lists_exactly_the_configured_entries(_backend: Backend) {
                     mtu: Mtu::Mtu1024,
                 },
             ],
+            seed: None,
         },
     )
     .unwrap();

@@ -188,6 +188,9 @@ impl Env {
                     );
                     config.command_mode = CommandMode::Events;
                     config.command_timeout = Duration::from_secs(5);
+                    // The driver's keys and QP numbers repeat with the fabric's seed, as the
+                    // soft devices' do.
+                    config.seed = Some(seed.wrapping_mul(1000).wrapping_add(i as u64));
                     let dev = Mlx4Device::open(function, config).expect("the mlx4 model opens");
                     ctxs.push(
                         Context::open_blocking(

@@ -60,6 +60,16 @@ impl CliError {
         }
     }
 
+    /// Names the peer the failure concerns (`127.0.0.2`, `10.0.0.1:7174` …), unless the
+    /// message names it already; usage errors stay as they are.
+    pub(crate) fn with_peer(self, peer: &str) -> Self {
+        match self {
+            Self::Usage(_) | Self::NoDevice(_) | Self::PeerStopped(_) => self,
+            e if e.to_string().contains(peer) => e,
+            e => Self::Failed(format!("{e} (peer {peer})")),
+        }
+    }
+
     /// The process exit code for this error.
     pub(crate) fn exit_code(&self) -> i32 {
         match self {

@@ -3,9 +3,6 @@
 //! (`Qp::init_blocking`, then `connect_rc_blocking`, `connect_uc_blocking` or
 //! `ready_ud_blocking`).
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
-
 use portverbs::AnyDevice;
 use portverbs::hal::{Device as _, LinkLayer};
 use portverbs::prelude::*;
@@ -184,9 +181,10 @@ fn gid_index_error(
     ))
 }
 
-/// A random 24-bit packet sequence number.
+/// A random 24-bit packet sequence number, as perftest and `ibv_rc_pingpong` draw theirs
+/// (`lrand48() & 0xffffff`): from the OS's randomness, the library's one source.
 pub(crate) fn random_psn() -> u32 {
-    (RandomState::new().hash_one(std::time::Instant::now()) & 0x00ff_ffff) as u32
+    portverbs::hal::rng::random_psn()
 }
 
 /// What the peer needs to reach `qp` on `port`, sending from `psn` (the GID is zero when the

@@ -475,3 +475,29 @@ fn every_test_runs_on_the_emulated_mlx4() {
         assert!(out.contains("\tDevice         : mlx4_0\n"), "{out}");
     }
 }
+
+/// The QPN and RKey of the ` local address:` line of a run.
+fn local_identifiers(stdout: &str) -> (String, String) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(" local address:"))
+        .unwrap_or_else(|| panic!("no local address in:\n{stdout}"));
+    let after = |key: &str| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let i = words.iter().position(|w| *w == key).expect(key);
+        words[i + 1].to_owned()
+    };
+    (after("QPN"), after("RKey"))
+}
+
+/// Two processes on the embedded fabric do not start from the same QP number and memory key
+/// (both used to be 0x0011 and 0x000101 in every process): the devices seed them from the OS.
+#[test]
+fn two_processes_start_from_different_qp_numbers_and_keys() {
+    let run = || {
+        let out = portverbs(&["perf", "write_bw", "-n", "5", "-s", "64"]).ok();
+        local_identifiers(&out.stdout)
+    };
+    let (a, b) = (run(), run());
+    assert_ne!(a, b, "the same QPN and RKey in two processes");
+}

@@ -30,10 +30,18 @@ pub struct QpEndpoint {
 }
 
 /// How to connect a QP. [`Default`] gives the values `ibv_rc_pingpong` uses: port 1, GID index
-/// 0 where the port needs a GRH (RoCE), the port's active MTU, SL 0, hop limit 1, local ACK
-/// timeout 14 (about 67 ms), 7 transport and 7 RNR retries (7 = infinite), RNR timer 12 (0.64
-/// ms), one outstanding READ/atomic each way, Q_Key 0x11111111 for UD, and remote write, read
-/// and atomic access for RC (write for UC).
+/// 0 where the port needs a GRH (RoCE), a random first PSN, the port's active MTU, SL 0, hop
+/// limit 1, local ACK timeout 14 (about 67 ms), 7 transport and 7 RNR retries (7 = infinite),
+/// RNR timer 12 (0.64 ms), one outstanding READ/atomic each way, Q_Key 0x11111111 for UD, and
+/// remote write, read and atomic access for RC (write for UC).
+///
+/// The PSN: every call of [`Default::default`] draws a new random 24-bit PSN from the OS's
+/// randomness (`portverbs_hal::rng`), as `ibv_rc_pingpong` and perftest draw theirs with
+/// `lrand48() & 0xffffff` and rdma_cm draws one per connection, so that a peer cannot guess the
+/// sequence numbers of a connection it is not part of. Advertise and connect with the *same*
+/// value (`let opts = ConnectOptions::default();`, then [`Qp::endpoint`] and
+/// [`Qp::connect_rc`] with `&opts`): two calls of `default()` give two PSNs. Set `psn` yourself
+/// when a run must repeat exactly (a test on a stepped fabric).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectOptions {
     /// Local port (from 1).
@@ -41,7 +49,8 @@ pub struct ConnectOptions {
     /// GID index to send from; `None` is index 0 on a port that needs a GRH (RoCE) and no GRH
     /// on an InfiniBand port.
     pub gid_index: Option<u8>,
-    /// First PSN this QP sends with, and advertises in its [`QpEndpoint`] (24 bits).
+    /// First PSN this QP sends with, and advertises in its [`QpEndpoint`] (24 bits); random
+    /// in [`Default`].
     pub psn: u32,
     /// Path MTU; `None` is the port's active MTU.
     pub mtu: Option<Mtu>,
@@ -76,7 +85,7 @@ impl Default for ConnectOptions {
         Self {
             port: 1,
             gid_index: None,
-            psn: 0,
+            psn: portverbs_hal::rng::random_psn(),
             mtu: None,
             access: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
@@ -396,5 +405,18 @@ impl<D: Device> Qp<D> {
         self.modify(&rts, required(t, QpState::Rtr, QpState::Rts))
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConnectOptions;
+
+    #[test]
+    fn each_default_draws_its_own_random_psn() {
+        // Four 24-bit draws that all agree would mean the PSN is fixed (one chance in 2^72).
+        let psns: Vec<u32> = (0..4).map(|_| ConnectOptions::default().psn).collect();
+        assert!(psns.windows(2).any(|w| w[0] != w[1]), "{psns:x?}");
+        assert!(psns.iter().all(|&p| p < 1 << 24), "{psns:x?}");
     }
 }

@@ -85,7 +85,8 @@ pub enum Mode {
 pub struct FabricConfig {
     /// Driving mode.
     pub mode: Mode,
-    /// Seed of the fault generator.
+    /// Seed of the fault generator; in stepped mode also the seed every node's identifiers
+    /// derive from ([`Joining::seed`]), so that a stepped run repeats exactly.
     pub seed: u64,
     /// Link behaviour.
     pub faults: LinkFaults,
@@ -279,7 +280,9 @@ fn engine_thread(shared: Arc<Shared>) {
             std::thread::park_timeout(wait.min(Duration::from_millis(10)));
         }
         shared.wake.sleeping.store(false, Ordering::SeqCst);
-        idle_since = None;
+        // Still idle: the next round parks again at once. Only work (a kick, a packet, a
+        // timer that fired) starts another spin; spinning again after every park kept an idle
+        // engine busy a third of the time (5 ms of spin per 10 ms park).
     }
 }
 
@@ -288,6 +291,9 @@ impl Fabric {
     pub fn new(config: FabricConfig) -> Self {
         let (kicks_tx, kicks_rx) = crossbeam_channel::bounded(1 << 16);
         let mut sim = Sim::new(config.seed, config.faults);
+        // Stepped runs are reproducible from their seed, the devices' keys and QP numbers
+        // included; free-running devices draw theirs from the OS.
+        sim.node_seed = (config.mode == Mode::Stepped).then_some(config.seed);
         if let Some(path) = &config.capture {
             match PcapCapture::create(path) {
                 Ok(c) => sim.capture = Some(c),

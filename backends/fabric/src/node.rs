@@ -66,6 +66,11 @@ pub struct Joining {
     pub ordinal: usize,
     /// The train length to give the node's engine now (see [`Node::set_max_train`]).
     pub max_train: u32,
+    /// The seed of the node's identifiers (memory keys, QP numbers: `portverbs_hal::rng`):
+    /// on a stepped fabric derived from the fabric's seed and the node's place, so that the
+    /// run repeats; on a free-running one drawn from the OS. A device's own configuration
+    /// may pin another.
+    pub seed: u64,
 }
 
 /// How a node joins the fabric.
@@ -97,6 +102,11 @@ impl Fabric {
         let joining = Joining {
             ordinal: sim.kinds.iter().filter(|k| **k == kind).count(),
             max_train: sim.max_train(),
+            seed: sim
+                .node_seed
+                .map_or_else(portverbs_hal::rng::os_random, |s| {
+                    portverbs_hal::rng::derive(s, id as u64)
+                }),
         };
         let (config, node) = build(joining);
         for (_, gid) in &config.routes {

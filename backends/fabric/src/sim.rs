@@ -131,6 +131,9 @@ pub(crate) struct Sim {
     seq: u64,
     pub(crate) faults: LinkFaults,
     rng: SplitMix64,
+    /// The seed the nodes' identifier seeds derive from (a stepped fabric's own seed), or
+    /// `None`: each node's is drawn from the OS.
+    pub(crate) node_seed: Option<u64>,
     pub(crate) out: Vec<Packet>,
     frame: Vec<u8>,
     pub(crate) stats: FabricStats,
@@ -155,6 +158,7 @@ impl Sim {
             seq: 0,
             faults,
             rng: SplitMix64::new(seed),
+            node_seed: None,
             out: Vec::with_capacity(256),
             frame: Vec::with_capacity(4200),
             stats: FabricStats::default(),

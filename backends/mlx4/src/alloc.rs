@@ -37,6 +37,33 @@ impl Numbers {
         None
     }
 
+    /// The first free number at or after `cursor`, going round to `first` after the end (as
+    /// Linux's mlx4 bitmap hands out QP numbers round its range): the caller keeps the cursor,
+    /// starting at a random point so that a peer cannot guess the numbers.
+    pub(crate) fn alloc_round(&mut self, cursor: u32) -> Option<u32> {
+        let cursor = if (self.first..self.limit).contains(&cursor) {
+            cursor
+        } else {
+            self.first
+        };
+        let used = |n: u32| self.used[n as usize / 64] & (1 << (n % 64)) != 0;
+        let n = (cursor..self.limit)
+            .chain(self.first..cursor)
+            .find(|&n| !used(n))?;
+        self.used[n as usize / 64] |= 1 << (n % 64);
+        Some(n)
+    }
+
+    /// How many numbers the allocator hands out (`first..limit`).
+    pub(crate) fn span(&self) -> u32 {
+        self.limit.saturating_sub(self.first)
+    }
+
+    /// The first number it hands out.
+    pub(crate) fn first(&self) -> u32 {
+        self.first
+    }
+
     pub(crate) fn free(&mut self, n: u32) {
         if let Some(w) = self.used.get_mut(n as usize / 64) {
             *w &= !(1 << (n % 64));
@@ -113,6 +140,25 @@ mod tests {
         }
         assert_eq!(n.alloc(), None);
         assert_eq!(n.in_use(), 65);
+    }
+
+    #[test]
+    fn numbers_go_round_from_a_cursor() {
+        let mut n = Numbers::new(65, 130);
+        assert_eq!(n.alloc_round(128), Some(128));
+        assert_eq!(n.alloc_round(129), Some(129));
+        assert_eq!(n.alloc_round(130), Some(65), "past the end: from the start");
+        assert_eq!(n.alloc_round(128), Some(66), "taken ones are passed over");
+        assert_eq!(
+            n.alloc_round(3),
+            Some(67),
+            "below the range: from the start"
+        );
+        while n.alloc_round(100).is_some() {}
+        assert_eq!(n.in_use(), 65);
+        n.free(90);
+        assert_eq!(n.alloc_round(100), Some(90));
+        assert_eq!((n.first(), n.span()), (65, 65));
     }
 
     #[test]

@@ -21,10 +21,15 @@ pub struct Mlx4Config {
     pub command_timeout: Duration,
     /// Use BlueFlame for single small inline sends when the HCA has it.
     pub blueflame: bool,
+    /// Seed of the driver's memory key bytes and QP numbers (`portverbs_hal::rng`). `None`,
+    /// the default: drawn from the OS, so that a peer cannot guess them. `Some` pins it (a
+    /// test that must repeat them exactly).
+    pub seed: Option<u64>,
 }
 
 impl Mlx4Config {
-    /// Defaults: event-mode commands, 60 s timeout, BlueFlame on.
+    /// Defaults: event-mode commands, 60 s timeout, BlueFlame on, identifiers seeded from the
+    /// OS.
     pub fn new(name: impl Into<String>, gids: Vec<Vec<Gid>>) -> Self {
         Self {
             name: name.into(),
@@ -32,6 +37,7 @@ impl Mlx4Config {
             command_mode: CommandMode::Events,
             command_timeout: Duration::from_secs(60),
             blueflame: true,
+            seed: None,
         }
     }
 }

@@ -483,6 +483,7 @@ fn routes_change_at_run_time_and_detach_takes_the_device_off() {
     let no_ports = DeviceConfig {
         name: None,
         ports: vec![],
+        seed: None,
     };
     assert_eq!(
         SoftDevice::attach(&fabric, no_ports).unwrap_err(),

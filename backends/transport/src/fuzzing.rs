@@ -147,6 +147,8 @@ impl Settings {
             ack_req_every: inp.pick(&[1, 4, 64]),
             max_qp: 8,
             max_keys: 64,
+            // Fixed key bytes: a run repeats from its input alone.
+            seed: 0,
         };
         let depth = |b: u8| 1 + b % 4;
         let (a, b, grant) = (inp.byte(), inp.byte(), inp.byte());
@@ -289,7 +291,7 @@ impl End {
 
     /// The QP's transport state, for a failure message.
     fn describe(&self) -> String {
-        let Some(qp) = self.engine.qps[self.qpn as usize].as_deref() else {
+        let Some(qp) = self.engine.qps.get(self.qpn).map(|q| &**q) else {
             return "no QP".into();
         };
         let r = &qp.req;
@@ -766,7 +768,7 @@ impl Driver {
     /// A PSN around what `side` expects or has in flight, or in the stale half.
     fn psn_near(&self, side: usize, inp: &mut Input<'_>) -> u32 {
         let e = &self.ends[side];
-        let qp = e.engine.qps[e.qpn as usize].as_deref();
+        let qp = e.engine.qps.get(e.qpn).map(|q| &**q);
         let anchor = match (inp.byte() % 5, qp) {
             (0, Some(q)) => q.req.una,
             (1, Some(q)) => q.req.sent_end,

@@ -108,6 +108,9 @@ pub struct EngineConfig {
     /// responses, may emit per call: a doorbell, a packet or a work turn (bounded work per
     /// call; the rest waits for [`Engine::run_work`]).
     pub burst: u32,
+    /// Seed of the generator behind the key bytes of the MR/MW table: the device's seed
+    /// (`portverbs_hal::rng`: from the OS, or pinned for a deterministic run).
+    pub seed: u64,
 }
 
 impl Default for EngineConfig {
@@ -118,6 +121,7 @@ impl Default for EngineConfig {
             psn_window: 128,
             ack_req_every: 64,
             burst: 64,
+            seed: 0,
         }
     }
 }
@@ -241,7 +245,8 @@ impl Core {
 /// The transport core of one device. See the module documentation.
 #[derive(Debug)]
 pub struct Engine {
-    qps: Vec<Option<Box<QpCtx>>>,
+    /// QP contexts by number (the numbers are sparse: a device starts them at a random point).
+    qps: Table<Box<QpCtx>>,
     core: Core,
 }
 
@@ -249,10 +254,10 @@ impl Engine {
     /// An engine with the given ports.
     pub fn new(cfg: EngineConfig, ports: Vec<PortInfo>) -> Self {
         Self {
-            qps: Vec::new(),
+            qps: Table::new(),
             core: Core {
                 cfg,
-                memory: MemoryTable::new(cfg.max_keys),
+                memory: MemoryTable::new(cfg.max_keys, cfg.seed),
                 ports,
                 timers: TimerHeap::default(),
                 work: VecDeque::new(),
@@ -309,7 +314,7 @@ impl Engine {
     /// configuration, the ports and the statistics.
     pub fn reset(&mut self) {
         self.qps.clear();
-        self.core.memory = MemoryTable::new(self.core.cfg.max_keys);
+        self.core.memory.clear();
         self.core.timers = TimerHeap::default();
         self.core.work.clear();
         self.core.acks.clear();
@@ -317,7 +322,7 @@ impl Engine {
 
     /// Number of live QPs.
     pub fn qp_count(&self) -> usize {
-        self.qps.iter().filter(|q| q.is_some()).count()
+        self.qps.len()
     }
 
     /// Creates a QP in RESET.
@@ -328,18 +333,14 @@ impl Engine {
         if qpn >= self.core.cfg.max_qp {
             return Err(CommandError::ResourceExhausted { resource: "QPs" });
         }
-        let idx = qpn as usize;
-        if self.qps.len() <= idx {
-            self.qps.resize_with(idx + 1, || None);
-        }
-        if self.qps[idx].is_some() {
+        if self.qps.contains(qpn) {
             return Err(CommandError::BadState {
                 object: "QP",
                 number: qpn,
                 reason: "number already in use".into(),
             });
         }
-        self.qps[idx] = Some(Box::new(QpCtx::new(qpn, init)));
+        self.qps.insert(qpn, Box::new(QpCtx::new(qpn, init)));
         Ok(())
     }
 
@@ -349,7 +350,7 @@ impl Engine {
     /// # Errors
     /// No such QP.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), CommandError> {
-        match self.qps.get_mut(qpn as usize).and_then(Option::take) {
+        match self.qps.remove(qpn) {
             Some(_) => {
                 self.core.memory.unbind_qp(qpn);
                 self.core.timers.forget_qp(qpn);
@@ -367,15 +368,14 @@ impl Engine {
     /// No such QP.
     pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, CommandError> {
         self.qps
-            .get(qpn as usize)
-            .and_then(|q| q.as_deref())
-            .map(QpCtx::query)
+            .get(qpn)
+            .map(|q| q.query())
             .ok_or_else(|| no_qp(qpn))
     }
 
     /// The state of a QP as the device sees it.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
-        self.qps.get(qpn as usize)?.as_deref().map(|q| q.state)
+        self.qps.get(qpn).map(|q| q.state)
     }
 
     /// Applies a modify (the core validated the transition and mask; the device re-checks that
@@ -392,11 +392,7 @@ impl Engine {
         hca: &mut H,
         out: &mut Vec<Packet>,
     ) -> Result<(), CommandError> {
-        let Some(qp) = self
-            .qps
-            .get_mut(qpn as usize)
-            .and_then(|q| q.as_deref_mut())
-        else {
+        let Some(qp) = self.qps.get_mut(qpn).map(|q| &mut **q) else {
             return Err(no_qp(qpn));
         };
         modify::modify(qp, &mut self.core, hca, now, attr, mask, out)
@@ -410,11 +406,7 @@ impl Engine {
         hca: &mut H,
         out: &mut Vec<Packet>,
     ) {
-        let Some(qp) = self
-            .qps
-            .get_mut(qpn as usize)
-            .and_then(|q| q.as_deref_mut())
-        else {
+        let Some(qp) = self.qps.get_mut(qpn).map(|q| &mut **q) else {
             return;
         };
         match qp.state {
@@ -444,11 +436,7 @@ impl Engine {
             let Some(qpn) = self.core.work.pop_front() else {
                 break;
             };
-            if let Some(qp) = self
-                .qps
-                .get_mut(qpn as usize)
-                .and_then(|q| q.as_deref_mut())
-            {
+            if let Some(qp) = self.qps.get_mut(qpn).map(|q| &mut **q) {
                 qp.scheduled = false;
                 responder::respond(qp, &mut self.core, hca, out);
                 requester::transmit(qp, &mut self.core, hca, now, out);
@@ -471,11 +459,7 @@ impl Engine {
             return;
         }
         let qpn = pkt.hdr.bth.dest_qp;
-        let Some(qp) = self
-            .qps
-            .get_mut(qpn as usize)
-            .and_then(|q| q.as_deref_mut())
-        else {
+        let Some(qp) = self.qps.get_mut(qpn).map(|q| &mut **q) else {
             self.core.stats.dropped += 1;
             return;
         };
@@ -521,11 +505,7 @@ impl Engine {
     pub fn flush_acks(&mut self, out: &mut Vec<Packet>) {
         let acks = std::mem::take(&mut self.core.acks);
         for qpn in &acks {
-            if let Some(qp) = self
-                .qps
-                .get_mut(*qpn as usize)
-                .and_then(|q| q.as_deref_mut())
-            {
+            if let Some(qp) = self.qps.get_mut(*qpn).map(|q| &mut **q) {
                 responder::flush_ack(qp, &mut self.core, out);
             }
         }
@@ -546,11 +526,7 @@ impl Engine {
         out: &mut Vec<Packet>,
     ) {
         while let Some(t) = self.core.timers.pop_due(now) {
-            let Some(qp) = self
-                .qps
-                .get_mut(t.qpn as usize)
-                .and_then(|q| q.as_deref_mut())
-            else {
+            let Some(qp) = self.qps.get_mut(t.qpn).map(|q| &mut **q) else {
                 continue;
             };
             match t.kind {
@@ -584,18 +560,14 @@ impl Engine {
 
     /// Moves every QP to ERR (device fatal error) and flushes them.
     pub fn fail_all<H: Hca + ?Sized>(&mut self, hca: &mut H) {
-        for qp in self.qps.iter_mut().flatten() {
+        for (_, qp) in self.qps.iter_mut() {
             modify::set_state(qp, &mut self.core, hca, QpState::Err);
         }
     }
 
     /// Moves one QP to ERR with a catastrophic-error event (a malformed WQE, or injected).
     pub fn qp_fatal<H: Hca + ?Sized>(&mut self, qpn: u32, hca: &mut H) {
-        let Some(qp) = self
-            .qps
-            .get_mut(qpn as usize)
-            .and_then(|q| q.as_deref_mut())
-        else {
+        let Some(qp) = self.qps.get_mut(qpn).map(|q| &mut **q) else {
             return;
         };
         hca.post_event(portverbs_hal::event::DeviceEvent::Qp {

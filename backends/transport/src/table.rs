@@ -1,22 +1,31 @@
 //! The one object table of the device models: objects indexed by their number.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// log2 of the numbers one page of a [`Table`] holds.
+const PAGE_BITS: u32 = 6;
+
+/// Numbers per page.
+const PAGE: usize = 1 << PAGE_BITS;
 
 /// Device objects (QPs, CQs, SRQs, EQs, memory keys …) indexed by the number the device gave
 /// them, as a device keeps its contexts in a flat array. Both the soft device and the mlx4
 /// model keep their per-object state in tables of this type.
 ///
-/// Lookups are an index and a bounds check; numbers are expected to be small and dense (a
-/// device hands them out from 0 or from a small reserved base), since the table grows to the
-/// highest number inserted. Nothing here panics on a number: an absent or out-of-range number
-/// is `None`.
+/// Lookups are two indexes and their bounds checks. The numbers need not be dense: the table
+/// keeps them in pages of 64, made when a number of theirs is first inserted, so a device whose
+/// QP numbers start at a random point of a large range (as they do, so that a peer cannot guess
+/// them) holds a page or two, not the whole range. Nothing here panics on a number: an absent or
+/// out-of-range number is `None`.
 ///
 /// [`Table::free_number`] remembers where its last search ended, so handing out numbers one
 /// after another costs O(1) each rather than a scan from the base (60 000 QPs made one by one
-/// took 150–260 µs each at the end with the scan).
+/// took 150–260 µs each at the end with the scan). [`Table::next_free_in`] searches a range
+/// cyclically from a cursor the caller keeps, as hardware drivers hand out QP numbers.
 #[derive(Debug)]
 pub struct Table<T> {
-    slots: Vec<Option<T>>,
+    pages: Vec<Option<Box<[Option<T>]>>>,
     /// `from << 32 | hint`: every number in `[from, hint)` is in use (the last
     /// [`Table::free_number`] search from `from` got as far as `hint`).
     scan: AtomicU64,
@@ -25,7 +34,7 @@ pub struct Table<T> {
 impl<T> Default for Table<T> {
     fn default() -> Self {
         Self {
-            slots: Vec::new(),
+            pages: Vec::new(),
             scan: AtomicU64::new(0),
         }
     }
@@ -34,10 +43,16 @@ impl<T> Default for Table<T> {
 impl<T: Clone> Clone for Table<T> {
     fn clone(&self) -> Self {
         Self {
-            slots: self.slots.clone(),
+            pages: self.pages.clone(),
             scan: AtomicU64::new(self.scan.load(Ordering::Relaxed)),
         }
     }
+}
+
+/// The page of number `n` and its place in the page.
+#[inline]
+fn place(n: u32) -> (usize, usize) {
+    ((n >> PAGE_BITS) as usize, n as usize & (PAGE - 1))
 }
 
 impl<T> Table<T> {
@@ -48,23 +63,26 @@ impl<T> Table<T> {
 
     /// Puts `v` at number `n`, replacing what was there.
     pub fn insert(&mut self, n: u32, v: T) {
-        let i = n as usize;
-        if self.slots.len() <= i {
-            self.slots.resize_with(i + 1, || None);
+        let (p, i) = place(n);
+        if self.pages.len() <= p {
+            self.pages.resize_with(p + 1, || None);
         }
-        self.slots[i] = Some(v);
+        let page = self.pages[p].get_or_insert_with(|| (0..PAGE).map(|_| None).collect());
+        page[i] = Some(v);
     }
 
     /// The object numbered `n`.
     #[inline]
     pub fn get(&self, n: u32) -> Option<&T> {
-        self.slots.get(n as usize)?.as_ref()
+        let (p, i) = place(n);
+        self.pages.get(p)?.as_deref()?.get(i)?.as_ref()
     }
 
     /// The object numbered `n`, mutably.
     #[inline]
     pub fn get_mut(&mut self, n: u32) -> Option<&mut T> {
-        self.slots.get_mut(n as usize)?.as_mut()
+        let (p, i) = place(n);
+        self.pages.get_mut(p)?.as_deref_mut()?.get_mut(i)?.as_mut()
     }
 
     /// Whether number `n` is in use.
@@ -74,7 +92,8 @@ impl<T> Table<T> {
 
     /// Takes the object numbered `n` out of the table.
     pub fn remove(&mut self, n: u32) -> Option<T> {
-        let taken = self.slots.get_mut(n as usize)?.take();
+        let (p, i) = place(n);
+        let taken = self.pages.get_mut(p)?.as_deref_mut()?.get_mut(i)?.take();
         let (from, hint) = unpack(self.scan.load(Ordering::Relaxed));
         if taken.is_some() && (from..hint).contains(&n) {
             // A hole below the remembered end of the search.
@@ -85,17 +104,17 @@ impl<T> Table<T> {
 
     /// Number of objects in the table (counts them: for bookkeeping, not hot paths).
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|v| v.is_some()).count()
+        self.iter().count()
     }
 
     /// True when the table holds no object.
     pub fn is_empty(&self) -> bool {
-        self.slots.iter().all(Option::is_none)
+        self.iter().next().is_none()
     }
 
     /// Forgets every object.
     pub fn clear(&mut self) {
-        self.slots.clear();
+        self.pages.clear();
         self.scan.store(0, Ordering::Relaxed);
     }
 
@@ -112,26 +131,58 @@ impl<T> Table<T> {
         n
     }
 
+    /// The first free number of `range` at or after `cursor`, going round to the start of the
+    /// range after its end; `None` when every number of the range is in use. The caller keeps
+    /// the cursor (the number after the last one handed out), so numbers are handed out round
+    /// the range and one just freed is not handed out again at once; a search passes over the
+    /// numbers in use since the cursor, so it costs O(1) while the range is mostly free.
+    pub fn next_free_in(&self, range: Range<u32>, cursor: u32) -> Option<u32> {
+        let cursor = if range.contains(&cursor) {
+            cursor
+        } else {
+            range.start
+        };
+        (cursor..range.end)
+            .chain(range.start..cursor)
+            .find(|&n| self.get(n).is_none())
+    }
+
     /// The objects with their numbers, in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| v.as_ref().map(|v| (i as u32, v)))
+        self.pages.iter().enumerate().flat_map(|(p, page)| {
+            page.iter().flat_map(move |page| {
+                page.iter()
+                    .enumerate()
+                    .filter_map(move |(i, v)| v.as_ref().map(|v| (number(p, i), v)))
+            })
+        })
     }
 
     /// The objects with their numbers, in increasing order, mutably.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
-        self.slots
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, v)| v.as_mut().map(|v| (i as u32, v)))
+        self.pages.iter_mut().enumerate().flat_map(|(p, page)| {
+            page.iter_mut().flat_map(move |page| {
+                page.iter_mut()
+                    .enumerate()
+                    .filter_map(move |(i, v)| v.as_mut().map(|v| (number(p, i), v)))
+            })
+        })
     }
 
     /// The numbers in use, in increasing order.
     pub fn numbers(&self) -> Vec<u32> {
         self.iter().map(|(n, _)| n).collect()
     }
+
+    /// Pages held (for tests of the memory a sparse table takes).
+    pub fn pages_held(&self) -> usize {
+        self.pages.iter().filter(|p| p.is_some()).count()
+    }
+}
+
+/// The number of place `i` of page `p`.
+fn number(p: usize, i: usize) -> u32 {
+    ((p << PAGE_BITS) | i) as u32
 }
 
 fn pack(from: u32, hint: u32) -> u64 {
@@ -193,5 +244,49 @@ mod tests {
         assert_eq!(t.free_number(0x11), 0x11 + 101);
         t.clear();
         assert_eq!(t.free_number(0x11), 0x11);
+    }
+
+    #[test]
+    fn cyclic_search_goes_round_the_range_from_the_cursor() {
+        let mut t = Table::new();
+        let range = 0x11..0x20;
+        assert_eq!(t.next_free_in(range.clone(), 0x1e), Some(0x1e));
+        t.insert(0x1e, ());
+        t.insert(0x1f, ());
+        assert_eq!(
+            t.next_free_in(range.clone(), 0x1e),
+            Some(0x11),
+            "round to the start"
+        );
+        assert_eq!(
+            t.next_free_in(range.clone(), 0x5),
+            Some(0x11),
+            "cursor outside"
+        );
+        for n in range.clone() {
+            t.insert(n, ());
+        }
+        assert_eq!(t.next_free_in(range.clone(), 0x15), None, "full");
+        t.remove(0x12);
+        assert_eq!(t.next_free_in(range, 0x15), Some(0x12));
+    }
+
+    #[test]
+    fn sparse_numbers_hold_only_their_pages() {
+        let mut t = Table::new();
+        t.insert(1, 'a');
+        t.insert(200_000, 'b');
+        t.insert(200_001, 'c');
+        assert_eq!(t.pages_held(), 2);
+        assert_eq!(t.numbers(), vec![1, 200_000, 200_001]);
+        assert_eq!(t.get(200_001), Some(&'c'));
+        assert_eq!(t.get(199_999), None);
+        assert_eq!(t.get(u32::MAX), None);
+        for (_, v) in t.iter_mut() {
+            *v = 'z';
+        }
+        assert_eq!(t.remove(200_000), Some('z'));
+        assert_eq!(t.len(), 2);
+        assert!(!t.is_empty());
     }
 }

@@ -265,14 +265,11 @@ impl<D: Device> CmDevice<D> {
             .await
             .map_err(|e| ServiceError::verbs("registering QP1's buffers", e))?;
         let epoch = Instant::now();
-        let nanos = u64::try_from(
-            std::time::SystemTime::UNIX_EPOCH
-                .elapsed()
-                .map_or(0, |d| d.as_nanos()),
-        )
-        .unwrap_or(0);
+        // The comm-ID salt and the first ephemeral port from the OS's randomness, as Linux's
+        // CM draws its random ID operand: a peer cannot guess this device's IDs.
+        let random = portverbs_hal::rng::os_random();
         let ca_guid = ctx.attr().node_guid;
-        let cfg = AgentConfig::new(ca_guid, (nanos as u32) ^ (nanos >> 32) as u32);
+        let cfg = AgentConfig::new(ca_guid, random as u32);
         let dev = Self {
             shared: Arc::new_cyclic(|me| Shared {
                 ctx: ctx.clone(),
@@ -299,7 +296,7 @@ impl<D: Device> CmDevice<D> {
                     ready: None,
                     qps_seen: 0,
                     reaped_at: 0,
-                    next_port: 0xC000 | (nanos as u16 & 0x3FFF),
+                    next_port: 0xC000 | ((random >> 32) as u16 & 0x3FFF),
                     removed: false,
                     mads_in: 0,
                     mads_out: 0,
@@ -1080,10 +1077,10 @@ impl<D: Device> CmDevice<D> {
         Ok(())
     }
 
-    /// A pseudo-random 24-bit starting PSN (rdma_cm draws one per ID).
-    pub(super) fn psn(&self, id: CmId) -> u32 {
-        let x = self.now() ^ u64::from(id.comm_id()).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (x ^ (x >> 24) ^ (x >> 48)) as u32 & 0x00FF_FFFF
+    /// A random 24-bit starting PSN from the OS (rdma_cm draws one per ID, with
+    /// `get_random_u32`).
+    pub(super) fn psn(&self, _id: CmId) -> u32 {
+        portverbs_hal::rng::random_psn()
     }
 }
 

@@ -129,7 +129,11 @@ impl<P> Net<P> {
 
     /// Brings `qa` (on a) and `qb` (on b) to RTS toward each other.
     pub fn connect(&self, qa: &Qp<Dev>, qb: &Qp<Dev>) {
-        let opts = ConnectOptions::default();
+        // A fixed PSN (the default draws a random one), so that a stepped run repeats exactly.
+        let opts = ConnectOptions {
+            psn: 0,
+            ..ConnectOptions::default()
+        };
         let (ea, eb) = (
             qa.endpoint_blocking(&opts).unwrap(),
             qb.endpoint_blocking(&opts).unwrap(),

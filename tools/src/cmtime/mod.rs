@@ -74,6 +74,10 @@ pub(crate) struct CmtimeArgs {
     /// another one)
     #[arg(long = "ib-dev", value_name = "DEV")]
     device: Option<String>,
+    /// Seconds a step may go without any connection completing before the run fails naming
+    /// the peer (default: 30 s plus 0.1 ms per connection)
+    #[arg(long = "timeout", value_name = "SECS")]
+    timeout: Option<u64>,
 }
 
 /// The resident set of this process in bytes, where the OS says (Linux).
@@ -94,9 +98,24 @@ fn reachable_cm(bind: Option<IpAddr>) -> Result<CmDevice<AnyDevice>, CliError> {
     cm_device(dev)
 }
 
-/// How long a step may go without any progress before the run fails.
-fn stall_limit(n: usize) -> Duration {
-    Duration::from_secs(30) + Duration::from_millis(n as u64 / 10)
+/// How long a step may go without any progress before the run fails: `--timeout`, else 30 s
+/// plus 0.1 ms per connection (a step of many connections sets them up in turns).
+fn stall_limit(args: &CmtimeArgs) -> Duration {
+    args.timeout.map_or_else(
+        || Duration::from_secs(30) + Duration::from_millis(args.connections as u64 / 10),
+        Duration::from_secs,
+    )
+}
+
+/// Lets the CPU go while nothing happens: a few yields first (a connection rate is being
+/// measured), then short sleeps (the CM offers no wait for "any of these connections", and a
+/// peer that stopped must not cost a whole core until the deadline).
+pub(crate) fn idle_pause(idle: Duration) {
+    if idle < Duration::from_millis(1) {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// `portverbs cmtime`.
@@ -194,16 +213,19 @@ fn run_client(
         s.pool_qps(n)?;
     }
     client.qps = qps;
-    let limit = stall_limit(n);
+    let limit = stall_limit(args);
+    let peer = dst.to_string();
     let start = Instant::now();
-    client.run_step(
-        Await::Connect,
-        window,
-        server.as_mut(),
-        t0,
-        &mut |i, a, b| t.conn(i, Step::Connect, (a, b)),
-        limit,
-    )?;
+    client
+        .run_step(
+            Await::Connect,
+            window,
+            server.as_mut(),
+            t0,
+            &mut |i, a, b| t.conn(i, Step::Connect, (a, b)),
+            limit,
+        )
+        .map_err(|e| e.with_peer(&peer))?;
     let end = Instant::now();
     t.wall(Step::Connect, (at(start), at(end)));
     for i in 0..n {
@@ -238,14 +260,16 @@ fn run_client(
         }
     }
     let start = Instant::now();
-    client.run_step(
-        Await::Disconnect,
-        window,
-        server.as_mut(),
-        t0,
-        &mut |i, a, b| t.conn(i, Step::Disconnect, (a, b)),
-        limit,
-    )?;
+    client
+        .run_step(
+            Await::Disconnect,
+            window,
+            server.as_mut(),
+            t0,
+            &mut |i, a, b| t.conn(i, Step::Disconnect, (a, b)),
+            limit,
+        )
+        .map_err(|e| e.with_peer(&peer))?;
     t.wall(Step::Disconnect, (at(start), at(Instant::now())));
     let mut qps = std::mem::take(&mut client.qps).into_iter();
     step(Step::DestroyQp, &mut t, &mut |_| {
@@ -278,18 +302,24 @@ fn run_server(args: &CmtimeArgs) -> Result<String, CliError> {
     let t0 = Instant::now();
     // The client may take a while to start: no limit until the first request.
     let mut last: Option<Instant> = None;
-    let limit = stall_limit(n);
+    let limit = stall_limit(args);
+    let mut idle_since = Instant::now();
     while server.disconnected < n {
         server.cm.progress().ctx("driving the server's CM")?;
         if server.step(t0)? {
             last = Some(Instant::now());
+            idle_since = Instant::now();
         } else if last.is_some_and(|l| l.elapsed() > limit) {
-            return Err(CliError::Failed(format!(
+            let e = CliError::Failed(format!(
                 "{} of {n} connections were not set up and torn down within {limit:?}",
                 n - server.disconnected
-            )));
+            ));
+            return Err(match server.peer {
+                Some(p) => e.with_peer(&p.to_string()),
+                None => e,
+            });
         } else {
-            std::thread::yield_now();
+            idle_pause(idle_since.elapsed());
         }
     }
     server

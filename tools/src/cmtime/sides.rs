@@ -55,6 +55,8 @@ pub(crate) struct Server {
     pool: Vec<Qp>,
     index: HashMap<CmId, usize>,
     ready: Vec<CmId>,
+    /// The address of the client whose request came last (what a failure names).
+    pub(crate) peer: Option<std::net::SocketAddr>,
     /// Connections established, and disconnected, so far.
     pub(crate) established: usize,
     pub(crate) disconnected: usize,
@@ -90,6 +92,7 @@ impl Server {
             pool: Vec::new(),
             index: HashMap::new(),
             ready,
+            peer: None,
             established: 0,
             disconnected: 0,
             connect_spans: Vec::new(),
@@ -112,6 +115,7 @@ impl Server {
     pub(crate) fn step(&mut self, t0: Instant) -> Result<bool, CliError> {
         let mut busy = false;
         while let Some(req) = self.listener.try_get_request() {
+            self.peer = Some(req.remote_addr());
             let start = Instant::now();
             let qp = match self.pool.pop() {
                 Some(qp) => qp,
@@ -270,7 +274,7 @@ impl Client {
                     n - done
                 )));
             } else {
-                std::thread::yield_now();
+                super::idle_pause(last.elapsed());
             }
         }
         Ok(())

@@ -187,4 +187,9 @@ pub(crate) struct PerfArgs {
     /// Latency histogram: not implemented (refused; perftest has it on latency tests only).
     #[arg(short = 'H', long = "report-histogram")]
     pub(crate) histogram: bool,
+
+    /// Seconds the peer may show no sign of life before this side gives up and fails naming
+    /// it (0: wait for ever, as perftest does). Not -u (--qp-timeout), the QP's ACK timeout.
+    #[arg(long = "timeout", value_name = "SECS", default_value_t = crate::wait::DEFAULT_TIMEOUT.as_secs())]
+    pub(crate) peer_timeout: u64,
 }

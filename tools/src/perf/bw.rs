@@ -382,7 +382,8 @@ fn send_loop_watching(
         _ => None,
     };
     let counted = |done: u64| arrivals.map_or(done, |a| a.load(Ordering::Acquire));
-    let mut waiter = Waiter::new("waiting for send completions", Some(peer_failed));
+    let mut waiter =
+        Waiter::new("waiting for send completions", Some(peer_failed)).limit(cfg.peer_timeout);
     let mut total_done = 0u64;
     let mut sample: Option<(Instant, u64)> = None;
     let mut measured: Option<(Duration, u64)> = None;
@@ -516,6 +517,8 @@ struct RecvGoal {
     exact: bool,
     /// Peak: a mark every so many arrivals, and the room they need.
     marks: Option<(u64, usize)>,
+    /// `--timeout`: how long nothing may arrive before the receiver gives up.
+    limit: Option<Duration>,
 }
 
 impl RecvGoal {
@@ -531,6 +534,7 @@ impl RecvGoal {
             marks: expected
                 .filter(|_| cfg.peak)
                 .map(|e| (every, usize::try_from(e / every).unwrap_or(0) + 2)),
+            limit: cfg.peer_timeout,
         }
     }
 }
@@ -570,7 +574,7 @@ fn receive_loop(
     let mut marks = goal.marks.map(|_| Vec::with_capacity(mark_room));
     let mut next_mark = mark_every;
     let mut quiet_since: Option<Instant> = None;
-    let mut waiter = Waiter::new("waiting for receives", Some(sender_failed));
+    let mut waiter = Waiter::new("waiting for receives", Some(sender_failed)).limit(goal.limit);
     while goal.expected.is_none_or(|e| received < e) {
         let n = side.recv_cq.poll(&mut wcs).ctx("polling the receive CQ")?;
         if n == 0 {

@@ -8,11 +8,14 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use portverbs::hal::Gid;
+
 use super::cm::{self, CommQp};
 use crate::error::{CliError, IoContext as _};
 use crate::report::perftest::wire::{
     self, BwReport, DONE, KEY_MSG_SIZE, KEY_MSG_SIZE_GID, KeyMsg, VERSION_LEN,
 };
+use crate::wait::PeerWatch;
 
 /// What the peer announced before the test.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,16 +43,33 @@ enum Transport {
 }
 
 /// One side of the side channel.
+///
+/// Every wait on the peer has a deadline ([`PeerWatch`], the tool's `--timeout`): a read
+/// fails when the peer shows no sign of life for that long. The one wait through the peer's
+/// own run (a BW server waiting for its client's result, [`Channel::peer_runs`]) counts the
+/// packets this side's device receives as signs of life; over TCP it also ends, as perftest's
+/// does, when the peer's kernel closes the connection of a process that died.
 #[derive(Debug)]
 pub(crate) struct Channel {
     transport: Transport,
     client: bool,
     peer: String,
+    watch: PeerWatch,
+    /// The next read waits through the peer's run.
+    long: bool,
 }
 
+/// How often a TCP read waiting through the peer's run looks at the peer's signs of life.
+const TCP_SLICE: Duration = Duration::from_millis(200);
+
 impl Channel {
-    /// Connects to `host:port` (the client role).
-    pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self, CliError> {
+    /// Connects to `host:port` (the client role), watching the peer with `watch`.
+    pub(crate) fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        watch: PeerWatch,
+    ) -> Result<Self, CliError> {
         let addrs: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()
             .io_ctx(format_args!("resolving {host}"))?
@@ -61,11 +81,15 @@ impl Channel {
                     stream
                         .set_nodelay(true)
                         .io_ctx("configuring the exchange socket")?;
-                    return Ok(Self {
+                    let chan = Self {
                         transport: Transport::Tcp(stream),
                         client: true,
                         peer: host.to_owned(),
-                    });
+                        watch,
+                        long: false,
+                    };
+                    chan.prompt()?;
+                    return Ok(chan);
                 }
                 Err(e) => last = Some(e),
             }
@@ -75,8 +99,12 @@ impl Channel {
     }
 
     /// Accepts one client on `listener` (the server role), waiting until one connects or
-    /// `abort` is set.
-    pub(crate) fn accept(listener: &TcpListener, abort: &AtomicBool) -> Result<Self, CliError> {
+    /// `abort` is set, then watches it with `watch`.
+    pub(crate) fn accept(
+        listener: &TcpListener,
+        abort: &AtomicBool,
+        watch: PeerWatch,
+    ) -> Result<Self, CliError> {
         listener
             .set_nonblocking(true)
             .io_ctx("configuring the listening socket")?;
@@ -87,11 +115,18 @@ impl Channel {
                         .set_nonblocking(false)
                         .and_then(|()| stream.set_nodelay(true))
                         .io_ctx("configuring the exchange socket")?;
-                    return Ok(Self {
+                    // The TCP source of a client is not always its address (on loopback
+                    // it is 127.0.0.1 whatever the client's device is): the client is named
+                    // by the address its destination announces once it has come.
+                    let chan = Self {
                         transport: Transport::Tcp(stream),
                         client: false,
-                        peer: addr.ip().to_string(),
-                    });
+                        peer: addr.to_string(),
+                        watch,
+                        long: false,
+                    };
+                    chan.prompt()?;
+                    return Ok(chan);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if abort.load(Ordering::Acquire) {
@@ -106,7 +141,13 @@ impl Channel {
 
     /// The side channel over `comm` (`-R`), connected by the CM to `peer`; `gid_index` is
     /// the one this side's destinations announce.
-    pub(crate) fn over_cm(comm: CommQp, client: bool, peer: String, gid_index: u32) -> Self {
+    pub(crate) fn over_cm(
+        comm: CommQp,
+        client: bool,
+        peer: String,
+        gid_index: u32,
+        watch: PeerWatch,
+    ) -> Self {
         Self {
             transport: Transport::Cm {
                 comm,
@@ -115,26 +156,45 @@ impl Channel {
             },
             client,
             peer,
+            watch,
+            long: false,
         }
     }
 
-    /// Bounds every later read and write by `timeout` (`None`: wait as long as it takes, as
-    /// perftest does while the peer runs the test). Over the CM a wait ends only when the
-    /// peer disconnects.
-    pub(crate) fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), CliError> {
-        match &self.transport {
-            Transport::Tcp(stream) => stream
-                .set_read_timeout(timeout)
-                .and_then(|()| stream.set_write_timeout(timeout))
-                .io_ctx("configuring the exchange socket"),
-            Transport::Cm { .. } => Ok(()),
-        }
+    /// The peer as the messages name it: its address (a server's client: the one its
+    /// destination announced, once it has come).
+    pub(crate) fn peer(&self) -> &str {
+        &self.peer
     }
 
-    /// Ends the channel: over the CM, disconnects its QP and lets the CM's last MADs leave.
-    pub(crate) fn finish(self) {
+    /// The next read waits through the peer's run (a BW server waiting for its client's
+    /// result): the peer's signs of life are the packets this side's device receives.
+    pub(crate) fn peer_runs(&mut self) {
+        self.long = true;
+    }
+
+    /// TCP reads and writes that block give up after the watch's limit (its restarts come
+    /// from [`Channel::recv`]'s own loop).
+    fn prompt(&self) -> Result<(), CliError> {
+        if let Transport::Tcp(stream) = &self.transport {
+            let limit = self.watch_limit();
+            stream
+                .set_read_timeout(limit)
+                .and_then(|()| stream.set_write_timeout(limit))
+                .io_ctx("configuring the exchange socket")?;
+        }
+        Ok(())
+    }
+
+    fn watch_limit(&self) -> Option<Duration> {
+        self.watch.limit()
+    }
+
+    /// Ends the channel: over the CM, disconnects its QP and lets the CM's last MADs leave;
+    /// `linger` waits for the peer's answer (not after a failed run, whose peer may be gone).
+    pub(crate) fn finish(self, linger: bool) {
         if let Transport::Cm { comm, .. } = self.transport {
-            comm.close();
+            comm.close(linger);
         }
     }
 
@@ -154,17 +214,19 @@ impl Channel {
             Transport::Tcp(stream) => stream
                 .write_all(msg)
                 .io_ctx(format_args!("sending the {what} to {}", self.peer)),
-            Transport::Cm { comm, .. } => comm.send(msg),
+            Transport::Cm { comm, .. } => comm.send(msg, &mut self.watch),
         }
     }
 
     fn recv(&mut self, buf: &mut [u8], what: &str) -> Result<(), CliError> {
+        let long = std::mem::take(&mut self.long);
+        self.watch.restart();
         let stream = match &mut self.transport {
             Transport::Tcp(stream) => stream,
             Transport::Cm { comm, .. } => {
                 // perftest copies the bytes it expects out of its receive buffer; a shorter
                 // message is not one of its.
-                let msg = comm.recv()?;
+                let msg = comm.recv(&mut self.watch, long)?;
                 let part = msg.get(..buf.len()).ok_or_else(|| {
                     CliError::Failed(format!(
                         "the {what} from {} has {} bytes, {} expected",
@@ -177,6 +239,29 @@ impl Channel {
                 return Ok(());
             }
         };
+        if long {
+            // Wait for the first byte in slices, looking at the peer's signs of life between
+            // them; then read the message with the usual limit.
+            stream
+                .set_read_timeout(Some(TCP_SLICE))
+                .io_ctx("configuring the exchange socket")?;
+            let waited = loop {
+                match stream.peek(&mut [0u8; 1]) {
+                    Ok(_) => break Ok(()),
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                        if let Err(e) = self.watch.check(&format!("waiting for the {what}"), true) {
+                            break Err(e);
+                        }
+                    }
+                    Err(e) => break Err(e).io_ctx(format_args!("waiting for the {what}")),
+                }
+            };
+            let limit = self.watch.limit();
+            stream
+                .set_read_timeout(limit)
+                .io_ctx("configuring the exchange socket")?;
+            waited?;
+        }
         stream.read_exact(buf).map_err(|e| {
             let peer = &self.peer;
             match e.kind() {
@@ -247,15 +332,17 @@ impl Channel {
             comm,
             dest_len,
             gid_index,
-        } = &self.transport
+        } = &mut self.transport
         {
             let msg = cm::format_dest(mine, *gid_index, *dest_len);
+            let long = std::mem::take(&mut self.long);
+            self.watch.restart();
             let theirs = if self.client {
-                comm.send(&msg)?;
-                comm.recv()?
+                comm.send(&msg, &mut self.watch)?;
+                comm.recv(&mut self.watch, long)?
             } else {
-                let theirs = comm.recv()?;
-                comm.send(&msg)?;
+                let theirs = comm.recv(&mut self.watch, long)?;
+                comm.send(&msg, &mut self.watch)?;
                 theirs
             };
             return cm::parse_dest(&theirs);
@@ -269,12 +356,17 @@ impl Channel {
             KEY_MSG_SIZE
         };
         self.xchg(&msg, &mut buf[..len], "destination")?;
-        wire::parse_keys(&buf[..len], with_gid).map_err(|e| {
+        let theirs = wire::parse_keys(&buf[..len], with_gid).map_err(|e| {
             CliError::Failed(format!(
                 "couldn't parse the peer's destination '{}': {e}",
                 String::from_utf8_lossy(&buf[..len]).trim_end_matches('\0')
             ))
-        })
+        })?;
+        // The peer's own address, which names it from now on.
+        if let Some(gid) = theirs.gid.filter(|g| g.iter().any(|&b| b != 0)) {
+            self.peer = Gid(gid).to_ip().to_string();
+        }
+        Ok(theirs)
     }
 
     /// `xchg_bw_reports`: sends `mine` and returns the peer's report.

@@ -50,8 +50,10 @@ use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceEr
 use portverbs::prelude::*;
 
 use crate::error::{CliError, Context as _};
+use crate::events::{EventChannel, SLICE};
 use crate::report::perftest::wire::KeyMsg;
 use crate::verbs;
+use crate::wait::PeerWatch;
 
 /// Bytes of perftest's `struct pingpong_dest` before 6.28.
 pub(crate) const DEST_LEN: usize = 56;
@@ -187,7 +189,8 @@ fn cm_error(what: &str, e: ServiceError) -> CliError {
     }
 }
 
-/// The RC QP of perftest's side channel, connected by the CM.
+/// The RC QP of perftest's side channel, connected by the CM. Its waits sleep in its CQs'
+/// completion channel between their looks at the CM (perftest spins on `ibv_poll_cq`).
 #[derive(Debug)]
 pub(crate) struct CommQp {
     cm: CmDevice<AnyDevice>,
@@ -197,6 +200,7 @@ pub(crate) struct CommQp {
     recv_cq: Cq,
     mr: Mr,
     _pd: Pd,
+    channel: EventChannel,
 }
 
 impl CommQp {
@@ -206,10 +210,12 @@ impl CommQp {
         let pd = ctx
             .alloc_pd_blocking()
             .ctx("allocating the side channel's PD")?;
+        let channel = EventChannel::new(ctx)?;
         let cq = |n: usize| {
             ctx.create_cq_blocking(CqInit {
                 entries: n as u32,
-                ..CqInit::default()
+                comp_vector: 0,
+                channel: Some(channel.channel()),
             })
             .ctx("creating the side channel's CQ")
         };
@@ -247,6 +253,7 @@ impl CommQp {
             recv_cq,
             mr,
             _pd: pd,
+            channel,
         };
         for slot in 1..=RECVS {
             comm.post_recv(slot)?;
@@ -303,8 +310,8 @@ impl CommQp {
             .ctx("posting a side channel receive")
     }
 
-    /// Sends `msg` as one SEND and waits for its completion.
-    pub(crate) fn send(&self, msg: &[u8]) -> Result<(), CliError> {
+    /// Sends `msg` as one SEND and waits for its completion (at most `watch`'s limit).
+    pub(crate) fn send(&self, msg: &[u8], watch: &mut PeerWatch) -> Result<(), CliError> {
         if msg.len() > SLOT {
             return Err(CliError::Failed(format!(
                 "a side channel message of {} bytes is over {SLOT}",
@@ -323,13 +330,14 @@ impl CommQp {
                 .sges(&sge)
                 .flags(SendFlags::SIGNALED)])
             .ctx("posting a side channel send")?;
-        let wc = self.wait(&self.send_cq, "sending on the side channel")?;
+        let wc = self.wait(&self.send_cq, "sending on the side channel", watch, false)?;
         check_wc(&wc, "sending on the side channel")
     }
 
-    /// Waits for the next message and returns its bytes.
-    pub(crate) fn recv(&self) -> Result<Vec<u8>, CliError> {
-        let wc = self.wait(&self.recv_cq, "reading the side channel")?;
+    /// Waits for the next message and returns its bytes; `long` while the peer runs its
+    /// part of the test (see [`PeerWatch`]).
+    pub(crate) fn recv(&self, watch: &mut PeerWatch, long: bool) -> Result<Vec<u8>, CliError> {
+        let wc = self.wait(&self.recv_cq, "reading the side channel", watch, long)?;
         check_wc(&wc, "reading the side channel")?;
         let slot = usize::try_from(wc.wr_id)
             .ok()
@@ -344,43 +352,52 @@ impl CommQp {
         Ok(bytes)
     }
 
-    /// Polls `cq` until a completion, driving the CM meanwhile; the peer's disconnect ends
-    /// the wait with an error.
-    fn wait(&self, cq: &Cq, what: &str) -> Result<WorkCompletion, CliError> {
-        let mut idle = 0u32;
-        loop {
+    /// Waits for a completion of `cq`, sleeping in the completion channel and driving the CM
+    /// between looks; the peer's disconnect, or no sign of it for `watch`'s limit, ends the
+    /// wait with an error.
+    fn wait(
+        &self,
+        cq: &Cq,
+        what: &str,
+        watch: &mut PeerWatch,
+        long: bool,
+    ) -> Result<WorkCompletion, CliError> {
+        let poll = || -> Result<Option<WorkCompletion>, CliError> {
             let mut wc = [WorkCompletion::default()];
             let n = cq.poll(&mut wc).ctx(format_args!("{what}: polling"))?;
-            if n == 1 {
-                return Ok(wc[0]);
+            Ok((n == 1).then_some(wc[0]))
+        };
+        loop {
+            if let Some(wc) = poll()? {
+                return Ok(wc);
             }
-            idle += 1;
-            if idle % 64 == 0 {
-                if let Some(conn) = &self.conn {
-                    match conn.notify_disconnect_blocking(Some(Duration::ZERO)) {
-                        Ok(()) => {
-                            return Err(CliError::Failed(format!(
-                                "{what}: the peer disconnected the side channel"
-                            )));
-                        }
-                        Err(ServiceError::TimedOut) => {}
-                        Err(e) => return Err(cm_error(what, e)),
+            if let Some(conn) = &self.conn {
+                match conn.notify_disconnect_blocking(Some(Duration::ZERO)) {
+                    Ok(()) => {
+                        return Err(CliError::Failed(format!(
+                            "{what}: the peer disconnected the side channel"
+                        )));
                     }
+                    Err(ServiceError::TimedOut) => {}
+                    Err(e) => return Err(cm_error(what, e)),
                 }
             }
-            if idle > 256 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::thread::yield_now();
+            watch.check(what, long)?;
+            // Arm, look once more (a completion before the arm raises no event), then sleep
+            // until one comes or it is time to look at the CM and the deadline again.
+            cq.req_notify(false);
+            if let Some(wc) = poll()? {
+                return Ok(wc);
             }
+            self.channel.sleep(SLICE)?;
         }
     }
 
-    /// Disconnects the side channel, lingers for the peer's answer, and lets QP1's last MADs
-    /// leave.
-    pub(crate) fn close(mut self) {
+    /// Disconnects the side channel, lingers for the peer's answer (unless `linger` is unset:
+    /// a peer that stopped responding will not answer), and lets QP1's last MADs leave.
+    pub(crate) fn close(mut self, linger: bool) {
         if let Some(conn) = self.conn.take() {
-            end_connection(&conn, &self.qp, false);
+            end_connection(&conn, &self.qp, false, linger);
         }
         let _ = self.cm.flush(Duration::from_secs(1));
     }
@@ -505,19 +522,21 @@ impl DataConns {
         })
     }
 
-    /// Server: accepts one request per QP on `listener`, in the order they come.
+    /// Server: accepts one request per QP on `listener`, in the order they come, each
+    /// within `limit` (`None`: however long it takes).
     pub(crate) fn accept(
         listener: &Listener<AnyDevice>,
         qps: &[Qp],
         param: &ConnParam,
+        limit: Option<Duration>,
     ) -> Result<Self, CliError> {
         let mut conns = Vec::with_capacity(qps.len());
         for (i, qp) in qps.iter().enumerate() {
-            let deadline = Instant::now() + Duration::from_secs(30);
+            let deadline = limit.map(|l| Instant::now() + l);
             let req = loop {
                 match listener.get_request_blocking(Some(Duration::from_millis(100))) {
                     Ok(req) => break req,
-                    Err(ServiceError::TimedOut) if Instant::now() < deadline => {}
+                    Err(ServiceError::TimedOut) if deadline.is_none_or(|d| Instant::now() < d) => {}
                     Err(e) => {
                         return Err(cm_error(
                             &format!("waiting for the connection of test QP {i}"),
@@ -547,18 +566,23 @@ impl DataConns {
     }
 
     /// Ends the connections as perftest does: the server disconnects each and waits for the
-    /// answer, the client waits for the server's disconnect and answers it.
-    pub(crate) fn close(self, qps: &[Qp]) {
+    /// answer, the client waits for the server's disconnect and answers it. Without `linger`
+    /// (the run failed: the peer may be gone) each side disconnects at once and waits for
+    /// nothing.
+    pub(crate) fn close(self, qps: &[Qp], linger: bool) {
         for (conn, qp) in self.conns.iter().zip(qps) {
-            end_connection(conn, qp, self.client);
+            end_connection(conn, qp, self.client, linger);
         }
     }
 }
 
 /// Ends one connection: `wait_first` waits for the peer's DREQ before answering it; otherwise
-/// this side sends the DREQ and waits for the DREP (the peer's own DREQ ends it too).
-fn end_connection(conn: &Connector<AnyDevice>, qp: &Qp, wait_first: bool) {
-    if wait_first {
+/// this side sends the DREQ and waits for the DREP (the peer's own DREQ ends it too). Without
+/// `linger`, only the DREQ.
+fn end_connection(conn: &Connector<AnyDevice>, qp: &Qp, wait_first: bool, linger: bool) {
+    if !linger {
+        let _ = conn.disconnect(qp);
+    } else if wait_first {
         let _ = conn.notify_disconnect_blocking(Some(DISCONNECT_WAIT));
         let _ = conn.disconnect(qp);
     } else if conn.disconnect(qp).is_ok() {

@@ -168,6 +168,8 @@ pub(crate) struct PerfConfig {
     pub(crate) ib_port: u8,
     /// `-R`: the CM connects the QPs and carries the exchange.
     pub(crate) rdma_cm: bool,
+    /// `--timeout`: how long the peer may show no sign of life (`None`: for ever).
+    pub(crate) peer_timeout: Option<Duration>,
 }
 
 impl PerfConfig {
@@ -308,6 +310,7 @@ impl PerfConfig {
             device: a.device.clone(),
             ib_port: a.ib_port,
             rdma_cm: a.rdma_cm,
+            peer_timeout: crate::wait::timeout_arg(a.peer_timeout),
         })
     }
 }

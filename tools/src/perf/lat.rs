@@ -12,6 +12,7 @@
 //! the side that moves first is perftest's: the server in `write_lat`, the client in `send_lat`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use portverbs::prelude::*;
 
@@ -40,13 +41,14 @@ pub(crate) fn run(
     let mut rec = Recorder::new(cfg.mode);
     let half = matches!(cfg.test.verb, Verb::Send | Verb::Write);
     if !half {
-        solo(client, &cplan, &mut rec, tracker)?;
+        solo(client, &cplan, &mut rec, tracker, cfg.peer_timeout)?;
         return Ok(rec.outcome(half));
     }
     let pingpong = Pingpong {
         verb: cfg.test.verb,
         size: size as usize,
         mode: cfg.mode,
+        limit: cfg.peer_timeout,
     };
     let (crecv, srecv) = (RecvPlan::new(client)?, RecvPlan::new(server)?);
     let [cstate, sstate] = recv;
@@ -124,6 +126,7 @@ pub(crate) fn run_remote(
         verb: cfg.test.verb,
         size: size as usize,
         mode: cfg.mode,
+        limit: cfg.peer_timeout,
     };
     let mut rec = Recorder::new(cfg.mode);
     let never = AtomicBool::new(false);
@@ -149,9 +152,10 @@ fn solo(
     plan: &OpPlan<'_>,
     rec: &mut Recorder,
     tracker: &mut Tracker,
+    limit: Option<Duration>,
 ) -> Result<(), CliError> {
     let mut wc = [WorkCompletion::default(); 1];
-    let mut waiter = Waiter::new("waiting for a completion", None);
+    let mut waiter = Waiter::new("waiting for a completion", None).limit(limit);
     let mut k = 0u64;
     while rec.tick(k) {
         side.qps[0]
@@ -172,6 +176,8 @@ struct Pingpong {
     verb: Verb,
     size: usize,
     mode: RunMode,
+    /// `--timeout`: how long the peer may not answer.
+    limit: Option<Duration>,
 }
 
 impl Pingpong {
@@ -187,7 +193,8 @@ impl Pingpong {
         peer_failed: &AtomicBool,
     ) -> Result<(), CliError> {
         let mut wc = [WorkCompletion::default(); 1];
-        let mut waiter = Waiter::new("waiting for the peer's answer", Some(peer_failed));
+        let mut waiter =
+            Waiter::new("waiting for the peer's answer", Some(peer_failed)).limit(self.limit);
         let mut k = 0u64;
         while rec.tick(k) {
             k += 1;
@@ -211,7 +218,8 @@ impl Pingpong {
         mut rec: Option<&mut Recorder>,
     ) -> Result<(), CliError> {
         let mut wc = [WorkCompletion::default(); 1];
-        let mut waiter = Waiter::new("waiting for the client's message", Some(peer_done));
+        let mut waiter =
+            Waiter::new("waiting for the client's message", Some(peer_done)).limit(self.limit);
         let mut k = 0u64;
         loop {
             if let Some(r) = rec.as_deref_mut() {

@@ -43,6 +43,7 @@ use crate::report::{
     format_banner, json_document, lat_header, lat_results, lat_row, latency_stats, result_rule,
 };
 use crate::verbs;
+use crate::wait::PeerWatch;
 
 /// How long the client tries to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -129,18 +130,22 @@ pub(crate) fn run(
     // With -R: the CM of the device, the server's listener (the side channel's and the test
     // QPs' requests come to it) and the address the client connects to.
     let mut cm_link = None;
+    // Every wait on the peer gives up after --timeout without a sign of it.
+    let watch = PeerWatch::new(cfg.peer_timeout, ctx.device().clone());
     let mut chan = match link {
-        PeerLink::Connect { host, port } => Channel::connect(host, port, CONNECT_TIMEOUT)?,
+        PeerLink::Connect { host, port } => {
+            Channel::connect(host, port, CONNECT_TIMEOUT, watch).map_err(|e| e.with_peer(host))?
+        }
         PeerLink::Accept(listener, abort) => {
             emit(out, WAITING)?;
-            Channel::accept(listener, abort)?
+            Channel::accept(listener, abort, watch)?
         }
         PeerLink::CmConnect { host, port: p } => {
             let dev = cm::open(&ctx, port.gid)?;
             let dst = cm::resolve_host(&dev, host, p)?;
             let comm = CommQp::connect(&dev, dst)?;
             cm_link = Some((dev, CmPeer::Server(dst)));
-            Channel::over_cm(comm, true, host.to_owned(), gid_index)
+            Channel::over_cm(comm, true, dst.to_string(), gid_index, watch)
         }
         PeerLink::CmAccept {
             port: p,
@@ -155,13 +160,14 @@ pub(crate) fn run(
             emit(out, WAITING)?;
             let (comm, peer) = CommQp::accept(&dev, &listener, abort)?;
             cm_link = Some((dev, CmPeer::Client(listener)));
-            Channel::over_cm(comm, false, peer.to_string(), gid_index)
+            Channel::over_cm(comm, false, peer.to_string(), gid_index, watch)
         }
     };
     let r = run_on(
         &cfg, ctx, port, &mut res, client, &mut chan, cm_link, json_file, out,
-    );
-    chan.finish();
+    )
+    .map_err(|e| e.with_peer(chan.peer()));
+    chan.finish(r.is_ok());
     r
 }
 
@@ -256,7 +262,9 @@ fn run_on(
             let param = cm::data_param(outs);
             let conns = match peer {
                 CmPeer::Server(dst) => DataConns::connect(dev, &side.qps, &copts, *dst, &param)?,
-                CmPeer::Client(listener) => DataConns::accept(listener, &side.qps, &param)?,
+                CmPeer::Client(listener) => {
+                    DataConns::accept(listener, &side.qps, &param, cfg.peer_timeout)?
+                }
             };
             chan.hand_shake(&nothing)?;
             Some(conns)
@@ -274,7 +282,7 @@ fn run_on(
         out,
     );
     if let Some(conns) = data {
-        conns.close(&side.qps);
+        conns.close(&side.qps, r.is_ok());
     }
     r
 }
@@ -479,7 +487,7 @@ impl Run<'_> {
         if !self.client {
             // perftest's server posts nothing: it waits for the client's end, then prints the
             // client's last row.
-            chan.set_timeout(None)?;
+            chan.peer_runs();
             chan.hand_shake(self.mine)?;
             let r = chan.bw_reports(&BwReport::default())?;
             let row = BwResult {

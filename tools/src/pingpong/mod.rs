@@ -87,10 +87,11 @@ pub(crate) struct PingpongArgs {
     /// the server's last one) and a bad one fails the run with "invalid data in page N".
     #[arg(short = 'c', long = "chk")]
     validate: bool,
-    /// Seconds to wait for the other side of the TCP address exchange (connecting, each
-    /// message) before giving up with "no reply from <host> within N s" (not in
-    /// ibv_rc_pingpong, which waits as long as the TCP stack does). A server waits for its
-    /// client to connect as long as it takes, as ibv_rc_pingpong's does.
+    /// Seconds to wait for the other side: in the TCP address exchange (connecting, each
+    /// message) before giving up with "no reply from <host> within N s", and in the run for
+    /// its next message (not in ibv_rc_pingpong, which waits as long as the TCP stack does).
+    /// A server waits for its client to connect as long as it takes, as ibv_rc_pingpong's
+    /// does.
     #[arg(long = "timeout", value_name = "SECS", default_value_t = 10)]
     timeout: u64,
     /// Connect to this server (portverbs or ibv_rc_pingpong).
@@ -137,6 +138,7 @@ impl PingpongArgs {
             events: self.events,
             gid_index: self.gid_index,
             validate: self.validate,
+            timeout: Duration::from_secs(self.timeout),
         })
     }
 }
@@ -175,7 +177,9 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
             let remote = exchange::client(host, args.port, &mine, timeout)?;
             out += &format_address(PingpongSide::Remote, &remote);
             client.connect(&remote)?;
-            client.run(true, &AtomicBool::new(false))?
+            client
+                .run(true, &AtomicBool::new(false))
+                .map_err(|e| e.with_peer(host))?
         }
         None => {
             let server = PpSide::new(&verbs::open(sdev)?, 1, cfg)?;
@@ -233,7 +237,14 @@ fn serve(
         Ok(mine)
     })?;
     let mut out = format_address(PingpongSide::Remote, &remote);
-    let elapsed = side.run(false, &AtomicBool::new(false))?;
+    // The client as its address message names it (its TCP source may be another address).
+    let peer = (remote.gid != [0; 16]).then(|| portverbs::hal::Gid(remote.gid).to_ip().to_string());
+    let elapsed = side
+        .run(false, &AtomicBool::new(false))
+        .map_err(|e| match &peer {
+            Some(p) => e.with_peer(p),
+            None => e,
+        })?;
     out += &format_results(cfg.size as u64, cfg.iters, elapsed);
     Ok(out)
 }

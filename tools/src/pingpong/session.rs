@@ -46,6 +46,8 @@ pub(crate) struct PpConfig {
     pub(crate) gid_index: Option<u32>,
     /// Check the contents of every received message.
     pub(crate) validate: bool,
+    /// `--timeout`: how long the run may see nothing from the peer.
+    pub(crate) timeout: Duration,
 }
 
 /// One side's objects.
@@ -246,7 +248,8 @@ impl PpSide {
         let mut routs = depth;
         let (mut scnt, mut rcnt) = (0u64, 0u64);
         let mut wcs = [WorkCompletion::default(); 2];
-        let mut waiter = Waiter::new("waiting for the peer", Some(peer_failed));
+        let mut waiter =
+            Waiter::new("waiting for the peer", Some(peer_failed)).limit(Some(self.cfg.timeout));
         if self.channel.is_some() {
             self.cq.req_notify(false);
         }
@@ -321,6 +324,7 @@ mod tests {
             events: false,
             gid_index: None,
             validate: true,
+            timeout: Duration::from_secs(10),
         };
         let side = PpSide::new(&verbs::open(dev).expect("open"), 1, cfg).expect("side");
         let recv = cfg.size;

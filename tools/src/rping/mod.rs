@@ -12,7 +12,7 @@ pub(crate) mod engine;
 pub(crate) mod proto;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use portverbs::AnyDevice;
 use portverbs::cm::service::{
@@ -21,7 +21,9 @@ use portverbs::cm::service::{
 use portverbs::prelude::*;
 
 use crate::error::{CliError, Context as _};
+use crate::events::{EventChannel, SLICE};
 use crate::verbs;
+use crate::wait::{DEFAULT_TIMEOUT, timeout_arg};
 use engine::{CAPS, Link, Rping, Step};
 
 /// rping's flags.
@@ -79,6 +81,11 @@ pub(crate) struct RpingArgs {
     /// Device (default: the one that owns the address)
     #[arg(long = "ib-dev", value_name = "DEV")]
     device: Option<String>,
+    /// Seconds a connected peer may stay silent (no completion, no disconnect) before this
+    /// side gives up and fails naming it (0: wait for ever, as rping does). A server waits for
+    /// its clients' connection requests without limit
+    #[arg(long = "timeout", value_name = "SECS", default_value_t = DEFAULT_TIMEOUT.as_secs())]
+    timeout: u64,
 }
 
 /// One side's verbs objects and CM endpoint.
@@ -86,14 +93,18 @@ struct Conn {
     rping: Rping,
     cq: Cq,
     qp: Qp,
+    /// The CQ's completion channel, which the waits sleep in (rping's own `cq_thread` does).
+    channel: EventChannel,
 }
 
 fn make_side(ctx: &Context, size: usize, client: bool) -> Result<Conn, CliError> {
     let pd = ctx.alloc_pd_blocking().ctx("ibv_alloc_pd failed")?;
+    let channel = EventChannel::new(ctx)?;
     let cq = ctx
         .create_cq_blocking(CqInit {
             entries: 2 * CAPS.max_send_wr,
-            ..CqInit::default()
+            comp_vector: 0,
+            channel: Some(channel.channel()),
         })
         .ctx("ibv_create_cq failed")?;
     let qp = pd
@@ -113,7 +124,12 @@ fn make_side(ctx: &Context, size: usize, client: bool) -> Result<Conn, CliError>
     verbs::init(&qp, &opts)?;
     let rping = Rping::new(&pd, qp.clone(), size, client)?;
     rping.post_recv()?;
-    Ok(Conn { rping, cq, qp })
+    Ok(Conn {
+        rping,
+        cq,
+        qp,
+        channel,
+    })
 }
 
 /// The device's RoCEv2 address: the IP of its port 1's first GID.
@@ -169,37 +185,55 @@ fn connect_error(e: ServiceError) -> CliError {
     }
 }
 
-/// Completions of the QP's CQ, and the disconnect from the CM.
+/// Completions of the QP's CQ, and the disconnect from the CM. Between its looks at both it
+/// sleeps in the CQ's completion channel; a peer silent for `limit` (it may have died without
+/// a DREQ: a killed process sends none) ends the wait with an error.
 struct CmLink<'a> {
     cq: &'a Cq,
+    channel: &'a EventChannel,
     conn: &'a Connector<AnyDevice>,
-    idle: u32,
+    limit: Option<Duration>,
+}
+
+impl CmLink<'_> {
+    fn poll(&self) -> Result<Option<WorkCompletion>, CliError> {
+        let mut wc = [WorkCompletion::default()];
+        let n = self
+            .cq
+            .poll(&mut wc)
+            .map_err(|e| CliError::Failed(format!("ibv_poll_cq: {e}")))?;
+        Ok((n == 1).then_some(wc[0]))
+    }
 }
 
 impl Link for CmLink<'_> {
     fn next(&mut self) -> Result<Step, CliError> {
+        let since = Instant::now();
         loop {
-            let mut wc = [WorkCompletion::default()];
-            let n = self
-                .cq
-                .poll(&mut wc)
-                .map_err(|e| CliError::Failed(format!("ibv_poll_cq: {e}")))?;
-            if n == 1 {
-                self.idle = 0;
-                return Ok(Step::Completion(wc[0]));
+            if let Some(wc) = self.poll()? {
+                return Ok(Step::Completion(wc));
             }
             match self.conn.notify_disconnect_blocking(Some(Duration::ZERO)) {
                 Ok(()) => return Ok(Step::Disconnected),
                 Err(ServiceError::TimedOut) => {}
                 Err(e) => return Err(CliError::Failed(format!("rdma_get_cm_event: {e}"))),
             }
-            // Spin a little, then let the other threads (and a guest's vCPUs) run.
-            self.idle += 1;
-            if self.idle > 64 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::thread::yield_now();
+            if let Some(limit) = self.limit {
+                if since.elapsed() >= limit {
+                    return Err(CliError::Failed(format!(
+                        "no completion and no disconnect for {} s: the peer stopped \
+                         responding (--timeout)",
+                        limit.as_secs_f64()
+                    )));
+                }
             }
+            // Arm, look once more (a completion that came before the arm raises no event),
+            // then sleep until one comes or it is time to look at the CM again.
+            self.cq.req_notify(false);
+            if let Some(wc) = self.poll()? {
+                return Ok(Step::Completion(wc));
+            }
+            self.channel.sleep(SLICE)?;
         }
     }
 }
@@ -297,17 +331,22 @@ fn serve_one(
     req: ConnectionRequest<AnyDevice>,
     out: &mut dyn std::io::Write,
 ) -> Result<(), CliError> {
+    let client = req.remote_addr().to_string();
     let side = make_side(cm.context(), args.size, false)?;
     let conn = req
         .accept_blocking(&side.qp, &ConnParam::default())
-        .map_err(connect_error)?;
+        .map_err(|e| connect_error(e).with_peer(&client))?;
     debug(args.debug, "cma_event type RDMA_CM_EVENT_ESTABLISHED");
     let mut link = CmLink {
         cq: &side.cq,
+        channel: &side.channel,
         conn: &conn,
-        idle: 0,
+        limit: timeout_arg(args.timeout),
     };
-    let served = side.rping.serve(&mut link, args.verbose, out);
+    let served = side
+        .rping
+        .serve(&mut link, args.verbose, out)
+        .map_err(|e| e.with_peer(&client));
     eprintln!("server DISCONNECT EVENT...");
     // rping disconnects its side too; the peer's DREQ may have ended it already.
     if let Err(e) = conn.disconnect(&side.qp) {
@@ -331,23 +370,28 @@ fn ping(
     dst: IpAddr,
     out: &mut dyn std::io::Write,
 ) -> Result<u64, CliError> {
+    let server = SocketAddr::new(dst, args.port);
+    let peer = server.to_string();
     let mut conn = Connector::new(cm).ctx("rdma_create_id")?;
-    conn.resolve_blocking(SocketAddr::new(dst, args.port))
-        .ctx("rdma_resolve_addr")?;
+    conn.resolve_blocking(server)
+        .ctx("rdma_resolve_addr")
+        .map_err(|e| e.with_peer(&peer))?;
     debug(args.debug, "cma_event type RDMA_CM_EVENT_ADDR_RESOLVED");
     debug(args.debug, "cma_event type RDMA_CM_EVENT_ROUTE_RESOLVED");
     let side = make_side(cm.context(), args.size, true)?;
     conn.connect_blocking(&side.qp, &ConnParam::default())
-        .map_err(connect_error)?;
+        .map_err(|e| connect_error(e).with_peer(&peer))?;
     debug(args.debug, "cma_event type RDMA_CM_EVENT_ESTABLISHED");
     let mut link = CmLink {
         cq: &side.cq,
+        channel: &side.channel,
         conn: &conn,
-        idle: 0,
+        limit: timeout_arg(args.timeout),
     };
     let pinged = side
         .rping
-        .ping(&mut link, args.count, args.verbose, args.validate, out);
+        .ping(&mut link, args.count, args.verbose, args.validate, out)
+        .map_err(|e| e.with_peer(&peer));
     let _ = conn.disconnect(&side.qp);
     // The end of our disconnect: the server's DREP. rping's client does not wait for it (its
     // kernel's CM retries the DREQ after the process is gone); this layer has no thread

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use portverbs_hal::block_on;
 use portverbs_hal::caps::{AtomicCap, DeviceAttr, DeviceCapFlags, DeviceInfo};
 use portverbs_hal::error::CommandError;
+use portverbs_hal::rng::SplitMix64;
 use portverbs_hal::types::Transport;
 use thiserror::Error;
 use zerocopy::{FromZeros, IntoBytes};
@@ -146,18 +147,25 @@ impl Mlx4Device {
             node_guid: attr.node_guid,
             quirks: MLX4_QUIRKS,
         };
+        // The keys' bytes and the QP numbers come from the device's generator, so that a
+        // peer cannot guess them: seeded from the OS unless the config pins a seed.
+        let mut rng = SplitMix64::new(portverbs_hal::rng::seed(config.seed));
+        // Above the firmware QPs and the 8 special QPs (facts §2.8).
+        let qp = Numbers::new(
+            caps.reserved_qps.next_multiple_of(8) + 8,
+            1 << profile.log_qps,
+        );
+        let next_qpn = qp.first() + rng.below(u64::from(qp.span())) as u32;
         let nums = Nums {
             pd: Numbers::new(caps.reserved_pds.max(1), 1 << profile.log_qps.max(10)),
             eq: Numbers::new(caps.reserved_eqs, 1 << profile.log_eqs),
             cq: Numbers::new(caps.reserved_cqs, 1 << profile.log_cqs),
-            // Above the firmware QPs and the 8 special QPs (facts §2.8).
-            qp: Numbers::new(
-                caps.reserved_qps.next_multiple_of(8) + 8,
-                1 << profile.log_qps,
-            ),
+            qp,
             srq: Numbers::new(caps.reserved_srqs, 1 << profile.log_srqs),
             mpt: Numbers::new(caps.reserved_mpts.max(2), 1 << profile.log_mpts),
             mpt_tag: vec![0; 1 << profile.log_mpts],
+            next_qpn,
+            rng,
             bf_next: 0,
             // Vector 0 is the command EQ's; every other EQ gets one of its own.
             vectors: Numbers::new(1, pci.num_vectors()),

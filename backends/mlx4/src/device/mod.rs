@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use portverbs_hal::caps::{DeviceAttr, DeviceInfo};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::mmio::Mmio;
+use portverbs_hal::rng::SplitMix64;
 use portverbs_hal::types::Gid;
 
 use crate::alloc::Numbers;
@@ -51,8 +52,13 @@ pub(crate) struct Nums {
     pub(crate) qp: Numbers,
     pub(crate) srq: Numbers,
     pub(crate) mpt: Numbers,
-    /// Per MPT index: the tag byte of its last key (keys change on reuse).
+    /// Per MPT index: the tag byte of its last key; each use draws another from `rng`.
     pub(crate) mpt_tag: Vec<u8>,
+    /// Where the search for the next QP number starts (random at first, then after the last
+    /// one handed out).
+    pub(crate) next_qpn: u32,
+    /// The device's generator of key bytes (seeded from the OS unless the config pins it).
+    pub(crate) rng: SplitMix64,
     /// Next BlueFlame register to hand out.
     pub(crate) bf_next: usize,
     /// MSI-X vectors of the EQs: one each, so that each EQ's interrupt reaches its own sink

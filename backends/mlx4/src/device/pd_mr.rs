@@ -30,10 +30,15 @@ impl Mlx4Device {
         Ok(())
     }
 
+    /// The key of MPT `index`: the index and a key byte drawn afresh, never the one before
+    /// (Linux's mlx4 forms keys as index and tag the same way, `hw_index_to_key`; the byte is
+    /// drawn as rxe draws its own, so that a peer cannot guess it and a stale key stops
+    /// matching).
     pub(super) fn mpt_key(&self, index: u32) -> u32 {
         let mut n = self.0.nums();
+        let n = &mut *n;
         let tag = &mut n.mpt_tag[index as usize];
-        *tag = tag.wrapping_add(1);
+        *tag = n.rng.other_byte(*tag);
         crate::layout::keys::index_to_key(index) | u32::from(*tag)
     }
 

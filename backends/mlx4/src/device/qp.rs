@@ -186,10 +186,16 @@ impl Mlx4Device {
                 (sp.qpn(), self.0.gsi_hw_qpn())
             }
             None => {
-                let Some(n) = self.0.nums().qp.alloc() else {
+                // Round the range from the device's cursor (random at first).
+                let mut nums = self.0.nums();
+                let cursor = nums.next_qpn;
+                let Some(n) = nums.qp.alloc_round(cursor) else {
+                    drop(nums);
                     self.0.dbs.free(&db);
                     return Err(CommandError::ResourceExhausted { resource: "QPs" });
                 };
+                nums.next_qpn = n + 1;
+                drop(nums);
                 (n, n)
             }
         };

@@ -509,9 +509,14 @@ impl Device for SoftDevice {
                     return Err(no("SRQ", srqn));
                 }
             }
-            // The pool starts above the special QPs' numbers; a special QP takes its own.
+            // The pool lies above the special QPs' numbers and is handed out round from the
+            // device's cursor (random at first); a special QP takes its own number.
             let qpn = match params.special {
-                None => d.hw.qps.free_number(FIRST_QPN),
+                None => {
+                    d.hw.qps
+                        .next_free_in(FIRST_QPN..MAX_QP, d.state.next_qpn)
+                        .ok_or(CommandError::ResourceExhausted { resource: "QPs" })?
+                }
                 Some(special) if d.hw.qps.contains(special.qpn()) => {
                     return Err(CommandError::Busy {
                         object: "GSI QP",
@@ -532,6 +537,9 @@ impl Device for SoftDevice {
                     caps: granted,
                 },
             )?;
+            if params.special.is_none() {
+                d.state.next_qpn = qpn + 1;
+            }
             d.hw.qps.insert(
                 qpn,
                 HwQp {

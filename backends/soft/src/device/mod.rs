@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use portverbs_hal::caps::DeviceInfo;
 use portverbs_hal::event::{DeviceEvent, PortEventKind};
+use portverbs_hal::rng::SplitMix64;
 use portverbs_hal::types::{Gid, PortState};
 
 use portverbs_fabric::{Fabric, FabricError, NodeConfig, NodeHandle};
@@ -112,10 +113,14 @@ impl SoftDevice {
                     active: true,
                 })
                 .collect();
-            let state = DevState::new(name.clone(), index, ports);
+            // The device's identifiers (keys, QP numbers) come from one seed: the fabric's
+            // choice (the OS's randomness, or a stepped fabric's seed) unless pinned.
+            let mut rng = SplitMix64::new(config.seed.unwrap_or(joining.seed));
+            let state = DevState::new(name.clone(), index, ports, &mut rng);
             let mut engine = Engine::new(
                 EngineConfig {
                     max_qp: state::limits::MAX_QP,
+                    seed: rng.next_u64(),
                     ..EngineConfig::default()
                 },
                 engine_ports,

@@ -28,6 +28,11 @@ pub struct DeviceConfig {
     pub name: Option<String>,
     /// Ports (at least one).
     pub ports: Vec<PortConfig>,
+    /// Seed of the device's memory keys and QP numbers (`portverbs_hal::rng`). `None`, the
+    /// default: the fabric's choice ([`portverbs_fabric::Joining::seed`]: drawn from the OS
+    /// on a free-running fabric, derived from a stepped fabric's seed). `Some` pins it, so that
+    /// a test can repeat the device's identifiers exactly.
+    pub seed: Option<u64>,
 }
 
 impl DeviceConfig {
@@ -39,6 +44,7 @@ impl DeviceConfig {
                 addrs: vec![ip],
                 mtu: Mtu::Mtu4096,
             }],
+            seed: None,
         }
     }
 }

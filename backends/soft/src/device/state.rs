@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use portverbs_hal::caps::{
     AtomicCap, DeviceAttr, DeviceCapFlags, DeviceInfo, PortAttr, Quirk, QuirkId,
 };
+use portverbs_hal::rng::SplitMix64;
 use portverbs_hal::types::{Gid, LinkLayer, Mtu, PortState, Transport};
 
 /// Limits of the software device.
@@ -27,6 +28,8 @@ pub(crate) mod limits {
     pub(crate) const MAX_SRQ_WR: u32 = 1 << 14;
     pub(crate) const GID_TABLE: u32 = 16;
     pub(crate) const COMP_VECTORS: u32 = 4;
+    /// The lowest number of an ordinary QP (below: QP0, QP1 and numbers kept back, as rxe
+    /// keeps 0x10 and below).
     pub(crate) const FIRST_QPN: u32 = 0x11;
 }
 
@@ -74,10 +77,19 @@ pub(crate) struct DevState {
     pub(crate) mws: BTreeSet<u32>,
     pub(crate) dma: Arc<AtomicUsize>,
     pub(crate) fatal: Arc<AtomicBool>,
+    /// Where the search for the next QP number starts: a random point of
+    /// `FIRST_QPN..MAX_QP` at first (so that a peer cannot guess the numbers), then the number
+    /// after the last one handed out, round the range.
+    pub(crate) next_qpn: u32,
 }
 
 impl DevState {
-    pub(crate) fn new(name: String, index: usize, ports: Vec<(Vec<Gid>, Mtu)>) -> Self {
+    pub(crate) fn new(
+        name: String,
+        index: usize,
+        ports: Vec<(Vec<Gid>, Mtu)>,
+        rng: &mut SplitMix64,
+    ) -> Self {
         use limits::*;
         // Like rxe's GUID, which embeds the netdev's MAC: the low 24 bits are the last three
         // bytes of port 1's first address, so devices on different fabrics (UDP-bound ones,
@@ -171,6 +183,7 @@ impl DevState {
             mws: BTreeSet::new(),
             dma: Arc::new(AtomicUsize::new(0)),
             fatal: Arc::new(AtomicBool::new(false)),
+            next_qpn: FIRST_QPN + rng.below(u64::from(MAX_QP - FIRST_QPN)) as u32,
         }
     }
 }

@@ -1,9 +1,13 @@
 //! Memory protection: the table of memory regions and memory windows behind every lkey and rkey,
 //! with the IBTA checks (IBA 10.6) the engine applies before touching memory.
 //!
-//! Keys work as on mlx4 (facts/mlx4-hardware.md §8): one index space shared by MRs and MWs, and
-//! `key = index << 8 | tag`. The tag byte changes every time an index is reused and every time a
-//! window is rebound, so stale keys stop matching. Index 0 is never used, so key 0 is invalid.
+//! Keys work as on mlx4 and rxe: one index space shared by MRs and MWs, and
+//! `key = index << 8 | tag`. The tag byte is drawn from the table's generator (seeded per device
+//! from the OS's randomness, `portverbs_hal::rng`) every time an index is used again, never
+//! equal to the one before, as rxe draws its key byte (`rxe_get_next_key` in Linux's
+//! `drivers/infiniband/sw/rxe/rxe_mr.c`): a peer cannot guess a key from the ones it has seen,
+//! and stale keys stop matching. A rebound window takes the tag its consumer chose. Index 0 is
+//! never used, so key 0 is invalid.
 //!
 //! Checks return a [`Span`] (where the bytes live) or a [`KeyError`] saying which rule failed; the
 //! engine turns that into the IBTA completion status on the right side (local protection error,
@@ -16,6 +20,7 @@
 use std::sync::Arc;
 
 use portverbs_hal::error::CommandError;
+use portverbs_hal::rng::SplitMix64;
 use portverbs_hal::types::{AccessFlags, MwType};
 
 use crate::dma::SoftDma;
@@ -103,6 +108,8 @@ pub struct MemoryTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
     max: u32,
+    /// Draws the tag bytes.
+    rng: SplitMix64,
 }
 
 /// Parameters of a registration.
@@ -134,8 +141,9 @@ fn in_range(start: u64, len: u64, va: u64, n: u64) -> bool {
     va >= start && va.checked_add(n).is_some_and(|end| end <= start + len)
 }
 impl MemoryTable {
-    /// A table with room for `max` objects.
-    pub fn new(max: u32) -> Self {
+    /// A table with room for `max` objects, drawing its tag bytes from a generator seeded
+    /// with `seed` (the device's: from the OS, or pinned for a deterministic run).
+    pub fn new(max: u32, seed: u64) -> Self {
         Self {
             // Slot 0 is never handed out.
             slots: vec![Slot {
@@ -144,7 +152,15 @@ impl MemoryTable {
             }],
             free: Vec::new(),
             max,
+            rng: SplitMix64::new(seed),
         }
+    }
+
+    /// Forgets every region and window (a device reset); the generator goes on, so keys made
+    /// after the reset are not those made before it.
+    pub fn clear(&mut self) {
+        self.slots.truncate(1);
+        self.free.clear();
     }
 
     /// Number of live MRs and MWs.
@@ -180,7 +196,7 @@ impl MemoryTable {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.tag = slot.tag.wrapping_add(1);
+        slot.tag = self.rng.other_byte(slot.tag);
         slot.object = object;
         Ok(make_key(index, slot.tag))
     }
@@ -260,7 +276,7 @@ mod tests {
 
     pub(super) fn table_with_mr(access: AccessFlags) -> (MemoryTable, u32, Arc<SoftDma>) {
         let mem = SoftDma::alloc(4096).unwrap();
-        let mut t = MemoryTable::new(1024);
+        let mut t = MemoryTable::new(1024, 1);
         let key = t
             .register(MrSpec {
                 pd: 1,
@@ -297,9 +313,37 @@ mod tests {
     }
 
     #[test]
+    fn tag_bytes_follow_the_seed_and_change_on_every_reuse() {
+        let mem = SoftDma::alloc(4096).unwrap();
+        let keys = |seed: u64| {
+            let mut t = MemoryTable::new(1 << 10, seed);
+            let mut keys = Vec::new();
+            for _ in 0..32 {
+                let k = t.register(spec(&mem)).unwrap();
+                keys.push(k);
+                t.deregister(k).unwrap();
+            }
+            // A reset keeps drawing: the first key after it is not the first key before.
+            t.clear();
+            keys.push(t.register(spec(&mem)).unwrap());
+            keys
+        };
+        let (a, b, c) = (keys(3), keys(3), keys(4));
+        assert_eq!(a, b, "same seed, same keys");
+        assert_ne!(a, c);
+        assert!(a.iter().all(|k| k >> 8 == 1), "one slot: {a:x?}");
+        assert!(a.windows(2).all(|w| w[0] != w[1]), "{a:x?}");
+        assert!(
+            !a.windows(2)
+                .all(|w| w[1] as u8 == (w[0] as u8).wrapping_add(1)),
+            "not a counter: {a:x?}"
+        );
+    }
+
+    #[test]
     fn caller_chosen_keys_are_placed_and_refused_when_taken() {
         let mem = SoftDma::alloc(4096).unwrap();
-        let mut t = MemoryTable::new(1 << 10);
+        let mut t = MemoryTable::new(1 << 10, 1);
         // mlx4 style: MPT index 0x21 with tag 0x77.
         let key = t.register_at(0x2177, spec(&mem)).unwrap();
         assert_eq!(key, 0x2177);

@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn windows_at_chosen_keys_bind_through_key_at() {
         let mem = SoftDma::alloc(4096).unwrap();
-        let mut t = MemoryTable::new(1 << 10);
+        let mut t = MemoryTable::new(1 << 10, 1);
         let mr = t.register_at(0x1100, spec(&mem)).unwrap();
         let mw = t.alloc_mw_at(0x1200, 1, MwType::Type2).unwrap();
         let new = 0x1242;

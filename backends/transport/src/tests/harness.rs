@@ -329,8 +329,9 @@ impl Side {
 
     /// The engine's state of the QP under test.
     pub(super) fn qp(&self) -> &crate::qp::QpCtx {
-        self.engine.qps[self.qpn as usize]
-            .as_deref()
+        self.engine
+            .qps
+            .get(self.qpn)
             .expect("the QP under test exists")
     }
 
