@@ -23,8 +23,7 @@ use portverbs::hal::Gid;
 use portverbs_fabric::{Fabric, Joining, Node, NodeConfig, NodeHandle};
 use portverbs_transport::{Packet, PayloadData};
 use portverbs_wire::{
-    Aeth, AethSyndrome, AtomicEth, Bth, DEFAULT_PKEY, Deth, MASK_24, Opcode, Reth, TransportHdr,
-    seal_datagram,
+    Aeth, AethSyndrome, AtomicEth, Bth, Deth, MASK_24, Opcode, Reth, TransportHdr, seal_datagram,
 };
 
 /// The GSI's well-known Q_Key (IBTA 13.4.6.1) and QP number.
@@ -91,17 +90,8 @@ pub struct Forge {
 /// A BTH with the default P_Key and AckReq set.
 pub fn bth(opcode: Opcode, dest_qp: u32, psn: u32) -> Bth {
     Bth {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        tver: 0,
-        pkey: DEFAULT_PKEY,
-        fecn: false,
-        becn: false,
-        dest_qp,
         ack_req: true,
-        psn: psn & MASK_24,
+        ..Bth::new(opcode, dest_qp, psn & MASK_24)
     }
 }
 

@@ -24,8 +24,7 @@ use portverbs::udp_port::UdpConfig;
 use super::attacker::{FabricAttacker, Forge, Forged, UdpAttacker, UdpImpostor};
 use super::cm_mads::{ForgedReq, ReqTimers, dreq};
 use super::rss::{Rss, turn};
-
-type Dev = CmDevice<AnyDevice>;
+use crate::cm_util::{self, Dev, Side, poll_one};
 
 const PORT: u16 = 7471;
 
@@ -197,30 +196,9 @@ fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-/// An RC QP, its CQ and a registered buffer.
-struct Side {
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
+/// An RC QP, its CQ and a registered buffer on `dev`'s device.
 fn side(dev: &Dev) -> Side {
-    let ctx = dev.context();
-    let pd = ctx.alloc_pd_blocking().unwrap();
-    let cq = ctx
-        .create_cq_blocking(CqInit {
-            entries: 16,
-            ..CqInit::default()
-        })
-        .unwrap();
-    let mut init = QpInit::new(QpType::Rc, &cq);
-    init.caps.max_send_wr = 4;
-    init.caps.max_recv_wr = 4;
-    let qp = pd.create_qp_blocking(init).unwrap();
-    let mr = pd
-        .reg_vec_blocking(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    Side { cq, qp, mr }
+    cm_util::side(dev.context(), None)
 }
 
 /// Point 3: MADs shorter than 256 bytes, of every CM attribute and of lengths from 0 up,
@@ -499,12 +477,6 @@ fn a_req_flood_from_many_sources_leaves_room_for_real_clients(net: Net) {
     );
     assert!(ahs <= 512, "{ahs} address handles for {forged} strangers");
     rss.check("REQs from many sources", 40.0);
-}
-
-fn poll_one(cq: &Cq) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default()];
-    assert!(wait_for(|| cq.poll(&mut wc).unwrap() == 1), "no completion");
-    wc[0]
 }
 
 mod fabric {
