@@ -20,6 +20,11 @@
 //!   MAD's bytes, what thousands of strangers leave behind, the longest timers a REQ can
 //!   propose, a forged request holding a listener's backlog, disconnects in a peer's name.
 //!
+//! Two defences against a lying peer are tested where their subject lives: the CLI's deadline
+//! on every wait for a peer whose process died (`tools/tests/peer_gone.rs`), and identifiers
+//! a peer could guess (key bytes, QP numbers, PSNs, comm IDs) drawn from the OS's randomness
+//! (`tests/identifiers.rs`).
+//!
 //! The CM attacks build their MADs in one place (`attacks/cm_mads.rs`). The tests take turns
 //! (`rss::turn`) so that each one's memory figures are its own. The memory figures come from
 //! `/proc/self/status` and the UDP attacks bind any `127.0.0.0/8` address, so `transport`,
