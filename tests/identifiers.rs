@@ -1,4 +1,4 @@
-//! Identifiers a peer could guess are not guessable (DESIGN.md §3, decision 12): the memory keys
+//! Identifiers a peer could guess are not guessable: the memory keys
 //! and QP numbers of every device come from a generator seeded from the OS's randomness, so
 //! two devices (of one process or of two) start from different values, a key's byte changes
 //! every time its slot is used again, and only a pinned seed (a stepped fabric's, or one the

@@ -2,8 +2,8 @@
 //! hands them out.
 //!
 //! A peer that can guess a memory key, a QP number, a starting PSN or a CM communication ID
-//! can aim packets at a region, a QP or a connection it was never told about (DESIGN.md §3,
-//! decision 12: everything from the wire is hostile). IBTA leaves these values to the
+//! can aim packets at a region, a QP or a connection it was never told about: everything
+//! from the wire may come from such a peer. IBTA leaves these values to the
 //! implementation (the memory keys of IBA 10.6, a QP's starting PSN, the CM's communication
 //! IDs), so Portverbs draws them from the OS's randomness, as Linux does: rxe draws a fresh key
 //! byte for every registration (`rxe_get_next_key` in `drivers/infiniband/sw/rxe/rxe_mr.c`), the
