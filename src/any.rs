@@ -94,6 +94,19 @@ impl Device for AnyDevice {
         forward!(self, d => d.info())
     }
 
+    #[inline]
+    fn dispatch(&self) -> Option<std::time::Instant> {
+        forward!(self, d => d.dispatch())
+    }
+
+    fn wait_source(&self) -> portverbs_hal::WaitSource<'_> {
+        forward!(self, d => d.wait_source())
+    }
+
+    fn attach_agent(&self, agent: std::sync::Weak<dyn portverbs_hal::ProgressAgent>) -> bool {
+        forward!(self, d => d.attach_agent(agent))
+    }
+
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
         forward!(self, d => d.alloc_dma(len))
     }

@@ -166,8 +166,8 @@ fn reject_carries_private_data() {
 #[test]
 fn nobody_listening_is_invalid_service_id() {
     let (_turn, (a, b)) = soft();
-    // Nothing on b waits for anything: something must drive its CM to answer.
-    let _driver = Driver::start(b);
+    // Nothing on b calls or waits: its device's progress thread runs its CM, which answers.
+    assert!(b.served_by_device());
     let s = side(&ctx_of(a), None);
     let mut conn = Connector::new(a).unwrap();
     conn.resolve_blocking(SocketAddr::new(b.local_ip(), 9))
@@ -748,4 +748,15 @@ fn sidr_resolves_a_ud_service() {
     assert!(matches!(r, Err(ServiceError::ServiceRejected(_))), "{r:?}");
     drop((conn, other, listener));
     settle(&[a, b]);
+}
+
+/// Auto progress: a server busy for 5 s, making no call, still rejects a REQ to a port
+/// nobody listens on (reason 8) at once and keeps a waiting client from giving up, and the
+/// client connects and disconnects with no delay beyond one retransmission (see
+/// [`cm_util::busy_server`]).
+#[test]
+fn a_server_making_no_calls_is_answered_for_by_its_device() {
+    let (_turn, (a, b)) = soft();
+    assert!(a.served_by_device() && b.served_by_device());
+    cm_util::busy_server(a, b, 7480, Duration::from_secs(5), cm_util::no_calls);
 }

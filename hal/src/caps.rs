@@ -136,6 +136,9 @@ pub struct DeviceInfo {
     pub node_guid: u64,
     /// The quirks of this backend.
     pub quirks: &'static [Quirk],
+    /// Who makes the device progress: its own thread or hardware (auto), or the
+    /// application's calls (manual); see [`crate::progress`].
+    pub progress: crate::progress::Progress,
 }
 
 /// Device attributes (`struct ibv_device_attr`, plus the few extended fields `ibv_devinfo -v`

@@ -8,13 +8,15 @@
 //! Numbers (PD, CQN, QPN, SRQN, MR/MW handles) are the device's own; `verbs-core` owns the
 //! objects and their lifetimes and calls `destroy_*`/`dealloc_*` exactly once per object.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use crate::attr::{QpAttr, QpAttrMask, QpCaps};
 use crate::caps::{DeviceAttr, DeviceInfo, GidEntry, PortAttr};
 use crate::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use crate::error::CommandError;
 use crate::notify::InterruptSink;
+use crate::progress::{ProgressAgent, WaitSource};
 use crate::queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
 use crate::types::{AccessFlags, MwType, QpType, SpecialQp};
 
@@ -176,8 +178,36 @@ pub trait LocalDevice: Send + Sync + 'static {
     /// The completion-queue object.
     type Cq: CompletionQueue + 'static;
 
-    /// Static identity (no command needed).
+    /// Static identity (no command needed), its progress mode included
+    /// ([`DeviceInfo::progress`]).
     fn info(&self) -> &DeviceInfo;
+
+    /// Manual progress ([`crate::Progress::Manual`]): does on the calling thread what is due
+    /// now — receives what arrived, runs the transport and its timers, sends, and runs the
+    /// attached agents ([`LocalDevice::attach_agent`]) — and returns when the device next
+    /// has timed work. Cheap when there is nothing to do, and safe to call from any thread,
+    /// concurrently and from inside an agent (the inner call then does not run the agents
+    /// again). Devices that progress on their own (auto) do nothing and return `None`.
+    fn dispatch(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Manual progress: what the device's input arrives on, for a blocking wait or an
+    /// `await` to sleep on together with an event queue's sink
+    /// ([`crate::notify::InterruptSink::wait_with`]). [`WaitSource::none`] by default.
+    fn wait_source(&self) -> WaitSource<'_> {
+        WaitSource::none()
+    }
+
+    /// Asks the device to run `agent` whenever it progresses (after rounds with work, and
+    /// when the agent's deadline passes), on its progress thread (auto) or inside the
+    /// application's calls (manual), never with a lock of the device held. The device keeps
+    /// only the weak reference: dropping the agent detaches it. False when the device cannot
+    /// (nothing of its own progresses it: the caller keeps driving the agent's work itself).
+    fn attach_agent(&self, agent: Weak<dyn ProgressAgent>) -> bool {
+        let _ = agent;
+        false
+    }
 
     /// Allocates DMA-visible memory usable by this device (queue rings, registered buffers).
     ///

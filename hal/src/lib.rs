@@ -38,6 +38,11 @@
 //!   and the mlx4 driver maps onto its firmware commands.
 //! * **Capabilities and quirks** ([`caps`]): device and port attributes in the shape of
 //!   `ibv_query_device`/`ibv_query_port`, plus one queryable table of deviations from IBTA.
+//! * **Progress** ([`progress`]): who makes a device progress, chosen when it is made —
+//!   its own single progress thread ([`Progress::Auto`]) or the application's calls
+//!   ([`Progress::Manual`], driven through [`device::Device::dispatch`] and waits that sleep
+//!   on [`WaitSource`] too) — and the [`ProgressAgent`]s a layer above attaches so that the
+//!   device runs its work (the connection manager's) wherever it progresses.
 //! * **Randomness** ([`rng`]): the OS's randomness and the small seeded generator from which
 //!   every device draws the identifiers a peer could guess (memory keys, QP numbers, PSNs), so
 //!   that every backend and the CM take them from one source, and deterministic runs pin one
@@ -69,6 +74,7 @@ pub mod error;
 pub mod event;
 pub mod mmio;
 pub mod notify;
+pub mod progress;
 pub mod qp_state;
 pub mod queue;
 pub mod rng;
@@ -89,6 +95,7 @@ pub use dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 pub use error::{CommandError, CqeError, EqeError, WqeError};
 pub use event::{CqErrorSyndrome, DeviceEvent, PortEventKind, QpEventKind, SrqEventKind};
 pub use notify::{InterruptSink, NullSink, WakerSet};
+pub use progress::{Progress, ProgressAgent, WaitSource};
 pub use queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
 pub use types::{
     AccessFlags, Gid, LinkLayer, Mtu, MwType, PortState, QpState, QpType, SpecialQp, Transport,

@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
+use crate::progress::WaitSource;
+
 /// Receives the interrupts of one event queue, and lets the host wait for them.
 ///
 /// [`raise`](Self::raise) must be cheap and must not block: it may be called from a
@@ -78,6 +80,40 @@ pub trait InterruptSink: Send + Sync + Debug {
     fn poll_raised(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let _ = cx;
         Poll::Ready(Err(cannot_wait()))
+    }
+
+    /// [`wait`](Self::wait) that also ends when `source` — the input of a device in manual
+    /// progress ([`crate::Progress::Manual`]) — is ready, so that a thread waiting for an
+    /// event wakes for the packet that brings it. With [`WaitSource::none`] it is `wait`.
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait); by default, a source this sink cannot watch is refused with
+    /// [`io::ErrorKind::Unsupported`] (the caller then waits in short slices, driving the
+    /// device between them).
+    fn wait_with(&self, source: WaitSource<'_>, deadline: Option<Instant>) -> io::Result<bool> {
+        if source.is_none() {
+            self.wait(deadline)
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this sink cannot watch a device's input",
+            ))
+        }
+    }
+
+    /// [`poll_raised`](Self::poll_raised) that is also ready when `source` is (see
+    /// [`wait_with`](Self::wait_with)); the waker is woken by a raise or by the source's
+    /// readiness. By default the source is not watched: the task wakes on raises only.
+    ///
+    /// # Errors
+    /// As [`poll_raised`](Self::poll_raised).
+    fn poll_raised_with(
+        &self,
+        source: WaitSource<'_>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        let _ = source;
+        self.poll_raised(cx)
     }
 }
 

@@ -128,3 +128,96 @@ pub fn reject_with_data(a: &Dev, b: &Dev, port: u16) {
     drop(conn);
     settle(&[a, b]);
 }
+
+/// How a busy server spends its time until the client says it is done: in auto progress it
+/// makes no call at all; in manual progress it busy-polls its data CQ (and nothing else).
+pub type Busy = fn(&Side, &std::sync::mpsc::Receiver<()>);
+
+/// A server that does not call the CM while it is busy. While it is busy the first time, the
+/// client connects to a port nobody listens on — rejected at once with reason 8, invalid
+/// service ID, with no REQ retransmitted (the retry budget running out would be
+/// `Unreachable`) — and then to the listener, which the server accepts when it is done: at
+/// most one REQ retransmission (the server's device answers the duplicate with an MRA, so
+/// the client keeps waiting). While it is busy the second time, the client disconnects; the
+/// server answers (DREP) when it is done: at most one DREQ retransmission. The client lets the
+/// server be busy for `compute` each time.
+pub fn busy_server(a: &Dev, b: &Dev, port: u16, compute: Duration, busy: Busy) {
+    use std::sync::mpsc;
+    let dst = SocketAddr::new(b.local_ip(), port);
+    let mut listener = Listener::bind(b, dst).unwrap();
+    listener.listen(4).unwrap();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let (busy_tx, busy_rx) = mpsc::channel::<()>();
+    let passive = {
+        let b = b.clone();
+        thread::spawn(move || {
+            let s = side(&ctx_of(&b), None);
+            busy_tx.send(()).unwrap();
+            busy(&s, &go_rx);
+            let req = listener.get_request_blocking(T).unwrap();
+            let conn = req.accept_blocking(&s.qp, &param(b"yes")).unwrap();
+            busy_tx.send(()).unwrap();
+            busy(&s, &go_rx);
+            conn.notify_disconnect_blocking(T).unwrap();
+            conn.disconnect(&s.qp).unwrap();
+            drop(conn);
+            drop(listener);
+        })
+    };
+    let let_busy = |go: mpsc::Sender<()>| {
+        thread::spawn(move || {
+            thread::sleep(compute);
+            go.send(()).unwrap();
+        })
+    };
+    busy_rx.recv().unwrap();
+    let start = a.stats().retransmits;
+    let s0 = side(&ctx_of(a), None);
+    let mut nobody = Connector::new(a).unwrap();
+    nobody
+        .resolve_blocking(SocketAddr::new(b.local_ip(), 9))
+        .unwrap();
+    match nobody.connect_blocking(&s0.qp, &ConnParam::default()) {
+        Err(ServiceError::Rejected { reason, .. }) => {
+            assert_eq!(reason, RejReason::InvalidServiceId)
+        }
+        other => panic!("a REQ to no listener: {other:?}"),
+    }
+    assert_eq!(a.stats().retransmits, start, "rejected at the first REQ");
+    drop(nobody);
+
+    let s = side(&ctx_of(a), None);
+    let mut conn = Connector::new(a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    let timer = let_busy(go.clone());
+    assert_eq!(
+        &conn.connect_blocking(&s.qp, &param(b"1")).unwrap()[..3],
+        b"yes"
+    );
+    let req_retransmits = a.stats().retransmits - start;
+    assert!(
+        req_retransmits <= 1,
+        "{req_retransmits} REQ retransmissions"
+    );
+    timer.join().unwrap();
+
+    busy_rx.recv().unwrap();
+    let before = a.stats().retransmits;
+    let timer = let_busy(go);
+    conn.disconnect(&s.qp).unwrap();
+    conn.notify_disconnect_blocking(T).unwrap();
+    let dreq_retransmits = a.stats().retransmits - before;
+    assert!(
+        dreq_retransmits <= 1,
+        "{dreq_retransmits} DREQ retransmissions"
+    );
+    timer.join().unwrap();
+    passive.join().unwrap();
+    drop(conn);
+    settle(&[a, b]);
+}
+
+/// [`Busy`] in auto progress: no call at all until the client is done.
+pub fn no_calls(_s: &Side, go: &std::sync::mpsc::Receiver<()>) {
+    go.recv().unwrap();
+}

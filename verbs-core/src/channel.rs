@@ -17,7 +17,7 @@ use portverbs_hal::notify::InterruptSink;
 use crate::context::{Context, ContextInner, EqShared, lock};
 use crate::cq::{Cq, CqInner};
 use crate::error::{CqError, EventError, Refused, WaitError};
-use crate::wait::{block_until, poll_until};
+use crate::wait::{block_until, manual, poll_until};
 
 pub(crate) struct ChannelInner<D: Device> {
     pub(crate) ctx: Arc<ContextInner<D>>,
@@ -144,6 +144,9 @@ impl<D: Device> CompletionChannel<D> {
     /// A malformed event was skipped (call again), or the sink failed.
     pub fn get_cq_event(&self) -> Result<Option<Cq<D>>, WaitError> {
         self.inner.eq.sink.clear().map_err(WaitError::Sink)?;
+        if let Some(dev) = manual(self.inner.ctx.device()) {
+            dev.dispatch();
+        }
         self.look()
     }
 
@@ -154,7 +157,8 @@ impl<D: Device> CompletionChannel<D> {
     /// [`WaitError::TimedOut`]; [`WaitError::Sink`] when the channel's sink cannot block;
     /// otherwise as [`CompletionChannel::get_cq_event`].
     pub fn wait_cq_event(&self, timeout: Option<Duration>) -> Result<Cq<D>, WaitError> {
-        block_until(&*self.inner.eq.sink, timeout, || self.look())
+        let dev = manual(self.inner.ctx.device());
+        block_until(dev, &*self.inner.eq.sink, timeout, || self.look())
     }
 
     /// Waits for the next CQ event without blocking the thread.
@@ -163,7 +167,8 @@ impl<D: Device> CompletionChannel<D> {
     /// [`WaitError::Sink`] when the channel's sink cannot be awaited; otherwise as
     /// [`CompletionChannel::get_cq_event`].
     pub async fn next_cq_event(&self) -> Result<Cq<D>, WaitError> {
-        poll_fn(|cx| poll_until(&*self.inner.eq.sink, cx, |_| self.look())).await
+        let dev = manual(self.inner.ctx.device());
+        poll_fn(|cx| poll_until(dev, &*self.inner.eq.sink, cx, |_| self.look())).await
     }
 
     /// The channel's pollable fd (`ibv_comp_channel::fd`), when its sink has one (the Linux

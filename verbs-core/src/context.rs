@@ -6,14 +6,14 @@ use std::fmt;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use portverbs_hal::caps::{DeviceAttr, GidEntry, PortAttr};
 use portverbs_hal::device::{Device, EqKind, EqParams};
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
-use portverbs_hal::{BlockingDevice, block_on};
+use portverbs_hal::{BlockingDevice, Progress, ProgressAgent, block_on};
 
 use crate::buffer::Buffer;
 use crate::cq::CqInner;
@@ -23,7 +23,7 @@ use crate::events::{AsyncEvent, AsyncEventKind};
 use crate::pd::Pd;
 use crate::sink::{PollingSinks, SinkFactory};
 use crate::srq::SrqInner;
-use crate::wait::{block_until, poll_until};
+use crate::wait::{block_until, manual, poll_until};
 
 /// Locks a mutex, recovering the data if another thread panicked while holding it (every
 /// structure here stays consistent between statements that could panic).
@@ -537,6 +537,9 @@ impl<D: Device> Context<D> {
     /// # Errors
     /// A malformed event was skipped.
     pub fn process_events(&self) -> Result<usize, EventError> {
+        if let Some(dev) = manual(self.device()) {
+            dev.dispatch();
+        }
         let mut n = 0;
         let async_eq = lock(&self.inner.async_eq).clone();
         if let Some(eq) = async_eq {
@@ -565,6 +568,9 @@ impl<D: Device> Context<D> {
     pub fn get_async_event(&self) -> Result<Option<AsyncEvent>, WaitError> {
         let sink = self.async_sink();
         sink.clear().map_err(WaitError::Sink)?;
+        if let Some(dev) = manual(self.device()) {
+            dev.dispatch();
+        }
         self.look_async_event()
     }
 
@@ -575,7 +581,10 @@ impl<D: Device> Context<D> {
     /// [`WaitError::TimedOut`]; [`WaitError::Sink`] when the context's sinks cannot block;
     /// otherwise as [`Context::get_async_event`].
     pub fn wait_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent, WaitError> {
-        block_until(&*self.async_sink(), timeout, || self.look_async_event())
+        let dev = manual(self.device());
+        block_until(dev, &*self.async_sink(), timeout, || {
+            self.look_async_event()
+        })
     }
 
     /// Waits for the next asynchronous event without blocking the thread.
@@ -585,7 +594,8 @@ impl<D: Device> Context<D> {
     /// [`Context::get_async_event`].
     pub async fn next_async_event(&self) -> Result<AsyncEvent, WaitError> {
         let sink = self.async_sink();
-        poll_fn(|cx| poll_until(&*sink, cx, |_| self.look_async_event())).await
+        let dev = manual(self.device());
+        poll_fn(|cx| poll_until(dev, &*sink, cx, |_| self.look_async_event())).await
     }
 
     /// The pollable fd of the asynchronous event queue (`ibv_context::async_fd`), when the
@@ -628,6 +638,30 @@ impl<D: Device> Context<D> {
             self.inner.async_sink.raise();
         }
         Ok(ev)
+    }
+
+    /// Who makes the device progress ([`Progress`]): its own thread or hardware (auto), or
+    /// this application's calls (manual: every poll, wait, await and [`Context::dispatch`]
+    /// drives it).
+    pub fn progress(&self) -> Progress {
+        self.device().info().progress
+    }
+
+    /// Manual progress: does on this thread what the device has due — receives, runs the
+    /// transport and its timers, sends, runs the attached agents — and returns when it next
+    /// has timed work (call again then, or wait: waits do this themselves). For an
+    /// application that has nothing to poll or wait for but must keep a device's peers
+    /// answered. Auto: nothing to do, `None`.
+    pub fn dispatch(&self) -> Option<Instant> {
+        self.device().dispatch()
+    }
+
+    /// Asks the device to run `agent` whenever it progresses: on its progress thread (auto),
+    /// inside this application's calls (manual). The device holds it weakly — dropping the
+    /// last `Arc` detaches it. False when the device cannot (no progress of its own: a
+    /// stepped test fabric, hardware behind VFIO); the caller then drives its work itself.
+    pub fn attach_agent(&self, agent: &Arc<dyn ProgressAgent>) -> bool {
+        self.device().attach_agent(Arc::downgrade(agent))
     }
 
     /// True after the device reported a fatal error.

@@ -196,6 +196,8 @@ pub(crate) struct CqInner<D: Device> {
     /// The device reported this CQ in error (CQ_ERR event): once its ring is drained, polls
     /// fail. Devices that stop writing a CQ without marking the ring itself rely on this.
     overrun: std::sync::atomic::AtomicBool,
+    /// The device progresses only inside calls: every poll dispatches it first.
+    manual: bool,
 }
 
 /// A completion queue (`struct ibv_cq`). Cheap to clone; QPs using it hold a reference.
@@ -276,6 +278,7 @@ impl<D: Device> Context<D> {
             acked: AtomicU64::new(0),
             depth: AtomicU32::new(depth),
             overrun: std::sync::atomic::AtomicBool::new(false),
+            manual: crate::wait::manual(ctx.device()).is_some(),
         });
         lock(&ctx.registry.cqs).insert(cqn, Arc::downgrade(&inner));
         ctx.counts.cqs.fetch_add(1, Ordering::Relaxed);
@@ -313,6 +316,11 @@ impl<D: Device> Cq<D> {
     /// A malformed device entry (reported once, after the good completions before it were
     /// returned; polling may continue), or the CQ is in error.
     pub fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
+        if self.inner.manual {
+            // Polling any CQ of a manual device makes the whole device progress, before this
+            // CQ's lock is taken (the agents the dispatch runs poll CQs of their own).
+            self.dispatch();
+        }
         let mut g = self.inner.poll.lock();
         if let Some(e) = g.pending_error.take() {
             return Err(e);
@@ -355,6 +363,12 @@ impl<D: Device> Cq<D> {
             }
         }
         Ok(n)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn dispatch(&self) {
+        self.inner.ctx.device().dispatch();
     }
 
     /// Arms the CQ so that its next completion (or, with `solicited_only`, its next solicited

@@ -42,10 +42,25 @@
 //! platform's sinks, a condition variable and wakers with [`LatchSinks`]; [`PollingSinks`]
 //! refuses to wait.
 //!
+//! ## Progress: manual or auto
+//! Who makes a device progress is the device's choice, made when it was created
+//! ([`portverbs_hal::Progress`], [`Context::progress`]). On an *auto* device (the default;
+//! hardware, and software devices with their one progress thread) this layer only posts,
+//! polls and waits. On a *manual* device nothing runs unless the application calls, so this
+//! layer drives it: [`Cq::poll`] dispatches the device before it takes the CQ's lock ("polling
+//! any CQ of a device makes the whole device progress"), [`Context::process_events`],
+//! `get_cq_event` and `get_async_event` do too, every blocking wait dispatches it on each
+//! round and sleeps on its sink and the device's input together until the device's next
+//! timer, and every await dispatches it on each poll; [`Context::dispatch`] does it alone.
+//! A posted request is sent by the device's doorbell on the posting thread.
+//! [`Context::attach_agent`] lets a layer above (the CM) have its own work run wherever the
+//! device progresses.
+//!
 //! ## What this layer must never do
 //! Spawn a thread, sleep or read a clock (the blocking waits an application asks for read it
-//! once, for the deadline, and block inside the sink), name a backend or a platform crate, or
-//! use `unsafe`.
+//! once, for the deadline, and block inside the sink; on a manual device they also read it to
+//! tell the caller's deadline from the device's timers), name a backend or a platform crate,
+//! or use `unsafe`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

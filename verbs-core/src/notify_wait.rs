@@ -14,7 +14,7 @@ use crate::context::EqShared;
 use crate::cq::Cq;
 use crate::error::WaitError;
 use crate::notify::{NotifyKind, NotifyRequest};
-use crate::wait::{RaiseOnWake, block_until, poll_until};
+use crate::wait::{RaiseOnWake, block_until, manual, poll_until};
 
 /// What a waiter needs to drive a CQ's event queue. Holds no reference to the CQ itself, so
 /// destroying the CQ is not refused while someone waits, and completes the request with
@@ -81,7 +81,8 @@ impl<D: Device> Cq<D> {
         let driver = Driver::of(self);
         let waker = Waker::from(Arc::new(RaiseOnWake(driver.eq.sink.clone())));
         let mut cx = TaskContext::from_waker(&waker);
-        block_until(&*driver.eq.sink, timeout, || driver.look(req, &mut cx))
+        let dev = manual(&driver.eq.dev.dev);
+        block_until(dev, &*driver.eq.sink, timeout, || driver.look(req, &mut cx))
     }
 
     /// Requests a notification ([`Cq::notify`]) and returns a future that waits for it,
@@ -117,7 +118,9 @@ impl<D: Device> Cq<D> {
     ) -> impl Future<Output = Result<(), WaitError>> + Send + 'static {
         let driver = Driver::of(self);
         async move {
-            poll_fn(|cx| poll_until(&*driver.eq.sink, cx, |cx| driver.look(&mut req, cx))).await
+            let dev = manual(&driver.eq.dev.dev);
+            poll_fn(|cx| poll_until(dev, &*driver.eq.sink, cx, |cx| driver.look(&mut req, cx)))
+                .await
         }
     }
 }

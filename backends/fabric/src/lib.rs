@@ -7,13 +7,24 @@
 //! share the transport engine (`portverbs-transport`), the clock and the faults, and neither
 //! knows the other. A node reaches its own state again through its typed [`NodeHandle`].
 //!
-//! Two ways to run it:
-//! * **free-running** ([`Mode::Threaded`]): one engine thread emulates all the hardware, woken by
-//!   doorbells and timers, on the real clock — what applications and benchmarks use;
+//! Three ways to run it:
+//! * **free-running** ([`Mode::Threaded`], its devices' auto progress): one engine thread
+//!   emulates all the hardware, woken by doorbells, timers and (when a port lent it
+//!   [`PortIo`]) the port's socket, on the real clock — what applications and benchmarks
+//!   use;
+//! * **manual** ([`Mode::Manual`], its devices' manual progress): no thread; on the real
+//!   clock, its users' calls drive it — a doorbell steps it on the ringing thread, and
+//!   [`Fabric::dispatch`] (which the devices' polls and waits call) steps it, fires its timers
+//!   and runs the agents;
 //! * **stepped** ([`Mode::Stepped`]): no thread at all; the caller drives it with
 //!   [`Fabric::step`], [`Fabric::run_until_idle`] or [`Fabric::run_for`] on *virtual* time, with
 //!   seeded loss, duplication, reordering, corruption and delay — what tests use, reproducible
 //!   from the seed.
+//!
+//! Agents ([`Fabric::attach_agent`], [`progress`]): work of the layers above a device (the
+//! connection manager) that whoever progresses the fabric runs — the engine thread, or the
+//! dispatching caller — after rounds with work and at the agents' deadlines, never with the
+//! fabric's lock held.
 //!
 //! Device commands (create a QP, register memory …) take the fabric's lock; posting and polling
 //! never do (a doorbell is a lock-free [`Kicker`]).
@@ -38,8 +49,8 @@
 //! must never do: know a device's queue formats or commands (that is behind [`Node`]);
 //! downcast a node; depend on `verbs-core` or on a device crate; take a lock or allocate per
 //! packet on its step path (a running packet capture excepted: it serialises and writes every
-//! packet, and is off unless asked for). It may run a thread (the engine thread emulates
-//! hardware); the stepped mode runs none. Its only file I/O is the capture file ([`capture`]:
+//! packet, and is off unless asked for). It may run one thread per fabric (the engine thread
+//! emulates hardware and runs the agents); the stepped and manual modes run none. Its only file I/O is the capture file ([`capture`]:
 //! frames in, pcap records out, so that a port over real UDP can write the same captures).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -48,12 +59,13 @@ pub mod capture;
 mod faults;
 mod kick;
 mod node;
+pub mod progress;
 pub mod rng;
 mod sim;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -66,6 +78,8 @@ pub use capture::{CaptureError, CaptureStats, PcapCapture};
 pub use faults::{FabricStats, LinkFaults};
 pub use kick::Kicker;
 pub use node::{Joining, Node, NodeConfig, NodeCtx, NodeHandle};
+pub use portverbs_hal::{Progress, ProgressAgent, WaitSource};
+pub use progress::PortIo;
 pub use rng::SplitMix64;
 
 use kick::{EngineWake, Kick};
@@ -74,10 +88,36 @@ use sim::Sim;
 /// How the fabric is driven.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// A background engine thread on the real clock.
+    /// A background engine thread on the real clock: the devices' auto progress
+    /// ([`Progress::Auto`]).
     Threaded,
     /// Driven by the caller on virtual time.
     Stepped,
+    /// No thread, on the real clock: the devices' users drive it — every kick steps it on
+    /// the kicking thread, and [`Fabric::dispatch`] (what the devices' polls and waits call)
+    /// receives, steps, fires timers and runs the agents: manual progress
+    /// ([`Progress::Manual`]).
+    Manual,
+}
+
+impl Mode {
+    /// The free-running mode of a progress mode: [`Mode::Threaded`] for auto,
+    /// [`Mode::Manual`] for manual.
+    pub fn of(progress: Progress) -> Self {
+        match progress {
+            Progress::Auto => Self::Threaded,
+            Progress::Manual => Self::Manual,
+        }
+    }
+
+    /// The progress mode the fabric's devices have: auto with an engine thread; manual
+    /// otherwise (a stepped fabric progresses only when its test steps it).
+    pub fn progress(self) -> Progress {
+        match self {
+            Self::Threaded => Progress::Auto,
+            Self::Stepped | Self::Manual => Progress::Manual,
+        }
+    }
 }
 
 /// Fabric settings.
@@ -143,6 +183,8 @@ pub enum FabricError {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) sim: Mutex<Sim>,
+    /// The agents progress runs for the layers above ([`progress`]).
+    pub(crate) agents: progress::Agents,
     pub(crate) kicks_tx: Sender<Kick>,
     pub(crate) kicks_rx: Receiver<Kick>,
     pub(crate) overflow: Arc<AtomicBool>,
@@ -150,6 +192,9 @@ pub(crate) struct Shared {
     pub(crate) mode: Mode,
     pub(crate) epoch: Instant,
     pub(crate) shutdown: AtomicBool,
+    /// Manual mode: the nodes' next deadline as the last inline drive saw it (`u64::MAX`:
+    /// none), for a dispatch that finds another thread stepping.
+    pub(crate) next_deadline: AtomicU64,
 }
 
 impl Shared {
@@ -169,6 +214,7 @@ impl Shared {
             tx: self.kicks_tx.clone(),
             wake: self.wake.clone(),
             overflow: self.overflow.clone(),
+            inline: (self.mode == Mode::Manual).then(|| Arc::downgrade(self)),
         }
     }
 
@@ -188,9 +234,7 @@ pub(crate) struct Owner {
 impl Drop for Owner {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
-        if let Some(t) = self.shared.wake.thread.get() {
-            t.unpark();
-        }
+        self.shared.wake.wake_now();
         let handle = self.thread.lock().map(|mut t| t.take()).unwrap_or(None);
         if let Some(h) = handle {
             if h.thread().id() != std::thread::current().id() {
@@ -224,6 +268,11 @@ const HOT_SPIN: Duration = Duration::from_micros(50);
 /// hot.
 const SPINS_PER_CLOCK_READ: u32 = 64;
 
+/// How long an idle engine thread sleeps at most between looks at its shutdown flag and
+/// deadlines when it sleeps on a port's I/O (which its kicks and shutdown also wake); parked
+/// without one, 10 ms.
+const IO_SLEEP: Duration = Duration::from_millis(100);
+
 fn engine_thread(shared: Arc<Shared>) {
     let mut idle_since: Option<Instant> = None;
     while !shared.shutdown.load(Ordering::Acquire) {
@@ -233,18 +282,29 @@ fn engine_thread(shared: Arc<Shared>) {
             let did = sim.step(&shared.kicks_rx, &shared.overflow);
             (did, sim.next_deadline())
         };
+        // The agents run here, without the fabric lock: after work (bounded while it goes
+        // on, once when it stops) and when their deadline passes.
+        let agents = shared.agents.after_round(&shared, did, shared.real_now());
+        let next = match (next, agents) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if did {
             idle_since = None;
             continue;
         }
+        let io = shared.wake.io.get();
         let since = *idle_since.get_or_insert_with(Instant::now);
         if since.elapsed() < SPIN {
-            // Look for a kick or a deadline without the lock. The clock is read once per
-            // round of spins, not per spin: reading it was most of an idle engine's time.
+            // Look for a kick, input or a deadline without the lock. The clock is read once
+            // per round of spins, not per spin: reading it was most of an idle engine's time.
             let deadline = next.unwrap_or(u64::MAX);
             loop {
                 let idle = since.elapsed();
                 if idle >= SPIN || shared.real_now() >= deadline {
+                    break;
+                }
+                if io.is_some_and(|io| io.ready()) {
                     break;
                 }
                 let rounds = if idle < HOT_SPIN {
@@ -274,10 +334,21 @@ fn engine_thread(shared: Arc<Shared>) {
         }
         shared.wake.sleeping.store(true, Ordering::SeqCst);
         if shared.kicks_rx.is_empty() && !shared.overflow.load(Ordering::SeqCst) {
-            let wait = next.map_or(Duration::from_millis(10), |t| {
+            let cap = if io.is_some() {
+                IO_SLEEP
+            } else {
+                Duration::from_millis(10)
+            };
+            let wait = next.map_or(cap, |t| {
                 Duration::from_nanos(t.saturating_sub(shared.real_now()))
             });
-            std::thread::park_timeout(wait.min(Duration::from_millis(10)));
+            match io {
+                // Input wakes it as a kick does: the next round receives it.
+                Some(io) => {
+                    io.wait(wait.min(cap));
+                }
+                None => std::thread::park_timeout(wait.min(cap)),
+            }
         }
         shared.wake.sleeping.store(false, Ordering::SeqCst);
         // Still idle: the next round parks again at once. Only work (a kick, a packet, a
@@ -302,6 +373,8 @@ impl Fabric {
         }
         let shared = Arc::new(Shared {
             sim: Mutex::new(sim),
+            agents: progress::Agents::new(),
+            next_deadline: AtomicU64::new(u64::MAX),
             kicks_tx,
             kicks_rx,
             overflow: Arc::new(AtomicBool::new(false)),
@@ -322,7 +395,7 @@ impl Fabric {
                 }
                 handle
             }
-            Mode::Stepped => None,
+            Mode::Stepped | Mode::Manual => None,
         };
         let owner = Arc::new(Owner {
             shared: shared.clone(),
@@ -346,6 +419,15 @@ impl Fabric {
     /// A free-running fabric with perfect links.
     pub fn threaded() -> Self {
         Self::new(FabricConfig::default())
+    }
+
+    /// A manual fabric on the real clock with perfect links: no thread; its devices' users
+    /// drive it ([`Mode::Manual`]).
+    pub fn manual() -> Self {
+        Self::new(FabricConfig {
+            mode: Mode::Manual,
+            ..FabricConfig::default()
+        })
     }
 
     /// How this fabric is driven.
@@ -453,7 +535,7 @@ impl Fabric {
     pub fn now_ns(&self) -> u64 {
         match self.shared.mode {
             Mode::Stepped => self.shared.lock().now,
-            Mode::Threaded => self.shared.real_now(),
+            Mode::Threaded | Mode::Manual => self.shared.real_now(),
         }
     }
 

@@ -260,8 +260,20 @@ impl<T: Node> NodeHandle<T> {
     /// produced. It runs after [`NodeHandle::detach`] too: the state lives as long as its
     /// handles do.
     pub fn with<R>(&self, f: impl FnOnce(&mut NodeCtx<'_, T>) -> R) -> R {
-        let mut sim = self.fabric.shared.lock();
-        self.run(&mut sim, f)
+        let r = {
+            let mut sim = self.fabric.shared.lock();
+            self.run(&mut sim, f)
+        };
+        self.after_command();
+        r
+    }
+
+    /// Manual mode: what a command left to do (its packets, kicks that found the lock taken)
+    /// is stepped now, on this thread.
+    fn after_command(&self) {
+        if self.fabric.mode() == Mode::Manual {
+            self.fabric.shared.drive_inline();
+        }
     }
 
     /// [`NodeHandle::with`], refused once the node was detached.
@@ -269,15 +281,19 @@ impl<T: Node> NodeHandle<T> {
     /// # Errors
     /// [`FabricError::Detached`] after [`NodeHandle::detach`].
     pub fn try_with<R>(&self, f: impl FnOnce(&mut NodeCtx<'_, T>) -> R) -> Result<R, FabricError> {
-        let mut sim = self.fabric.shared.lock();
-        if !matches!(sim.nodes.get(self.id), Some(Some(_))) {
-            return Err(FabricError::Detached);
-        }
-        Ok(self.run(&mut sim, f))
+        let r = {
+            let mut sim = self.fabric.shared.lock();
+            if !matches!(sim.nodes.get(self.id), Some(Some(_))) {
+                return Err(FabricError::Detached);
+            }
+            self.run(&mut sim, f)
+        };
+        self.after_command();
+        Ok(r)
     }
 
     fn run<R>(&self, sim: &mut Sim, f: impl FnOnce(&mut NodeCtx<'_, T>) -> R) -> R {
-        if self.fabric.mode() == Mode::Threaded {
+        if self.fabric.mode() != Mode::Stepped {
             sim.now = self.fabric.shared.real_now();
         }
         let r = {

@@ -8,7 +8,7 @@
 //! every test.
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
@@ -16,6 +16,7 @@ use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_dma::HostMapped;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
+use portverbs_hal::{Progress, ProgressAgent};
 use thiserror::Error;
 
 /// Mellanox's PCI vendor ID.
@@ -142,4 +143,18 @@ pub trait PciFunction: Send + Sync + Debug + 'static {
     /// How long the function needs after the mlx4 reset register is written before config space
     /// answers again (about a second on hardware, nothing for the model).
     fn reset_settle(&self) -> Duration;
+
+    /// Who makes the function progress: hardware does by itself ([`Progress::Auto`], the
+    /// default); the emulated HCA says what its fabric does.
+    fn progress(&self) -> Progress {
+        Progress::Auto
+    }
+
+    /// Runs a layer's agent whenever the function progresses (see
+    /// [`portverbs_hal::device::Device::attach_agent`]): the emulated HCA's fabric does; a
+    /// VFIO function has no progress of its own to run it in and refuses (the default).
+    fn attach_agent(&self, agent: Weak<dyn ProgressAgent>) -> bool {
+        let _ = agent;
+        false
+    }
 }

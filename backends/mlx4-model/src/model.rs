@@ -441,4 +441,12 @@ impl PciFunction for ModelFunction {
     fn reset_settle(&self) -> Duration {
         Duration::ZERO
     }
+
+    fn progress(&self) -> portverbs_hal::Progress {
+        self.inner.handle.fabric().mode().progress()
+    }
+
+    fn attach_agent(&self, agent: std::sync::Weak<dyn portverbs_hal::ProgressAgent>) -> bool {
+        self.inner.handle.fabric().attach_agent(agent)
+    }
 }

@@ -6,12 +6,12 @@ use std::future::poll_fn;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use portverbs_hal::Device;
 use portverbs_hal::Gid;
+use portverbs_hal::{Device, ProgressAgent};
 use portverbs_verbs::{
     AccessFlags, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit, QpState,
     RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus, WeakQp, WorkCompletion,
@@ -167,6 +167,12 @@ struct Shared<D: Device> {
     timer: Mutex<Option<Arc<dyn CmTimer>>>,
     /// Given to the device commands the CM starts ([`WakeWaiters`]).
     waker: Waker,
+    /// This device's work as an agent of the verbs device ([`DeviceAgent`]); the device holds
+    /// it weakly, so it goes (and is detached) with the CM device.
+    agent: Arc<dyn ProgressAgent>,
+    /// Whether the verbs device runs the agent (it progresses on its own, or inside every
+    /// call of a manual application).
+    served: std::sync::atomic::AtomicBool,
 }
 
 impl<D: Device> Shared<D> {
@@ -196,6 +202,23 @@ impl<D: Device> Wake for WakeWaiters<D> {
         if let Some(shared) = self.0.upgrade() {
             shared.wake_all();
         }
+    }
+}
+
+/// The CM's work as a progress agent of its verbs device: the device runs it after rounds
+/// with work and when the CM's next timer is due, from its progress thread (auto) or inside
+/// the application's calls (manual), so that peers are answered (REJ for a REQ to no
+/// listener, DREP, MRA, retransmissions) without the application calling into the CM.
+struct DeviceAgent<D: Device>(Weak<Shared<D>>);
+
+/// How soon an agent round that found the CM busy (another thread in a call or a wait)
+/// asks to run again.
+const BUSY_RETRY: Duration = Duration::from_millis(1);
+
+impl<D: Device> ProgressAgent for DeviceAgent<D> {
+    fn run(&self, now: Instant) -> Option<Instant> {
+        let shared = self.0.upgrade()?;
+        CmDevice { shared }.agent_round(now)
     }
 }
 
@@ -308,12 +331,26 @@ impl<D: Device> CmDevice<D> {
                 wake_gen: AtomicU64::new(0),
                 timer: Mutex::new(None),
                 waker: Waker::from(Arc::new(WakeWaiters(me.clone()))),
+                agent: Arc::new(DeviceAgent(me.clone())),
+                served: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         for slot in 0..RECV_SLOTS {
             dev.post_recv(slot)?;
         }
+        // From here on the device runs the CM whenever it progresses (where it can).
+        let served = ctx.attach_agent(&dev.shared.agent);
+        dev.shared.served.store(served, Ordering::Release);
         Ok(dev)
+    }
+
+    /// Whether the verbs device runs this CM whenever it progresses
+    /// ([`Context::attach_agent`]): on its progress thread (auto progress) or inside the
+    /// application's calls on the device (manual). Then peers are answered without calls into
+    /// the CM; otherwise (a stepped test fabric, hardware behind VFIO) only the CM's own calls
+    /// and waits, and [`CmDevice::progress`], drive it.
+    pub fn served_by_device(&self) -> bool {
+        self.shared.served.load(Ordering::Acquire)
     }
 
     /// Blocking form of [`CmDevice::open`].
@@ -490,7 +527,46 @@ impl<D: Device> CmDevice<D> {
     /// # Errors
     /// QP1 failed (the device is gone).
     pub fn progress(&self) -> Result<(), ServiceError> {
-        let mut st = self.state();
+        self.progress_locked(self.state())
+    }
+
+    /// One round of the device agent (see [`DeviceAgent`]): [`CmDevice::progress`] unless
+    /// another thread holds the CM (it drives it then), and when to run next: the next CM
+    /// timer, the periodic looks for destroyed QPs and idle send windows, and soon while a QP
+    /// transition is in flight (its completion only wakes async waiters).
+    fn agent_round(&self, now: Instant) -> Option<Instant> {
+        let st = match self.shared.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Some(now + BUSY_RETRY),
+        };
+        if let Err(e) = self.progress_locked(st) {
+            tracing::debug!(error = %e, "the CM's device agent stops");
+            return None;
+        }
+        let mut st = match self.shared.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Some(now + BUSY_RETRY),
+        };
+        if st.removed {
+            return None;
+        }
+        let mut next = st.agent.poll_timeout().map(|t| self.instant_of(t));
+        let mut sooner = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        if !st.qps.is_empty() {
+            sooner(now + REAP_EVERY);
+        }
+        if st.pacer.has_peers() {
+            sooner(now + Duration::from_secs(1));
+        }
+        if st.gate.is_some() || !st.background.is_empty() || !st.unsent.is_empty() {
+            sooner(now + BUSY_RETRY);
+        }
+        next
+    }
+
+    fn progress_locked(&self, mut st: MutexGuard<'_, State<D>>) -> Result<(), ServiceError> {
         let now = self.now();
         let mut wcs = [WorkCompletion::default(); 32];
         let mut woke = false;

@@ -7,11 +7,24 @@
 //!
 //! * [`CmDevice`]: one per opened [`Context`] (port 1) and local IP address. It owns QP1
 //!   ([`QpInit::gsi`]) with receive buffers posted, an address handle per peer GID, the
-//!   agent, and which QP belongs to which connection. It has no thread: every call and every
-//!   wait drives it ([`CmDevice::progress`]): QP1's completions feed the agent, the agent's
-//!   outputs are acted on in order (MADs posted on QP1, QP transitions applied through
-//!   verbs-core, events queued per connection), and expired CM timers fire from a monotonic
-//!   clock read here.
+//!   agent, and which QP belongs to which connection. Every call and every wait drives it
+//!   ([`CmDevice::progress`]): QP1's completions feed the agent, the agent's outputs are acted
+//!   on in order (MADs posted on QP1, QP transitions applied through verbs-core, events
+//!   queued per connection), and expired CM timers fire from a monotonic clock read here.
+//!   It has no thread of its own, and needs none: it attaches that same work to its verbs
+//!   device as a progress agent ([`Context::attach_agent`],
+//!   [`portverbs_hal::ProgressAgent`]), which the device runs whenever it progresses — on its
+//!   one progress thread in auto progress, inside the application's calls on the device
+//!   (any poll, wait or dispatch) in manual progress — after rounds with work and at the
+//!   CM's next timer. So a server that computes and makes no call still rejects a REQ for a
+//!   service nobody listens on (REJ reason 8, at once), answers a repeated REQ with an MRA,
+//!   completes its own disconnects and retransmits; the application still decides what
+//!   only it can (accept, reject, disconnect: the DREP to a peer's DREQ goes with the
+//!   application's `disconnect`, as with rdma_cm). A device that cannot run agents (a
+//!   stepped test fabric, hardware behind VFIO; [`CmDevice::served_by_device`]) leaves the
+//!   driving to the calls, as before. The agent never blocks the device's thread: it skips a
+//!   round while an application thread holds the CM, and asks to run again a millisecond
+//!   later.
 //! * [`Listener`] / [`Connector`]: rdma_cm's passive and active sides for RC
 //!   (`RDMA_PS_TCP`), each call async with a `_blocking` twin.
 //! * [`addr`]: IP ↔ GID for RoCEv2.
@@ -98,7 +111,10 @@
 //! the IP).
 //!
 //! What this layer must never do: spawn a thread, name a backend or platform crate, use
-//! `unsafe`, or leave a connection's QP associated after its endpoint is gone.
+//! `unsafe`, or leave a connection's QP associated after its endpoint is gone. What may run
+//! on which thread: every call on the application's thread; the device agent on the
+//! device's progress thread (auto) or inside any application call on the device (manual),
+//! concurrently with calls on other threads (one lock, the device's, orders them).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

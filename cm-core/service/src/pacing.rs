@@ -327,6 +327,11 @@ impl Pacer {
         self.tally.dropped
     }
 
+    /// Whether a peer has an entry that a later [`Pacer::tick`] may sweep.
+    pub(crate) fn has_peers(&self) -> bool {
+        !self.peers.is_empty()
+    }
+
     /// Peers with an entry now (a window with requests in it, or MADs held).
     #[cfg(test)]
     fn peers(&self) -> usize {

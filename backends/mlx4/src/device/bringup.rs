@@ -146,6 +146,7 @@ impl Mlx4Device {
             transport: Transport::InfiniBand,
             node_guid: attr.node_guid,
             quirks: MLX4_QUIRKS,
+            progress: pci.progress(),
         };
         // The keys' bytes and the QP numbers come from the device's generator, so that a
         // peer cannot guess them: seeded from the OS unless the config pins a seed.

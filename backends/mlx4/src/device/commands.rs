@@ -147,6 +147,10 @@ impl Device for Mlx4Device {
         &self.0.info
     }
 
+    fn attach_agent(&self, agent: std::sync::Weak<dyn portverbs_hal::ProgressAgent>) -> bool {
+        self.0.pci.attach_agent(agent)
+    }
+
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
         Ok(self.0.pci.alloc_dma(len)?)
     }

@@ -105,6 +105,18 @@ impl Device for SoftDevice {
         &self.info
     }
 
+    fn dispatch(&self) -> Option<std::time::Instant> {
+        self.fabric().dispatch()
+    }
+
+    fn wait_source(&self) -> portverbs_hal::WaitSource<'_> {
+        self.fabric().wait_source()
+    }
+
+    fn attach_agent(&self, agent: std::sync::Weak<dyn portverbs_hal::ProgressAgent>) -> bool {
+        self.fabric().attach_agent(agent)
+    }
+
     fn alloc_dma(&self, len: usize) -> Result<Arc<dyn DmaMemory>, DmaError> {
         Ok(SoftDma::alloc_tracked(len, Some(self.dma.clone()))?)
     }

@@ -67,7 +67,7 @@ impl ResourceCounts {
 #[derive(Debug, Clone)]
 pub struct SoftDevice {
     pub(crate) node: NodeHandle<SimDevice>,
-    pub(crate) info: DeviceInfo,
+    pub(crate) info: Arc<DeviceInfo>,
     pub(crate) kicker: Kicker,
     pub(crate) dma: Arc<AtomicUsize>,
     pub(crate) fatal: Arc<AtomicBool>,
@@ -102,6 +102,7 @@ impl SoftDevice {
             .enumerate()
             .flat_map(|(i, (gids, _))| gids.iter().map(move |g| ((i + 1) as u8, *g)))
             .collect();
+        let progress = fabric.mode().progress();
         let node = fabric.attach("soft", |joining| {
             let index = joining.ordinal;
             let name = config.name.unwrap_or_else(|| format!("soft{index}"));
@@ -116,7 +117,7 @@ impl SoftDevice {
             // The device's identifiers (keys, QP numbers) come from one seed: the fabric's
             // choice (the OS's randomness, or a stepped fabric's seed) unless pinned.
             let mut rng = SplitMix64::new(config.seed.unwrap_or(joining.seed));
-            let state = DevState::new(name.clone(), index, ports, &mut rng);
+            let state = DevState::new(name.clone(), index, ports, &mut rng, progress);
             let mut engine = Engine::new(
                 EngineConfig {
                     max_qp: state::limits::MAX_QP,
@@ -135,7 +136,7 @@ impl SoftDevice {
         })?;
         let (info, dma, fatal) = node.with(|ctx| {
             let s = &ctx.node.state;
-            (s.info.clone(), s.dma.clone(), s.fatal.clone())
+            (Arc::new(s.info.clone()), s.dma.clone(), s.fatal.clone())
         });
         Ok(Self {
             kicker: Kicker(node.kicker().clone()),

@@ -89,6 +89,7 @@ impl DevState {
         index: usize,
         ports: Vec<(Vec<Gid>, Mtu)>,
         rng: &mut SplitMix64,
+        progress: portverbs_hal::Progress,
     ) -> Self {
         use limits::*;
         // Like rxe's GUID, which embeds the netdev's MAC: the low 24 bits are the last three
@@ -174,6 +175,7 @@ impl DevState {
                 transport: Transport::InfiniBand,
                 node_guid,
                 quirks: SOFT_QUIRKS,
+                progress,
             },
             attr,
             ports,

@@ -1,0 +1,253 @@
+//! Progress: the agents a fabric runs for the layers above its devices, the I/O a port
+//! lends the fabric to sleep on, and the inline driving of a fabric in manual mode.
+//!
+//! * **Agents** ([`portverbs_hal::ProgressAgent`], attached with [`Fabric::attach_agent`]):
+//!   run by whoever progresses the fabric — the engine thread of a free-running fabric, the
+//!   callers' dispatches on a manual one — after rounds with work (at most every
+//!   200 µs while work goes on, and once when it stops) and when an agent's deadline
+//!   passes; always without the fabric's lock, one run at a time (a run that starts while
+//!   another is under way, on another thread or inside an agent, skips the agents).
+//! * **Port I/O** ([`PortIo`], lent with [`Fabric::set_port_io`]): a node whose packets arrive
+//!   on a socket lets the engine thread sleep on that socket and its own wake-up together,
+//!   and manual waits sleep on it ([`Fabric::wait_source`]).
+//! * **Inline driving** (manual mode): a kick, a device command and a dispatch each step the
+//!   fabric on the caller's thread, at the real clock, until it is idle or a budget of
+//!   steps is spent. Only one thread steps at a time (the fabric's lock, taken with
+//!   `try_lock`); a thread that finds it taken leaves its kick to the holder, which looks for
+//!   kicks again after it unlocks (the fences make that look see every kick whose sender
+//!   saw the lock taken), so no kick is lost.
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::{Mutex, TryLockError, Weak};
+use std::time::{Duration, Instant};
+
+use portverbs_hal::{ProgressAgent, WaitSource};
+
+use crate::{Fabric, Mode, Shared};
+
+/// While work goes on, agents run at most this often (and once more when it stops).
+pub(crate) const AGENT_EVERY: Duration = Duration::from_micros(200);
+
+/// Most steps one inline drive takes before it returns (the rest is the next call's).
+const INLINE_STEPS: u32 = 64;
+
+/// What a node with I/O of its own (a UDP port's socket) lends its fabric: a sleep on that
+/// I/O and a wake-up together, for the engine thread (auto), and the source manual waits
+/// sleep on. Implemented by the port; the fabric never touches the socket.
+pub trait PortIo: Send + Sync + Debug {
+    /// Sleeps until input may be ready, [`PortIo::wake`] is called (before or during the
+    /// sleep), or `timeout` passes. Returns whether input may be ready.
+    fn wait(&self, timeout: Duration) -> bool;
+
+    /// Ends a sleep in [`PortIo::wait`], or makes the next one return at once. Cheap; called
+    /// from any thread.
+    fn wake(&self);
+
+    /// Whether input may be ready now, without sleeping (the engine's spin looks at it).
+    fn ready(&self) -> bool;
+
+    /// What the input arrives on, for the waits of a manual fabric's users.
+    fn wait_source(&self) -> WaitSource<'_>;
+}
+
+/// The agents attached to a fabric, and when they last ran.
+#[derive(Default)]
+pub(crate) struct Agents {
+    list: Mutex<Vec<Weak<dyn ProgressAgent>>>,
+    count: AtomicUsize,
+    /// One run at a time; also the re-entrancy guard.
+    running: AtomicBool,
+    /// Work happened since the last run.
+    dirty: AtomicBool,
+    /// Fabric time (ns) of the last run.
+    last_run: AtomicU64,
+    /// Fabric time (ns) the agents next want to run; `u64::MAX`: never.
+    deadline: AtomicU64,
+}
+
+impl Debug for Agents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agents")
+            .field("count", &self.count.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agents {
+    pub(crate) fn new() -> Self {
+        let a = Self::default();
+        a.deadline.store(u64::MAX, Ordering::Relaxed);
+        a
+    }
+
+    fn attach(&self, agent: Weak<dyn ProgressAgent>) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|a| a.strong_count() > 0);
+        list.push(agent);
+        self.count.store(list.len(), Ordering::Release);
+        // Run it at the next opportunity: it may have work already.
+        self.deadline.store(0, Ordering::Release);
+    }
+
+    /// When the agents next want to run (fabric ns), if any are attached.
+    pub(crate) fn deadline(&self) -> Option<u64> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let d = self.deadline.load(Ordering::Acquire);
+        (d != u64::MAX).then_some(d)
+    }
+
+    /// After a round of progress that did work (`did`) or not, at fabric time `now`: runs the
+    /// agents if they are due (see the module docs). Returns their next deadline.
+    pub(crate) fn after_round(&self, shared: &Shared, did: bool, now: u64) -> Option<u64> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        if did {
+            self.dirty.store(true, Ordering::Release);
+        }
+        let deadline = self.deadline.load(Ordering::Acquire);
+        let dirty = self.dirty.load(Ordering::Acquire);
+        let since = now.saturating_sub(self.last_run.load(Ordering::Acquire));
+        let due = deadline <= now || (dirty && (!did || since >= AGENT_EVERY.as_nanos() as u64));
+        if due {
+            self.run(shared, now);
+        }
+        self.deadline()
+    }
+
+    /// Runs every live agent once, outside the fabric's lock; skipped when a run is under way.
+    fn run(&self, shared: &Shared, now: u64) {
+        if self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.dirty.store(false, Ordering::Release);
+        self.last_run.store(now, Ordering::Release);
+        let agents: Vec<_> = {
+            let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+            list.retain(|a| a.strong_count() > 0);
+            self.count.store(list.len(), Ordering::Release);
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
+        let instant = shared.epoch + Duration::from_nanos(now);
+        let mut next = u64::MAX;
+        for a in &agents {
+            if let Some(t) = a.run(instant) {
+                let ns = t.saturating_duration_since(shared.epoch).as_nanos();
+                next = next.min(u64::try_from(ns).unwrap_or(u64::MAX - 1));
+            }
+        }
+        self.deadline.store(next, Ordering::Release);
+        // The agents go (an agent's last handle may be the one upgraded here) before the
+        // guard is released.
+        drop(agents);
+        self.running.store(false, Ordering::Release);
+    }
+}
+
+impl Shared {
+    /// Work waits to be stepped: a kick, or a kick overflow.
+    pub(crate) fn pending(&self) -> bool {
+        !self.kicks_rx.is_empty() || self.overflow.load(Ordering::Acquire)
+    }
+
+    /// Manual mode: steps the fabric on this thread at the real clock until it is idle (or
+    /// [`INLINE_STEPS`] are spent), unless another thread is stepping it (then that thread
+    /// takes the work: it looks for kicks again after unlocking). Returns whether anything
+    /// was done, and the next deadline of the fabric's nodes (`None` when none is due or
+    /// another thread held the lock).
+    pub(crate) fn drive_inline(&self) -> (bool, Option<u64>) {
+        let mut did_any = false;
+        let mut next = None;
+        loop {
+            fence(Ordering::SeqCst);
+            let mut sim = match self.sim.try_lock() {
+                Ok(s) => s,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    // The holder steps; its last look at the deadlines stands in.
+                    let cached = self.next_deadline.load(Ordering::Acquire);
+                    return (did_any, next.or((cached != u64::MAX).then_some(cached)));
+                }
+            };
+            let mut steps = 0;
+            while steps < INLINE_STEPS {
+                sim.now = self.real_now();
+                if !sim.step(&self.kicks_rx, &self.overflow) {
+                    break;
+                }
+                did_any = true;
+                steps += 1;
+            }
+            next = sim.next_deadline();
+            self.next_deadline
+                .store(next.unwrap_or(u64::MAX), Ordering::Release);
+            drop(sim);
+            // A kick whose sender found the lock taken is seen here.
+            fence(Ordering::SeqCst);
+            if steps >= INLINE_STEPS || !self.pending() {
+                return (did_any, next);
+            }
+        }
+    }
+}
+
+impl Fabric {
+    /// Runs `agent` whenever this fabric progresses (see the module docs): on the engine
+    /// thread of a free-running fabric, in the callers' dispatches of a manual one. The
+    /// fabric holds it weakly: dropping it detaches it. False on a stepped fabric, which
+    /// progresses only when a test steps it.
+    pub fn attach_agent(&self, agent: Weak<dyn ProgressAgent>) -> bool {
+        if self.shared.mode == Mode::Stepped {
+            return false;
+        }
+        self.shared.agents.attach(agent);
+        if let Some(io) = self.shared.wake.io.get() {
+            io.wake();
+        }
+        if let Some(t) = self.shared.wake.thread.get() {
+            t.unpark();
+        }
+        true
+    }
+
+    /// Lends the fabric a port's I/O (see [`PortIo`]); the first one lent stays.
+    pub fn set_port_io(&self, io: std::sync::Arc<dyn PortIo>) {
+        if self.shared.wake.io.set(io).is_ok() {
+            // A sleeping engine thread goes back to sleep on the port.
+            if let Some(t) = self.shared.wake.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// What a manual fabric's users sleep on besides their event queues: the input of its
+    /// port, when one lent its I/O; [`WaitSource::none`] otherwise and in the other modes.
+    pub fn wait_source(&self) -> WaitSource<'_> {
+        match (self.shared.mode, self.shared.wake.io.get()) {
+            (Mode::Manual, Some(io)) => io.wait_source(),
+            _ => WaitSource::none(),
+        }
+    }
+
+    /// Manual mode: does on the calling thread what is due — the nodes' work and input,
+    /// packet delivery, timers, and (unless a run is already under way) the attached agents
+    /// — and returns when the fabric next has timed work. Other modes: nothing, `None`.
+    pub fn dispatch(&self) -> Option<Instant> {
+        let shared = &self.shared;
+        if shared.mode != Mode::Manual {
+            return None;
+        }
+        let (did, next) = shared.drive_inline();
+        let agents = shared.agents.after_round(shared, did, shared.real_now());
+        // The agents' calls (sends, commands) are stepped by their own kicks; what they left
+        // for a busy lock is stepped by the next call.
+        let next = match (next, agents) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        next.map(|ns| shared.epoch + Duration::from_nanos(ns))
+    }
+}
