@@ -7,7 +7,9 @@
 use std::net::IpAddr;
 use std::sync::OnceLock;
 
-use portverbs_soft::{DeviceConfig, Fabric, FabricError, PortConfig, SoftDevice};
+use portverbs_soft::{
+    DeviceConfig, Fabric, FabricConfig, FabricError, Mode, PortConfig, SoftDevice,
+};
 use portverbs_udp::{UdpConfig, UdpError, UdpPort};
 
 use crate::{AnyDevice, SkippedDevice};
@@ -51,8 +53,12 @@ pub enum UdpDeviceError {
 
 /// Makes a software device named `name` that owns `config.addr`: its GID is that address's
 /// RoCEv2 GID, its port MTU the largest the interface carries (4096 on loopback), and a
-/// [`UdpPort`] on `config.addr`:4791 carries its packets. Runs on a free-running fabric of
-/// its own.
+/// [`UdpPort`] on `config.addr`:4791 carries its packets. Runs on a fabric of its own, in
+/// the progress mode `config.progress` asks for: auto (the default) — one progress thread
+/// that sleeps on the socket, receives, runs the transport, timers and the attached agents
+/// (the CM), and sends; manual — no thread at all: posting sends on the caller's thread, and
+/// every poll, wait, await or [`crate::Context::dispatch`] on the device receives and runs
+/// the rest on the caller's thread.
 ///
 /// ```no_run
 /// use portverbs::prelude::*;
@@ -66,12 +72,16 @@ pub enum UdpDeviceError {
 /// # Errors
 /// [`UdpDeviceError`].
 pub fn udp_device(name: &str, config: UdpConfig) -> Result<UdpDevice, UdpDeviceError> {
-    let fabric = Fabric::threaded();
+    let fabric = Fabric::new(FabricConfig {
+        mode: Mode::of(config.progress),
+        ..FabricConfig::default()
+    });
     udp_device_on(&fabric, name, config)
 }
 
 /// [`udp_device`] on a fabric of the caller's (a stepped one, for tests that run several
-/// such fabrics in lock-step).
+/// such fabrics in lock-step). The device progresses as the fabric is driven
+/// ([`portverbs_soft::Mode`]); `config.progress` is not read.
 ///
 /// # Errors
 /// [`UdpDeviceError`].

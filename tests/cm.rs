@@ -760,3 +760,12 @@ fn a_server_making_no_calls_is_answered_for_by_its_device() {
     assert!(a.served_by_device() && b.served_by_device());
     cm_util::busy_server(a, b, 7480, Duration::from_secs(5), cm_util::no_calls);
 }
+
+/// The same between two UDP-bound devices in auto progress, whose one progress thread each
+/// receives from the socket and runs the CM.
+#[test]
+fn a_udp_server_making_no_calls_is_answered_for_by_its_progress_thread() {
+    let (_da, _db, a, b) = udp_pair(["127.0.43.5", "127.0.43.6"]);
+    assert!(a.served_by_device() && b.served_by_device());
+    cm_util::busy_server(&a, &b, 7481, Duration::from_secs(5), cm_util::no_calls);
+}

@@ -401,7 +401,7 @@ fn a_hostile_peer_is_dropped_and_counted_and_the_connection_survives() {
     let before = completions(&a.cq, 0).len();
     assert_eq!(before, 0);
 
-    // Give the receive thread and the engine a moment, then check the counters.
+    // Give the progress thread a moment to receive, then check the counters.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let s = b.dev.port().stats();

@@ -31,14 +31,21 @@
 //! and [`baseline`] measures the machine's raw UDP rates with the same system calls
 //! (BENCHMARKS.md compares the port with them; `examples/udp_raw.rs`, `benches/udp.sh`).
 //!
-//! Threads: one receive thread per port, blocked in `recvmmsg`; it parses and checks the
-//! datagrams, puts their payloads in a pool of reused DMA chunks, and hands the packets to the
-//! fabric through a bounded channel (full: dropped and counted). So a flood costs bounded
-//! memory: 64 batches in the channel, 16 MiB of pooled payload. Sending happens on the thread
-//! that steps the fabric, at the end of each step, or sooner when 4 MiB of datagrams are
-//! queued: however much a step produces, the sending side holds no more, and keeps no more
-//! room than that after a burst.
-//!
+//! Threads: none of its own. The port is a node of its fabric and receives when the fabric
+//! is stepped, on whichever thread steps it: the fabric's one engine thread when the device
+//! progresses automatically, the application's calls in manual progress, the test's steps on
+//! a stepped fabric. It lends the fabric an epoll set holding its socket, and a wake-up
+//! (`io`, [`portverbs_fabric::PortIo`]): the engine thread sleeps in poll(2) on both, with
+//! the timeout of the fabric's next deadline, so a datagram or a doorbell wakes it; manual
+//! waits sleep on the set together with their event queue's sink. A step looks at the socket
+//! when it may hold something (the set polled readable, or the last look filled every
+//! buffer), else at most every 5 µs, with one nonblocking `recvmmsg` (GRO where the kernel
+//! has it) of at most one batch: so a flood costs bounded memory — one batch of buffers,
+//! 16 MiB of pooled payload (chunks reused once no packet refers to them) — and what the
+//! kernel cannot queue it drops. Sending happens on the thread that steps the fabric, at the
+//! end of each step, or sooner when 4 MiB of datagrams are queued: however much a step
+//! produces, the sending side holds no more, and keeps no more room than that after a burst.
+
 //! Layering: `wire` → `transport` → `fabric` → this crate. It must never know a device's
 //! queues or formats (it only routes packets), never depend on `verbs-core` or a device crate,
 //! and never panic on what arrives from the network. Its `unsafe` lives in `sys` (the
@@ -49,6 +56,8 @@
 
 #[cfg(target_os = "linux")]
 pub mod baseline;
+#[cfg(target_os = "linux")]
+mod io;
 #[cfg(target_os = "linux")]
 mod lockstep;
 #[cfg(target_os = "linux")]

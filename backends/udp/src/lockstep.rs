@@ -3,8 +3,8 @@
 //! stepped fabric's determinism of *time* while every packet crosses the kernel.
 //!
 //! A round steps every fabric at the current virtual time until none has work left and every
-//! datagram any port sent has been received and handed over by its peer's receive thread;
-//! only then does the clock of every fabric jump to the earliest next event among them. So a
+//! datagram any port sent has been received by its peer (a port receives when its fabric is
+//! stepped); only then does the clock of every fabric jump to the earliest next event among them. So a
 //! retransmission timer never fires because a packet was still in the kernel, and all
 //! fabrics' clocks stay equal. The ports must only talk among themselves; a test that also
 //! sends datagrams to them from elsewhere (a hostile peer on a raw socket) says how many with
@@ -12,12 +12,10 @@
 //! ports' own traffic.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
 use portverbs_fabric::{Fabric, FabricError, Mode};
-use portverbs_transport::Packet;
 
 use crate::UdpPort;
 use crate::stats::Counters;
@@ -29,7 +27,7 @@ const WIRE_WAIT: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub struct Lockstep {
     fabrics: Vec<Fabric>,
-    probes: Vec<(Arc<Counters>, Receiver<Vec<Packet>>)>,
+    probes: Vec<(Arc<Counters>, Arc<AtomicBool>)>,
     /// Datagrams sent to the ports from outside them ([`Lockstep::expect_foreign`]).
     foreign: AtomicU64,
 }
@@ -94,6 +92,7 @@ impl Lockstep {
         let mut steps = 0u64;
         loop {
             // Everything due now, on every fabric and on the wire.
+            let mut wire_deadline = None;
             loop {
                 let mut did = false;
                 for f in &self.fabrics {
@@ -102,9 +101,23 @@ impl Lockstep {
                         steps += 1;
                     }
                 }
-                if !did && self.wire_quiet() {
+                if did {
+                    wire_deadline = None;
+                    continue;
+                }
+                if self.wire_settled() {
                     break;
                 }
+                // Datagrams still in the kernel: the next steps receive them. Those that do not
+                // arrive within `WIRE_WAIT` count as lost.
+                let d = *wire_deadline.get_or_insert_with(|| Instant::now() + WIRE_WAIT);
+                if Instant::now() >= d {
+                    break;
+                }
+                for (_, hint) in &self.probes {
+                    hint.store(true, Ordering::Release);
+                }
+                std::thread::yield_now();
             }
             let next = self.fabrics.iter().filter_map(Fabric::next_event).min();
             let now = self.now();
@@ -125,30 +138,19 @@ impl Lockstep {
         }
     }
 
-    /// True when every datagram sent was received and handed over, and nothing waits to be
-    /// taken by a fabric; false as soon as something waits (a step will take it). Datagrams
-    /// that do not arrive within [`WIRE_WAIT`] count as lost.
-    fn wire_quiet(&self) -> bool {
-        let deadline = Instant::now() + WIRE_WAIT;
-        loop {
-            if self.probes.iter().any(|(_, q)| !q.is_empty()) {
-                return false;
-            }
-            let sent: u64 = self
-                .probes
-                .iter()
-                .map(|(c, _)| c.tx_packets.load(Ordering::Acquire))
-                .sum::<u64>()
-                + self.foreign.load(Ordering::Acquire);
-            let settled: u64 = self
-                .probes
-                .iter()
-                .map(|(c, _)| c.rx_settled.load(Ordering::Acquire))
-                .sum();
-            if settled >= sent || Instant::now() >= deadline {
-                return self.probes.iter().all(|(_, q)| q.is_empty());
-            }
-            std::thread::yield_now();
-        }
+    /// True when every datagram sent (by the ports, and from outside them) was received.
+    fn wire_settled(&self) -> bool {
+        let sent: u64 = self
+            .probes
+            .iter()
+            .map(|(c, _)| c.tx_packets.load(Ordering::Acquire))
+            .sum::<u64>()
+            + self.foreign.load(Ordering::Acquire);
+        let settled: u64 = self
+            .probes
+            .iter()
+            .map(|(c, _)| c.rx_settled.load(Ordering::Acquire))
+            .sum();
+        settled >= sent
     }
 }

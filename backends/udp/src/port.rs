@@ -1,26 +1,26 @@
-//! The port: its configuration, its node on the fabric, and the handle that owns both and
-//! the receive thread.
+//! The port: its configuration, its node on the fabric (which sends and, since it is stepped
+//! by whoever progresses the fabric, receives too), and the handle that owns it.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::Receiver;
 use portverbs_fabric::{
     CaptureError, CaptureStats, Fabric, FabricError, Node, NodeConfig, NodeHandle, PcapCapture,
     SplitMix64,
 };
+use portverbs_hal::Progress;
 use portverbs_hal::types::Mtu;
 use portverbs_transport::Packet;
 use thiserror::Error;
 
-use crate::rx;
+use crate::io::UdpIo;
+use crate::rx::{self, Rx};
 use crate::stats::{Counters, UdpStats, add};
 use crate::sys::{self, RecvBufs};
 use crate::tx::{Sockets, TxQueue};
@@ -56,6 +56,11 @@ pub struct UdpConfig {
     pub socket_buffer: usize,
     /// Faults injected into outgoing packets (none by default).
     pub faults: PortFaults,
+    /// Who makes the device progress (auto by default): one progress thread that receives,
+    /// runs the transport and the agents, and sends; or the application's calls
+    /// ([`Progress`]). Read by the facade's `udp_device`, which makes the fabric of that
+    /// mode; a port joining a fabric of the caller's follows the fabric's mode.
+    pub progress: Progress,
 }
 
 impl UdpConfig {
@@ -69,6 +74,7 @@ impl UdpConfig {
             max_source_ports: 64,
             socket_buffer: 8 << 20,
             faults: PortFaults::default(),
+            progress: Progress::default(),
         }
     }
 }
@@ -92,12 +98,12 @@ pub enum UdpError {
     /// The fabric refused the port.
     #[error(transparent)]
     Fabric(#[from] FabricError),
-    /// The receive thread could not be started.
-    #[error("starting the receive thread: {0}")]
+    /// A thread could not be started (no longer returned: the port runs no thread).
+    #[error("starting a thread: {0}")]
     Thread(#[source] std::io::Error),
 }
 
-/// The running capture of a port (shared by the receive thread and the sending side).
+/// The running capture of a port (shared by the port's handle and its node).
 #[derive(Debug, Default)]
 pub(crate) struct CaptureSlot {
     capture: Option<PcapCapture<BufWriter<File>>>,
@@ -144,7 +150,7 @@ pub(crate) struct UdpNode {
     sockets: Sockets,
     txq: TxQueue,
     gso: bool,
-    from_wire: Receiver<Vec<Packet>>,
+    rx: Rx,
     faults: PortFaults,
     rng: SplitMix64,
     /// Packets held back by injected reordering, by release time (and arrival, to keep
@@ -156,14 +162,9 @@ pub(crate) struct UdpNode {
 }
 
 impl UdpNode {
-    /// Moves what the receive thread handed over onto the fabric.
+    /// Receives what waits on the socket (at most one batch) onto the fabric.
     fn take_received(&mut self, out: &mut Vec<Packet>) -> bool {
-        let mut any = false;
-        while let Ok(batch) = self.from_wire.try_recv() {
-            any = true;
-            out.extend(batch);
-        }
-        any
+        self.rx.receive(&self.stats, &self.capture, out)
     }
 
     fn send(&mut self, now: u64, pkt: &Packet) {
@@ -256,30 +257,26 @@ impl Node for UdpNode {
     fn set_max_train(&mut self, _n: u32) {}
 }
 
-/// A UDP port on a fabric (see the crate docs). Dropping it stops its receive thread and
-/// takes it off the fabric.
+/// A UDP port on a fabric (see the crate docs). Dropping it takes it off the fabric and
+/// closes its sockets.
 #[derive(Debug)]
 pub struct UdpPort {
     node: NodeHandle<UdpNode>,
-    pending: Receiver<Vec<Packet>>,
     local: SocketAddr,
     stats: Arc<Counters>,
     capture: Arc<Mutex<CaptureSlot>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    hint: Arc<AtomicBool>,
     ib_mtu: Mtu,
 }
 
-/// How often the receive thread looks at its stop flag while idle.
-const RX_POLL: Duration = Duration::from_millis(50);
-
 impl UdpPort {
-    /// Binds `config.addr:config.port`, joins `fabric` as its uplink and starts receiving.
+    /// Binds `config.addr:config.port` and joins `fabric` as its uplink, lending the fabric
+    /// its socket to sleep on ([`portverbs_fabric::PortIo`]): whoever steps the fabric
+    /// receives from then on (see the crate docs).
     ///
     /// # Errors
     /// [`UdpError::Bind`] when the address is not this host's or the port is taken;
-    /// [`UdpError::Fabric`] when the fabric has an uplink already; [`UdpError::Socket`],
-    /// [`UdpError::Thread`].
+    /// [`UdpError::Fabric`] when the fabric has an uplink already; [`UdpError::Socket`].
     pub fn attach(fabric: &Fabric, config: UdpConfig) -> Result<Self, UdpError> {
         let want = SocketAddr::new(config.addr, config.port);
         let sock = UdpSocket::bind(want).map_err(|source| UdpError::Bind { addr: want, source })?;
@@ -290,13 +287,26 @@ impl UdpPort {
         let gro = config.offload && sys::enable_gro(&sock);
         let gso = config.offload && sys::gso_available(&sock);
         let rx_sock = sock.try_clone().map_err(UdpError::Socket)?;
-        rx_sock
-            .set_read_timeout(Some(RX_POLL))
-            .map_err(UdpError::Socket)?;
+        let io = Arc::new(UdpIo::new(&rx_sock).map_err(UdpError::Socket)?);
         let stats = Arc::new(Counters::default());
         add(&stats.rcvbuf, rcvbuf as u64);
         let capture = Arc::new(Mutex::new(CaptureSlot::default()));
-        let (to_fabric, from_wire) = crossbeam_channel::bounded(64);
+        // Without GRO a buffer holds one datagram: RoCEv2 ones are at most 4 KiB of payload
+        // plus headers; with it, up to 64 KiB of one flow.
+        let bufs = if gro {
+            RecvBufs::new(16, 1 << 16)
+        } else {
+            RecvBufs::new(64, 9216)
+        };
+        let rx = Rx {
+            sock: rx_sock,
+            local,
+            bufs,
+            pool: rx::PayloadPool::default(),
+            hint: io.hint.clone(),
+            last_look: Instant::now(),
+            frame: Vec::new(),
+        };
         let sockets =
             Sockets::new(sock, local.port(), config.max_source_ports).map_err(UdpError::Socket)?;
         let node = UdpNode {
@@ -304,7 +314,7 @@ impl UdpPort {
             sockets,
             txq: TxQueue::default(),
             gso,
-            from_wire: from_wire.clone(),
+            rx,
             faults: config.faults,
             rng: SplitMix64::new(config.faults.seed),
             held: BTreeMap::new(),
@@ -324,44 +334,14 @@ impl UdpPort {
             handle.detach();
             return Err(e.into());
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        // Without GRO a buffer holds one datagram: RoCEv2 ones are at most 4 KiB of payload
-        // plus headers; with it, up to 64 KiB of one flow.
-        let bufs = if gro {
-            RecvBufs::new(16, 1 << 16)
-        } else {
-            RecvBufs::new(64, 9216)
-        };
-        let receiver = rx::Receiver {
-            sock: rx_sock,
-            local,
-            to_fabric,
-            kicker: handle.kicker().clone(),
-            stats: stats.clone(),
-            capture: capture.clone(),
-            stop: stop.clone(),
-            bufs,
-            pool: rx::PayloadPool::default(),
-        };
-        let thread = std::thread::Builder::new()
-            .name(format!("portverbs-udp-{local}"))
-            .spawn(move || receiver.run());
-        let thread = match thread {
-            Ok(t) => t,
-            Err(e) => {
-                handle.detach();
-                return Err(UdpError::Thread(e));
-            }
-        };
+        fabric.set_port_io(io.clone());
         let ib_mtu = sys::interface_mtu(local.ip()).map_or(Mtu::Mtu1024, ib_mtu_for);
         Ok(Self {
             node: handle,
-            pending: from_wire,
             local,
             stats,
             capture,
-            stop,
-            thread: Some(thread),
+            hint: io.hint.clone(),
             ib_mtu,
         })
     }
@@ -417,9 +397,10 @@ impl UdpPort {
         }
     }
 
-    /// What [`crate::Lockstep`] watches: the port's counters and its hand-over queue.
-    pub(crate) fn probe(&self) -> (Arc<Counters>, Receiver<Vec<Packet>>) {
-        (self.stats.clone(), self.pending.clone())
+    /// What [`crate::Lockstep`] watches: the port's counters, and the flag that makes the
+    /// next step look at the socket.
+    pub(crate) fn probe(&self) -> (Arc<Counters>, Arc<AtomicBool>) {
+        (self.stats.clone(), self.hint.clone())
     }
 
     /// Changes the injected faults (tests).
@@ -433,10 +414,7 @@ impl UdpPort {
 
 impl Drop for UdpPort {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // The node, and with it every socket, goes with the fabric's last reference to it.
         self.node.detach();
     }
 }

@@ -1,13 +1,17 @@
-//! The receiving side: one thread per port, blocked in `recvmmsg`, that checks and parses
-//! every datagram and hands the packets to the fabric.
+//! The receiving side: the node itself receives, on whichever thread steps its fabric (the
+//! engine thread in auto progress, the application's calls in manual progress, the test's
+//! steps on a stepped fabric) — one nonblocking `recvmmsg` of at most one batch per look,
+//! every datagram checked and parsed, its payload placed in a pool of reused chunks, the
+//! packets handed to the fabric in the same step. A look happens when the socket may hold
+//! something (the port's I/O saw it readable, or the last look filled every buffer), and at
+//! least every [`RX_LOOK`] otherwise, so a busy loop of polls does not make a system call each.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Sender, TrySendError};
 use portverbs_dma::SoftDma;
-use portverbs_fabric::Kicker;
 use portverbs_hal::DmaMemory as _;
 use portverbs_transport::{INLINE_PAYLOAD, MemSeg, Packet, PayloadData};
 use portverbs_wire::{self as wire, WireError};
@@ -16,85 +20,89 @@ use crate::port::CaptureSlot;
 use crate::stats::{Counters, add};
 use crate::sys::{self, RecvBufs};
 
-/// What the receive thread needs.
-pub(crate) struct Receiver {
+/// The longest the node goes without looking at its socket while something steps it.
+pub(crate) const RX_LOOK: Duration = Duration::from_micros(5);
+
+/// The node's receiving side.
+#[derive(Debug)]
+pub(crate) struct Rx {
     pub(crate) sock: UdpSocket,
     pub(crate) local: SocketAddr,
-    pub(crate) to_fabric: Sender<Vec<Packet>>,
-    pub(crate) kicker: Kicker,
-    pub(crate) stats: Arc<Counters>,
-    pub(crate) capture: Arc<Mutex<CaptureSlot>>,
-    pub(crate) stop: Arc<AtomicBool>,
     pub(crate) bufs: RecvBufs,
     pub(crate) pool: PayloadPool,
+    /// Input may be waiting (see the module docs).
+    pub(crate) hint: Arc<AtomicBool>,
+    pub(crate) last_look: Instant,
+    pub(crate) frame: Vec<u8>,
 }
 
-impl Receiver {
-    /// Runs until `stop` is set (the socket's read timeout bounds how long that takes to be
-    /// seen).
-    pub(crate) fn run(mut self) {
-        let mut frame = Vec::new();
-        while !self.stop.load(Ordering::Acquire) {
-            match sys::recv_batch(&self.sock, &mut self.bufs) {
-                Ok(0) => continue,
-                Ok(_) => add(&self.stats.rx_calls, 1),
-                // Timeouts (to look at `stop`) and transient errors such as an ICMP error
-                // queued on the socket: go on.
-                Err(_) => continue,
-            }
-            let mut batch = Vec::with_capacity(self.bufs.got.len());
-            let mut seen = 0u64;
-            let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
-            for (got, buf) in self.bufs.got.iter().zip(&self.bufs.bufs) {
-                let Some(src) = got.src else {
-                    add(&self.stats.malformed, 1);
-                    continue;
-                };
-                let bytes = buf.get(..got.len).unwrap_or(&[]);
-                if bytes.is_empty() {
-                    // An empty datagram: nothing to parse.
-                    seen += 1;
-                    add(&self.stats.rx_packets, 1);
-                    add(&self.stats.malformed, 1);
-                    continue;
-                }
-                let seg = got.segment.unwrap_or(bytes.len()).max(1);
-                for d in bytes.chunks(seg) {
-                    seen += 1;
-                    add(&self.stats.rx_packets, 1);
-                    add(&self.stats.rx_bytes, d.len() as u64);
-                    match accept(src, self.local, d, &mut self.pool) {
-                        Ok((mut pkt, id, df)) => {
-                            pkt.traffic_class = got.ip.traffic_class;
-                            pkt.hop_limit = got.ip.hop_limit;
-                            pkt.flow_label = got.ip.flow_label;
-                            if cap.is_running() {
-                                let opts = got.ip.frame_options(id);
-                                if wire::datagram_frame(src, self.local, &opts, df, d, &mut frame)
-                                    .is_ok()
-                                {
-                                    cap.write(&frame);
-                                }
-                            }
-                            batch.push(pkt);
-                        }
-                        Err(WireError::BadIcrc { .. }) => add(&self.stats.icrc_drops, 1),
-                        Err(_) => add(&self.stats.malformed, 1),
-                    }
-                }
-            }
-            cap.flush();
-            drop(cap);
-            let n = batch.len() as u64;
-            if n > 0 {
-                match self.to_fabric.try_send(batch) {
-                    Ok(()) => self.kicker.kick(0),
-                    Err(TrySendError::Full(_)) => add(&self.stats.rx_overflow, n),
-                    Err(TrySendError::Disconnected(_)) => return,
-                }
-            }
-            add(&self.stats.rx_settled, seen);
+impl Rx {
+    /// Receives at most one batch when input may be waiting (see the module docs), checks and
+    /// parses every datagram, and puts the packets in `out`. Returns whether a datagram was
+    /// taken.
+    pub(crate) fn receive(
+        &mut self,
+        stats: &Counters,
+        capture: &Mutex<CaptureSlot>,
+        out: &mut Vec<Packet>,
+    ) -> bool {
+        if !self.hint.load(Ordering::Acquire) && self.last_look.elapsed() < RX_LOOK {
+            return false;
         }
+        self.last_look = Instant::now();
+        // Nothing waits, or a transient error such as an ICMP error queued on the socket: go
+        // on.
+        let got = sys::recv_batch(&self.sock, &mut self.bufs).unwrap_or_default();
+        // A full batch may have left more behind.
+        self.hint
+            .store(got > 0 && got == self.bufs.bufs.len(), Ordering::Release);
+        if got == 0 {
+            return false;
+        }
+        add(&stats.rx_calls, 1);
+        let mut seen = 0u64;
+        let mut cap = capture.lock().unwrap_or_else(|e| e.into_inner());
+        for (got, buf) in self.bufs.got.iter().zip(&self.bufs.bufs) {
+            let Some(src) = got.src else {
+                add(&stats.malformed, 1);
+                continue;
+            };
+            let bytes = buf.get(..got.len).unwrap_or(&[]);
+            if bytes.is_empty() {
+                // An empty datagram: nothing to parse.
+                seen += 1;
+                add(&stats.rx_packets, 1);
+                add(&stats.malformed, 1);
+                continue;
+            }
+            let seg = got.segment.unwrap_or(bytes.len()).max(1);
+            for d in bytes.chunks(seg) {
+                seen += 1;
+                add(&stats.rx_packets, 1);
+                add(&stats.rx_bytes, d.len() as u64);
+                match accept(src, self.local, d, &mut self.pool) {
+                    Ok((mut pkt, id, df)) => {
+                        pkt.traffic_class = got.ip.traffic_class;
+                        pkt.hop_limit = got.ip.hop_limit;
+                        pkt.flow_label = got.ip.flow_label;
+                        if cap.is_running() {
+                            let opts = got.ip.frame_options(id);
+                            if wire::datagram_frame(src, self.local, &opts, df, d, &mut self.frame)
+                                .is_ok()
+                            {
+                                cap.write(&self.frame);
+                            }
+                        }
+                        out.push(pkt);
+                    }
+                    Err(WireError::BadIcrc { .. }) => add(&stats.icrc_drops, 1),
+                    Err(_) => add(&stats.malformed, 1),
+                }
+            }
+        }
+        cap.flush();
+        add(&stats.rx_settled, seen);
+        true
     }
 }
 

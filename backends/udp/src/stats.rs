@@ -1,4 +1,4 @@
-//! The port's counters, shared by the receive thread and the fabric side.
+//! The port's counters, shared by the port's handle and its node.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,7 +29,9 @@ pub struct UdpStats {
     pub icrc_drops: u64,
     /// Datagrams dropped because they were not RoCEv2 this stack can parse.
     pub malformed: u64,
-    /// Datagrams dropped because the fabric had not taken the earlier ones yet.
+    /// Datagrams dropped after they were received, for want of room. Always 0: the socket is
+    /// read by the thread that steps the fabric, one batch at a time, and what the fabric
+    /// cannot take yet stays in the kernel's buffer.
     pub rx_overflow: u64,
     /// Outgoing packets the test faults dropped.
     pub injected_loss: u64,
@@ -58,7 +60,7 @@ pub(crate) struct Counters {
     pub(crate) injected_loss: AtomicU64,
     pub(crate) injected_reorder: AtomicU64,
     pub(crate) rcvbuf: AtomicU64,
-    /// Datagrams the receive thread is done with (handed to the fabric or dropped): with
+    /// Datagrams the node is done with (handed to the fabric or dropped): with
     /// `tx_packets` of every port it tells when nothing is in flight ([`crate::Lockstep`]).
     pub(crate) rx_settled: AtomicU64,
 }

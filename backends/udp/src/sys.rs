@@ -361,9 +361,9 @@ impl RecvBufs {
     }
 }
 
-/// Waits for at least one datagram (up to the socket's read timeout) and takes every one
-/// already queued, up to the number of buffers (`recvmmsg` with `MSG_WAITFORONE`). The
-/// results are in `bufs.got`.
+/// Takes every datagram already queued, up to the number of buffers, without waiting
+/// (`recvmmsg` with `MSG_DONTWAIT`; an empty queue is `Ok(0)`). The results are in
+/// `bufs.got`.
 pub(crate) fn recv_batch(sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<usize> {
     bufs.got.clear();
     let count = bufs.bufs.len();
@@ -399,7 +399,7 @@ pub(crate) fn recv_batch(sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<us
                 sock.as_raw_fd(),
                 hdrs.as_mut_ptr(),
                 count as u32,
-                libc::MSG_WAITFORONE,
+                libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
@@ -407,8 +407,10 @@ pub(crate) fn recv_batch(sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<us
             break rc as usize;
         }
         let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match e.kind() {
+            io::ErrorKind::Interrupted => {}
+            io::ErrorKind::WouldBlock => return Ok(0),
+            _ => return Err(e),
         }
     };
     for (i, h) in hdrs.iter().take(rc).enumerate() {
