@@ -41,6 +41,16 @@ pub enum EnvError {
         /// The entry found.
         value: String,
     },
+    /// `PORTVERBS_PROGRESS` is neither `manual` nor `auto`.
+    #[error(
+        "PORTVERBS_PROGRESS={value:?} is not a progress mode: set it to manual (the \
+         application's calls drive the UDP-bound devices, no thread) or auto (one progress \
+         thread per device, the default), or unset it"
+    )]
+    Progress {
+        /// The value found.
+        value: String,
+    },
     /// `PORTVERBS_MLX4_IP` is not an IPv4 or IPv6 address.
     #[error(
         "PORTVERBS_MLX4_IP={value:?} is not an IP address: set it to the IPv4 or IPv6 address \
@@ -100,6 +110,29 @@ fn parse_hardware_env(
     })
 }
 
+/// `PORTVERBS_PROGRESS=manual|auto`: the progress mode of the devices `PORTVERBS_UDP` makes
+/// (see the crate docs, "Progress"); `None` when unset or empty (auto then, unless
+/// [`crate::set_udp_progress`] chose).
+///
+/// # Errors
+/// A value that is neither `manual` nor `auto` (any case): [`crate::devices`] then makes
+/// the devices in auto progress, and an application calls this to tell its user why.
+pub fn progress_env() -> Result<Option<portverbs_hal::Progress>, EnvError> {
+    parse_progress_env(std::env::var_os("PORTVERBS_PROGRESS").as_deref())
+}
+
+fn parse_progress_env(value: Option<&OsStr>) -> Result<Option<portverbs_hal::Progress>, EnvError> {
+    let Some(v) = value.map(|v| v.to_string_lossy().into_owned()) else {
+        return Ok(None);
+    };
+    if v.trim().is_empty() {
+        return Ok(None);
+    }
+    portverbs_hal::Progress::parse(&v)
+        .map(Some)
+        .ok_or(EnvError::Progress { value: v })
+}
+
 /// `PORTVERBS_PCAP=<path>`: the pcap file the embedded fabric ([`crate::embedded_fabric`])
 /// writes every packet to, from its start (see [`crate::soft::Fabric::start_capture`] for what
 /// is captured). `None` when unset or empty.
@@ -156,6 +189,27 @@ mod tests {
             }
         );
         assert!(err.to_string().starts_with("PORTVERBS_NO_VFIO=\"maybe\""));
+    }
+
+    #[test]
+    fn progress_is_manual_or_auto() {
+        use portverbs_hal::Progress;
+        let p = |v: Option<&str>| parse_progress_env(v.map(OsStr::new));
+        assert_eq!(p(None).unwrap(), None);
+        assert_eq!(p(Some(" ")).unwrap(), None);
+        assert_eq!(p(Some("manual")).unwrap(), Some(Progress::Manual));
+        assert_eq!(p(Some("AUTO")).unwrap(), Some(Progress::Auto));
+        let err = p(Some("threaded")).unwrap_err();
+        assert_eq!(
+            err,
+            EnvError::Progress {
+                value: "threaded".into()
+            }
+        );
+        assert!(
+            err.to_string()
+                .starts_with("PORTVERBS_PROGRESS=\"threaded\"")
+        );
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub use devices::{
     EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, EmulatedMlx4Error, SkipReason, SkippedDevice, device,
     devices, embedded_fabric, embedded_mlx4_models, emulated_mlx4, skipped_devices,
 };
-pub use env::{EnvError, HardwareEnv, capture_env, hardware_env};
+pub use env::{EnvError, HardwareEnv, capture_env, hardware_env, progress_env};
 pub use open::{context_options, open, platform_sinks};
 /// The connection manager: the sans-IO protocol core (`portverbs-cm`) and, as
 /// [`cm::service`], the IB CM over QP1 with rdma_cm's IP addressing (`Listener`, `Connector`;
@@ -123,7 +123,8 @@ pub use portverbs_udp as udp_port;
 pub use portverbs_verbs as verbs;
 #[cfg(target_os = "linux")]
 pub use udp::{
-    UdpDevice, UdpDeviceError, env_udp_device, in_process, udp_device, udp_device_on, udp_env,
+    UdpDevice, UdpDeviceError, env_udp_device, in_process, set_udp_progress, udp_device,
+    udp_device_on, udp_env, udp_progress,
 };
 
 /// The Linux platform layer: eventfds behind the event queues, for applications that run

@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 use std::sync::OnceLock;
 
+use portverbs_hal::Progress;
 use portverbs_soft::{
     DeviceConfig, Fabric, FabricConfig, FabricError, Mode, PortConfig, SoftDevice,
 };
@@ -129,15 +130,42 @@ fn parse_udp_env(value: Option<&str>) -> Result<Vec<IpAddr>, crate::EnvError> {
         .collect()
 }
 
+/// The devices `PORTVERBS_UDP` makes, once made.
+static DEVS: OnceLock<(Vec<UdpDevice>, Vec<SkippedDevice>)> = OnceLock::new();
+
+/// The progress mode [`set_udp_progress`] chose.
+static PROGRESS: OnceLock<Progress> = OnceLock::new();
+
+/// Chooses the progress mode of the devices `PORTVERBS_UDP` makes, over
+/// `PORTVERBS_PROGRESS` (the CLI's `--progress`). Call it before the first
+/// [`crate::devices`]: false when those devices were made already, or a mode was chosen
+/// before (the first choice stays).
+pub fn set_udp_progress(progress: Progress) -> bool {
+    DEVS.get().is_none() && PROGRESS.set(progress).is_ok()
+}
+
+/// The progress mode the devices of `PORTVERBS_UDP` get: [`set_udp_progress`]'s choice,
+/// else `PORTVERBS_PROGRESS` ([`crate::progress_env`]; auto when malformed), else auto.
+pub fn udp_progress() -> Progress {
+    PROGRESS
+        .get()
+        .copied()
+        .or_else(|| crate::env::progress_env().ok().flatten())
+        .unwrap_or_default()
+}
+
 /// The devices `PORTVERBS_UDP` asks for, made once per process: `udp0`, `udp1` … in the
-/// order of the addresses; an address that would not bind is kept apart with the reason.
+/// order of the addresses, in the progress mode of [`udp_progress`]; an address that would
+/// not bind is kept apart with the reason.
 pub(crate) fn env_devices() -> &'static (Vec<UdpDevice>, Vec<SkippedDevice>) {
-    static DEVS: OnceLock<(Vec<UdpDevice>, Vec<SkippedDevice>)> = OnceLock::new();
     DEVS.get_or_init(|| {
         let (mut made, mut failed) = (Vec::new(), Vec::new());
+        let progress = udp_progress();
         for (i, ip) in udp_env().unwrap_or_default().into_iter().enumerate() {
             let name = format!("udp{i}");
-            match udp_device(&name, UdpConfig::new(ip)) {
+            let mut config = UdpConfig::new(ip);
+            config.progress = progress;
+            match udp_device(&name, config) {
                 Ok(d) => {
                     if let Some(path) = crate::env::capture_env() {
                         // One capture file per device: `<path>` for udp0, `<path>.udpN` else.

@@ -32,9 +32,18 @@ fn soft() -> (MutexGuard<'static, ()>, &'static (Dev, Dev)) {
 }
 
 fn udp_pair(ips: [&str; 2]) -> (UdpDevice, UdpDevice, Dev, Dev) {
+    udp_pair_in(ips, portverbs::hal::Progress::Auto)
+}
+
+fn udp_pair_in(
+    ips: [&str; 2],
+    progress: portverbs::hal::Progress,
+) -> (UdpDevice, UdpDevice, Dev, Dev) {
     let open = |name: &str, ip: &str| {
         let ip: IpAddr = ip.parse().unwrap();
-        let dev = udp_device(name, UdpConfig::new(ip)).unwrap();
+        let mut config = UdpConfig::new(ip);
+        config.progress = progress;
+        let dev = udp_device(name, config).unwrap();
         let ctx = portverbs::open(dev.any()).unwrap();
         let cm = CmDevice::open_blocking(&ctx, ip).unwrap();
         (dev, cm)
@@ -765,7 +774,22 @@ fn a_server_making_no_calls_is_answered_for_by_its_device() {
 /// receives from the socket and runs the CM.
 #[test]
 fn a_udp_server_making_no_calls_is_answered_for_by_its_progress_thread() {
-    let (_da, _db, a, b) = udp_pair(["127.0.43.5", "127.0.43.6"]);
+    let (_da, _db, a, b) = udp_pair(["127.0.44.1", "127.0.44.2"]);
     assert!(a.served_by_device() && b.served_by_device());
     cm_util::busy_server(&a, &b, 7481, Duration::from_secs(5), cm_util::no_calls);
+}
+
+/// Manual progress: two UDP-bound devices with no thread of ours, each driven by its own
+/// application thread. The server spends 5 s busy-polling its data CQ and calls nothing
+/// else: that poll makes the whole device progress, its CM included, so the client is
+/// rejected at once for a port nobody listens on, and connects and disconnects with no delay
+/// beyond one retransmission.
+#[test]
+fn a_manual_server_busy_polling_its_data_cq_answers_through_that_poll() {
+    let (_da, _db, a, b) = udp_pair_in(
+        ["127.0.44.3", "127.0.44.4"],
+        portverbs::hal::Progress::Manual,
+    );
+    assert!(a.served_by_device() && b.served_by_device());
+    cm_util::busy_server(&a, &b, 7482, Duration::from_secs(5), cm_util::busy_polling);
 }

@@ -7,15 +7,32 @@
 //! `cases!` macro at the bottom of each module turns them into one `#[test]` per backend
 //! (`conformance::<area>::soft::<name>`, `…::mlx4::<name>` on the emulated ConnectX-3,
 //! `…::udp::<name>` on two software devices whose packets cross the kernel's UDP sockets
-//! between two loopback addresses (Linux), and
+//! between two loopback addresses (Linux), `…::udp_manual::<name>` on two such devices as
+//! applications make them in manual progress — no thread, real time, the case's own calls
+//! driving them — in every area but `qp_post` (whose SQD case holds a write in flight with a
+//! link delay a real-time run cannot promise), and
 //! `…::mlx4_hw::<name>`, ignored unless a real ConnectX-3 bound to vfio-pci is named:
 //! `PORTVERBS_MLX4_PCI=0000:01:00.0 PORTVERBS_MLX4_IP=192.0.2.1 cargo test --test conformance
 //! mlx4_hw -- --ignored --test-threads=1`; cases that need fault injection fail there by design).
 
 #![allow(unreachable_pub)]
 
-/// Declares each listed case as a test on every backend.
+/// Declares each listed case as a test on every backend; with `manual;` first, also on two
+/// UDP-bound devices in manual progress (`…::udp_manual::<name>`: no thread, real time, the
+/// test's own calls and settling drive them).
 macro_rules! cases {
+    (manual; $($name:ident),* $(,)?) => {
+        cases!($($name),*);
+        #[cfg(target_os = "linux")]
+        mod udp_manual {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::Backend::UdpManual);
+                }
+            )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod soft {
             $(

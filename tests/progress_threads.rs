@@ -162,4 +162,5 @@ fn run(progress: Progress, ips: [&str; 2], port: u16, extra: usize) {
 fn auto_costs_one_thread_per_device_and_manual_none() {
     // The loopback addresses are this test's own (other binaries use others).
     run(Progress::Auto, ["127.0.61.1", "127.0.61.2"], 7611, 2);
+    run(Progress::Manual, ["127.0.61.3", "127.0.61.4"], 7612, 0);
 }

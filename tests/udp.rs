@@ -9,6 +9,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use portverbs::hal::Progress;
 use portverbs::prelude::*;
 use portverbs::udp_port::{PortFaults, UdpConfig};
 use portverbs::verbs::ContextOptions;
@@ -23,15 +24,20 @@ const LEN: usize = 5000;
 
 struct End {
     dev: UdpDevice,
-    _ctx: Context,
+    ctx: Context,
     cq: Cq,
     qp: Qp,
     mr: Mr,
 }
 
 fn device(name: &str, ip: &str, faults: PortFaults) -> UdpDevice {
+    device_in(name, ip, faults, Progress::Auto)
+}
+
+fn device_in(name: &str, ip: &str, faults: PortFaults, progress: Progress) -> UdpDevice {
     let mut config = UdpConfig::new(ip.parse::<IpAddr>().unwrap());
     config.faults = faults;
+    config.progress = progress;
     udp_device(name, config).unwrap_or_else(|e| panic!("{name} on {ip}: {e}"))
 }
 
@@ -55,7 +61,7 @@ fn end(dev: UdpDevice) -> End {
     let mr = pd.reg_vec_blocking(vec![0u8; 64 * LEN], access).unwrap();
     End {
         dev,
-        _ctx: ctx,
+        ctx,
         cq,
         qp,
         mr,
@@ -493,20 +499,33 @@ const TWO_PROCESS_MESSAGES: usize = 24;
 /// Issue 16 point 6, between two processes: this test runs the passive side in a child
 /// process (this test binary again, running [`two_process_peer`]), each with its own UDP
 /// device and injected loss and reordering; for 20 seeds, every WRITE and SEND completes
-/// exactly once on both sides, in order, with its data intact.
+/// exactly once on both sides, in order, with its data intact. Both devices in auto progress
+/// (one progress thread each).
 #[test]
 fn rc_between_two_processes_survives_loss_and_reordering_for_20_seeds() {
+    two_processes(Progress::Auto, 40);
+}
+
+/// The same with both devices in manual progress: no thread of ours in either process; each
+/// application's own polls receive, acknowledge and retransmit.
+#[test]
+fn rc_between_two_processes_in_manual_progress_survives_loss_and_reordering() {
+    two_processes(Progress::Manual, 90);
+}
+
+fn two_processes(progress: Progress, nets: u8) {
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
     let _turn = lossy_turn();
     let n = TWO_PROCESS_MESSAGES;
     for seed in 1..=20u64 {
-        let net = 40 + seed as u8;
+        let net = nets + seed as u8;
         let (ip_a, ip_b) = (format!("127.0.{net}.1"), format!("127.0.{net}.2"));
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["two_process_peer", "--exact", "--ignored", "--nocapture"])
             .env("PV_PEER_IP", &ip_b)
             .env("PV_PEER_SEED", (seed + 1000).to_string())
+            .env("PV_PEER_PROGRESS", progress.name())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -521,7 +540,7 @@ fn rc_between_two_processes_survives_loss_and_reordering_for_20_seeds() {
                 break line;
             }
         };
-        let a = end(device("udp_a", &ip_a, lossy(seed)));
+        let a = end(device_in("udp_a", &ip_a, lossy(seed), progress));
         let opts = connect_opts();
         let mut stdin = child.stdin.take().unwrap();
         writeln!(stdin, "{}", endpoint_line(&a.qp, &a.mr, &opts)).unwrap();
@@ -586,10 +605,14 @@ fn two_process_peer() {
     let (Ok(ip), Ok(seed)) = (std::env::var("PV_PEER_IP"), std::env::var("PV_PEER_SEED")) else {
         return;
     };
+    let progress = std::env::var("PV_PEER_PROGRESS")
+        .ok()
+        .and_then(|p| Progress::parse(&p))
+        .unwrap_or_default();
     let seed: u64 = seed.parse().unwrap();
     let parent_seed = seed - 1000;
     let n = TWO_PROCESS_MESSAGES;
-    let b = end(device("udp_b", &ip, lossy(seed)));
+    let b = end(device_in("udp_b", &ip, lossy(seed), progress));
     let opts = connect_opts();
     println!("{}", endpoint_line(&b.qp, &b.mr, &opts));
     let mut stdin = std::io::stdin().lock().lines();
@@ -621,8 +644,23 @@ fn two_process_peer() {
         assert_eq!(buf, pattern(parent_seed, i), "SEND {i}");
     }
     println!("DONE {n} ok");
-    // Wait for the parent to finish (its stdin closes), then look for a late duplicate.
-    for _ in stdin.by_ref() {}
+    // Wait for the parent to finish (its stdin closes), then look for a late duplicate. The
+    // device keeps answering meanwhile (a lost ACK's retransmission): in manual progress,
+    // because this thread dispatches it while a reader watches stdin.
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let closed = closed.clone();
+        drop(stdin);
+        std::thread::spawn(move || {
+            for _ in std::io::stdin().lock().lines() {}
+            closed.store(true, std::sync::atomic::Ordering::Release);
+        })
+    };
+    while !closed.load(std::sync::atomic::Ordering::Acquire) {
+        b.ctx.dispatch();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    reader.join().unwrap();
     let mut wc = [WorkCompletion::default(); 4];
     assert_eq!(b.cq.poll(&mut wc).unwrap(), 0, "no late completion");
 }

@@ -221,3 +221,12 @@ pub fn busy_server(a: &Dev, b: &Dev, port: u16, compute: Duration, busy: Busy) {
 pub fn no_calls(_s: &Side, go: &std::sync::mpsc::Receiver<()>) {
     go.recv().unwrap();
 }
+
+/// [`Busy`] in manual progress: polls the data CQ (and calls nothing else) until the client
+/// is done.
+pub fn busy_polling(s: &Side, go: &std::sync::mpsc::Receiver<()>) {
+    let mut wc = [WorkCompletion::default(); 8];
+    while go.try_recv().is_err() {
+        let _ = s.cq.poll(&mut wc).unwrap();
+    }
+}

@@ -108,6 +108,7 @@ fn destroy_ah_is_refused_while_cloned_and_frees_the_pd(backend: Backend) {
 }
 
 cases!(
+    manual;
     destroy_ah_is_refused_while_cloned_and_frees_the_pd,
     create_and_destroy_ah_with_grh,
     ah_without_grh_on_a_roce_port_fails,

@@ -207,6 +207,7 @@ fn mr_read_and_write_stay_inside_the_mr(backend: Backend) {
 }
 
 cases!(
+    manual;
     mr_read_and_write_stay_inside_the_mr,
     rdma_into_a_vector_lands_in_it_and_comes_back,
     memory_given_by_raw_parts_is_registered_and_released,

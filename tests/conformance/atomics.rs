@@ -299,6 +299,7 @@ fn unsignaled_atomics_complete_silently_and_take_effect(backend: Backend) {
 }
 
 cases!(
+    manual;
     atomic_with_a_local_buffer_other_than_8_bytes_is_loc_len,
     atomic_length_is_checked_before_the_local_key,
     atomic_key_is_checked_before_the_alignment,

@@ -186,6 +186,7 @@ fn connect_calls_check_the_transport_and_the_state(backend: Backend) {
 }
 
 cases!(
+    manual;
     endpoint_describes_the_qp_and_its_port,
     connect_rc_with_defaults_carries_every_operation,
     connect_uc_and_ready_ud_reach_rts,

@@ -297,6 +297,7 @@ fn quirks_table_is_non_empty_and_every_entry_is_explained(backend: Backend) {
 }
 
 cases!(
+    manual;
     device_list_is_non_empty_and_names_are_unique,
     open_device_reports_its_name_and_attributes,
     query_device_reports_sane_limits,

@@ -27,6 +27,10 @@ pub enum Backend {
     /// loopback address of its own: every packet crosses the kernel (Linux). The fabrics run
     /// in lock-step virtual time.
     Udp,
+    /// Two UDP-bound software devices as applications make them, in manual progress: no
+    /// thread, real time; settling dispatches both devices until every datagram sent was
+    /// received and neither has a timer armed (Linux).
+    UdpManual,
     /// The mlx4 driver on a real ConnectX-3 bound to vfio-pci (Linux; `#[ignore]`d cases).
     /// `PORTVERBS_MLX4_PCI` names the function (`0000:01:00.0`), `PORTVERBS_MLX4_IP` the
     /// port's RoCE address; both contexts open the same HCA and talk through its loopback.
@@ -37,7 +41,7 @@ impl Backend {
     /// The driver name the devices report.
     pub fn driver(self) -> &'static str {
         match self {
-            Self::Soft | Self::Udp => "soft",
+            Self::Soft | Self::Udp | Self::UdpManual => "soft",
             Self::Mlx4 | Self::Mlx4Hw => "mlx4",
         }
     }
@@ -111,8 +115,11 @@ pub struct Env {
 #[cfg(target_os = "linux")]
 struct UdpEnv {
     other: Fabric,
-    lockstep: portverbs::udp_port::Lockstep,
+    /// `None` in manual progress: settling dispatches the devices instead.
+    lockstep: Option<portverbs::udp_port::Lockstep>,
     devices: Vec<portverbs::UdpDevice>,
+    /// Manual progress: datagrams sent to the ports from outside them.
+    foreign: std::cell::Cell<u64>,
 }
 
 /// Two loopback addresses no other environment of this process uses.
@@ -164,6 +171,7 @@ impl Env {
             }
             Backend::Mlx4Hw => Self::real_hca(faults),
             Backend::Udp => Self::udp(seed, faults),
+            Backend::UdpManual => Self::udp_manual(faults),
             Backend::Mlx4 => {
                 let fabric = Fabric::new(portverbs::soft::FabricConfig {
                     mode: portverbs::soft::Mode::Stepped,
@@ -286,14 +294,103 @@ impl Env {
             ctxs,
             udp: Some(UdpEnv {
                 other: fabrics[1].clone(),
-                lockstep,
+                lockstep: Some(lockstep),
                 devices,
+                foreign: std::cell::Cell::new(0),
             }),
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn udp_manual(faults: LinkFaults) -> Self {
+        use portverbs::udp_port::UdpConfig;
+        let ips = loopback_pair();
+        let devices: Vec<portverbs::UdpDevice> = ips
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| {
+                let mut config = UdpConfig::new(*ip);
+                config.progress = portverbs::hal::Progress::Manual;
+                portverbs::udp_device(&format!("udp{i}"), config)
+                    .unwrap_or_else(|e| panic!("a UDP device on {ip}: {e}"))
+            })
+            .collect();
+        let fabrics: Vec<Fabric> = devices
+            .iter()
+            .map(|d| d.device().fabric().clone())
+            .collect();
+        for f in &fabrics {
+            f.set_faults(faults);
+        }
+        let ctxs = devices
+            .iter()
+            .map(|d| Context::open_blocking(d.any(), ContextOptions::default()).unwrap())
+            .collect();
+        let devs = devices
+            .iter()
+            .map(|d| DevCtl::Soft(d.device().clone()))
+            .collect();
+        Self {
+            backend: Backend::UdpManual,
+            fabric: fabrics[0].clone(),
+            devs,
+            ips,
+            ctxs,
+            udp: Some(UdpEnv {
+                other: fabrics[1].clone(),
+                lockstep: None,
+                devices,
+                foreign: std::cell::Cell::new(0),
+            }),
+        }
+    }
+
+    /// Manual progress: dispatches both devices until, three rounds running, every datagram
+    /// either port sent (and every one sent to them from outside) was received and neither
+    /// device has a timer armed; `until` ends it sooner (real time).
+    #[cfg(target_os = "linux")]
+    fn dispatch_until_quiet(&self, u: &UdpEnv, until: Option<std::time::Instant>) {
+        use std::time::Instant;
+        let give_up = Instant::now() + Duration::from_secs(60);
+        let mut quiet = 0;
+        loop {
+            let timers = self.ctxs.iter().filter_map(|c| c.dispatch()).min();
+            let s: Vec<_> = u.devices.iter().map(|d| d.port().stats()).collect();
+            let sent = s[0].tx_packets + s[1].tx_packets + u.foreign.get();
+            let received = s[0].rx_packets + s[1].rx_packets;
+            if until.is_some_and(|t| Instant::now() >= t) {
+                return;
+            }
+            if received >= sent && timers.is_none() {
+                quiet += 1;
+                if quiet >= 3 && until.is_none() {
+                    return;
+                }
+            } else {
+                quiet = 0;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "the manual devices do not settle: {s:?}"
+            );
+            if let Some(t) = timers {
+                // Nothing to do until the next timer: sleep a little toward it.
+                let left = t.saturating_duration_since(Instant::now());
+                if received >= sent && !left.is_zero() {
+                    std::thread::sleep(left.min(Duration::from_millis(1)));
+                }
+            }
+            std::thread::yield_now();
         }
     }
 
     #[cfg(not(target_os = "linux"))]
     fn udp(_seed: u64, _faults: LinkFaults) -> Self {
+        panic!("the UDP port is Linux-only");
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn udp_manual(_faults: LinkFaults) -> Self {
         panic!("the UDP port is Linux-only");
     }
 
@@ -316,7 +413,10 @@ impl Env {
     pub fn settle(&self) {
         #[cfg(target_os = "linux")]
         if let Some(u) = &self.udp {
-            u.lockstep.run_until_idle().expect("the fabrics settle");
+            match &u.lockstep {
+                Some(l) => l.run_until_idle().expect("the fabrics settle"),
+                None => self.dispatch_until_quiet(u, None),
+            }
             return;
         }
         match self.backend {
@@ -329,7 +429,13 @@ impl Env {
     pub fn run_for(&self, ns: u64) {
         #[cfg(target_os = "linux")]
         if let Some(u) = &self.udp {
-            u.lockstep.run_for(ns).unwrap();
+            match &u.lockstep {
+                Some(l) => l.run_for(ns).unwrap(),
+                None => self.dispatch_until_quiet(
+                    u,
+                    Some(std::time::Instant::now() + Duration::from_nanos(ns)),
+                ),
+            }
             return;
         }
         match self.backend {
@@ -433,7 +539,10 @@ impl Env {
     pub fn expect_foreign(&self, n: u64) {
         #[cfg(target_os = "linux")]
         if let Some(u) = &self.udp {
-            u.lockstep.expect_foreign(n);
+            match &u.lockstep {
+                Some(l) => l.expect_foreign(n),
+                None => u.foreign.set(u.foreign.get() + n),
+            }
         }
         let _ = n;
     }

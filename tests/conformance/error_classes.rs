@@ -514,6 +514,7 @@ fn rc_responder_in_rtr_serves_reads_writes_and_atomics(backend: Backend) {
 }
 
 cases!(
+    manual;
     rc_write_with_imm_and_a_bad_rkey_fails_both_sides,
     rc_receive_with_a_bad_lkey_is_rem_op_and_loc_prot,
     rc_receive_outside_its_mr_is_rem_op_and_loc_prot,

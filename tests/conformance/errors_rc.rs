@@ -362,6 +362,7 @@ fn more_reads_than(backend: Backend, rd_atomic: u8) {
 }
 
 cases!(
+    manual;
     rc_atomic_to_an_unaligned_address_is_rem_inv_req,
     rc_atomic_without_remote_atomic_on_the_mr_is_rem_access,
     rc_atomic_without_remote_atomic_on_the_qp_is_rem_access,

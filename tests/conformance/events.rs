@@ -153,6 +153,7 @@ fn comm_est_when_the_first_packet_arrives_in_rtr(backend: Backend) {
 }
 
 cases!(
+    manual;
     qp_fatal_raises_an_event_and_flushes,
     remote_access_violation_raises_access_error_at_the_responder,
     port_down_and_up_raise_port_events,

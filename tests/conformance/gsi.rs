@@ -239,6 +239,7 @@ fn the_gsi_qkey_is_fixed(backend: Backend) {
 }
 
 cases!(
+    manual;
     gsi_qps_exchange_mads,
     one_gsi_qp_per_device,
     the_gsi_qkey_is_fixed,

@@ -430,6 +430,7 @@ fn rereg_onto_an_empty_range_is_refused_and_the_mr_is_unchanged(backend: Backend
 }
 
 cases!(
+    manual;
     reg_mr_and_dereg_mr,
     mr_has_an_lkey_always_and_an_rkey_only_with_remote_access,
     remote_write_or_atomic_without_local_write_is_rejected,

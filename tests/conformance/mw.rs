@@ -327,6 +327,7 @@ fn dereg_mr_with_a_bound_window_is_refused_and_the_window_keeps_working(backend:
 }
 
 cases!(
+    manual;
     alloc_mw_of_type_1_and_type_2,
     alloc_mw_of_type_3_fails,
     type1_bind_then_remote_write_lands_in_the_window,

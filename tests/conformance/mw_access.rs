@@ -516,6 +516,7 @@ fn zero_based_binds_fail_with_mw_bind_err(backend: Backend) {
 }
 
 cases!(
+    manual;
     atomics_work_through_windows_of_both_types,
     windows_enforce_each_remote_right,
     windows_refuse_access_before_their_start_and_binds_before_the_mr,

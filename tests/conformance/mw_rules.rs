@@ -306,6 +306,7 @@ fn bind_posted_to_a_qp_in_err_is_flushed(backend: Backend) {
 }
 
 cases!(
+    manual;
     type2_bind_with_zero_length_fails_with_mw_bind_err,
     type2_local_invalidate_on_another_qp_fails_with_mw_bind_err,
     bind_mw_refuses_a_type2_window,

@@ -405,6 +405,7 @@ fn one_channel_multiplexes_events_of_several_cqs(backend: Backend) {
 }
 
 cases!(
+    manual;
     notify_any_resolves_on_the_next_completion_not_before,
     two_pending_requests_both_complete_on_one_event,
     notify_solicited_ignores_unsolicited_receives_and_fires_on_a_solicited_one,

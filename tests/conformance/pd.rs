@@ -219,6 +219,7 @@ fn mr_of_another_pd_in_a_wqe_completes_with_local_protection_error(backend: Back
 }
 
 cases!(
+    manual;
     alloc_pd_and_dealloc_pd,
     pd_alloc_dealloc_200_cycles,
     dealloc_pd_with_another_handle_is_busy,

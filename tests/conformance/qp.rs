@@ -568,6 +568,7 @@ fn qp_with_zero_send_wr_gets_what_the_device_grants(backend: Backend) {
 }
 
 cases!(
+    manual;
     create_qp_starts_in_reset_with_requested_caps,
     create_qp_beyond_device_limits_is_refused,
     pyverbs_mask_paths_reach_rts_for_every_transport,

@@ -176,6 +176,7 @@ fn posting_after_reset_is_invalid_state(backend: Backend) {
 }
 
 cases!(
+    manual;
     query_after_traffic_returns_the_attributes_set,
     dealloc_pd_with_live_qp_is_busy,
     modify_without_state_changes_attributes_in_place,

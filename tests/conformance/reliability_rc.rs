@@ -164,6 +164,7 @@ fn rc_read_to_a_responder_without_read_resources_is_rem_inv_req(backend: Backend
 }
 
 cases!(
+    manual;
     rc_lossy_duplicating_reordering_link_delivers_everything_once_in_order,
     rc_read_to_a_responder_without_read_resources_is_rem_inv_req,
 );

@@ -504,6 +504,7 @@ fn srq_limit_above_its_depth_is_refused_and_changes_nothing(backend: Backend) {
 }
 
 cases!(
+    manual;
     rc_traffic_through_an_srq_from_two_qps,
     posting_more_than_the_srq_depth_is_queue_full,
     srq_beyond_device_limits_is_refused,

@@ -298,6 +298,7 @@ fn rc_multi_sge_gathers_and_scatters(backend: Backend) {
 }
 
 cases!(
+    manual;
     rc_send_with_imm_delivers_data_and_immediate,
     rc_send_delivers_data,
     rc_send_with_invalidate_invalidates_the_receivers_type2_window,

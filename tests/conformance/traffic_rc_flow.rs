@@ -242,6 +242,7 @@ fn rc_many_messages_arrive_in_order(backend: Backend) {
 }
 
 cases!(
+    manual;
     rc_unsignaled_requests_are_retired_by_a_later_signaled_one,
     rc_sq_sig_all_signals_every_request,
     rc_fenced_send_waits_for_a_prior_read,

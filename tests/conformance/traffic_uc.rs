@@ -105,6 +105,7 @@ fn uc_lost_message_is_missing_without_retries(backend: Backend) {
 }
 
 cases!(
+    manual;
     uc_send_and_write_deliver_data,
     uc_write_with_imm_consumes_a_receive,
     uc_lost_message_is_missing_without_retries,

@@ -485,6 +485,7 @@ fn ud_traffic_class_reaches_the_grh_area(backend: Backend) {
 }
 
 cases!(
+    manual;
     ud_send_delivers_grh_area_and_source,
     ud_wrong_qkey_is_dropped_silently,
     ud_qkey_with_high_bit_uses_the_senders_qkey,

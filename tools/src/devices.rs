@@ -39,6 +39,9 @@ pub(crate) struct DevicesArgs {
     /// Verbose: every device limit, the capability flags, port details and the GID table.
     #[arg(short = 'v', long = "verbose")]
     verbose: bool,
+    /// `--progress manual|auto`.
+    #[command(flatten)]
+    pub(crate) mode: crate::progress_mode::ProgressArg,
 }
 
 /// Runs `portverbs devices` and returns the text to print.
@@ -114,6 +117,7 @@ fn describe(
         hw_ver: attr.hw_ver,
         board_id: (!attr.board_id.is_empty()).then(|| attr.board_id.clone()),
         phys_port_cnt: attr.phys_port_cnt,
+        progress: Some(ctx.progress().name()),
         limits: limits(&attr),
         ports: Vec::new(),
     };

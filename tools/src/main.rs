@@ -20,6 +20,7 @@ mod error;
 mod events;
 mod perf;
 mod pingpong;
+mod progress_mode;
 mod report;
 mod rping;
 mod verbs;
@@ -76,11 +77,21 @@ fn check_environment() -> Result<(), CliError> {
         .map_err(CliError::usage)?;
     #[cfg(target_os = "linux")]
     portverbs::udp_env().map_err(CliError::usage)?;
+    portverbs::progress_env().map_err(CliError::usage)?;
     Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    match &cli.command {
+        Command::Devices(a) => a.mode,
+        Command::Perf(a) => a.mode,
+        Command::Pingpong(a) => a.mode,
+        Command::Rping(a) => a.mode,
+        Command::Cmtime(a) => a.mode,
+    }
+    .apply();
+    // The flag overrides the variable; a malformed variable is refused all the same.
     let result = check_environment().and_then(|()| match &cli.command {
         Command::Devices(args) => devices::run(args).and_then(|t| print(&t)),
         Command::Perf(args) => perf::run(args),

@@ -407,6 +407,18 @@ impl<D: Device> ConnectionRequest<D> {
         };
         let now = conn.dev.now();
         let mut st = conn.dev.state();
+        // The device's own progress may have seen the peer withdraw its request (a REJ)
+        // before this call: that is the accept's outcome (the connector, dropped, releases
+        // the QP).
+        let withdrawn = |e: &RdmaCmEvent| match e {
+            RdmaCmEvent::Rejected { .. } | RdmaCmEvent::Unreachable => outcome(e),
+            _ => None,
+        };
+        if let Some(r) = take(&mut st, conn.id, withdrawn) {
+            drop(st);
+            r?;
+            return Err(ServiceError::Closed);
+        }
         st.agent.accept(now, conn.id, &p, &param.private_data)?;
         conn.dev.drain(&mut st)?;
         drop(st);

@@ -78,6 +78,9 @@ pub(crate) struct CmtimeArgs {
     /// the peer (default: 30 s plus 0.1 ms per connection)
     #[arg(long = "timeout", value_name = "SECS")]
     timeout: Option<u64>,
+    /// `--progress manual|auto`.
+    #[command(flatten)]
+    pub(crate) mode: crate::progress_mode::ProgressArg,
 }
 
 /// The resident set of this process in bytes, where the OS says (Linux).

@@ -192,4 +192,7 @@ pub(crate) struct PerfArgs {
     /// it (0: wait for ever, as perftest does). Not -u (--qp-timeout), the QP's ACK timeout.
     #[arg(long = "timeout", value_name = "SECS", default_value_t = crate::wait::DEFAULT_TIMEOUT.as_secs())]
     pub(crate) peer_timeout: u64,
+    /// `--progress manual|auto`.
+    #[command(flatten)]
+    pub(crate) mode: crate::progress_mode::ProgressArg,
 }

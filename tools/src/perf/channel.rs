@@ -57,6 +57,9 @@ pub(crate) struct Channel {
     watch: PeerWatch,
     /// The next read waits through the peer's run.
     long: bool,
+    /// The device of a side in manual progress: TCP reads keep it progressing (its peer's
+    /// packets are answered only while something drives it).
+    manual: Option<portverbs::Context>,
 }
 
 /// How often a TCP read waiting through the peer's run looks at the peer's signs of life.
@@ -87,6 +90,7 @@ impl Channel {
                         peer: host.to_owned(),
                         watch,
                         long: false,
+                        manual: None,
                     };
                     chan.prompt()?;
                     return Ok(chan);
@@ -124,6 +128,7 @@ impl Channel {
                         peer: addr.to_string(),
                         watch,
                         long: false,
+                        manual: None,
                     };
                     chan.prompt()?;
                     return Ok(chan);
@@ -158,6 +163,7 @@ impl Channel {
             peer,
             watch,
             long: false,
+            manual: None,
         }
     }
 
@@ -165,6 +171,15 @@ impl Channel {
     /// destination announced, once it has come).
     pub(crate) fn peer(&self) -> &str {
         &self.peer
+    }
+
+    /// Makes every TCP read of this channel drive `ctx` while it waits, when the device
+    /// progresses only inside calls (manual): a BW server waiting for its client's result
+    /// must keep receiving and acknowledging the client's packets meanwhile.
+    pub(crate) fn drive(&mut self, ctx: &portverbs::Context) {
+        if ctx.progress() == portverbs::hal::Progress::Manual {
+            self.manual = Some(ctx.clone());
+        }
     }
 
     /// The next read waits through the peer's run (a BW server waiting for its client's
@@ -239,6 +254,9 @@ impl Channel {
                 return Ok(());
             }
         };
+        if let Some(ctx) = &self.manual {
+            return read_driving(stream, buf, ctx, &mut self.watch, what, long, &self.peer);
+        }
         if long {
             // Wait for the first byte in slices, looking at the peer's signs of life between
             // them; then read the message with the usual limit.
@@ -388,4 +406,56 @@ impl Channel {
         }
         Ok(())
     }
+}
+
+/// A TCP read on a side whose device progresses only inside calls: the socket is read
+/// without blocking, and between tries the device is dispatched (it receives, acknowledges,
+/// retransmits), with the peer watch looked at every [`TCP_SLICE`].
+fn read_driving(
+    stream: &mut std::net::TcpStream,
+    buf: &mut [u8],
+    ctx: &portverbs::Context,
+    watch: &mut PeerWatch,
+    what: &str,
+    long: bool,
+    peer: &str,
+) -> Result<(), CliError> {
+    stream
+        .set_nonblocking(true)
+        .io_ctx("configuring the exchange socket")?;
+    let mut got = 0;
+    let mut looked = std::time::Instant::now();
+    let r = loop {
+        if got == buf.len() {
+            break Ok(());
+        }
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => {
+                break Err(CliError::Failed(format!(
+                    "{peer} closed the connection before the {what}"
+                )));
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                ctx.dispatch();
+                if looked.elapsed() >= TCP_SLICE {
+                    looked = std::time::Instant::now();
+                    if let Err(e) = watch.check(&format!("waiting for the {what}"), long) {
+                        break Err(e);
+                    }
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                break Err(CliError::Io {
+                    context: format!("reading the {what} from {peer}"),
+                    source: e,
+                });
+            }
+        }
+    };
+    stream
+        .set_nonblocking(false)
+        .io_ctx("configuring the exchange socket")?;
+    r
 }

@@ -244,6 +244,7 @@ fn run_on(
     json_file: Option<JsonFile>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
+    chan.drive(&ctx);
     let params = chan.params(res.mtu as u8)?;
     res.mtu = Mtu::from_code(params.mtu_enum).unwrap_or(res.mtu);
     let slot = setup::slot_size(cfg, res, u64::from(params.cycle_buffer))?;

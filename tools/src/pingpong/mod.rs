@@ -100,6 +100,9 @@ pub(crate) struct PingpongArgs {
     /// Testing: run the server role even on an in-process device.
     #[arg(long = "server", hide = true)]
     force_server: bool,
+    /// `--progress manual|auto`.
+    #[command(flatten)]
+    pub(crate) mode: crate::progress_mode::ProgressArg,
 }
 
 impl PingpongArgs {

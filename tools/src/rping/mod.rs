@@ -86,6 +86,9 @@ pub(crate) struct RpingArgs {
     /// its clients' connection requests without limit
     #[arg(long = "timeout", value_name = "SECS", default_value_t = DEFAULT_TIMEOUT.as_secs())]
     timeout: u64,
+    /// `--progress manual|auto`.
+    #[command(flatten)]
+    pub(crate) mode: crate::progress_mode::ProgressArg,
 }
 
 /// One side's verbs objects and CM endpoint.

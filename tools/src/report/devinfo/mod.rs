@@ -108,6 +108,9 @@ pub(crate) fn format_device(d: &DevinfoDevice, verbose: bool) -> String {
     }
     dev(&mut o, "phys_port_cnt", d.phys_port_cnt);
     if verbose {
+        if let Some(p) = d.progress {
+            dev(&mut o, "progress", p);
+        }
         format_limits(&mut o, &d.limits);
     }
     for p in &d.ports {

@@ -28,6 +28,9 @@ pub(crate) struct DevinfoDevice {
     pub(crate) board_id: Option<String>,
     /// Number of physical ports.
     pub(crate) phys_port_cnt: u8,
+    /// Who makes the device progress (`auto` or `manual`), printed in verbose mode after
+    /// `phys_port_cnt` (a line `ibv_devinfo` does not have); `None` leaves it out.
+    pub(crate) progress: Option<&'static str>,
     /// Device limits, printed in verbose mode only.
     pub(crate) limits: DevinfoLimits,
     /// The ports to print (the caller leaves out ports not asked for with `-i`).

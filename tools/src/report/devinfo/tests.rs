@@ -24,6 +24,7 @@ fn sample_device() -> DevinfoDevice {
         hw_ver: 0,
         board_id: Some("MT_0000000012".into()),
         phys_port_cnt: 1,
+        progress: None,
         limits: DevinfoLimits {
             max_mr_size: u64::MAX,
             page_size_cap: 0xffff_ffff_ffff_f000,
