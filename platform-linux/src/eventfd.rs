@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use portverbs_hal::WaitSource;
 use portverbs_hal::notify::{InterruptSink, WakerSet};
 use rustix::event::{EventfdFlags, eventfd};
 use rustix::io::Errno;
@@ -157,6 +158,37 @@ impl InterruptSink for EventFdSink {
             return ready;
         }
         match self.fd.is_signalled() {
+            Ok(true) => Poll::Ready(Ok(())),
+            Ok(false) => Poll::Pending,
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    /// poll(2) on the eventfd and the device's input together.
+    fn wait_with(&self, source: WaitSource<'_>, deadline: Option<Instant>) -> io::Result<bool> {
+        wait::readable_any(&*self.fd, source.fd(), deadline)
+    }
+
+    /// With feature `tokio`, inside a runtime, the device's input is registered with the
+    /// reactor too (a duplicate of its fd, made on first use and kept with the sink), so a
+    /// datagram wakes the task; elsewhere only a raise does, and the input is looked at when
+    /// the task is polled.
+    fn poll_raised_with(
+        &self,
+        source: WaitSource<'_>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Poll::Ready(r) = self.poll_raised(cx) {
+            return Poll::Ready(r);
+        }
+        let Some(fd) = source.fd() else {
+            return Poll::Pending;
+        };
+        #[cfg(feature = "tokio")]
+        if let Some(ready) = self.reactor.poll_source(fd, &self.wakers) {
+            return ready;
+        }
+        match wait::readable(fd, Some(Instant::now())) {
             Ok(true) => Poll::Ready(Ok(())),
             Ok(false) => Poll::Pending,
             Err(e) => Poll::Ready(Err(e)),

@@ -30,6 +30,17 @@
 //! occasional spurious wakeup: a read that finds nothing right after one is normal. Several
 //! threads may read one fd; each event goes to exactly one of them.
 //!
+//! ## Manual progress
+//! A device in manual progress ([`portverbs_hal::Progress::Manual`], a UDP-bound software
+//! device made so) runs nothing unless the application calls; a thread that waits for one of
+//! its events must wake for the datagram that brings it. So every sink here also waits on the
+//! device's input ([`portverbs_hal::WaitSource`], the port's epoll set): a blocking wait is
+//! one poll(2) on the eventfd and that fd, until the earlier of the caller's deadline and the
+//! device's next timer (verbs-core then dispatches the device on the waiting thread and looks
+//! again); with feature `tokio`, an awaiting task's sink registers a duplicate of that fd
+//! with tokio's reactor too, so a datagram wakes the task. Without a reactor, a task is
+//! woken by raises only.
+//!
 //! ## Async
 //! With feature `tokio`, an eventfd is registered with tokio's reactor the first time a task
 //! awaits it inside a runtime (and stays with that runtime), so interrupts the kernel signals
@@ -52,8 +63,9 @@
 //!   `portverbs-verbs`; this crate only turns interrupts into fd readiness and back.
 //! * Name a backend. It works with any [`portverbs_hal::Device`].
 //! * Use `unsafe`, except in `sys` (feature `tokio` only): the system calls go through
-//!   `rustix`; the one `unsafe` call registers the crate's own eventfds with tokio's reactor,
-//!   whose `AsyncFd::register*` became `unsafe` in tokio 1.54.
+//!   `rustix`; the two `unsafe` calls register the crate's own eventfds, and its own
+//!   duplicates of a manual device's input, with tokio's reactor, whose `AsyncFd::register*`
+//!   became `unsafe` in tokio 1.54.
 //!
 //! ## Example: epoll
 //! ```no_run

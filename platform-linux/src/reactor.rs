@@ -3,19 +3,23 @@
 //! readiness, whoever signalled the eventfd (a raise in process, or a device's MSI-X).
 
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use portverbs_hal::notify::WakerSet;
 use tokio::io::unix::AsyncFd;
 
 use crate::eventfd::EventFd;
-use crate::sys::{Registered, register_readable};
+use crate::sys::{Registered, register_readable, register_source};
 
-/// The registration of one eventfd, made on first use.
+/// The registration of one eventfd, made on first use; and of the input of a manual-progress
+/// device its waiters also sleep on (a duplicate of that fd, keyed by the original's number).
 #[derive(Debug, Default)]
 pub(crate) struct Reactor {
     registration: Mutex<Option<Arc<AsyncFd<Registered>>>>,
+    source: Mutex<Option<(RawFd, Arc<AsyncFd<OwnedFd>>)>>,
 }
 
 impl Reactor {
@@ -32,6 +36,49 @@ impl Reactor {
             *slot = Some(r.clone());
             r
         }))
+    }
+
+    /// Ready when the device input `fd` is readable; otherwise the reactor wakes every task in
+    /// `wakers` when it becomes so. `None` outside a tokio runtime.
+    pub(crate) fn poll_source(
+        &self,
+        fd: BorrowedFd<'_>,
+        wakers: &Arc<WakerSet>,
+    ) -> Option<Poll<io::Result<()>>> {
+        tokio::runtime::Handle::try_current().ok()?;
+        let registration = {
+            let mut slot = self.source.lock().unwrap_or_else(|e| e.into_inner());
+            match slot.as_ref() {
+                Some((raw, r)) if *raw == fd.as_raw_fd() => r.clone(),
+                _ => {
+                    let made = fd.try_clone_to_owned().and_then(register_source);
+                    match made {
+                        Ok(r) => {
+                            let r = Arc::new(r);
+                            *slot = Some((fd.as_raw_fd(), r.clone()));
+                            r
+                        }
+                        Err(e) => return Some(Poll::Ready(Err(e))),
+                    }
+                }
+            }
+        };
+        let fanout = Waker::from(wakers.clone());
+        let mut cx = Context::from_waker(&fanout);
+        loop {
+            match registration.poll_read_ready(&mut cx) {
+                Poll::Pending => return Some(Poll::Pending),
+                Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
+                Poll::Ready(Ok(mut guard)) => {
+                    // Readiness is cached until cleared: ask the kernel whether input waits.
+                    match crate::wait::readable(fd, Some(Instant::now())) {
+                        Ok(true) => return Some(Poll::Ready(Ok(()))),
+                        Ok(false) => guard.clear_ready(),
+                        Err(e) => return Some(Poll::Ready(Err(e))),
+                    }
+                }
+            }
+        }
     }
 
     /// Ready when `fd` is signalled; otherwise the reactor wakes every task in `wakers` when
