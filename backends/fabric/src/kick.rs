@@ -96,6 +96,6 @@ impl Kicker {
 #[inline(never)]
 fn drive(shared: &Weak<Shared>) {
     if let Some(s) = shared.upgrade() {
-        s.drive_inline();
+        s.drive_inline(false);
     }
 }

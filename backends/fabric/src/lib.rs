@@ -192,9 +192,11 @@ pub(crate) struct Shared {
     pub(crate) mode: Mode,
     pub(crate) epoch: Instant,
     pub(crate) shutdown: AtomicBool,
-    /// Manual mode: the nodes' next deadline as the last inline drive saw it (`u64::MAX`:
-    /// none), for a dispatch that finds another thread stepping.
-    pub(crate) next_deadline: AtomicU64,
+    /// Manual mode: a dispatch asked for the nodes' wires to be flushed while another thread
+    /// stepped; that thread flushes before it lets go.
+    pub(crate) flush_wanted: AtomicBool,
+    /// Manual mode: fabric time (ns) the nodes' wires were last flushed.
+    pub(crate) last_flush: AtomicU64,
 }
 
 impl Shared {
@@ -284,7 +286,11 @@ fn engine_thread(shared: Arc<Shared>) {
         };
         // The agents run here, without the fabric lock: after work (bounded while it goes
         // on, once when it stops) and when their deadline passes.
-        let agents = shared.agents.after_round(&shared, did, shared.real_now());
+        let agents = if shared.agents.attached() {
+            shared.agents.after_round(&shared, did, shared.real_now())
+        } else {
+            None
+        };
         let next = match (next, agents) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -365,6 +371,7 @@ impl Fabric {
         // Stepped runs are reproducible from their seed, the devices' keys and QP numbers
         // included; free-running devices draw theirs from the OS.
         sim.node_seed = (config.mode == Mode::Stepped).then_some(config.seed);
+        sim.flush_each_step = config.mode != Mode::Manual;
         if let Some(path) = &config.capture {
             match PcapCapture::create(path) {
                 Ok(c) => sim.capture = Some(c),
@@ -374,7 +381,8 @@ impl Fabric {
         let shared = Arc::new(Shared {
             sim: Mutex::new(sim),
             agents: progress::Agents::new(),
-            next_deadline: AtomicU64::new(u64::MAX),
+            flush_wanted: AtomicBool::new(false),
+            last_flush: AtomicU64::new(0),
             kicks_tx,
             kicks_rx,
             overflow: Arc::new(AtomicBool::new(false)),

@@ -56,6 +56,12 @@ pub trait Node: Send + Debug + 'static {
     /// Packets of one message that may travel as one train on this fabric's links (1 when
     /// the links have faults); the fabric calls it at attach time and when faults change.
     fn set_max_train(&mut self, n: u32);
+
+    /// Sends what the node batched for a wire of its own (a port's datagrams). The fabric
+    /// calls it at the end of every step when free-running or stepped; on a manual fabric
+    /// when a dispatch ends (a poll, a wait), so that everything the application posted
+    /// between two of its polls leaves in one batch. A node with no such wire ignores it.
+    fn flush(&mut self) {}
 }
 
 /// What [`Fabric::attach`] tells the code that builds a node.
@@ -272,7 +278,7 @@ impl<T: Node> NodeHandle<T> {
     /// is stepped now, on this thread.
     fn after_command(&self) {
         if self.fabric.mode() == Mode::Manual {
-            self.fabric.shared.drive_inline();
+            self.fabric.shared.drive_inline(false);
         }
     }
 

@@ -90,6 +90,12 @@ impl Agents {
         self.deadline.store(0, Ordering::Release);
     }
 
+    /// Whether any agent is attached (no clock is read for them otherwise).
+    #[inline]
+    pub(crate) fn attached(&self) -> bool {
+        self.count.load(Ordering::Acquire) != 0
+    }
+
     /// When the agents next want to run (fabric ns), if any are attached.
     pub(crate) fn deadline(&self) -> Option<u64> {
         if self.count.load(Ordering::Acquire) == 0 {
@@ -148,28 +154,35 @@ impl Agents {
 }
 
 impl Shared {
-    /// Work waits to be stepped: a kick, or a kick overflow.
+    /// Work waits to be stepped: a kick, a kick overflow, or a flush a dispatch asked for.
     pub(crate) fn pending(&self) -> bool {
-        !self.kicks_rx.is_empty() || self.overflow.load(Ordering::Acquire)
+        !self.kicks_rx.is_empty()
+            || self.overflow.load(Ordering::Acquire)
+            || self.flush_wanted.load(Ordering::Acquire)
     }
 
     /// Manual mode: steps the fabric on this thread at the real clock until it is idle (or
     /// [`INLINE_STEPS`] are spent), unless another thread is stepping it (then that thread
-    /// takes the work: it looks for kicks again after unlocking). Returns whether anything
-    /// was done, and the next deadline of the fabric's nodes (`None` when none is due or
-    /// another thread held the lock).
-    pub(crate) fn drive_inline(&self) -> (bool, Option<u64>) {
+    /// takes the work: it looks for kicks again after unlocking). With `flush`, or when a
+    /// dispatch asked for it meanwhile, the nodes then send what they batched
+    /// ([`crate::Node::flush`]); a kick does too unless they sent less than 20 µs ago (a
+    /// burst of posts then leaves with the next dispatch, in one batch). Returns
+    /// whether anything was done, and, with `flush` (a dispatch, which sleeps until it), the
+    /// next deadline of the fabric's nodes — a millisecond from now when another thread held
+    /// the lock, so that a waiter looks again soon.
+    pub(crate) fn drive_inline(&self, flush: bool) -> (bool, Option<u64>) {
+        if flush {
+            self.flush_wanted.store(true, Ordering::Release);
+        }
         let mut did_any = false;
-        let mut next = None;
         loop {
             fence(Ordering::SeqCst);
             let mut sim = match self.sim.try_lock() {
                 Ok(s) => s,
                 Err(TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(TryLockError::WouldBlock) => {
-                    // The holder steps; its last look at the deadlines stands in.
-                    let cached = self.next_deadline.load(Ordering::Acquire);
-                    return (did_any, next.or((cached != u64::MAX).then_some(cached)));
+                    let soon = self.real_now() + BUSY_LOOK.as_nanos() as u64;
+                    return (did_any, flush.then_some(soon));
                 }
             };
             let mut steps = 0;
@@ -181,9 +194,17 @@ impl Shared {
                 did_any = true;
                 steps += 1;
             }
-            next = sim.next_deadline();
-            self.next_deadline
-                .store(next.unwrap_or(u64::MAX), Ordering::Release);
+            // A kick sends at once unless the wire was flushed a moment ago: then what it
+            // produced waits for the next dispatch (or a kick past the gap), so that a burst
+            // of posts between two polls leaves in one batch.
+            let gap = sim
+                .now
+                .saturating_sub(self.last_flush.load(Ordering::Acquire));
+            if self.flush_wanted.swap(false, Ordering::AcqRel) || gap >= KICK_FLUSH_GAP_NS {
+                sim.flush();
+                self.last_flush.store(sim.now, Ordering::Release);
+            }
+            let next = if flush { sim.next_deadline() } else { None };
             drop(sim);
             // A kick whose sender found the lock taken is seen here.
             fence(Ordering::SeqCst);
@@ -193,6 +214,12 @@ impl Shared {
         }
     }
 }
+
+/// A kick flushes the nodes' wires when they were last flushed at least this long ago (ns).
+const KICK_FLUSH_GAP_NS: u64 = 20_000;
+
+/// How soon a dispatch that found another thread stepping the fabric asks to be called again.
+const BUSY_LOOK: Duration = Duration::from_millis(1);
 
 impl Fabric {
     /// Runs `agent` whenever this fabric progresses (see the module docs): on the engine
@@ -240,10 +267,15 @@ impl Fabric {
         if shared.mode != Mode::Manual {
             return None;
         }
-        let (did, next) = shared.drive_inline();
-        let agents = shared.agents.after_round(shared, did, shared.real_now());
-        // The agents' calls (sends, commands) are stepped by their own kicks; what they left
-        // for a busy lock is stepped by the next call.
+        let agents = if shared.agents.attached() {
+            let (did, _) = shared.drive_inline(false);
+            shared.agents.after_round(shared, did, shared.real_now())
+        } else {
+            None
+        };
+        // What the agents' calls (sends, commands) left is stepped with the flush that sends
+        // everything batched since the last dispatch.
+        let (_, next) = shared.drive_inline(true);
         let next = match (next, agents) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

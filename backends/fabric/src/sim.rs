@@ -141,6 +141,9 @@ pub(crate) struct Sim {
     pub(crate) capture: Option<PcapCapture<BufWriter<File>>>,
     /// Why the last capture stopped on its own (kept until the next start or stop).
     pub(crate) capture_failure: Option<CaptureError>,
+    /// Nodes flush their wires at the end of every step (free-running and stepped fabrics);
+    /// a manual fabric flushes at the end of a dispatch instead ([`Sim::flush`]).
+    pub(crate) flush_each_step: bool,
 }
 
 impl Sim {
@@ -164,6 +167,14 @@ impl Sim {
             stats: FabricStats::default(),
             capture: None,
             capture_failure: None,
+            flush_each_step: true,
+        }
+    }
+
+    /// Every node sends what it batched for a wire of its own ([`Node::flush`]).
+    pub(crate) fn flush(&mut self) {
+        for s in self.nodes.iter().flatten() {
+            lock(&*s.node).flush();
         }
     }
 
@@ -395,6 +406,11 @@ impl Sim {
             did |= n.run_timers(now, &mut self.out);
         }
         self.route_out();
+        if self.flush_each_step {
+            for n in nodes.iter_mut().flatten() {
+                n.flush();
+            }
+        }
         // Packets the timers phase produced (coalesced ACKs, retransmissions) are delivered by
         // the next step: say so, or a free-running engine would wait for a kick first.
         did || !self.ready.is_empty() || !self.batch.is_empty()

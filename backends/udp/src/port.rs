@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use portverbs_fabric::{
     CaptureError, CaptureStats, Fabric, FabricError, Node, NodeConfig, NodeHandle, PcapCapture,
@@ -163,8 +163,8 @@ pub(crate) struct UdpNode {
 
 impl UdpNode {
     /// Receives what waits on the socket (at most one batch) onto the fabric.
-    fn take_received(&mut self, out: &mut Vec<Packet>) -> bool {
-        self.rx.receive(&self.stats, &self.capture, out)
+    fn take_received(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
+        self.rx.receive(now, &self.stats, &self.capture, out)
     }
 
     fn send(&mut self, now: u64, pkt: &Packet) {
@@ -222,16 +222,16 @@ impl UdpNode {
 }
 
 impl Node for UdpNode {
-    fn kick(&mut self, _now: u64, _what: u32, out: &mut Vec<Packet>) {
-        self.take_received(out);
+    fn kick(&mut self, now: u64, _what: u32, out: &mut Vec<Packet>) {
+        self.take_received(now, out);
     }
 
-    fn rescan(&mut self, _now: u64, out: &mut Vec<Packet>) {
-        self.take_received(out);
+    fn rescan(&mut self, now: u64, out: &mut Vec<Packet>) {
+        self.take_received(now, out);
     }
 
-    fn run_work(&mut self, _now: u64, out: &mut Vec<Packet>) -> bool {
-        self.take_received(out)
+    fn run_work(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
+        self.take_received(now, out)
     }
 
     fn receive(&mut self, now: u64, _port: u8, pkt: &Packet, _out: &mut Vec<Packet>) {
@@ -246,8 +246,11 @@ impl Node for UdpNode {
 
     fn run_timers(&mut self, now: u64, _out: &mut Vec<Packet>) -> bool {
         self.release_held(now);
-        self.flush();
         false
+    }
+
+    fn flush(&mut self) {
+        Self::flush(self);
     }
 
     fn next_deadline(&self) -> Option<u64> {
@@ -304,7 +307,7 @@ impl UdpPort {
             bufs,
             pool: rx::PayloadPool::default(),
             hint: io.hint.clone(),
-            last_look: Instant::now(),
+            last_look: None,
             frame: Vec::new(),
         };
         let sockets =

@@ -9,7 +9,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use portverbs_dma::SoftDma;
 use portverbs_hal::DmaMemory as _;
@@ -32,7 +32,8 @@ pub(crate) struct Rx {
     pub(crate) pool: PayloadPool,
     /// Input may be waiting (see the module docs).
     pub(crate) hint: Arc<AtomicBool>,
-    pub(crate) last_look: Instant,
+    /// The fabric time of the last look (ns; `None` before the first).
+    pub(crate) last_look: Option<u64>,
     pub(crate) frame: Vec<u8>,
 }
 
@@ -40,16 +41,22 @@ impl Rx {
     /// Receives at most one batch when input may be waiting (see the module docs), checks and
     /// parses every datagram, and puts the packets in `out`. Returns whether a datagram was
     /// taken.
+    /// `now` is the fabric's time (virtual on a stepped fabric, whose driver sets the hint
+    /// when it waits for the wire).
     pub(crate) fn receive(
         &mut self,
+        now: u64,
         stats: &Counters,
         capture: &Mutex<CaptureSlot>,
         out: &mut Vec<Packet>,
     ) -> bool {
-        if !self.hint.load(Ordering::Acquire) && self.last_look.elapsed() < RX_LOOK {
+        let recent = self
+            .last_look
+            .is_some_and(|t| now >= t && now - t < RX_LOOK.as_nanos() as u64);
+        if recent && !self.hint.load(Ordering::Acquire) {
             return false;
         }
-        self.last_look = Instant::now();
+        self.last_look = Some(now);
         // Nothing waits, or a transient error such as an ICMP error queued on the socket: go
         // on.
         let got = sys::recv_batch(&self.sock, &mut self.bufs).unwrap_or_default();

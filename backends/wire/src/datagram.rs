@@ -250,9 +250,45 @@ pub mod gf2 {
         mul(r, pow(times_x(ONE), 8 * n as u64))
     }
 
-    /// Undoes [`advance`]: `r · x^(-8n) mod P`.
+    /// Undoes [`advance`]: `r · x^(-8n) mod P`, from a table of `x^(-8·2^i)` made once (one
+    /// multiplication per set bit of `n`: it runs for every IPv4 datagram received).
     pub fn retreat(r: u32, n: usize) -> u32 {
-        mul(r, pow(times_x_inv(ONE), 8 * n as u64))
+        let t = tables();
+        let mut acc = r;
+        let mut n = n as u64;
+        let mut i = 0;
+        while n != 0 {
+            if n & 1 == 1 {
+                acc = mul(acc, t.back[i]);
+            }
+            n >>= 1;
+            i += 1;
+        }
+        acc
+    }
+
+    /// What [`retreat`] and [`solve_id_df`] need on every call, made on first use: the powers
+    /// `x^(-8·2^i)`, and the reduced basis of the identification's and DF flag's contributions
+    /// (the same for every datagram).
+    struct Tables {
+        back: [u32; 64],
+        basis: [Option<(u32, u32)>; 32],
+    }
+
+    fn tables() -> &'static Tables {
+        static TABLES: std::sync::OnceLock<Tables> = std::sync::OnceLock::new();
+        TABLES.get_or_init(|| {
+            let mut back = [ONE; 64];
+            let mut p = pow(times_x_inv(ONE), 8);
+            for b in &mut back {
+                *b = p;
+                p = mul(p, p);
+            }
+            Tables {
+                back,
+                basis: basis(),
+            }
+        })
     }
 
     /// The raw CRC (zero start, no final inversion) of `bytes`: each bit fed multiplies the
@@ -280,15 +316,9 @@ pub mod gf2 {
         }
     }
 
-    /// Solves `diff = (Σ bits · c_bit) · x^(8 after)` for the IPv4 identification and the DF
-    /// flag's change, where `diff` is the ICRC found XOR the ICRC computed for identification 0
-    /// with DF set, and `after` the number of covered bytes after the flags byte. Returns the
-    /// identification and whether DF was set, or `None` when no identification and flag
-    /// explain the difference (the datagram is corrupt).
-    pub fn solve_id_df(diff: u32, after: usize) -> Option<(u16, bool)> {
-        let target = retreat(diff, after);
-        // Gaussian elimination over the 17 contributions: `basis[b]` holds a vector whose
-        // highest set bit is `b`, with the unknowns it combines.
+    /// Gaussian elimination over the 17 contributions: `basis[b]` holds a vector whose highest
+    /// set bit is `b`, with the unknowns it combines.
+    fn basis() -> [Option<(u32, u32)>; 32] {
         let mut basis: [Option<(u32, u32)>; 32] = [None; 32];
         for i in 0..17u32 {
             let mut v = (raw_crc(&unknown(i)), 1u32 << i);
@@ -305,6 +335,17 @@ pub mod gf2 {
                 }
             }
         }
+        basis
+    }
+
+    /// Solves `diff = (Σ bits · c_bit) · x^(8 after)` for the IPv4 identification and the DF
+    /// flag's change, where `diff` is the ICRC found XOR the ICRC computed for identification 0
+    /// with DF set, and `after` the number of covered bytes after the flags byte. Returns the
+    /// identification and whether DF was set, or `None` when no identification and flag
+    /// explain the difference (the datagram is corrupt).
+    pub fn solve_id_df(diff: u32, after: usize) -> Option<(u16, bool)> {
+        let target = retreat(diff, after);
+        let basis = &tables().basis;
         let mut rest = (target, 0u32);
         while rest.0 != 0 {
             let top = 31 - rest.0.leading_zeros() as usize;

@@ -727,18 +727,25 @@ impl<D: Device> CmDevice<D> {
             // footprint.
             st.unsent.shrink_to(SEND_SLOTS);
         }
+        let mut posted = false;
         while !st.unsent.is_empty() {
             let Some(slot) = st.free_send.pop() else {
-                return Ok(());
+                break;
             };
             let Some(m) = st.unsent.pop_front() else {
                 st.free_send.push(slot);
-                return Ok(());
+                break;
             };
             if let Err(e) = self.send_mad(st, slot, &m) {
                 st.free_send.push(slot);
                 return Err(e);
             }
+            posted = true;
+        }
+        if posted && self.shared.ctx.progress() == portverbs_hal::Progress::Manual {
+            // A manual device may hold what a post produced for its caller's next poll: the
+            // MADs leave now, whether or not the application calls again (a DREP, a REJ).
+            self.shared.ctx.dispatch();
         }
         Ok(())
     }

@@ -408,9 +408,10 @@ impl Channel {
     }
 }
 
-/// A TCP read on a side whose device progresses only inside calls: the socket is read
-/// without blocking, and between tries the device is dispatched (it receives, acknowledges,
-/// retransmits), with the peer watch looked at every [`TCP_SLICE`].
+/// A TCP read on a side whose device progresses only inside calls: the device is dispatched
+/// (it receives, acknowledges, retransmits) between tries of the socket, which is read
+/// without blocking only every [`DISPATCHES_PER_READ`] dispatches (a system call each would
+/// slow the device's progress); the peer watch is looked at every [`TCP_SLICE`].
 fn read_driving(
     stream: &mut std::net::TcpStream,
     buf: &mut [u8],
@@ -437,7 +438,9 @@ fn read_driving(
             }
             Ok(n) => got += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                ctx.dispatch();
+                for _ in 0..DISPATCHES_PER_READ {
+                    ctx.dispatch();
+                }
                 if looked.elapsed() >= TCP_SLICE {
                     looked = std::time::Instant::now();
                     if let Err(e) = watch.check(&format!("waiting for the {what}"), long) {
@@ -459,3 +462,6 @@ fn read_driving(
         .io_ctx("configuring the exchange socket")?;
     r
 }
+
+/// Dispatches of a manual device between two looks at the exchange socket.
+const DISPATCHES_PER_READ: u32 = 64;
