@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # BENCHMARKS.md "RoCEv2 over UDP": Portverbs' UDP-bound software devices in two processes
 # over loopback, beside the raw UDP rates this machine reaches in the same run with the same
-# datagram sizes (a plain sendmmsg/recvmmsg pair and a UDP GSO/GRO pair).
+# datagram sizes (a plain sendmmsg/recvmmsg pair and a UDP GSO/GRO pair). Portverbs runs in
+# both progress modes: auto (one progress thread per device) and manual (none: the perf
+# processes' own polls and waits drive their devices).
 #
 #   benches/udp.sh [runs]      # default 3 runs of each; prints the best and every run
 #
@@ -29,15 +31,15 @@ raw() { # size gso(0/1) -> "gbps mpps" of what arrived
     sed -E 's/.*mpps=([0-9.]+) gbps=([0-9.]+).*/\2 \1/' /tmp/udp-bench-sink.txt
 }
 
-pv() { # test size iterations -> "gbps mpps" from the client's row
-    local test=$1 size=$2 n=$3
+pv() { # test size iterations progress -> "gbps mpps" from the client's row
+    local test=$1 size=$2 n=$3 mode=$4
     PORT=$((PORT + 1))
     PORTVERBS_UDP=127.0.96.1 timeout 120 "$PV" perf "$test" -d udp0 -s "$size" -n "$n" \
-        -p "$PORT" > /tmp/udp-bench-server.txt 2>&1 &
+        -p "$PORT" --progress "$mode" > /tmp/udp-bench-server.txt 2>&1 &
     local pid=$!
     sleep 0.5
     PORTVERBS_UDP=127.0.96.2 timeout 120 "$PV" perf "$test" -d udp0 -s "$size" -n "$n" \
-        -p "$PORT" 127.0.96.1 > /tmp/udp-bench-client.txt 2>&1
+        -p "$PORT" --progress "$mode" 127.0.96.1 > /tmp/udp-bench-client.txt 2>&1
     wait "$pid"
     # Row: bytes iterations peak avg(MiB/s) rate(Mpps)
     awk -v s="$size" '$1 == s && NF == 5 { printf "%.3f %.3f\n", $4 * 1048576 * 8 / 1e9, $5 }' \
@@ -52,8 +54,10 @@ for r in $(seq "$RUNS"); do
     runs[gso4112]+="$(raw 4112 1)"$'\n'
     runs[raw80]+="$(raw 80 0)"$'\n'
     runs[gso80]+="$(raw 80 1)"$'\n'
-    runs[write]+="$(pv write_bw 65536 20000)"$'\n'
-    runs[send]+="$(pv send_bw 64 300000)"$'\n'
+    for mode in auto manual; do
+        runs[write_$mode]+="$(pv write_bw 65536 20000 $mode)"$'\n'
+        runs[send_$mode]+="$(pv send_bw 64 300000 $mode)"$'\n'
+    done
 done
 
 line() { # label key column(1=gbps,2=mpps)
@@ -65,7 +69,9 @@ line() { # label key column(1=gbps,2=mpps)
 echo "RoCEv2 over UDP, two processes over loopback, best of $RUNS ($(nproc) cores)"
 line "raw UDP 4112 B, sendmmsg/recvmmsg" raw4112 1
 line "raw UDP 4112 B, GSO/GRO" gso4112 1
-line "Portverbs 64 KiB RDMA WRITE (write_bw)" write 1
+line "Portverbs 64 KiB RDMA WRITE, auto" write_auto 1
+line "Portverbs 64 KiB RDMA WRITE, manual" write_manual 1
 line "raw UDP 80 B, sendmmsg/recvmmsg" raw80 2
 line "raw UDP 80 B, GSO/GRO" gso80 2
-line "Portverbs 64 B SEND (send_bw)" send 2
+line "Portverbs 64 B SEND, auto" send_auto 2
+line "Portverbs 64 B SEND, manual" send_manual 2

@@ -66,7 +66,19 @@
 //! * **soft** — the software RDMA device ([`soft`]). [`devices`] lists the devices of an
 //!   embedded in-process fabric (two devices, `soft0` at 10.0.0.1 and `soft1` at 10.0.0.2,
 //!   driven by an engine thread); build your own [`soft::Fabric`] for other topologies or for
-//!   deterministic stepped tests.
+//!   deterministic stepped tests. On Linux a software device can be bound to an IP address
+//!   (`udp_device`, `PORTVERBS_UDP`), in either progress mode.
+//!
+//! ## Progress: manual or auto
+//! A UDP-bound device is made in one of two progress modes ([`hal::Progress`], after
+//! libfabric's `FI_PROGRESS_AUTO` and `FI_PROGRESS_MANUAL`): **auto**, the default — one
+//! progress thread per device receives, runs the transport, its timers and the connection
+//! manager, and sends, so peers are answered whatever the application does (what a librdmacm
+//! user expects) — or **manual** — no thread: a post sends on the posting thread, and every
+//! poll, wait, await and [`verbs::Context::dispatch`] receives and runs the rest on the
+//! caller's thread (polling any CQ of a device makes the whole device progress). Choose it
+//! with `udp_port::UdpConfig::progress`, or for [`devices`] with `PORTVERBS_PROGRESS`
+//! ([`progress_env`]) or `set_udp_progress`. The embedded fabric's devices are auto.
 //! * **mlx4** — the mlx4 driver ([`mlx4`]). On the embedded fabric it drives two emulated
 //!   ConnectX-3s ([`mlx4_model`]), `mlx4_0` at 10.0.0.3 and `mlx4_1` at 10.0.0.4; on Linux,
 //!   functions bound to vfio-pci are listed too ([`hardware_env`] tells how the scan is

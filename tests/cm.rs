@@ -53,8 +53,9 @@ fn udp_pair_in(
     (da, db, a, b)
 }
 
-/// A thread that drives a device's CM while it lives (this layer has no thread of its own:
-/// a device nobody calls does not answer).
+/// A thread that drives a device's CM while it lives, as an application's calls would. The
+/// devices here run their CM on their own progress thread as well; the cases hold on a device
+/// without one (whose CM answers only when something calls) too.
 struct Driver {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<thread::JoinHandle<()>>,

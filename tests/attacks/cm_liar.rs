@@ -458,8 +458,9 @@ fn pump_until_received(dev: &Dev, count: u64) {
     dev.progress().expect("progress");
 }
 
-/// A thread that drives a device's CM while it lives (the CM has no thread of its own: a
-/// device nobody calls does not answer).
+/// A thread that drives a device's CM while it lives, as an application's calls would. The
+/// devices here run their CM on their own progress thread as well; the cases hold on a device
+/// without one (whose CM answers only when something calls) too.
 struct Driver {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,

@@ -17,10 +17,20 @@
 //! ([`Fabric`], [`FabricConfig`], [`Mode`], [`LinkFaults`] …) are re-exported here, so that
 //! users of the soft device need no other crate.
 //!
+//! Progress: a device progresses as its fabric is driven, and says so in its
+//! [`portverbs_hal::DeviceInfo::progress`] — auto on a free-running fabric (the fabric's one
+//! engine thread runs the engine, and the agents attached through
+//! [`portverbs_hal::Device::attach_agent`], such as the CM's), manual on a manual fabric
+//! ([`Mode::Manual`]: a doorbell steps the fabric on the ringing thread, and
+//! [`portverbs_hal::Device::dispatch`], which verbs-core calls from every poll and wait, steps
+//! it, fires its timers and runs the agents on the caller's thread; the waits sleep on
+//! [`portverbs_hal::Device::wait_source`], the input of the fabric's port). A stepped fabric's
+//! devices report manual and dispatch nothing: the test's steps are their progress.
+//!
 //! What this crate must never do: depend on `verbs-core` or `cm-core` (backends sit *below* the
 //! portable cores) or on another device crate (the mlx4 model); reach DMA memory except through
 //! [`dma`] (the `portverbs-dma` crate, where the raw-pointer code lives; this crate has no
-//! `unsafe`); run a thread of its own (the fabric's engine thread runs its engine).
+//! `unsafe`); run a thread of its own (the fabric's engine thread, if any, runs its engine).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

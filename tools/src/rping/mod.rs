@@ -358,7 +358,7 @@ fn serve_one(
             format_args!("rdma_disconnect: {e} (CM state {:?})", conn.cm_state()),
         );
     }
-    // The DREP must leave before this process does (the CM has no thread to send it).
+    // The DREP must leave before this process does (nothing of ours sends it after that).
     drop(conn);
     if !cm.flush(Duration::from_secs(1)).unwrap_or(false) {
         debug(args.debug, "QP1 still had MADs to send after 1 s");
