@@ -532,7 +532,7 @@ impl<D: Device> Context<D> {
 
     /// Processes the asynchronous and completion-vector event queues: routes completion
     /// events to CQ notify requests and queues asynchronous events. Returns how many events
-    /// were handled.
+    /// were handled. A device in manual progress is dispatched first ([`Context::dispatch`]).
     ///
     /// # Errors
     /// A malformed event was skipped.

@@ -310,7 +310,9 @@ impl<D: Device> Cq<D> {
         self.inner.depth.load(Ordering::Relaxed)
     }
 
-    /// Polls up to `wc.len()` completions (`ibv_poll_cq`); returns how many were written.
+    /// Polls up to `wc.len()` completions (`ibv_poll_cq`); returns how many were written. On a
+    /// device in manual progress it first dispatches the device ([`Context::dispatch`]):
+    /// polling any CQ of a device makes the whole device progress.
     ///
     /// # Errors
     /// A malformed device entry (reported once, after the good completions before it were

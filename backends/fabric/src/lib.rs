@@ -27,7 +27,9 @@
 //! fabric's lock held.
 //!
 //! Device commands (create a QP, register memory …) take the fabric's lock; posting and polling
-//! never do (a doorbell is a lock-free [`Kicker`]).
+//! never do on a free-running or stepped fabric (a doorbell is a lock-free [`Kicker`]). On a
+//! manual fabric a doorbell and a dispatch step the fabric themselves, taking its lock with
+//! `try_lock` only: a thread that finds it taken leaves the work to the holder.
 //!
 //! ## Packet capture
 //! A fabric can write every packet its nodes send to a pcap file that Wireshark and tshark
