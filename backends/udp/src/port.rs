@@ -295,6 +295,14 @@ impl UdpPort {
             .map_err(UdpError::Socket)?;
         let stats = Arc::new(Counters::default());
         add(&stats.rcvbuf, rcvbuf as u64);
+        add(
+            &stats.segmentation_fallback,
+            u64::from(config.offload && !gso),
+        );
+        add(
+            &stats.coalescing_fallback,
+            u64::from(config.offload && !gro),
+        );
         let capture = Arc::new(Mutex::new(CaptureSlot::default()));
         let (to_fabric, from_wire) = crossbeam_channel::bounded(64);
         let sockets =

@@ -37,6 +37,13 @@ pub struct UdpStats {
     pub injected_reorder: u64,
     /// Receive buffer the kernel granted, in bytes.
     pub rcvbuf: u64,
+    /// 1 when the port asked for send segmentation offload (UDP GSO on Linux, USO on
+    /// Windows) and the system lacks it, so that every datagram is a send of its own; 0 when
+    /// it is in use or was not asked for.
+    pub segmentation_fallback: u64,
+    /// 1 when the port asked for receive coalescing (UDP GRO on Linux, URO on Windows) and
+    /// the system lacks it, so that every receive brings one datagram; 0 otherwise.
+    pub coalescing_fallback: u64,
 }
 
 /// The live counters.
@@ -58,6 +65,8 @@ pub(crate) struct Counters {
     pub(crate) injected_loss: AtomicU64,
     pub(crate) injected_reorder: AtomicU64,
     pub(crate) rcvbuf: AtomicU64,
+    pub(crate) segmentation_fallback: AtomicU64,
+    pub(crate) coalescing_fallback: AtomicU64,
     /// Datagrams the receive thread is done with (handed to the fabric or dropped): with
     /// `tx_packets` of every port it tells when nothing is in flight ([`crate::Lockstep`]).
     pub(crate) rx_settled: AtomicU64,
@@ -89,6 +98,8 @@ impl Counters {
             injected_loss: g(&self.injected_loss),
             injected_reorder: g(&self.injected_reorder),
             rcvbuf: g(&self.rcvbuf),
+            segmentation_fallback: g(&self.segmentation_fallback),
+            coalescing_fallback: g(&self.coalescing_fallback),
         }
     }
 }
