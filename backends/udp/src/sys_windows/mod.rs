@@ -610,6 +610,78 @@ mod tests {
         assert_eq!(failed, 2);
     }
 
+    /// The whole port on Windows: its receive thread takes datagrams off the OVERLAPPED
+    /// requests, checks every ICRC (a bad one is dropped and counted, garbage is counted as
+    /// malformed), says which offloads it lacks, and stops cleanly (the requests in flight
+    /// are cancelled and waited for).
+    #[test]
+    fn the_port_checks_every_datagram_and_counts_the_offloads_it_lacks() {
+        use portverbs_fabric::Fabric;
+        use portverbs_hal::types::Gid;
+        use portverbs_transport::{Packet, PayloadData};
+        use portverbs_wire::{Bth, Opcode, TransportHdr};
+
+        use crate::{UdpConfig, UdpPort};
+
+        // A free port on 127.0.0.1 (the one IPv4 address Wine binds as asked).
+        let port_no = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let fabric = Fabric::threaded();
+        let port = UdpPort::attach(
+            &fabric,
+            UdpConfig {
+                port: port_no,
+                ..UdpConfig::new("127.0.0.1".parse().unwrap())
+            },
+        )
+        .unwrap();
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let stats = port.stats();
+        assert_eq!(
+            stats.segmentation_fallback,
+            u64::from(!gso_available(&probe))
+        );
+        assert_eq!(stats.coalescing_fallback, u64::from(!enable_gro(&probe)));
+        eprintln!(
+            "segmentation fallback {}, coalescing fallback {}",
+            stats.segmentation_fallback, stats.coalescing_fallback
+        );
+
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (src, dst) = (peer.local_addr().unwrap(), port.local_addr());
+        let pkt = Packet::new(
+            Gid::from_ip(src.ip()),
+            Gid::from_ip(dst.ip()),
+            TransportHdr::new(Bth::new(Opcode::SendOnly, 0x11, 7)),
+            PayloadData::Bytes(vec![0x5a; 300]),
+        );
+        let mut good = Vec::new();
+        pkt.write_datagram(&mut good).unwrap();
+        portverbs_wire::seal_datagram(src, dst, &mut good).unwrap();
+        let mut bad = good.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        for d in [&good[..], &bad[..], b"not RoCEv2"] {
+            peer.send_to(d, dst).unwrap();
+        }
+        let start = std::time::Instant::now();
+        while port.stats().rx_packets < 3 {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{:?}",
+                port.stats()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let stats = port.stats();
+        assert_eq!(stats.rx_packets, 3);
+        assert_eq!(stats.icrc_drops, 1, "{stats:?}");
+        assert_eq!(stats.malformed, 1, "{stats:?}");
+        drop(port);
+    }
+
     #[test]
     fn the_loopback_mtu_is_large_and_a_foreign_address_has_none() {
         assert_eq!(interface_mtu("127.0.0.2".parse().unwrap()), Some(65_536));
