@@ -518,7 +518,16 @@ impl RecvBufs {
 pub(crate) fn recv_batch(sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<usize> {
     bufs.got.clear();
     if bufs.driver.is_none() {
-        bufs.driver = Some(Driver::start(sock, bufs.bufs.len(), bufs.size)?);
+        match Driver::start(sock, bufs.bufs.len(), bufs.size) {
+            Ok(d) => bufs.driver = Some(d),
+            Err(e) => {
+                // Nothing to wait on: wait as a receive would have, so that a caller that
+                // retries on errors (the receive thread does) does not spin.
+                let wait = sock.read_timeout().ok().flatten();
+                std::thread::sleep(wait.unwrap_or(std::time::Duration::from_millis(50)));
+                return Err(e);
+            }
+        }
     }
     let Some(d) = bufs.driver.as_mut() else {
         return Ok(0);
