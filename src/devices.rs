@@ -1,5 +1,6 @@
 //! The devices this process can open: the embedded in-process fabric (two software devices
-//! and two emulated ConnectX-3s under the mlx4 driver) and, on Linux, mlx4 functions bound to
+//! and two emulated ConnectX-3s under the mlx4 driver), the UDP-bound software devices
+//! `PORTVERBS_UDP` asks for (Linux and Windows) and, on Linux, mlx4 functions bound to
 //! vfio-pci.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -53,7 +54,7 @@ pub enum SkipReason {
     #[error(transparent)]
     Vfio(#[from] portverbs_mlx4::OpenError),
     /// A device `PORTVERBS_UDP` asked for could not be made.
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", windows))]
     #[error(transparent)]
     Udp(#[from] crate::UdpDeviceError),
 }
@@ -72,7 +73,7 @@ pub struct SkippedDevice {
 /// ones, the UDP-bound ones of `PORTVERBS_UDP`, then the VFIO-bound functions).
 pub fn skipped_devices() -> Vec<&'static SkippedDevice> {
     let mut v: Vec<&'static SkippedDevice> = embedded().skipped.iter().collect();
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", windows))]
     v.extend(crate::udp::env_devices().1.iter());
     v.extend(hardware().1.iter());
     v
@@ -174,7 +175,8 @@ pub fn embedded_fabric() -> &'static Fabric {
 }
 
 /// Every device available to this process (`ibv_get_device_list`): the devices of the
-/// embedded fabric, then (Linux) every mlx4-class function bound to vfio-pci.
+/// embedded fabric, the UDP-bound ones of `PORTVERBS_UDP` (`udp0`, `udp1` …), then (Linux)
+/// every mlx4-class function bound to vfio-pci.
 ///
 /// ```
 /// use portverbs::prelude::*;
@@ -184,7 +186,7 @@ pub fn embedded_fabric() -> &'static Fabric {
 /// ```
 pub fn devices() -> Vec<AnyDevice> {
     let mut v: Vec<AnyDevice> = embedded().devices.clone();
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", windows))]
     v.extend(
         crate::udp::env_devices()
             .0

@@ -83,6 +83,9 @@
 //!   ConnectX-3s ([`mlx4_model`]), `mlx4_0` at 10.0.0.3 and `mlx4_1` at 10.0.0.4; on Linux,
 //!   functions bound to vfio-pci are listed too ([`hardware_env`] tells how the scan is
 //!   steered).
+//! * **udp** — a software device bound to an IP address, speaking RoCEv2 through the
+//!   system's UDP sockets ([`udp_device`], and `PORTVERBS_UDP=<ip>[,<ip>…]` for [`devices`]),
+//!   on Linux and Windows ([`udp_port`] says what each system puts on the wire).
 //!
 //! ## Packet capture
 //! `PORTVERBS_PCAP=<path>` makes the embedded fabric write every packet its devices send to a
@@ -102,7 +105,7 @@ mod cm_timer;
 mod devices;
 mod env;
 mod open;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod udp;
 
 pub use any::AnyDevice;
@@ -129,11 +132,11 @@ pub use portverbs_hal as hal;
 pub use portverbs_mlx4 as mlx4;
 pub use portverbs_mlx4_model as mlx4_model;
 pub use portverbs_soft as soft;
-/// The UDP port: RoCEv2 over the kernel's UDP sockets (Linux).
-#[cfg(target_os = "linux")]
+/// The UDP port: RoCEv2 over the system's UDP sockets (Linux and Windows).
+#[cfg(any(target_os = "linux", windows))]
 pub use portverbs_udp as udp_port;
 pub use portverbs_verbs as verbs;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 pub use udp::{
     UdpDevice, UdpDeviceError, env_udp_device, in_process, set_udp_progress, udp_device,
     udp_device_on, udp_env, udp_progress,

@@ -8,7 +8,12 @@
 #    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw,
 #    ib_read_bw, ib_send_bw, ib_write_lat and ib_send_lat with -R (connected by the CM;
 #    perftest's -R also runs its exchange over a CM-connected QP), each with the guest as
-#    server and with Portverbs as server.
+#    server and with Portverbs as server; and ibv_rc_pingpong -c and ib_write_bw against the
+#    Windows build of the CLI, run under Wine (built too, with the ProcessPrng stand-in Wine 8
+#    needs), both ways. Wine's sockets are the host's Linux sockets, so its IPv4 datagrams
+#    carry identification 0 as Linux's do and rxe's ICRC check passes: these rows test the
+#    Windows build's port, not what a real Windows stack puts in the identification (with
+#    which rxe would drop IPv4 datagrams; see the portverbs-udp crate docs: use IPv6 there).
 # 2. Finds a Debian kernel with rdma_rxe (tests/guest-lib.sh: the one the VFIO guest test
 #    uses, fetched with apt-get download if none is installed).
 # 3. Fetches Debian's rdma-core, perftest and iproute2 packages (apt-get download, unpacked
@@ -33,10 +38,11 @@
 #    the teardown, where perftest and Portverbs often send crossing DREQs, may wait for a
 #    CM timer.
 #
-# Needs root, qemu-system-x86, busybox-static, cpio, kmod, iproute2, tshark and apt-get (for
-# the packages). Output goes to $CARGO_TARGET_DIR/rxe-guest (default target/). Environment:
-# RXE_GUEST_TIMEOUT (seconds for the whole guest run, default 420), RXE_GUEST_KERNEL and
-# RXE_GUEST_MODULES (a kernel image and its module directory, instead of finding one).
+# Needs root, qemu-system-x86, busybox-static, cpio, kmod, iproute2, tshark, apt-get (for
+# the packages), mingw-w64 and wine (the Windows rows). Output goes to
+# $CARGO_TARGET_DIR/rxe-guest (default target/). Environment: RXE_GUEST_TIMEOUT (seconds for
+# the whole guest run, default 420), RXE_GUEST_KERNEL and RXE_GUEST_MODULES (a kernel image
+# and its module directory, instead of finding one).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -56,15 +62,16 @@ die() { echo "rxe-guest: $*" >&2; exit 1; }
 source "$repo/tests/guest-lib.sh"
 
 ((EUID == 0)) || die "needs root (a network namespace and a tap device)"
-for tool in qemu-system-x86_64 cpio gzip ip tshark apt-get dpkg-deb ldd; do
+for tool in qemu-system-x86_64 cpio gzip ip tshark apt-get dpkg-deb ldd wine x86_64-w64-mingw32-gcc; do
     command -v "$tool" >/dev/null ||
-        die "$tool is missing (apt-get install qemu-system-x86 cpio iproute2 tshark)"
+        die "$tool is missing (apt-get install qemu-system-x86 cpio iproute2 tshark wine wine64 gcc-mingw-w64-x86-64)"
 done
 busybox=${BUSYBOX:-/bin/busybox}
 guest_check_busybox "$busybox"
 
 # --- the checks -----------------------------------------------------------------------------
 # name | guest role | guest command (@GIDX@: rxe0's RoCEv2 GID index) | host command (portverbs)
+#   [| windows: the host command runs the Windows build under Wine]
 # Sizes: one packet, four packets and 64 packets of the 1024-byte path MTU, and an odd size.
 checks=(
     "pp-64-gs|server|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 64 -n 50|pingpong -d udp0 -g 0 -c -s 64 -n 50 $guest_ip"
@@ -89,6 +96,11 @@ checks=(
     "wlatR-hs|client|ib_write_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf write_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
     "slatR-gs|server|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F $guest_ip"
     "slatR-hs|client|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
+    # The Windows build of the CLI under Wine (IPv4: see the header for what this shows).
+    "pp-4096-gs-win|server|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 4096 -n 50|pingpong -d udp0 -g 0 -c -s 4096 -n 50 $guest_ip|windows"
+    "wbw-gs-win|server|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F $guest_ip|windows"
+    "pp-10000-hs-win|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 10000 -n 50 $host_ip|pingpong -d udp0 -g 0 -c -s 10000 -n 50|windows"
+    "wbw-hs-win|client|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F $host_ip|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F|windows"
 )
 
 # --- 1. host binaries -----------------------------------------------------------------------
@@ -98,6 +110,19 @@ cargo build --release --quiet -p portverbs-cli -p portverbs-rxe-guest
 cli=$target_dir/release/portverbs
 checker=$target_dir/release/rxe-check
 [[ -x $cli && -x $checker ]] || die "no binaries in $target_dir/release"
+# The Windows build for the `windows` rows, and the bcryptprimitives.dll stand-in Rust's std
+# needs on Wine 8 (as .ci/run builds it).
+rustup target add x86_64-pc-windows-gnu >/dev/null 2>&1 || true
+cargo build --release --quiet --target x86_64-pc-windows-gnu -p portverbs-cli
+win_cli=$target_dir/x86_64-pc-windows-gnu/release/portverbs.exe
+[[ -f $win_cli ]] || die "no $win_cli"
+mkdir -p "$work/wine-stub"
+x86_64-w64-mingw32-gcc -shared -O2 -o "$work/wine-stub/bcryptprimitives.dll" \
+    .ci/wine/processprng.c .ci/wine/processprng.def -ladvapi32
+# Wine for the `windows` rows: a prefix of this run's own, so that its wineserver (which
+# makes the sockets) starts inside the namespace (section 4).
+wine_env=(WINEPREFIX="$work/wine" WINEDEBUG=-all
+    WINEPATH="Z:$(tr / '\\' <<<"$work/wine-stub")")
 t_build=$(($(now_ms) - t0))
 
 # --- 2. the kernel --------------------------------------------------------------------------
@@ -180,6 +205,7 @@ echo "    modules: $(tr '\n' ' ' <"$root/modules.order")($(du -h "$initrd" | cut
 qemu_pid=
 cleanup() {
     [[ -n $qemu_pid ]] && kill "$qemu_pid" 2>/dev/null
+    [[ -d $work/wine ]] && { env "${wine_env[@]}" wineserver -k 2>/dev/null || true; }
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
     ip netns del "$ns" 2>/dev/null
     return 0
@@ -190,6 +216,12 @@ ip -n "$ns" link set lo up
 ip -n "$ns" tuntap add dev tap0 mode tap
 ip -n "$ns" addr add "$host_ip/24" dev tap0
 ip -n "$ns" link set tap0 up
+
+# The Wine prefix, made inside the namespace before the guest boots (the first time takes a
+# while).
+echo "==> preparing a Wine prefix in the namespace"
+ip netns exec "$ns" env "${wine_env[@]}" timeout 300 wineboot -i >"$work/wineboot.log" 2>&1 ||
+    die "wineboot failed ($work/wineboot.log)"
 
 log=$work/console.log
 : >"$log"
@@ -217,10 +249,18 @@ wait_for() {
     done
 }
 
-# The host's side of one check, in the namespace, capturing to $work/<name>.pcap.
+# The host's side of one check, in the namespace, capturing to $work/<name>.pcap; $1 is the
+# build (linux or windows: the Windows CLI under Wine, the capture path in Wine's Z: drive).
 host_run() {
-    local name=$1
-    shift
+    local name=$2
+    if [[ $1 == windows ]]; then
+        shift 2
+        ip netns exec "$ns" env "${wine_env[@]}" PORTVERBS_UDP=$host_ip \
+            PORTVERBS_PCAP="Z:$(tr / '\\' <<<"$work/$name.pcap")" \
+            timeout -k 5 90 wine "$win_cli" "$@" </dev/null >"$work/host-$name.out" 2>&1
+        return
+    fi
+    shift 2
     ip netns exec "$ns" env PORTVERBS_UDP=$host_ip PORTVERBS_PCAP="$work/$name.pcap" \
         timeout -k 5 90 "$cli" "$@" </dev/null >"$work/host-$name.out" 2>&1
 }
@@ -270,7 +310,8 @@ results=()
 if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
     grep -m1 '^\[rxe\] UP' "$log"
     for c in "${checks[@]}"; do
-        IFS='|' read -r name role gcmd hcmd <<<"$c"
+        IFS='|' read -r name role gcmd hcmd build <<<"$c"
+        build=${build:-linux}
         read -r -a hargs <<<"$hcmd"
         tool=${hargs[0]}
         [[ $tool == perf ]] && tool=${hargs[1]}
@@ -289,9 +330,9 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
         host_rc=0
         if [[ $role == server ]]; then
             wait_for "^\\[rxe\\] LISTENING $name.?\$" 30 || fail "$name" "the guest's server never listened"
-            host_run "$name" "${hargs[@]}" || host_rc=$?
+            host_run "$build" "$name" "${hargs[@]}" || host_rc=$?
         else
-            host_run "$name" "${hargs[@]}" || host_rc=$?
+            host_run "$build" "$name" "${hargs[@]}" || host_rc=$?
         fi
         if ! wait_for "^\\[rxe\\] END $name rc=" 120; then
             fail "$name" "the guest's side never ended"

@@ -75,7 +75,7 @@ fn check_environment() -> Result<(), CliError> {
     portverbs::hardware_env()
         .map(|_| ())
         .map_err(CliError::usage)?;
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", windows))]
     portverbs::udp_env().map_err(CliError::usage)?;
     portverbs::progress_env().map_err(CliError::usage)?;
     Ok(())

@@ -21,7 +21,7 @@ fn parse(s: &str) -> Result<Progress, String> {
 impl ProgressArg {
     /// Makes the choice before any device is made.
     pub(crate) fn apply(self) {
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", windows))]
         if let Some(p) = self.progress {
             portverbs::set_udp_progress(p);
         }

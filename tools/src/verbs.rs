@@ -63,11 +63,11 @@ pub(crate) fn pick_device(name: Option<&str>) -> Result<AnyDevice, CliError> {
 /// fabric): `perf` and `pingpong` then run both ends here unless told otherwise. UDP-bound
 /// devices (`PORTVERBS_UDP`) and VFIO hardware are reachable from other processes.
 pub(crate) fn in_process(dev: &AnyDevice) -> bool {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", windows))]
     {
         portverbs::in_process(dev)
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = dev;
         true

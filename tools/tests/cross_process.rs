@@ -1,7 +1,10 @@
 //! `perf` and `pingpong` as a server in one process and a client in another.
 //!
 //! Two processes share a network through devices reachable from outside: UDP-bound soft
-//! devices (`PORTVERBS_UDP`, Linux), on loopback addresses of their own, run end to end here.
+//! devices (`PORTVERBS_UDP`), on loopback addresses of their own, run end to end here on
+//! Linux. (Under Wine two Windows processes cannot both hold port 4791 on loopback — Wine
+//! binds any address but 127.0.0.1 as the wildcard — so the Windows build is run against the
+//! Linux one instead: `wine_interop.rs`.)
 //! On every OS a server process's side of the TCP exchange is also checked against a hand-made
 //! peer that speaks the C tools' formats. (Server and client threads of one process are tested in the
 //! crate's unit tests, on the in-process devices.)

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::sys::{self, GSO_MAX_SEGMENTS, IpFields, Outgoing, RecvBufs};
+use portverbs_fabric::{Mode, PortIo as _};
+
+use crate::io::UdpIo;
+use crate::sys::{self, GSO_MAX_SEGMENTS, IpFields, Outgoing};
 
 /// Datagrams per `sendmmsg` (and segments per GSO message).
 const BATCH: usize = GSO_MAX_SEGMENTS;
@@ -102,18 +105,17 @@ pub fn sink(
     let sock = UdpSocket::bind(at)?;
     sys::set_buffers(&sock, 8 << 20);
     let gro = gro && sys::enable_gro(&sock);
-    sock.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let mut bufs = if gro {
-        RecvBufs::new(16, 1 << 16)
-    } else {
-        RecvBufs::new(64, 9216)
-    };
+    // The port's own way to sleep until a datagram is there (receives never wait).
+    let io = UdpIo::new(&sock, Mode::Threaded)?;
+    let (count, size) = if gro { (16, 1 << 16) } else { (64, 9216) };
+    let mut bufs = io.recv_bufs(&sock, count, size)?;
     let begun = Instant::now();
     let mut first: Option<Instant> = None;
     let mut last = Instant::now();
     let mut fig = RawFigures::default();
     while !stop.load(Ordering::Acquire) && begun.elapsed() < limit {
         if sys::recv_batch(&sock, &mut bufs).unwrap_or(0) == 0 {
+            io.wait(Duration::from_millis(20));
             continue;
         }
         let now = Instant::now();

@@ -15,9 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use portverbs_fabric::{PortIo, WaitSource};
+use portverbs_fabric::{Mode, PortIo, WaitSource};
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, epoll, eventfd, poll};
 use rustix::io::Errno;
+
+use crate::sys::RecvBufs;
 
 /// The port's I/O as the fabric sees it.
 #[derive(Debug)]
@@ -32,8 +34,8 @@ pub(crate) struct UdpIo {
 }
 
 impl UdpIo {
-    /// The set for `sock`, and a wake-up.
-    pub(crate) fn new(sock: &UdpSocket) -> io::Result<Self> {
+    /// The set for `sock`, and a wake-up (the same in every mode of the fabric).
+    pub(crate) fn new(sock: &UdpSocket, _mode: Mode) -> io::Result<Self> {
         let rx_set = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
             &rx_set,
@@ -47,6 +49,16 @@ impl UdpIo {
             wake,
             hint: Arc::new(AtomicBool::new(true)),
         })
+    }
+
+    /// The receive buffers: `count` of `size` bytes, for `recvmmsg` on `sock`.
+    pub(crate) fn recv_bufs(
+        &self,
+        _sock: &UdpSocket,
+        count: usize,
+        size: usize,
+    ) -> io::Result<RecvBufs> {
+        Ok(RecvBufs::new(count, size))
     }
 
     fn drain_wake(&self) {

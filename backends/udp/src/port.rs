@@ -22,7 +22,7 @@ use thiserror::Error;
 use crate::io::UdpIo;
 use crate::rx::{self, Rx};
 use crate::stats::{Counters, UdpStats, add};
-use crate::sys::{self, RecvBufs};
+use crate::sys;
 use crate::tx::{Sockets, TxQueue};
 
 /// Faults a test injects into the packets a port sends (seeded, so a run can be repeated).
@@ -290,17 +290,24 @@ impl UdpPort {
         let gro = config.offload && sys::enable_gro(&sock);
         let gso = config.offload && sys::gso_available(&sock);
         let rx_sock = sock.try_clone().map_err(UdpError::Socket)?;
-        let io = Arc::new(UdpIo::new(&rx_sock).map_err(UdpError::Socket)?);
+        let io = Arc::new(UdpIo::new(&rx_sock, fabric.mode()).map_err(UdpError::Socket)?);
         let stats = Arc::new(Counters::default());
         add(&stats.rcvbuf, rcvbuf as u64);
+        add(
+            &stats.segmentation_fallback,
+            u64::from(config.offload && !gso),
+        );
+        add(
+            &stats.coalescing_fallback,
+            u64::from(config.offload && !gro),
+        );
         let capture = Arc::new(Mutex::new(CaptureSlot::default()));
         // Without GRO a buffer holds one datagram: RoCEv2 ones are at most 4 KiB of payload
         // plus headers; with it, up to 64 KiB of one flow.
-        let bufs = if gro {
-            RecvBufs::new(16, 1 << 16)
-        } else {
-            RecvBufs::new(64, 9216)
-        };
+        let (count, size) = if gro { (16, 1 << 16) } else { (64, 9216) };
+        let bufs = io
+            .recv_bufs(&rx_sock, count, size)
+            .map_err(UdpError::Socket)?;
         let rx = Rx {
             sock: rx_sock,
             local,

@@ -9,7 +9,7 @@ pub struct UdpStats {
     pub tx_packets: u64,
     /// Bytes of those datagrams (ICRC included, IP/UDP headers not).
     pub tx_bytes: u64,
-    /// `sendmmsg` calls.
+    /// Send calls: `sendmmsg` on Linux, `WSASendMsg` on Windows.
     pub tx_calls: u64,
     /// Datagrams handed to the kernel as GSO segments (part of `tx_packets`).
     pub tx_gso_segments: u64,
@@ -23,7 +23,8 @@ pub struct UdpStats {
     pub rx_packets: u64,
     /// Bytes of those datagrams.
     pub rx_bytes: u64,
-    /// `recvmmsg` calls that returned data.
+    /// Receive looks that returned data: `recvmmsg` calls on Linux, harvests of completed
+    /// `WSARecvMsg` requests on Windows.
     pub rx_calls: u64,
     /// Datagrams dropped because their ICRC did not match.
     pub icrc_drops: u64,
@@ -39,6 +40,13 @@ pub struct UdpStats {
     pub injected_reorder: u64,
     /// Receive buffer the kernel granted, in bytes.
     pub rcvbuf: u64,
+    /// 1 when the port asked for send segmentation offload (UDP GSO on Linux, USO on
+    /// Windows) and the system lacks it, so that every datagram is a send of its own; 0 when
+    /// it is in use or was not asked for.
+    pub segmentation_fallback: u64,
+    /// 1 when the port asked for receive coalescing (UDP GRO on Linux, URO on Windows) and
+    /// the system lacks it, so that every receive brings one datagram; 0 otherwise.
+    pub coalescing_fallback: u64,
 }
 
 /// The live counters.
@@ -60,6 +68,8 @@ pub(crate) struct Counters {
     pub(crate) injected_loss: AtomicU64,
     pub(crate) injected_reorder: AtomicU64,
     pub(crate) rcvbuf: AtomicU64,
+    pub(crate) segmentation_fallback: AtomicU64,
+    pub(crate) coalescing_fallback: AtomicU64,
     /// Datagrams the node is done with (handed to the fabric or dropped): with
     /// `tx_packets` of every port it tells when nothing is in flight ([`crate::Lockstep`]).
     pub(crate) rx_settled: AtomicU64,
@@ -91,6 +101,8 @@ impl Counters {
             injected_loss: g(&self.injected_loss),
             injected_reorder: g(&self.injected_reorder),
             rcvbuf: g(&self.rcvbuf),
+            segmentation_fallback: g(&self.segmentation_fallback),
+            coalescing_fallback: g(&self.coalescing_fallback),
         }
     }
 }
