@@ -181,6 +181,52 @@ fn mra_pushes_the_req_timer_out() {
 }
 
 #[test]
+fn the_retry_budget_is_what_an_unanswered_req_spends() {
+    // rdma_cm's values on RoCE: 16 sends, each waited for 2·256 + 4 096 ms.
+    let path = portverbs_cm::PathParams::roce(Default::default(), Default::default());
+    let rdma_cm = portverbs_cm::ConnectParams::new(SERVICE, 1, 1, path);
+    assert_eq!(rdma_cm.retry_budget_ns(), 73_728 * MS);
+    // The short timers of these tests: 4 sends of 72 ms; Unreachable exactly when it ends.
+    let mut t = Pair::new();
+    let a = t.nodes[0].agent.create_id().expect("id");
+    let p = t.params(0, 0x11, 1);
+    assert_eq!(p.retry_budget_ns(), 4 * 72 * MS);
+    t.nodes[0].agent.connect(0, a, &p, &[]).expect("connect");
+    t.run_until_if(p.retry_budget_ns() - 1, |_, _| false);
+    assert!(t.take_events(0).is_empty(), "still trying");
+    t.run_until_if(p.retry_budget_ns(), |_, _| false);
+    assert_eq!(t.take_events(0), [CmEvent::Unreachable { id: a }]);
+}
+
+#[test]
+fn an_application_deadline_ends_a_req_early_whatever_an_mra_asks() {
+    // Unanswered: the deadline comes before the second retransmission.
+    let mut t = Pair::new();
+    let a = t.nodes[0].agent.create_id().expect("id");
+    let mut p = t.params(0, 0x11, 1);
+    p.give_up_at = Some(100 * MS);
+    t.nodes[0].agent.connect(0, a, &p, &[]).expect("connect");
+    t.run_until_if(10_000 * MS, |_, _| false);
+    assert_eq!(t.sent(0, AttrId::Req).len(), 2, "sent at 0 and 72 ms");
+    assert_eq!(t.take_events(0), [CmEvent::Unreachable { id: a }]);
+    assert_eq!(t.nodes[0].agent.state(a), Some(CmState::Idle));
+    // Answered with an MRA asking for 4 s more: the deadline still holds.
+    let mut t = Pair::new();
+    let listener = t.nodes[1].agent.create_id().expect("id");
+    t.nodes[1].agent.listen(listener, SERVICE).expect("listen");
+    let a = t.nodes[0].agent.create_id().expect("id");
+    let mut p = t.params(0, 0x11, 0x100);
+    p.give_up_at = Some(500 * MS);
+    t.nodes[0].agent.connect(0, a, &p, &[]).expect("connect");
+    t.run_until(200 * MS);
+    assert_eq!(t.nodes[0].agent.state(a), Some(CmState::MraReqRcvd));
+    assert!(t.nodes[0].agent.poll_timeout().expect("timer") <= 500 * MS);
+    t.run_until(500 * MS);
+    let ev = t.take_events(0);
+    assert_eq!(ev, [CmEvent::Unreachable { id: a }]);
+}
+
+#[test]
 fn duplicate_req_in_req_rcvd_and_rep_sent_is_silent() {
     let mut t = Pair::with(|mut c| {
         c.request_mra_timeout = None;

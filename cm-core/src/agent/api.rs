@@ -72,8 +72,9 @@ impl CmAgent {
     }
 
     /// Sends a REQ (retransmitted every 2·PLT + remote response timeout, `max_cm_retries`
-    /// times). Ends in exactly one of Established, Rejected or Unreachable, unless the
-    /// endpoint is destroyed first.
+    /// times: [`ConnectParams::retry_budget_ns`], or until [`ConnectParams::give_up_at`]).
+    /// Ends in exactly one of Established, Rejected or Unreachable, unless the endpoint is
+    /// destroyed first.
     pub fn connect(
         &mut self,
         now: u64,
@@ -172,6 +173,7 @@ impl CmAgent {
         c.packet_life_time = plt;
         c.av_timeout = (plt + 1).min(31);
         c.outcome_pending = true;
+        c.req_deadline = p.give_up_at.unwrap_or(u64::MAX);
         c.retx = Mad::new(tid, CmMessage::Req(req)).emit();
         self.set_state(index, CmState::ReqSent);
         let interval = (2 * timeout_ms(plt) + timeout_ms(p.remote_cm_response_timeout)) * NS_PER_MS;

@@ -76,6 +76,10 @@ pub(crate) struct Conn {
     /// When the outstanding request is given up at the latest ([`crate::time::MAX_WAIT_NS`]
     /// after it first left, plus what an MRA asked for).
     pub(crate) give_up_at: u64,
+    /// The application's limit on an outstanding REQ ([`crate::ConnectParams::give_up_at`];
+    /// `u64::MAX`: none): `give_up_at` never passes it, an MRA notwithstanding. Lifted when
+    /// the connect has its outcome.
+    pub(crate) req_deadline: u64,
     /// A received request's withdrawal was pushed out once for the MRA we sent.
     pub(crate) mra_extended: bool,
     pub(crate) timer: Option<(u64, TimerKind)>,
@@ -121,6 +125,7 @@ impl Default for Conn {
             retx_interval_ns: 0,
             retries_left: 0,
             give_up_at: 0,
+            req_deadline: u64::MAX,
             mra_extended: false,
             timer: None,
             timer_seq: 0,

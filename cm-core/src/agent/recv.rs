@@ -407,9 +407,10 @@ impl CmAgent {
         };
         let extra =
             timeout_ns(from_peer(m.service_timeout)).saturating_add(timeout_ns(c.av_timeout));
-        c.give_up_at = c.give_up_at.saturating_add(extra);
+        c.give_up_at = c.give_up_at.saturating_add(extra).min(c.req_deadline);
+        let at = now.saturating_add(extra).min(c.give_up_at);
         self.set_state(index, next);
-        self.arm(index, now.saturating_add(extra), TimerKind::Retransmit);
+        self.arm(index, at, TimerKind::Retransmit);
     }
 
     fn on_rej(&mut self, now: u64, from: Gid, r: &Rej) {

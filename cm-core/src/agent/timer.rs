@@ -39,14 +39,15 @@ impl CmAgent {
 
     /// Sends the endpoint's retransmittable MAD (already in `retx`) and arms its timer. The
     /// whole exchange is given up [`MAX_WAIT_NS`] after this first send at the latest,
-    /// whatever the interval and the retries.
+    /// whatever the interval and the retries (a REQ: at the application's deadline, if
+    /// sooner).
     pub(super) fn start_retx(&mut self, index: u32, now: u64, interval_ns: u64, retries: u8) {
         let Some(c) = self.table.conn_mut(index) else {
             return;
         };
         c.retx_interval_ns = interval_ns;
         c.retries_left = retries;
-        c.give_up_at = now.saturating_add(MAX_WAIT_NS);
+        c.give_up_at = now.saturating_add(MAX_WAIT_NS).min(c.req_deadline);
         let (to, mad, end) = (c.path.remote_gid, c.retx, c.give_up_at);
         self.send_raw(to, mad);
         self.arm(
@@ -186,6 +187,7 @@ impl CmAgent {
             return;
         }
         c.outcome_pending = false;
+        c.req_deadline = u64::MAX;
         if matches!(ev, CmEvent::Established { .. }) {
             c.connected = true;
         }

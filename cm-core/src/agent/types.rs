@@ -5,6 +5,7 @@ use core::fmt;
 
 use portverbs_hal::Gid;
 
+use crate::time::{MAX_WAIT_NS, timeout_ns};
 use crate::wire::{MAD_LEN, RejReason, SidrStatus};
 
 /// A connection endpoint's handle: its 32-bit local communication ID. The ID encodes a slot
@@ -173,9 +174,30 @@ pub struct ConnectParams {
     pub srq: bool,
     /// The path.
     pub path: PathParams,
+    /// The application's own limit on the wait for an answer, in the clock `connect` is
+    /// given (`now + limit`): the REQ is given up then — `Unreachable`, as when its retries
+    /// run out — however many retries are left and whatever an MRA asked for. `None`: the
+    /// retry budget alone ([`ConnectParams::retry_budget_ns`]).
+    pub give_up_at: Option<u64>,
 }
 
 impl ConnectParams {
+    /// How long an unanswered REQ is retried before the connect ends `Unreachable`:
+    /// `max_cm_retries + 1` sends, each waited for 2·PLT + the remote CM response timeout
+    /// (Linux's rounding, [`crate::time::timeout_ms`]), at most
+    /// [`crate::time::MAX_WAIT_NS`]. rdma_cm's values (PLT 16 on RoCE, timeout 20, 15
+    /// retries) make 16 × (2·256 + 4 096) ms = 73.7 s.
+    pub const fn retry_budget_ns(&self) -> u64 {
+        let interval = 2 * timeout_ns(self.path.packet_life_time)
+            + timeout_ns(self.remote_cm_response_timeout);
+        let budget = interval * (self.max_cm_retries as u64 + 1);
+        if budget < MAX_WAIT_NS {
+            budget
+        } else {
+            MAX_WAIT_NS
+        }
+    }
+
     /// rdma_cm's defaults for an RC connection on `path`.
     pub const fn new(service_id: u64, qpn: u32, starting_psn: u32, path: PathParams) -> Self {
         Self {
@@ -192,6 +214,7 @@ impl ConnectParams {
             local_cm_response_timeout: 20,
             srq: false,
             path,
+            give_up_at: None,
         }
     }
 }
