@@ -794,3 +794,166 @@ fn a_manual_server_busy_polling_its_data_cq_answers_through_that_poll() {
     assert!(a.served_by_device() && b.served_by_device());
     cm_util::busy_server(&a, &b, 7482, Duration::from_secs(5), cm_util::busy_polling);
 }
+
+/// A peer that never answers: a plain UDP socket on the RoCEv2 port of `ip`, counting the
+/// datagrams (REQs) that reach it.
+struct Silent(std::net::UdpSocket);
+
+impl Silent {
+    fn bind(ip: &str) -> Self {
+        let sock = std::net::UdpSocket::bind((ip.parse::<IpAddr>().unwrap(), 4791)).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        Self(sock)
+    }
+
+    /// The datagrams received so far (each read once).
+    fn count(&self) -> usize {
+        let mut buf = [0u8; 2048];
+        std::iter::from_fn(|| self.0.recv(&mut buf).ok()).count()
+    }
+}
+
+/// A UDP-bound device's CM in `progress` on `ip`.
+fn udp_cm(name: &str, ip: &str, progress: portverbs::hal::Progress) -> (UdpDevice, Dev) {
+    let ip: IpAddr = ip.parse().unwrap();
+    let mut config = UdpConfig::new(ip);
+    config.progress = progress;
+    let dev = udp_device(name, config).unwrap();
+    let ctx = portverbs::open(dev.any()).unwrap();
+    let cm = CmDevice::open_blocking(&ctx, ip).unwrap();
+    (dev, cm)
+}
+
+/// Short CM timers: 3 REQs, each waited for 2·256 + 1 ms.
+fn short_budget() -> ConnParam {
+    ConnParam {
+        cm_response_timeout: 8,
+        max_cm_retries: 2,
+        ..ConnParam::default()
+    }
+}
+
+/// An unanswered connect ends in Unreachable when its retry budget is spent — the REQ and
+/// each retransmission sent, no sooner and not much later — and an application timeout
+/// ends it sooner, before the first retransmission.
+fn unanswered_connect_spends_its_budget(progress: portverbs::hal::Progress, ips: [&str; 3]) {
+    let (_d, a) = udp_cm("cm_budget", ips[0], progress);
+    let silent = Silent::bind(ips[1]);
+    let s = side(&ctx_of(&a), None);
+    let dst = SocketAddr::new(ips[1].parse().unwrap(), 7490);
+    let param = short_budget();
+    assert_eq!(param.connect_budget(), Duration::from_millis(3 * 513));
+    let mut conn = Connector::new(&a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    let started = Instant::now();
+    let r = conn.connect_blocking(&s.qp, &param);
+    let took = started.elapsed();
+    assert!(matches!(r, Err(ServiceError::Unreachable)), "{r:?}");
+    assert_eq!(
+        silent.count(),
+        3,
+        "the REQ and max_cm_retries retransmissions"
+    );
+    assert!(took >= param.connect_budget(), "gave up early: {took:?}");
+    assert!(
+        took < param.connect_budget() + Duration::from_secs(10),
+        "{took:?}"
+    );
+    drop(conn);
+    // The default budget (73.7 s) cut short by the application's timeout.
+    let silent = Silent::bind(ips[2]);
+    let s = side(&ctx_of(&a), None);
+    let param = ConnParam {
+        timeout: Some(Duration::from_millis(300)),
+        ..ConnParam::default()
+    };
+    assert_eq!(
+        ConnParam::default().connect_budget(),
+        Duration::from_millis(73_728)
+    );
+    assert_eq!(param.connect_budget(), Duration::from_millis(300));
+    let mut conn = Connector::new(&a).unwrap();
+    conn.resolve_blocking(SocketAddr::new(ips[2].parse().unwrap(), 7490))
+        .unwrap();
+    let started = Instant::now();
+    let r = conn.connect_blocking(&s.qp, &param);
+    assert!(matches!(r, Err(ServiceError::Unreachable)), "{r:?}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(
+        silent.count(),
+        1,
+        "given up before the first retransmission (4.6 s)"
+    );
+    drop(conn);
+    settle(&[&a]);
+}
+
+#[test]
+fn an_unanswered_connect_spends_its_budget_in_auto_progress() {
+    unanswered_connect_spends_its_budget(
+        portverbs::hal::Progress::Auto,
+        ["127.0.44.11", "127.0.44.12", "127.0.44.13"],
+    );
+}
+
+#[test]
+fn an_unanswered_connect_spends_its_budget_in_manual_progress() {
+    unanswered_connect_spends_its_budget(
+        portverbs::hal::Progress::Manual,
+        ["127.0.44.14", "127.0.44.15", "127.0.44.16"],
+    );
+}
+
+/// An application that only awaits, on a tokio runtime without a time driver and with no
+/// CM timer lent: the REQ is still retransmitted and the connect still ends Unreachable when
+/// the budget is spent — in auto progress the device's thread runs the CM's timers, in
+/// manual the awaiting task's sink wakes it for them (a timerfd in the reactor).
+fn awaited_connect_runs_its_timers(progress: portverbs::hal::Progress, ips: [&str; 2]) {
+    let (_d, a) = udp_cm("cm_await", ips[0], progress);
+    let silent = Silent::bind(ips[1]);
+    let s = side(&ctx_of(&a), None);
+    let dst = SocketAddr::new(ips[1].parse().unwrap(), 7491);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let task = {
+        let a = a.clone();
+        thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+                .unwrap();
+            let r = rt.block_on(async {
+                let mut conn = Connector::new(&a).unwrap();
+                conn.resolve(dst).await.unwrap();
+                conn.connect(&s.qp, &short_budget()).await
+            });
+            tx.send(r.map(drop)).unwrap();
+        })
+    };
+    let r = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the awaited connect never ended: its CM timers did not run");
+    task.join().unwrap();
+    assert!(matches!(r, Err(ServiceError::Unreachable)), "{r:?}");
+    assert_eq!(
+        silent.count(),
+        3,
+        "the REQ and max_cm_retries retransmissions"
+    );
+    settle(&[&a]);
+}
+
+#[test]
+fn an_awaited_connect_runs_its_timers_without_a_cm_timer_in_auto_progress() {
+    awaited_connect_runs_its_timers(
+        portverbs::hal::Progress::Auto,
+        ["127.0.44.17", "127.0.44.18"],
+    );
+}
+
+#[test]
+fn an_awaited_connect_runs_its_timers_without_a_cm_timer_in_manual_progress() {
+    awaited_connect_runs_its_timers(
+        portverbs::hal::Progress::Manual,
+        ["127.0.44.19", "127.0.44.20"],
+    );
+}

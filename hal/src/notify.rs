@@ -115,6 +115,27 @@ pub trait InterruptSink: Send + Sync + Debug {
         let _ = source;
         self.poll_raised(cx)
     }
+
+    /// [`poll_raised_with`](Self::poll_raised_with) that is also ready once `wake_at` has
+    /// passed: a manual-progress device's next timer (a retransmission, the connection
+    /// manager's timers), so that a task that only awaits the device runs them without a
+    /// timer of the application's. By default the instant is only compared with the clock
+    /// when the task is polled; a sink that has a timer (a timerfd in tokio's reactor on
+    /// Linux) wakes the task then.
+    ///
+    /// # Errors
+    /// As [`poll_raised`](Self::poll_raised).
+    fn poll_raised_until(
+        &self,
+        source: WaitSource<'_>,
+        wake_at: Option<Instant>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if wake_at.is_some_and(|t| t <= Instant::now()) {
+            return Poll::Ready(Ok(()));
+        }
+        self.poll_raised_with(source, cx)
+    }
 }
 
 fn cannot_wait() -> io::Error {

@@ -194,6 +194,32 @@ impl InterruptSink for EventFdSink {
             Err(e) => Poll::Ready(Err(e)),
         }
     }
+
+    /// With feature `tokio`, inside a runtime, `wake_at` arms a timerfd of the sink's in the
+    /// reactor (kept with the sink, armed for the earliest instant asked), so the task wakes
+    /// for the device's next timer; elsewhere the instant is only compared with the clock.
+    fn poll_raised_until(
+        &self,
+        source: WaitSource<'_>,
+        wake_at: Option<Instant>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Poll::Ready(r) = self.poll_raised_with(source, cx) {
+            return Poll::Ready(r);
+        }
+        let Some(at) = wake_at else {
+            return Poll::Pending;
+        };
+        #[cfg(feature = "tokio")]
+        if let Some(ready) = self.reactor.poll_timer(at, &self.wakers) {
+            return ready;
+        }
+        if at <= Instant::now() {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    }
 }
 
 #[cfg(test)]
@@ -255,6 +281,29 @@ mod tests {
         sink.raise();
         assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
         assert!(matches!(sink.poll_raised(&mut cx), Poll::Ready(Ok(()))));
+    }
+
+    /// The device's next timer wakes a task that awaits nothing else, in a runtime with no
+    /// time driver; two instants asked for in turn are each slept until.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn a_task_wakes_at_the_instant_it_asked_for() {
+        let sink = EventFdSink::new(Arc::new(EventFd::new().unwrap()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        for delay in [Duration::from_millis(60), Duration::from_millis(20)] {
+            let at = Instant::now() + delay;
+            let mut polls = 0;
+            rt.block_on(std::future::poll_fn(|cx| {
+                polls += 1;
+                sink.poll_raised_until(WaitSource::none(), Some(at), cx)
+            }))
+            .unwrap();
+            assert!(Instant::now() >= at, "woke before the instant");
+            assert!(polls <= 3, "slept, not spun: {polls} polls");
+        }
     }
 
     #[test]

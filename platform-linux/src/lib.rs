@@ -38,8 +38,10 @@
 //! one poll(2) on the eventfd and that fd, until the earlier of the caller's deadline and the
 //! device's next timer (verbs-core then dispatches the device on the waiting thread and looks
 //! again); with feature `tokio`, an awaiting task's sink registers a duplicate of that fd
-//! with tokio's reactor too, so a datagram wakes the task. Without a reactor, a task is
-//! woken by raises only.
+//! with tokio's reactor too, so a datagram wakes the task, and arms a timerfd there for the
+//! device's next timer, so retransmissions and the connection manager's timers run while the
+//! task only awaits (no timer of the application's is needed; the runtime needs its I/O
+//! driver, not its time driver). Without a reactor, a task is woken by raises only.
 //!
 //! ## Async
 //! With feature `tokio`, an eventfd is registered with tokio's reactor the first time a task

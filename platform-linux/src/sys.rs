@@ -1,5 +1,5 @@
-//! The crate's only `unsafe` code: registering its own eventfds, and its duplicates of a
-//! manual-progress device's input, with tokio's reactor. Since
+//! The crate's only `unsafe` code: registering its own eventfds, its duplicates of a
+//! manual-progress device's input, and its timerfds, with tokio's reactor. Since
 //! tokio 1.54 `AsyncFd::register*` is `unsafe`, because tokio cannot check that the fd it is
 //! handed stays open and unchanged while registered; here that is a property of [`Registered`].
 #![allow(unsafe_code)]
@@ -38,15 +38,16 @@ pub(crate) fn register_readable(fd: Arc<EventFd>) -> io::Result<AsyncFd<Register
     Ok(fd)
 }
 
-/// Registers `fd`, a duplicate this crate made of a manual-progress device's input, with the
-/// current tokio runtime for readability.
+/// Registers `fd`, a file this crate made for the registration alone (a duplicate of a
+/// manual-progress device's input, or a timerfd), with the current tokio runtime for
+/// readability.
 ///
 /// # Panics
 /// Outside a tokio runtime (callers check first).
 pub(crate) fn register_source(
     fd: std::os::fd::OwnedFd,
 ) -> io::Result<AsyncFd<std::os::fd::OwnedFd>> {
-    // SAFETY: `AsyncFd` takes ownership of the `OwnedFd`, a duplicate made for it alone: nothing
+    // SAFETY: `AsyncFd` takes ownership of the `OwnedFd`, a file made for it alone: nothing
     // else can close or replace it, so it stays open and refers to the same file until the
     // `AsyncFd` (and with it the registration) is dropped.
     let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }?;

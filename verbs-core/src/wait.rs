@@ -80,9 +80,10 @@ pub(crate) fn block_until<D: Device, T>(
 
 /// The `async` form of [`block_until`]: one poll. `look` receives the task's context so that
 /// it may register the waker elsewhere too (a notify request). With a manual device, each
-/// round dispatches it and the task is also woken by the device's input where the sink can
-/// watch it ([`InterruptSink::poll_raised_with`]); the device's timers fire when something
-/// wakes the task.
+/// round dispatches it and the task is also woken by the device's input and at the device's
+/// next timer where the sink can watch them ([`InterruptSink::poll_raised_until`]: on Linux
+/// inside a tokio runtime); elsewhere the device's timers fire when something wakes the
+/// task.
 pub(crate) fn poll_until<D: Device, T>(
     manual: Option<&D>,
     sink: &dyn InterruptSink,
@@ -93,19 +94,23 @@ pub(crate) fn poll_until<D: Device, T>(
         if let Err(e) = sink.clear() {
             return Poll::Ready(Err(WaitError::Sink(e)));
         }
-        if let Some(dev) = manual {
-            dev.dispatch();
-        }
+        let next = manual.and_then(D::dispatch);
         match look(cx) {
             Ok(Some(v)) => return Poll::Ready(Ok(v)),
             Ok(None) => {}
             Err(e) => return Poll::Ready(Err(e)),
         }
         let raised = match manual {
-            Some(dev) => sink.poll_raised_with(dev.wait_source(), cx),
+            Some(dev) => sink.poll_raised_until(dev.wait_source(), next, cx),
             None => sink.poll_raised(cx),
         };
         match raised {
+            // The device's timer is due: yield to the executor, and the next poll dispatches
+            // it (a device whose next timer is always due cannot hold this poll in a loop).
+            Poll::Ready(Ok(())) if next.is_some_and(|t| t <= Instant::now()) => {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(e)) => return Poll::Ready(Err(WaitError::Sink(e))),
             Poll::Pending => return Poll::Pending,

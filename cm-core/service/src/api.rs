@@ -35,10 +35,22 @@ pub struct ConnParam {
     pub retry_count: u8,
     /// RNR retries asked of the peer (at most 7 = infinite).
     pub rnr_retry_count: u8,
+    /// Connect: how long the peer may take to answer the REQ, as the REQ's 5-bit "remote CM
+    /// response timeout" (4.096 µs · 2^n; rdma_cm's `CMA_CM_RESPONSE_TIMEOUT`, 20 ≈ 4.3 s).
+    pub cm_response_timeout: u8,
+    /// Connect: how many times an unanswered REQ is sent again (4 bits; rdma_cm's
+    /// `CMA_MAX_CM_RETRIES`, 15).
+    pub max_cm_retries: u8,
+    /// Connect: the application's limit on the whole wait for an answer; `None`: the retry
+    /// budget alone. Either way an unanswered connect ends in [`ServiceError::Unreachable`]
+    /// with its QP in ERR, as one whose retries ran out; [`ConnParam::connect_budget`] says
+    /// when.
+    pub timeout: Option<Duration>,
 }
 
 impl Default for ConnParam {
-    /// librdmacm's values when no parameters are given: one READ/ATOMIC each way, 7 retries.
+    /// librdmacm's values when no parameters are given: one READ/ATOMIC each way, 7 retries,
+    /// and the kernel CM's REQ timers (response timeout 20, 15 CM retries: 73.7 s on RoCE).
     fn default() -> Self {
         Self {
             private_data: Vec::new(),
@@ -46,6 +58,38 @@ impl Default for ConnParam {
             initiator_depth: 1,
             retry_count: 7,
             rnr_retry_count: 7,
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            timeout: None,
+        }
+    }
+}
+
+impl ConnParam {
+    /// How long a connect with these parameters waits for a peer that never answers before
+    /// it ends in [`ServiceError::Unreachable`]: `max_cm_retries + 1` REQs, each waited for
+    /// twice the RoCE path's packet life time plus `cm_response_timeout` (Linux's rounding
+    /// of the 5-bit times to 2^(n−8) ms), at most five minutes, and at most `timeout`. With
+    /// the defaults, 16 × (2 × 256 + 4 096) ms = 73.7 s, what rdma_cm takes.
+    ///
+    /// A peer whose CM is up but has nobody listening answers at once with REJ 8
+    /// ([`ServiceError::Rejected`]); the budget is for a peer that does not answer at all.
+    pub fn connect_budget(&self) -> Duration {
+        let budget = Duration::from_nanos(self.cm_params().retry_budget_ns());
+        self.timeout.map_or(budget, |t| t.min(budget))
+    }
+
+    /// The agent's parameters these fields set (the rest of them are the caller's).
+    fn cm_params(&self) -> portverbs_cm::ConnectParams {
+        let path = PathParams::roce(Gid::default(), Gid::default());
+        portverbs_cm::ConnectParams {
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            retry_count: self.retry_count.min(7),
+            rnr_retry_count: self.rnr_retry_count.min(7),
+            max_cm_retries: self.max_cm_retries,
+            remote_cm_response_timeout: self.cm_response_timeout,
+            ..portverbs_cm::ConnectParams::new(0, 0, 0, path)
         }
     }
 }
@@ -497,7 +541,10 @@ impl<D: Device> Connector<D> {
     }
 
     /// Resolves `dst`: its GID is its IP's RoCEv2 GID, the route is the device's port 1.
-    /// Queues `ADDR_RESOLVED` and `ROUTE_RESOLVED`.
+    /// Queues `ADDR_RESOLVED` and `ROUTE_RESOLVED`. Nothing goes on the wire and nothing is
+    /// waited for (no neighbour or path query: the UDP socket's routing does that job), so
+    /// resolution takes no timeout; whether anything answers at `dst` is learnt by
+    /// [`Connector::connect`], within [`ConnParam::connect_budget`].
     ///
     /// # Errors
     /// [`ServiceError::FamilyMismatch`] when `dst` is not of the device address's family.
@@ -544,20 +591,17 @@ impl<D: Device> Connector<D> {
         .emit(&mut pd)?;
         pd[CMA_HEADER_LEN..].copy_from_slice(&param.private_data);
         self.dev.associate(self.id, qp).await?;
-        let path = PathParams::roce(self.dev.local_gid(), addr::ip_to_gid(dst.ip()));
-        let p = portverbs_cm::ConnectParams {
-            responder_resources: param.responder_resources,
-            initiator_depth: param.initiator_depth,
-            retry_count: param.retry_count.min(7),
-            rnr_retry_count: param.rnr_retry_count.min(7),
-            ..portverbs_cm::ConnectParams::new(
-                service_id(PortSpace::Tcp, dst.port()),
-                qp.qp_num(),
-                self.dev.psn(self.id),
-                path,
-            )
-        };
         let now = self.dev.now();
+        let p = portverbs_cm::ConnectParams {
+            service_id: service_id(PortSpace::Tcp, dst.port()),
+            qpn: qp.qp_num(),
+            starting_psn: self.dev.psn(self.id),
+            path: PathParams::roce(self.dev.local_gid(), addr::ip_to_gid(dst.ip())),
+            give_up_at: param
+                .timeout
+                .map(|t| now.saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))),
+            ..param.cm_params()
+        };
         let mut st = self.dev.state();
         if let Err(e) = st.agent.connect(now, self.id, &p, &pd) {
             self.dev.release_qp(&mut st, self.id);
@@ -573,8 +617,9 @@ impl<D: Device> Connector<D> {
     ///
     /// # Errors
     /// [`ServiceError::Rejected`] (e.g. reason 8 when nobody listens on the port),
-    /// [`ServiceError::Unreachable`], a QP that is not RC or already in use, a failed
-    /// transition.
+    /// [`ServiceError::Unreachable`] when nothing answered within
+    /// [`ConnParam::connect_budget`] (the retries, or `param.timeout`), a QP that is not RC
+    /// or already in use, a failed transition.
     pub async fn connect(
         &mut self,
         qp: &Qp<D>,
