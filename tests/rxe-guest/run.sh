@@ -36,12 +36,16 @@
 #    with -R two connections at least: the exchange's QP and the test's), and none of its CM
 #    MADs retransmitted (the same sender, attribute and TID twice): neither connecting nor
 #    the teardown, where perftest and Portverbs often send crossing DREQs, may wait for a
-#    CM timer.
+#    CM timer. Each check runs twice, with the host's CLI in auto progress (one progress
+#    thread per device) and in manual progress (PORTVERBS_PROGRESS=manual: no thread of
+#    Portverbs', the CLI's own calls drive the device and its CM), the second named
+#    <check>-manual.
 #
 # Needs root, qemu-system-x86, busybox-static, cpio, kmod, iproute2, tshark, apt-get (for
 # the packages), mingw-w64 and wine (the Windows rows). Output goes to
 # $CARGO_TARGET_DIR/rxe-guest (default target/). Environment: RXE_GUEST_TIMEOUT (seconds for
-# the whole guest run, default 420), RXE_GUEST_KERNEL and RXE_GUEST_MODULES (a kernel image
+# the whole guest run, default 840), RXE_GUEST_PROGRESS (the modes to run, default
+# "auto manual"), RXE_GUEST_KERNEL and RXE_GUEST_MODULES (a kernel image
 # and its module directory, instead of finding one).
 set -euo pipefail
 
@@ -49,7 +53,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 target_dir=${CARGO_TARGET_DIR:-$repo/target}
 work=$target_dir/rxe-guest
-timeout_s=${RXE_GUEST_TIMEOUT:-420}
+timeout_s=${RXE_GUEST_TIMEOUT:-840}
 host_ip=10.77.0.1
 guest_ip=10.77.0.2
 ns=portverbs-rxe-$$
@@ -102,6 +106,20 @@ checks=(
     "pp-10000-hs-win|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 10000 -n 50 $host_ip|pingpong -d udp0 -g 0 -c -s 10000 -n 50|windows"
     "wbw-hs-win|client|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F $host_ip|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F|windows"
 )
+# Every check runs in each progress mode of RXE_GUEST_PROGRESS (default both): auto, the
+# CLI's default (one progress thread per device), and manual (no thread of Portverbs': the
+# CLI's own posts, polls and waits drive the device and its CM), named <check>-manual.
+moded=()
+for mode in ${RXE_GUEST_PROGRESS:-auto manual}; do
+    [[ $mode == auto || $mode == manual ]] || die "RXE_GUEST_PROGRESS: $mode is not auto or manual"
+    for c in "${checks[@]}"; do
+        IFS='|' read -r name role gcmd hcmd build <<<"$c"
+        suffix=
+        [[ $mode == auto ]] || suffix=-$mode
+        moded+=("$name$suffix|$role|$gcmd|$hcmd|${build:-linux}|$mode")
+    done
+done
+checks=("${moded[@]}")
 
 # --- 1. host binaries -----------------------------------------------------------------------
 echo "==> building the host side (portverbs CLI, rxe-check)"
@@ -206,7 +224,7 @@ qemu_pid=
 cleanup() {
     [[ -n $qemu_pid ]] && kill "$qemu_pid" 2>/dev/null
     [[ -d $work/wine ]] && { env "${wine_env[@]}" wineserver -k 2>/dev/null || true; }
-    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null
     return 0
 }
@@ -250,18 +268,19 @@ wait_for() {
 }
 
 # The host's side of one check, in the namespace, capturing to $work/<name>.pcap; $1 is the
-# build (linux or windows: the Windows CLI under Wine, the capture path in Wine's Z: drive).
+# build (linux or windows: the Windows CLI under Wine, the capture path in Wine's Z: drive),
+# run in the progress mode $progress.
 host_run() {
     local name=$2
     if [[ $1 == windows ]]; then
         shift 2
-        ip netns exec "$ns" env "${wine_env[@]}" PORTVERBS_UDP=$host_ip \
+        ip netns exec "$ns" env "${wine_env[@]}" PORTVERBS_UDP=$host_ip PORTVERBS_PROGRESS=$progress \
             PORTVERBS_PCAP="Z:$(tr / '\\' <<<"$work/$name.pcap")" \
             timeout -k 5 90 wine "$win_cli" "$@" </dev/null >"$work/host-$name.out" 2>&1
         return
     fi
     shift 2
-    ip netns exec "$ns" env PORTVERBS_UDP=$host_ip PORTVERBS_PCAP="$work/$name.pcap" \
+    ip netns exec "$ns" env PORTVERBS_UDP=$host_ip PORTVERBS_PROGRESS=$progress PORTVERBS_PCAP="$work/$name.pcap" \
         timeout -k 5 90 "$cli" "$@" </dev/null >"$work/host-$name.out" 2>&1
 }
 
@@ -310,8 +329,7 @@ results=()
 if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
     grep -m1 '^\[rxe\] UP' "$log"
     for c in "${checks[@]}"; do
-        IFS='|' read -r name role gcmd hcmd build <<<"$c"
-        build=${build:-linux}
+        IFS='|' read -r name role gcmd hcmd build progress <<<"$c"
         read -r -a hargs <<<"$hcmd"
         tool=${hargs[0]}
         [[ $tool == perf ]] && tool=${hargs[1]}
@@ -339,7 +357,9 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
             break
         fi
         guest_rc=$(sed -nE "s/^\\[rxe\\] END $name rc=([0-9]+).*/\\1/p" "$log" | head -n1)
-        grep "^\\[rxe:$name\\] " "$log" | sed -e "s/^\\[rxe:$name\\] //" -e 's/\r$//' >"$work/guest-$name.out"
+        # (A guest tool that printed nothing leaves an empty file, which output_ok reports.)
+        { grep "^\\[rxe:$name\\] " "$log" || true; } |
+            sed -e "s/^\\[rxe:$name\\] //" -e 's/\r$//' >"$work/guest-$name.out"
         ms=$(($(now_ms) - t1))
         ok=1
         ((host_rc == 0)) || { fail "$name" "Portverbs exited with status $host_rc"; ok=0; }

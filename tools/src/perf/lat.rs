@@ -284,6 +284,9 @@ impl Pingpong {
         let want = k as u8;
         let mut byte = [0u8; 1];
         loop {
+            // A write lands in memory with no completion to poll: in manual progress nothing
+            // would receive it unless this loop drives the device (auto: nothing to do).
+            side.ctx.dispatch();
             side.buf.read(at, &mut byte).ctx("reading the buffer")?;
             if byte[0] == want {
                 waiter.progress();
