@@ -3,9 +3,13 @@
 //! ```text
 //! udp_raw sink  <addr:port> [--gro] [--secs N]           # prints what arrived
 //! udp_raw blast <from:port> <to:port> <size> [--gso] [--secs N]
+//! udp_raw pong  <addr:port> --iters N                     # returns N datagrams
+//! udp_raw ping  <from:port> <to:port> <size> --iters N    # prints one-way latency
 //! ```
 //!
-//! Both print one line: `<role> datagrams=<n> bytes=<n> secs=<s> mpps=<x> gbps=<x>`.
+//! sink and blast print `<role> datagrams=<n> bytes=<n> secs=<s> mpps=<x> gbps=<x>`; ping
+//! prints `ping iters=<n> min_us=<x> typical_us=<x> p999_us=<x>` (half of each round trip,
+//! both sides busy-polling, as perftest's latency tests do).
 //! `benches/udp.sh` runs the pairs next to Portverbs' own.
 
 #[cfg(target_os = "linux")]
@@ -15,7 +19,7 @@ fn main() -> std::process::ExitCode {
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
-    use portverbs_udp::baseline::{RawFigures, blast, sink};
+    use portverbs_udp::baseline::{RawFigures, blast, ping, pong, sink};
 
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |f: &str| args.iter().any(|a| a == f);
@@ -25,6 +29,12 @@ fn main() -> std::process::ExitCode {
         .and_then(|i| args.get(i + 1))
         .and_then(|s| s.parse::<f64>().ok())
         .unwrap_or(3.0);
+    let iters = args
+        .iter()
+        .position(|a| a == "--iters")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(10_000);
     let addr = |i: usize| -> Option<SocketAddr> { args.get(i)?.parse().ok() };
     let print = |role: &str, f: RawFigures| {
         println!(
@@ -53,8 +63,26 @@ fn main() -> std::process::ExitCode {
             }
             _ => Err(std::io::Error::other("blast <from:port> <to:port> <size>")),
         },
+        Some("pong") => match addr(1) {
+            Some(at) => pong(at, iters),
+            None => Err(std::io::Error::other("pong <addr:port>")),
+        },
+        Some("ping") => match (addr(1), addr(2), args.get(3).and_then(|s| s.parse().ok())) {
+            (Some(from), Some(to), Some(size)) => ping(from, to, size, iters).map(|l| {
+                let us = |d: Duration| d.as_secs_f64() * 1e6;
+                println!(
+                    "ping iters={} min_us={:.2} typical_us={:.2} p999_us={:.2}",
+                    l.iters,
+                    us(l.min),
+                    us(l.typical),
+                    us(l.p99_9)
+                );
+            }),
+            _ => Err(std::io::Error::other("ping <from:port> <to:port> <size>")),
+        },
         _ => Err(std::io::Error::other(
-            "usage: udp_raw sink <addr:port> [--gro] | blast <from> <to> <size> [--gso]",
+            "usage: udp_raw sink <addr:port> [--gro] | blast <from> <to> <size> [--gso] | \
+             pong <addr:port> | ping <from> <to> <size>",
         )),
     };
     match result {

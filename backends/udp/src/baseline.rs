@@ -1,7 +1,8 @@
 //! The machine's raw UDP rates, measured with the same system calls the port uses: the
 //! baseline the port's own figures are compared with (BENCHMARKS.md). [`blast`] sends
 //! datagrams of one size to a peer as fast as `sendmmsg` (or one GSO message per batch)
-//! goes; [`sink`] counts what arrives through `recvmmsg` (with GRO when asked).
+//! goes; [`sink`] counts what arrives through `recvmmsg` (with GRO when asked); [`ping`] and
+//! [`pong`] measure the one-way latency of one datagram each way.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -129,4 +130,109 @@ pub fn sink(
     }
     fig.elapsed = first.map_or(Duration::ZERO, |f| last.duration_since(f));
     Ok(fig)
+}
+
+/// One-way latencies of a raw ping-pong: half of each round trip, as perftest reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawLatency {
+    /// Round trips measured.
+    pub iters: usize,
+    /// The median (perftest's `t_typical`).
+    pub typical: Duration,
+    /// The 99.9th percentile.
+    pub p99_9: Duration,
+    /// The smallest.
+    pub min: Duration,
+}
+
+/// How long either side of a ping-pong waits for the other before it gives up.
+const PINGPONG_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Spins on a nonblocking `sock` until a datagram arrives (into `buf`); returns its length
+/// and sender.
+fn spin_recv(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+    let since = Instant::now();
+    loop {
+        match sock.recv_from(buf) {
+            Ok(got) => return Ok(got),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if since.elapsed() > PINGPONG_PATIENCE {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the peer is silent",
+                    ));
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The answering side of [`ping`]: returns every datagram to its sender, `iters` times,
+/// busy-polling a nonblocking socket as perftest's latency tests poll their CQ.
+///
+/// # Errors
+/// The socket cannot be bound, or nothing arrived for 10 s.
+pub fn pong(at: SocketAddr, iters: usize) -> io::Result<()> {
+    let sock = UdpSocket::bind(at)?;
+    sock.set_nonblocking(true)?;
+    let mut buf = [0u8; 9216];
+    for _ in 0..iters {
+        let (len, from) = spin_recv(&sock, &mut buf)?;
+        sock.send_to(&buf[..len], from)?;
+    }
+    Ok(())
+}
+
+/// Sends a `size`-byte datagram from `from` to a [`pong`] at `to` and busy-polls for its
+/// return, `iters` times; returns the distribution of half of each round trip.
+///
+/// # Errors
+/// The socket cannot be bound, or the peer stayed silent for 10 s.
+pub fn ping(from: SocketAddr, to: SocketAddr, size: usize, iters: usize) -> io::Result<RawLatency> {
+    let sock = UdpSocket::bind(from)?;
+    sock.set_nonblocking(true)?;
+    let msg = vec![0x5au8; size];
+    let mut buf = [0u8; 9216];
+    let mut half = Vec::with_capacity(iters);
+    for _ in 0..iters.max(1) {
+        let t = Instant::now();
+        sock.send_to(&msg, to)?;
+        spin_recv(&sock, &mut buf)?;
+        half.push(t.elapsed() / 2);
+    }
+    half.sort_unstable();
+    let at = |q: f64| half[((half.len() as f64 * q).ceil() as usize).clamp(1, half.len()) - 1];
+    Ok(RawLatency {
+        iters: half.len(),
+        typical: half[half.len() / 2],
+        p99_9: at(0.999),
+        min: half[0],
+    })
+}
+
+#[cfg(test)]
+mod pingpong_tests {
+    use super::*;
+
+    #[test]
+    fn a_ping_pong_over_loopback_measures_every_round() {
+        let server: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        // Bind the pong first to learn its port, then hand it to the thread.
+        let probe = UdpSocket::bind(server).unwrap();
+        let to = probe.local_addr().unwrap();
+        drop(probe);
+        let pong = std::thread::spawn(move || pong(to, 200));
+        // The pong may not be bound yet: a datagram sent before is lost, so wait for it.
+        std::thread::sleep(Duration::from_millis(100));
+        let lat = ping("127.0.0.1:0".parse().unwrap(), to, 20, 200).unwrap();
+        pong.join().unwrap().unwrap();
+        assert_eq!(lat.iters, 200);
+        assert!(
+            lat.min <= lat.typical && lat.typical <= lat.p99_9,
+            "{lat:?}"
+        );
+        assert!(lat.min > Duration::ZERO);
+    }
 }
