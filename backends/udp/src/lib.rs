@@ -131,6 +131,8 @@ mod io;
 #[cfg(any(target_os = "linux", windows))]
 mod lockstep;
 #[cfg(any(target_os = "linux", windows))]
+mod msg;
+#[cfg(any(target_os = "linux", windows))]
 mod port;
 #[cfg(any(target_os = "linux", windows))]
 mod rx;
