@@ -118,9 +118,9 @@ impl InterruptSink for LatchSink {
         }
     }
 
-    /// A device input given as an [`InputWait`] (a UDP port's receive signal on Windows) is
-    /// slept on with a waker the raise wakes; a file descriptor cannot be (refused:
-    /// [`io::ErrorKind::Unsupported`], and the caller waits in slices).
+    /// A device input given as an [`InputWait`](portverbs_hal::InputWait) (a UDP port's
+    /// receive signal on Windows) is slept on with a waker the raise wakes; a file descriptor
+    /// cannot be (refused: [`io::ErrorKind::Unsupported`], and the caller waits in slices).
     fn wait_with(&self, source: WaitSource<'_>, deadline: Option<Instant>) -> io::Result<bool> {
         if let Some(input) = source.input() {
             return self
