@@ -58,7 +58,8 @@
 //! On Linux each has a pollable fd too (`CompletionChannel::as_fd`, `Context::async_fd`) for
 //! an application's own epoll loop; see `portverbs::linux`. Awaiting works on any executor; with hardware behind VFIO it needs feature
 //! `tokio` (the fds then sit in tokio's reactor). On Windows, blocking waits sleep on a
-//! completion port, and `portverbs::windows` (crate `portverbs-windows`) adds the Windows
+//! completion port (on a UDP-bound device in manual progress, on its receive event and an
+//! event the event queue's raise signals, so that a datagram wakes them), and `portverbs::windows` (crate `portverbs-windows`) adds the Windows
 //! ways to wait: OVERLAPPED requests completing to the application's completion port, to an
 //! event, or to an APC.
 //!

@@ -95,7 +95,7 @@ pub use dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 pub use error::{CommandError, CqeError, EqeError, WqeError};
 pub use event::{CqErrorSyndrome, DeviceEvent, PortEventKind, QpEventKind, SrqEventKind};
 pub use notify::{InterruptSink, NullSink, WakerSet};
-pub use progress::{Progress, ProgressAgent, WaitSource};
+pub use progress::{InputWait, Progress, ProgressAgent, WaitSource};
 pub use queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
 pub use types::{
     AccessFlags, Gid, LinkLayer, Mtu, MwType, PortState, QpState, QpType, SpecialQp, Transport,

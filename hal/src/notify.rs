@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
-use crate::progress::WaitSource;
+use crate::progress::{InputWait, WaitSource};
 
 /// Receives the interrupts of one event queue, and lets the host wait for them.
 ///
@@ -179,6 +179,26 @@ impl WakerSet {
         if !wakers.iter().any(|w| w.will_wake(waker)) {
             wakers.push(waker.clone());
         }
+    }
+
+    /// For sinks whose raise wakes this set, [`InterruptSink::wait_with`] on an
+    /// [`InputWait`] source: sleeps on `input` until it may be ready, the sink is raised
+    /// (`raised`, looked at after the sleeper's waker is registered here, so a raise in
+    /// between ends the sleep at once), or `deadline` passes. Returns false only when the
+    /// deadline passed.
+    ///
+    /// # Errors
+    /// The input's wait failed.
+    pub fn wait_on_input(
+        &self,
+        input: &dyn InputWait,
+        raised: &dyn Fn() -> bool,
+        deadline: Option<Instant>,
+    ) -> io::Result<bool> {
+        input.wait(deadline, &mut |waker| {
+            self.register(waker);
+            raised()
+        })
     }
 
     /// Wakes every registered waker and empties the set.

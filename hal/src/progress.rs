@@ -24,11 +24,16 @@
 //!
 //! Waiting in manual mode: a blocking wait must sleep on the event queue's sink *and* on what
 //! the device's input arrives on, or a thread waiting for a completion would never receive the
-//! packet that makes it. [`WaitSource`] is that second thing, opaque here; the platform crates
-//! read it (a pollable fd on Unix) in [`crate::notify::InterruptSink::wait_with`] and
-//! [`crate::notify::InterruptSink::poll_raised_with`].
+//! packet that makes it. [`WaitSource`] is that second thing, opaque here; the sinks read it
+//! in [`crate::notify::InterruptSink::wait_with`] and
+//! [`crate::notify::InterruptSink::poll_raised_with`]: a pollable fd on Unix (a UDP socket,
+//! polled together with the sink's own fd), or an [`InputWait`] elsewhere (on Windows, the
+//! signal of a UDP port's completed receive requests), which sleeps on the input and on a
+//! waker the sink wakes when it is raised.
 
 use std::fmt;
+use std::io;
+use std::task::Waker;
 use std::time::Instant;
 
 /// Who makes a device progress (see the module docs). Chosen when the device is made.
@@ -79,17 +84,35 @@ pub trait ProgressAgent: Send + Sync {
     fn run(&self, now: Instant) -> Option<Instant>;
 }
 
+/// A device's input that a wait cannot poll as a file descriptor — on Windows, the signal of
+/// a UDP port's completed receive requests — as something to sleep on that a waker ends, so
+/// that a sink can sleep on it and on its own raises together: the sink hands
+/// [`InputWait::wait`] a registration that keeps the waker where its raise wakes it.
+pub trait InputWait: Send + Sync {
+    /// Calls `arm` with a waker that ends this sleep, and, unless `arm` returns true (what the
+    /// caller waits for is there already), sleeps until the input may be ready, the waker is
+    /// woken (during or after `arm`), or `deadline` passes (`None`: never). Returns false
+    /// only when the deadline passed; a spurious `true` is allowed (the caller looks again).
+    ///
+    /// # Errors
+    /// The OS wait failed.
+    fn wait(
+        &self,
+        deadline: Option<Instant>,
+        arm: &mut dyn FnMut(&Waker) -> bool,
+    ) -> io::Result<bool>;
+}
+
 /// What a manual-progress device's input arrives on, for a wait to sleep on together with an
-/// event queue's sink ([`crate::device::Device::wait_source`]). Opaque: a platform crate reads
-/// it — on Unix a pollable file descriptor (a UDP socket) that is readable when a datagram
-/// waits. [`WaitSource::none`] for devices whose input needs no waiting (auto progress,
-/// stepped test fabrics, hardware).
+/// event queue's sink ([`crate::device::Device::wait_source`]). Opaque: a sink reads it — on
+/// Unix a pollable file descriptor (a UDP socket) that is readable when a datagram waits,
+/// elsewhere an [`InputWait`]. [`WaitSource::none`] for devices whose input needs no waiting
+/// (auto progress, stepped test fabrics, hardware).
 #[derive(Clone, Copy, Default)]
 pub struct WaitSource<'a> {
     #[cfg(unix)]
     fd: Option<std::os::fd::BorrowedFd<'a>>,
-    #[cfg(not(unix))]
-    _none: std::marker::PhantomData<&'a ()>,
+    input: Option<&'a dyn InputWait>,
 }
 
 impl<'a> WaitSource<'a> {
@@ -101,7 +124,19 @@ impl<'a> WaitSource<'a> {
     /// A pollable fd: readable when the device has input to receive.
     #[cfg(unix)]
     pub fn from_fd(fd: std::os::fd::BorrowedFd<'a>) -> Self {
-        Self { fd: Some(fd) }
+        Self {
+            fd: Some(fd),
+            input: None,
+        }
+    }
+
+    /// An input to sleep on through [`InputWait::wait`].
+    pub fn from_input(input: &'a dyn InputWait) -> Self {
+        Self {
+            #[cfg(unix)]
+            fd: None,
+            input: Some(input),
+        }
     }
 
     /// The fd, if this source is one.
@@ -110,16 +145,18 @@ impl<'a> WaitSource<'a> {
         self.fd
     }
 
+    /// The [`InputWait`], if this source is one.
+    pub fn input(&self) -> Option<&'a dyn InputWait> {
+        self.input
+    }
+
     /// True when there is nothing to wait on.
     pub fn is_none(&self) -> bool {
         #[cfg(unix)]
-        {
-            self.fd.is_none()
+        if self.fd.is_some() {
+            return false;
         }
-        #[cfg(not(unix))]
-        {
-            true
-        }
+        self.input.is_none()
     }
 }
 
@@ -128,6 +165,7 @@ impl fmt::Debug for WaitSource<'_> {
         let mut d = f.debug_struct("WaitSource");
         #[cfg(unix)]
         d.field("fd", &self.fd);
+        d.field("input", &self.input.is_some());
         d.finish()
     }
 }

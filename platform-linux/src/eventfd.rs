@@ -164,8 +164,16 @@ impl InterruptSink for EventFdSink {
         }
     }
 
-    /// poll(2) on the eventfd and the device's input together.
+    /// poll(2) on the eventfd and the device's input together. An input that is not a file
+    /// descriptor is refused ([`io::ErrorKind::Unsupported`]: the caller waits in slices);
+    /// no Linux device gives one.
     fn wait_with(&self, source: WaitSource<'_>, deadline: Option<Instant>) -> io::Result<bool> {
+        if source.fd().is_none() && !source.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "an eventfd sink watches file descriptors only",
+            ));
+        }
         wait::readable_any(&*self.fd, source.fd(), deadline)
     }
 

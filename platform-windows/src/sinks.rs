@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use portverbs_hal::WaitSource;
 use portverbs_hal::device::EqKind;
 use portverbs_hal::notify::{InterruptSink, NullSink, WakerSet};
 use portverbs_verbs::SinkFactory;
@@ -151,6 +152,21 @@ impl InterruptSink for PortSink {
             Poll::Ready(Ok(()))
         } else {
             Poll::Pending
+        }
+    }
+
+    /// A manual-progress device's input (a UDP port's receive signal) cannot join a wait on
+    /// the private port — a port hands each packet to one thread, and the input has its own
+    /// — so the thread sleeps on the input's signal and on a waker the raise wakes
+    /// ([`portverbs_hal::InputWait`]) instead; the raise's packet on the private port is
+    /// dropped by the next clear.
+    fn wait_with(&self, source: WaitSource<'_>, deadline: Option<Instant>) -> io::Result<bool> {
+        match source.input() {
+            Some(input) => {
+                self.wakers
+                    .wait_on_input(input, &|| self.raised.load(Ordering::Acquire), deadline)
+            }
+            None => self.wait(deadline),
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use portverbs_hal::WaitSource;
 use portverbs_hal::device::EqKind;
 use portverbs_hal::notify::{InterruptSink, NullSink, WakerSet};
 
@@ -115,6 +116,24 @@ impl InterruptSink for LatchSink {
         } else {
             Poll::Pending
         }
+    }
+
+    /// A device input given as an [`InputWait`](portverbs_hal::InputWait) (a UDP port's
+    /// receive signal on Windows) is slept on with a waker the raise wakes; a file descriptor
+    /// cannot be (refused: [`io::ErrorKind::Unsupported`], and the caller waits in slices).
+    fn wait_with(&self, source: WaitSource<'_>, deadline: Option<Instant>) -> io::Result<bool> {
+        if let Some(input) = source.input() {
+            return self
+                .wakers
+                .wait_on_input(input, &|| *lock(&self.raised), deadline);
+        }
+        if source.is_none() {
+            return self.wait(deadline);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a latch cannot watch a file descriptor",
+        ))
     }
 }
 

@@ -52,10 +52,15 @@
 //!   or 16 of 64 KiB with URO) completing to an I/O completion port of the port's own, which
 //!   also carries the fabric's wake-ups (`PostQueuedCompletionStatus`): the engine thread
 //!   sleeps in `GetQueuedCompletionStatusEx` on it, with the timeout of the next deadline, and
-//!   keeps the completions it dequeued for its next step. A look takes the completions
-//!   already there (kept, then queued on the port with a zero timeout), at most one batch,
-//!   and reposts each request at once. Manual waits do not sleep on the input yet: they
-//!   sleep on their event queue alone, until the deadline or the device's next timer.
+//!   keeps the completions it dequeued for its next step. In manual progress each request's
+//!   OVERLAPPED also signals an event, and a blocking wait sleeps in `WaitForMultipleObjects`
+//!   on it and on an event its sink's raise signals ([`portverbs_hal::InputWait`]) — a
+//!   completion port gives each packet to one thread only, so it could neither wake every
+//!   waiter nor include the sink. A look takes the completions already there (kept, then
+//!   queued on the port with a zero timeout), at most one batch, and reposts each request at
+//!   once; in manual progress it then clears the event (issuing a request resets it anyway)
+//!   and sets it again if the port still holds a completion, so the event is set exactly
+//!   while input waits.
 //!
 //! A step looks when input may be there (the sleep saw it, or the last look filled every
 //! buffer), else at most every 5 µs; so a flood costs bounded memory — one batch of buffers,
@@ -69,7 +74,18 @@
 //! On Windows the requests, not a thread, are the unit: `RecvRing` (in
 //! `sys_windows/recv.rs`) separates posting a receive, completing one (bytes, sender,
 //! control messages, read after its packet was dequeued) and reposting it, and none of them
-//! cares which thread calls it or which port the socket is associated with.
+//! cares which thread calls it or which port the socket is associated with. What manual
+//! progress does not do yet on Windows: no reactor watches the receive event, so a task
+//! awaiting a manual device wakes only when its event queue is raised (by another thread's
+//! call, or its own next poll), not for a datagram; and it does not join an application's
+//! completion port: a device associated
+//! with one (`portverbs-windows`' `Completions::associate`) rings its doorbell there, but its
+//! receives still complete to the port's own, so a thread that sleeps only on the
+//! application's port is not woken by a datagram (a blocking wait of the portable API, which
+//! sleeps on the receive event, is). Joining would mean associating the ring's socket with
+//! the application's port under the device's key (a socket belongs to one port for life, so
+//! at creation) and having the application's dispatch hand each packet whose OVERLAPPED is
+//! one of the ring's (`RecvRing::slot_of`, an address comparison) to the receive.
 //!
 //! ## Windows
 //! The same port on Winsock (Microsoft Learn: "IPPROTO_IP socket options", "IPPROTO_IPV6
@@ -130,6 +146,8 @@ pub mod baseline;
 mod io;
 #[cfg(any(target_os = "linux", windows))]
 mod lockstep;
+#[cfg(any(target_os = "linux", windows))]
+mod msg;
 #[cfg(any(target_os = "linux", windows))]
 mod port;
 #[cfg(any(target_os = "linux", windows))]

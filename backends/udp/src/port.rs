@@ -98,9 +98,6 @@ pub enum UdpError {
     /// The fabric refused the port.
     #[error(transparent)]
     Fabric(#[from] FabricError),
-    /// A thread could not be started (no longer returned: the port runs no thread).
-    #[error("starting a thread: {0}")]
-    Thread(#[source] std::io::Error),
 }
 
 /// The running capture of a port (shared by the port's handle and its node).

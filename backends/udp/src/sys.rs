@@ -9,6 +9,8 @@ use std::os::fd::AsRawFd;
 
 use libc::{c_int, c_void, sockaddr_storage, socklen_t};
 
+pub(crate) use crate::msg::{IpFields, Outgoing};
+
 /// The largest number of segments one GSO send may carry (the kernel's `UDP_MAX_SEGMENTS`
 /// is 64 on older kernels, 128 on newer ones).
 pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
@@ -179,48 +181,6 @@ fn from_storage(storage: &sockaddr_storage) -> Option<SocketAddr> {
             )))
         }
         _ => None,
-    }
-}
-
-/// One message for [`send_batch`]: `bytes` to `dst`; with `segment`, several datagrams of
-/// that many bytes each (the last may be shorter) sent as one GSO message.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Outgoing<'a> {
-    pub(crate) dst: SocketAddr,
-    pub(crate) bytes: &'a [u8],
-    pub(crate) segment: Option<u16>,
-    /// The IP header's fields the packet asks for (flow label: IPv6 only).
-    pub(crate) ip: IpFields,
-}
-
-/// The IP header fields a RoCEv2 packet carries from its path (GRH): the kernel puts them
-/// in the header on send and reports them on receive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IpFields {
-    pub(crate) traffic_class: u8,
-    pub(crate) hop_limit: u8,
-    pub(crate) flow_label: u32,
-}
-
-impl IpFields {
-    /// The fields as the wire crate builds a frame with them (for captures).
-    pub(crate) fn frame_options(self, ipv4_id: u16) -> portverbs_wire::FrameOptions {
-        portverbs_wire::FrameOptions {
-            traffic_class: self.traffic_class,
-            hop_limit: self.hop_limit,
-            ipv4_id,
-            flow_label: self.flow_label,
-        }
-    }
-}
-
-impl Default for IpFields {
-    fn default() -> Self {
-        Self {
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-        }
     }
 }
 

@@ -37,6 +37,7 @@ use windows_sys::Win32::Networking::WinSock::{
     UDP_SEND_MSG_SIZE, WSABUF, WSAMSG,
 };
 
+pub(crate) use crate::msg::{IpFields, Outgoing};
 pub(crate) use recv::{RecvBufs, recv_batch};
 
 /// The largest number of segments one USO send is given (the Linux port's GSO limit; the
@@ -168,48 +169,6 @@ pub(crate) fn enable_gro(sock: &UdpSocket) -> bool {
 /// False where it does not (Windows before USO, Wine).
 pub(crate) fn gso_available(sock: &UdpSocket) -> bool {
     getsockopt_u32(sock, IPPROTO_UDP, UDP_SEND_MSG_SIZE).is_ok()
-}
-
-/// One message for [`send_batch`]: `bytes` to `dst`; with `segment`, several datagrams of
-/// that many bytes each (the last may be shorter) sent as one USO message.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Outgoing<'a> {
-    pub(crate) dst: SocketAddr,
-    pub(crate) bytes: &'a [u8],
-    pub(crate) segment: Option<u16>,
-    /// The IP header's fields the packet asks for (see the module docs for what Windows
-    /// applies).
-    pub(crate) ip: IpFields,
-}
-
-/// The IP header fields a RoCEv2 packet carries from its path (GRH).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IpFields {
-    pub(crate) traffic_class: u8,
-    pub(crate) hop_limit: u8,
-    pub(crate) flow_label: u32,
-}
-
-impl IpFields {
-    /// The fields as the wire crate builds a frame with them (for captures).
-    pub(crate) fn frame_options(self, ipv4_id: u16) -> portverbs_wire::FrameOptions {
-        portverbs_wire::FrameOptions {
-            traffic_class: self.traffic_class,
-            hop_limit: self.hop_limit,
-            ipv4_id,
-            flow_label: self.flow_label,
-        }
-    }
-}
-
-impl Default for IpFields {
-    fn default() -> Self {
-        Self {
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-        }
-    }
 }
 
 /// A socket address in the system's layout (`SOCKADDR_IN` / `SOCKADDR_IN6`), as bytes.

@@ -9,23 +9,38 @@
 //!   kick wakes it with a packet of its own, `PostQueuedCompletionStatus` under
 //!   [`WAKE_KEY`], at most one queued at a time. So one wait does what poll(2) on the socket
 //!   and an eventfd does on Linux, and takes the completions in the same call.
-//! * **Manual progress** (no thread of ours): whoever calls drives the device, and its
-//!   receive takes what completed with a zero timeout. Nothing yet lets a manual wait sleep
-//!   on the input: such a wait sleeps on its event queue alone, until its deadline or the
-//!   device's next timer.
+//! * **Manual progress** (no thread of ours): a completion port gives each packet to one
+//!   thread, so it cannot wake every waiter the way a readable socket does, nor let a waiter
+//!   sleep on its event queue's sink as well. Every receive request therefore also carries a
+//!   manual-reset event in its OVERLAPPED; a wait sleeps in `WaitForMultipleObjects` on that
+//!   event and on a per-thread event that its sink's raise signals (through a waker,
+//!   [`portverbs_hal::InputWait`]). Issuing a request resets the event, so a receive clears
+//!   it only after its last repost, then looks at the port once more and sets it again when
+//!   something is there (or when it took a full batch): after a receive the event is
+//!   signalled exactly when input may wait, and a completion after it signals it, the
+//!   discipline of clear, look, wait. The packets themselves stay on the port (or in the
+//!   list of the last look) until a receive takes them, on whichever thread drives the
+//!   device.
 //!
 //! Microsoft Learn pages these calls follow: "GetQueuedCompletionStatusEx function",
-//! "PostQueuedCompletionStatus function".
+//! "PostQueuedCompletionStatus function", "OVERLAPPED structure" (`hEvent`), "CreateEventW
+//! function", "WaitForMultipleObjects function".
 
+use std::cell::RefCell;
 use std::io;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::task::{Wake, Waker};
+use std::time::{Duration, Instant};
 
 use portverbs_fabric::{Mode, PortIo, WaitSource};
+use portverbs_hal::InputWait;
+use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, WAIT_FAILED, WAIT_TIMEOUT};
 use windows_sys::Win32::System::IO::OVERLAPPED_ENTRY;
-use windows_sys::Win32::System::Threading::INFINITE;
+use windows_sys::Win32::System::Threading::{
+    CreateEventW, INFINITE, ResetEvent, SetEvent, WaitForMultipleObjects,
+};
 
 use super::recv::{Port, RecvBufs};
 
@@ -37,6 +52,76 @@ pub(crate) const WAKE_KEY: usize = 1;
 /// Packets one dequeue takes at most (the ring has at most this many requests).
 const DEQUEUE_MAX: usize = 64;
 
+/// An event object, closed on drop.
+#[derive(Debug)]
+pub(crate) struct Event(HANDLE);
+
+// SAFETY: an event handle may be used from any thread, by several at once.
+unsafe impl Send for Event {}
+// SAFETY: as above; no method mutates the `Event` itself.
+unsafe impl Sync for Event {}
+
+impl Event {
+    fn new(manual_reset: bool) -> io::Result<Self> {
+        // SAFETY: no security attributes and no name (null pointers are allowed for both).
+        let h = unsafe {
+            CreateEventW(
+                std::ptr::null(),
+                i32::from(manual_reset),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if h.is_null() {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(Self(h))
+        }
+    }
+
+    fn set(&self) {
+        // SAFETY: the handle is this event's, live while `self` is; no memory is passed. A
+        // failure (none is expected for a live event) only costs a wake-up the next look
+        // makes up for.
+        unsafe { SetEvent(self.0) };
+    }
+
+    fn reset(&self) {
+        // SAFETY: as in `set`.
+        unsafe { ResetEvent(self.0) };
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: the handle is this event's, closed once; whoever signals or waits on it
+        // holds the owner of this `Event`.
+        unsafe { CloseHandle(self.0) };
+    }
+}
+
+/// Sleeps until one of `handles` is signalled or `deadline` passes; returns whether one was.
+fn wait_any(handles: &[HANDLE], deadline: Option<Instant>) -> io::Result<bool> {
+    let ms = match deadline {
+        None => INFINITE,
+        Some(d) => millis(d.saturating_duration_since(Instant::now())),
+    };
+    // SAFETY: `handles` is a live array of live handles of the length given; wait for any.
+    let rc = unsafe {
+        WaitForMultipleObjects(
+            u32::try_from(handles.len()).unwrap_or(0),
+            handles.as_ptr(),
+            0,
+            ms,
+        )
+    };
+    match rc {
+        WAIT_TIMEOUT => Ok(false),
+        WAIT_FAILED => Err(io::Error::last_os_error()),
+        _ => Ok(true),
+    }
+}
+
 /// A timeout in whole milliseconds, rounded up (a wait never ends before its deadline), below
 /// `INFINITE`.
 fn millis(d: Duration) -> u32 {
@@ -44,7 +129,8 @@ fn millis(d: Duration) -> u32 {
 }
 
 /// The port the ring's requests complete to, shared by the node's receive
-/// ([`super::recv::recv_batch`]) and the sleeps of the port's I/O ([`UdpIo`]).
+/// ([`super::recv::recv_batch`]) and the sleeps of the port's I/O ([`UdpIo`], and the manual
+/// waits through [`InputWait`]).
 #[derive(Debug)]
 pub(crate) struct RxPort {
     pub(crate) port: Port,
@@ -53,16 +139,46 @@ pub(crate) struct RxPort {
     taken: Mutex<Vec<usize>>,
     /// A wake-up packet is queued and not yet dequeued.
     wake_queued: AtomicBool,
+    /// Manual progress: the event every receive request signals when it completes.
+    input: Option<Event>,
 }
 
 impl RxPort {
-    /// A port.
-    pub(crate) fn new() -> io::Result<Self> {
+    /// A port; with `manual`, the event manual waits sleep on.
+    pub(crate) fn new(manual: bool) -> io::Result<Self> {
         Ok(Self {
             port: Port::new()?,
             taken: Mutex::new(Vec::new()),
             wake_queued: AtomicBool::new(false),
+            input: if manual {
+                Some(Event::new(true)?)
+            } else {
+                None
+            },
         })
+    }
+
+    /// The event receive requests must carry, in manual progress.
+    pub(crate) fn input_event(&self) -> Option<HANDLE> {
+        self.input.as_ref().map(|e| e.0)
+    }
+
+    /// After a receive looked and reposted its requests (manual progress): leaves the input
+    /// signalled exactly when something may be waiting. Issuing a request resets the event
+    /// its OVERLAPPED names (the I/O manager does, and so does Wine's server), so a repost can
+    /// wipe the signal of another request that completed since the look; the event is
+    /// therefore cleared only after the last repost, and then the port is looked at once
+    /// more (what is there is kept for the next receive): a completion before the clear is
+    /// found there, one after it signals the event itself. `more`: the look took a full
+    /// batch, so more may wait.
+    pub(crate) fn rearm_input(&self, more: bool) {
+        let Some(e) = &self.input else {
+            return;
+        };
+        e.reset();
+        if more || self.sleep(Duration::ZERO) {
+            e.set();
+        }
     }
 
     fn taken(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
@@ -111,8 +227,8 @@ impl RxPort {
         Ok(seen)
     }
 
-    /// Dequeues what is queued, waiting up to `timeout` for a packet, and keeps the receive
-    /// completions for the next harvest. Returns whether receives are kept.
+    /// Dequeues what is queued, waiting up to `timeout` for a packet (none: a look), and keeps
+    /// the receive completions for the next harvest. Returns whether receives are kept.
     fn sleep(&self, timeout: Duration) -> bool {
         if !self.taken().is_empty() {
             return true;
@@ -136,6 +252,57 @@ impl RxPort {
     }
 }
 
+/// The event a thread's manual waits sleep on besides the input, and the waker that signals
+/// it (one per thread, so that a sink's set of wakers keeps one entry per waiting thread).
+struct Waiter {
+    event: Event,
+}
+
+impl Wake for Waiter {
+    fn wake(self: Arc<Self>) {
+        self.event.set();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.event.set();
+    }
+}
+
+thread_local! {
+    static WAITER: RefCell<Option<(Arc<Waiter>, Waker)>> = const { RefCell::new(None) };
+}
+
+impl InputWait for RxPort {
+    /// Sleeps on the receive event and this thread's waiter event together (see the module
+    /// docs). A waiter event left signalled by an earlier wait's waker ends this one early,
+    /// which the caller's next look absorbs.
+    fn wait(
+        &self,
+        deadline: Option<Instant>,
+        arm: &mut dyn FnMut(&Waker) -> bool,
+    ) -> io::Result<bool> {
+        let Some(input) = &self.input else {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        };
+        let (waiter, waker) = WAITER.with(|w| -> io::Result<(Arc<Waiter>, Waker)> {
+            let mut w = w.borrow_mut();
+            if let Some(pair) = &*w {
+                return Ok(pair.clone());
+            }
+            let waiter = Arc::new(Waiter {
+                event: Event::new(false)?,
+            });
+            let waker = Waker::from(waiter.clone());
+            *w = Some((waiter.clone(), waker.clone()));
+            Ok((waiter, waker))
+        })?;
+        if arm(&waker) {
+            return Ok(true);
+        }
+        wait_any(&[input.0, waiter.event.0], deadline)
+    }
+}
+
 /// The port's I/O as the fabric sees it.
 #[derive(Debug)]
 pub(crate) struct UdpIo {
@@ -146,11 +313,11 @@ pub(crate) struct UdpIo {
 }
 
 impl UdpIo {
-    /// The port, the same in every mode of the fabric (the socket joins at
+    /// The port and, on a manual fabric, the input event (the socket joins at
     /// [`UdpIo::recv_bufs`]).
-    pub(crate) fn new(_sock: &UdpSocket, _mode: Mode) -> io::Result<Self> {
+    pub(crate) fn new(_sock: &UdpSocket, mode: Mode) -> io::Result<Self> {
         Ok(Self {
-            rx: Arc::new(RxPort::new()?),
+            rx: Arc::new(RxPort::new(mode == Mode::Manual)?),
             hint: Arc::new(AtomicBool::new(true)),
         })
     }
@@ -184,7 +351,11 @@ impl PortIo for UdpIo {
     }
 
     fn wait_source(&self) -> WaitSource<'_> {
-        WaitSource::none()
+        if self.rx.input.is_some() {
+            WaitSource::from_input(&*self.rx)
+        } else {
+            WaitSource::none()
+        }
     }
 }
 
@@ -193,6 +364,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+    use crate::sys::recv::{Completion, RecvRing};
     use crate::sys::{IpFields, Outgoing, recv_batch, send_batch};
 
     fn socket(ip: &str) -> UdpSocket {
@@ -218,6 +390,7 @@ mod tests {
         let (tx, rx) = (socket("127.0.0.1"), socket("127.0.0.1"));
         let io = Arc::new(UdpIo::new(&rx, Mode::Threaded).unwrap());
         let mut bufs = io.recv_bufs(&rx, 4, 2048).unwrap();
+        assert!(io.wait_source().is_none(), "auto: nothing for manual waits");
         assert!(!io.wait(Duration::from_millis(20)), "nothing yet");
         // Two kicks queue one packet; it ends the sleep at once, and is gone after.
         io.wake();
@@ -252,5 +425,112 @@ mod tests {
         assert_eq!(recv_batch(&rx, &mut bufs).unwrap(), 1);
         assert_eq!(&bufs.bufs[0][..bufs.got[0].len], b"input");
         assert_eq!(recv_batch(&rx, &mut bufs).unwrap(), 0, "never waits");
+    }
+
+    #[test]
+    fn a_manual_wait_sleeps_on_the_input_and_on_its_waker() {
+        let (tx, rx) = (socket("127.0.0.1"), socket("127.0.0.1"));
+        let io = UdpIo::new(&rx, Mode::Manual).unwrap();
+        let mut bufs = io.recv_bufs(&rx, 4, 2048).unwrap();
+        let input = io
+            .wait_source()
+            .input()
+            .expect("manual: an input to sleep on");
+        let soon = || Some(Instant::now() + Duration::from_millis(20));
+        let mut never = |_: &Waker| false;
+        // A look clears the signal; nothing arrived, so the wait runs out.
+        assert_eq!(recv_batch(&rx, &mut bufs).unwrap(), 0);
+        assert!(!input.wait(soon(), &mut never).unwrap());
+        // A datagram signals it, and stays signalled until a receive takes it.
+        send(&tx, &rx);
+        assert!(
+            input
+                .wait(Some(Instant::now() + Duration::from_secs(20)), &mut never)
+                .unwrap()
+        );
+        assert!(input.wait(soon(), &mut never).unwrap(), "not taken yet");
+        assert_eq!(recv_batch(&rx, &mut bufs).unwrap(), 1);
+        assert!(!input.wait(soon(), &mut never).unwrap(), "taken");
+        // The waker handed to `arm` ends the sleep, from another thread.
+        let mut kept = None;
+        let mut arm = |w: &Waker| {
+            let w = w.clone();
+            kept = Some(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                w.wake();
+            }));
+            false
+        };
+        let t = Instant::now();
+        assert!(
+            input
+                .wait(Some(Instant::now() + Duration::from_secs(20)), &mut arm)
+                .unwrap()
+        );
+        assert!(t.elapsed() < Duration::from_secs(10));
+        kept.take().unwrap().join().unwrap();
+        // `arm` finding the condition met: no sleep at all.
+        assert!(input.wait(None, &mut |_| true).unwrap());
+    }
+
+    /// Why a receive rearms the signal after its reposts rather than clearing it before its
+    /// look: issuing a request resets the event its OVERLAPPED names, even while another
+    /// request's packet waits on the port.
+    #[test]
+    fn a_repost_wipes_the_signal_and_the_rearm_finds_what_is_queued() {
+        let (tx, rx) = (socket("127.0.0.1"), socket("127.0.0.1"));
+        let port = RxPort::new(true).unwrap();
+        let mut ring = RecvRing::new(&rx, 2, 2048).unwrap();
+        ring.set_event(port.input_event().unwrap());
+        ring.associate(port.port.handle(), RING_KEY).unwrap();
+        let soon = || Some(Instant::now() + Duration::from_millis(20));
+        let mut never = |_: &Waker| false;
+        ring.post(0).unwrap();
+        send(&tx, &rx);
+        assert!(
+            port.wait(Some(Instant::now() + Duration::from_secs(20)), &mut never)
+                .unwrap(),
+            "the completion signals"
+        );
+        ring.post(1).unwrap();
+        assert!(
+            !port.wait(soon(), &mut never).unwrap(),
+            "issuing a request reset the event; slot 0's packet is still queued"
+        );
+        port.rearm_input(false);
+        assert!(
+            port.wait(soon(), &mut never).unwrap(),
+            "the rearm found the packet"
+        );
+        // The packet the rearm dequeued is kept for the next harvest.
+        let mut done = Vec::new();
+        assert_eq!(port.harvest(&mut done, 2, 0).unwrap(), 1);
+        assert_eq!(ring.slot_at(done[0]), Some(0));
+        match ring.complete(0) {
+            Completion::Datagram(r) => assert_eq!(r.len, b"input".len()),
+            Completion::Failed(e) => panic!("{e}"),
+        }
+        port.rearm_input(false);
+        assert!(!port.wait(soon(), &mut never).unwrap(), "nothing left");
+        port.rearm_input(true);
+        assert!(
+            port.wait(soon(), &mut never).unwrap(),
+            "a full batch leaves it set"
+        );
+        // Slot 1 is in flight: cancel it and take its packet before the ring goes.
+        ring.cancel();
+        for _ in 0..200 {
+            if ring.in_flight() == 0 {
+                break;
+            }
+            done.clear();
+            port.harvest(&mut done, 2, 100).unwrap();
+            for &addr in &done {
+                if let Some(i) = ring.slot_at(addr) {
+                    let _ = ring.complete(i);
+                }
+            }
+        }
+        assert_eq!(ring.in_flight(), 0, "the cancelled request completed");
     }
 }

@@ -105,6 +105,9 @@ pub(crate) struct RecvRing {
     /// Whether a request is in flight on each slot (kept apart from the slots, which the
     /// system may be writing).
     in_flight: Vec<bool>,
+    /// The event every request's OVERLAPPED carries (reset when a request is issued,
+    /// signalled when one completes, as well as its packet queued), or null.
+    event: HANDLE,
 }
 
 // SAFETY: the ring owns its slots (heap blocks nothing else points to but the system's
@@ -149,7 +152,16 @@ impl RecvRing {
             recv_msg,
             slots,
             in_flight: vec![false; count],
+            event: std::ptr::null_mut(),
         })
+    }
+
+    /// Gives every request posted from now on `event` in its OVERLAPPED: a completion then
+    /// signals it too (its packet is still queued: the handle has no low bit set), and, as
+    /// for any OVERLAPPED event, issuing a request resets it. The event must outlive the
+    /// requests.
+    pub(crate) fn set_event(&mut self, event: HANDLE) {
+        self.event = event;
     }
 
     /// Associates the ring's socket with `port` under `key`: every receive completes there
@@ -189,7 +201,10 @@ impl RecvRing {
         // freed only in `Drop`, after the request completed, and `buf` is replaced only
         // between requests).
         let rc = unsafe {
-            (*p).ov = OVERLAPPED::default();
+            (*p).ov = OVERLAPPED {
+                hEvent: self.event,
+                ..OVERLAPPED::default()
+            };
             (*p).name = RawAddr::default();
             (*p).data = WSABUF {
                 len: u32::try_from((*p).buf.len()).unwrap_or(u32::MAX),
@@ -512,6 +527,9 @@ impl RecvBufs {
         size: usize,
     ) -> io::Result<Self> {
         let mut ring = RecvRing::new(sock, count, size)?;
+        if let Some(event) = rx.input_event() {
+            ring.set_event(event);
+        }
         ring.associate(rx.port.handle(), RING_KEY)?;
         // A request Winsock refuses now goes out again at the next harvest.
         ring.post_idle();
@@ -529,7 +547,9 @@ impl RecvBufs {
 
 /// Takes the receives already completed — those a sleep of the port's I/O dequeued, then
 /// those queued on the port — without waiting, up to the number of buffers, and reposts each
-/// request at once. The results are in `bufs.got`; none completed is `Ok(0)`.
+/// request at once. The results are in `bufs.got`; none completed is `Ok(0)`. In manual
+/// progress the input signal is then rearmed ([`RxPort::rearm_input`]): a wait after this
+/// call sleeps only while nothing is there.
 ///
 /// # Errors
 /// The port failed.
@@ -540,7 +560,7 @@ pub(crate) fn recv_batch(_sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<u
     d.ring.post_idle();
     d.done.clear();
     let want = bufs.bufs.len();
-    d.rx.harvest(&mut d.done, want, 0)?;
+    let seen = d.rx.harvest(&mut d.done, want, 0)?;
     for &addr in &d.done {
         let Some(i) = d.ring.slot_at(addr) else {
             continue;
@@ -555,5 +575,6 @@ pub(crate) fn recv_batch(_sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<u
         // A failed post leaves the slot idle for the next call's `post_idle`.
         let _ = d.ring.post(i);
     }
+    d.rx.rearm_input(seen >= want);
     Ok(bufs.got.len())
 }
