@@ -72,6 +72,7 @@ impl MemoryTable {
     ///
     /// # Errors
     /// The [`KeyError`] of the failed rule.
+    #[inline]
     pub fn remote(
         &self,
         rkey: u32,
