@@ -205,6 +205,7 @@ fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Resul
 /// is checked only when its response arrives, so the responder's errors come first (a READ
 /// or atomic with a bad rkey and a bad lkey completes with `REM_ACCESS_ERR`). The
 /// responder's order for an atomic is in `responder/atomic.rs`.
+#[inline(always)]
 fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     let wqe = &qp.req.slot(counter).wqe;
     let t = qp.init.qp_type;
@@ -285,7 +286,12 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
     let slot = qp.req.slot(tx);
     let wqe = &slot.wqe;
     let len = wqe.payload_len();
-    let pkt_index = (off / u64::from(mtu)) as u32;
+    // Most packets start their message: no division for them.
+    let pkt_index = if off == 0 {
+        0
+    } else {
+        (off / u64::from(mtu)) as u32
+    };
     let psn_now = psn::add(slot.first_psn, pkt_index);
     let mut hdr = TransportHdr::new(Bth {
         opcode: Opcode::from_u8(0),

@@ -35,6 +35,7 @@ pub(crate) use ack::flush_ack;
 pub(crate) use read::respond;
 
 /// Handles a request packet (SEND, WRITE, READ request, atomic) for this QP.
+#[inline(always)]
 pub(crate) fn on_request<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,

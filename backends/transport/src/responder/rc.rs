@@ -18,6 +18,7 @@ use super::write::{open_write, place_write};
 use super::{ends, length_ok, sequence_ok};
 use crate::wire::{AethSyndrome, NakCode, Position};
 
+#[inline]
 pub(super) fn on_rc<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,

@@ -20,6 +20,7 @@ pub fn send_owner(slot: &[u8]) -> bool {
 ///
 /// # Errors
 /// Unknown opcode, SGE count or inline length beyond the slot, bad window type.
+#[inline]
 pub fn decode_send(slot: &[u8], qp_type: QpType, out: &mut SendWqe) -> Result<(), WqeFault> {
     let h = SendHeader::read_from_bytes(slot.get(..SEND_HEADER).ok_or(WqeFault {
         reason: "slot smaller than a WQE header",
