@@ -103,7 +103,8 @@ impl PayloadData {
         self.len() == 0
     }
 
-    /// Copies the payload into `dst` at `dst_off`.
+    /// Copies the payload into `dst` at `dst_off`: what [`PayloadData::copy_range_to`] does
+    /// for the whole payload, without its range check.
     ///
     /// # Errors
     /// A range outside `dst` (the caller checked it, so this means a bug, reported not panicked).
@@ -116,7 +117,7 @@ impl PayloadData {
             Self::Bytes(b) => dst.write(dst_off, b),
             Self::Mem(segs) => {
                 let mut at = dst_off;
-                for s in segs {
+                for s in segs.iter().filter(|s| s.len > 0) {
                     SoftDma::copy(&s.mem, s.offset, dst, at, s.len as usize)?;
                     at += s.len as usize;
                 }

@@ -55,8 +55,9 @@ pub(super) fn place_write<H: Hca + ?Sized>(
         return Err(NakCode::InvalidRequest);
     }
     if let Some(span) = span {
+        // The whole payload (`n` is its length), so no range of it to check.
         pkt.payload
-            .copy_range_to(0, n as usize, &span.mem, span.offset + at as usize)
+            .copy_to(&span.mem, span.offset + at as usize)
             .map_err(|_| NakCode::RemoteOperationalError)?;
     }
     qp.resp.offset += n;
