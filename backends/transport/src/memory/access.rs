@@ -72,7 +72,7 @@ impl MemoryTable {
     ///
     /// # Errors
     /// The [`KeyError`] of the failed rule.
-    #[inline]
+    #[inline(always)]
     pub fn remote(
         &self,
         rkey: u32,
