@@ -84,6 +84,17 @@ pub(crate) fn passed(qp: &mut QpCtx, c: u32) {
     }
 }
 
+/// Packets a message of `len` bytes takes at `mtu` bytes each (at least one: a zero-length
+/// message is one packet). Most messages fit one packet; those need no division.
+#[inline(always)]
+fn packets(len: u64, mtu: u64) -> u32 {
+    if len <= mtu {
+        1
+    } else {
+        len.div_ceil(mtu) as u32
+    }
+}
+
 /// Send WQEs read per fetch burst.
 const FETCH_AHEAD: u32 = 16;
 
@@ -156,7 +167,7 @@ fn step<H: Hca + ?Sized>(
         let len = qp.req.slot(tx).wqe.payload_len();
         let npsn = match op {
             SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. } => 1,
-            _ => len.div_ceil(u64::from(mtu)).max(1) as u32,
+            _ => packets(len, u64::from(mtu)),
         };
         let first = qp.req.next_psn;
         let slot = qp.req.slot_mut(tx);
@@ -356,7 +367,7 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
             // A train: as many packets of this message as the engine may coalesce and the
             // PSN window allows (facts §6.1), all MTU-sized but the last.
             if core.max_train > 1 && t != QpType::Ud {
-                let left = (len - off).div_ceil(mtu64).max(1);
+                let left = u64::from(packets(len - off, mtu64));
                 let mut room = u64::from(core.max_train);
                 if t == QpType::Rc {
                     let in_flight = psn::diff(psn_now, qp.req.una).max(0) as u64;
