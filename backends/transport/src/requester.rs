@@ -106,14 +106,22 @@ fn step<H: Hca + ?Sized>(
     out: &mut Vec<Packet>,
 ) -> Result<Step, WqeFault> {
     if qp.req.tx == qp.req.fetched {
-        if !fetch(qp, core, hca)? {
+        if qp.state != QpState::Rts {
+            return Ok(Step::Blocked);
+        }
+        // The producer counter is read once per burst (the posts it shows are all the burst
+        // fetches; a later one is fetched when transmission gets there, or by its doorbell).
+        let Some(head) = hca.sq_head(qp.qpn) else {
+            return Ok(Step::Blocked);
+        };
+        if !fetch(qp, core, hca, head)? {
             return Ok(Step::Blocked);
         }
         // Fetch the WQEs posted behind it now too, as an HCA's prefetcher does: reading
         // consecutive slots back to back overlaps their cache misses (the host wrote them on
         // another core). A malformed one is left for when transmission reaches it.
         for _ in 1..FETCH_AHEAD {
-            if !matches!(fetch(qp, core, hca), Ok(true)) {
+            if !matches!(fetch(qp, core, hca, head), Ok(true)) {
                 break;
             }
         }
@@ -179,15 +187,14 @@ fn step<H: Hca + ?Sized>(
     Ok(Step::Progress)
 }
 
-/// Fetches the next posted WQE into the slot ring; false when none is posted or the ring of
-/// in-flight WQEs is full.
-fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Result<bool, WqeFault> {
-    if qp.state != QpState::Rts {
-        return Ok(false);
-    }
-    let Some(head) = hca.sq_head(qp.qpn) else {
-        return Ok(false);
-    };
+/// Fetches the next posted WQE into the slot ring (the QP is in RTS, `head` is its send
+/// queue's producer counter); false when none is posted or the ring of in-flight WQEs is full.
+fn fetch<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    head: u32,
+) -> Result<bool, WqeFault> {
     let c = qp.req.fetched;
     if c == head || c.wrapping_sub(qp.req.comp) > qp.req.mask {
         return Ok(false);
