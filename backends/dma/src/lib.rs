@@ -58,10 +58,12 @@ macro_rules! raw_accessors {
             self.$field.base() as u64
         }
 
+        #[inline]
         fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), $crate::__hal::DmaError> {
             self.$field.read(offset, dst)
         }
 
+        #[inline]
         fn write(&self, offset: usize, src: &[u8]) -> Result<(), $crate::__hal::DmaError> {
             self.$field.write(offset, src)
         }

@@ -142,6 +142,7 @@ impl SoftDma {
     ///
     /// # Errors
     /// Either range outside its region.
+    #[inline]
     pub fn copy(
         src: &Self,
         src_off: usize,

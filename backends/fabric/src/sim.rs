@@ -388,8 +388,19 @@ impl Sim {
         if !self.batch.is_empty() {
             did = true;
             let batch = std::mem::replace(&mut self.batch, std::mem::take(&mut self.spare));
+            // Packets of a batch mostly go where the one before went: the route of the last
+            // destination is kept (the table cannot change during a step).
+            let mut last: Option<(Gid, Option<(NodeId, u8)>)> = None;
             for pkt in &batch {
-                let Some((dev, port)) = self.lookup(&pkt.dst_gid) else {
+                let route = match last {
+                    Some((gid, route)) if gid == pkt.dst_gid => route,
+                    _ => {
+                        let route = self.lookup(&pkt.dst_gid);
+                        last = Some((pkt.dst_gid, route));
+                        route
+                    }
+                };
+                let Some((dev, port)) = route else {
                     self.stats.unroutable += 1;
                     continue;
                 };

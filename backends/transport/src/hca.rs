@@ -66,7 +66,7 @@ impl SendWqe {
     }
 
     /// Payload length in bytes (for reads: bytes to read; for atomics: 8).
-    #[inline]
+    #[inline(always)]
     pub fn payload_len(&self) -> u64 {
         match self.op {
             SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. } => 8,

@@ -494,7 +494,14 @@ impl Engine {
             self.core.violations_mut(port).bad_pkey += 1;
             return;
         }
-        if opcode.is_ack() || opcode.is_read_response() {
+        if matches!(
+            opcode.kind(),
+            Some(
+                wire::OpKind::Acknowledge
+                    | wire::OpKind::AtomicAcknowledge
+                    | wire::OpKind::ReadResponse
+            )
+        ) {
             completer::on_response(qp, &mut self.core, hca, now, pkt, out);
         } else {
             responder::on_request(qp, &mut self.core, hca, now, pkt, out);

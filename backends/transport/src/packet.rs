@@ -53,6 +53,7 @@ pub enum PayloadData {
 
 impl PayloadData {
     /// Owned bytes, inline when small.
+    #[inline]
     pub fn from_slice(b: &[u8]) -> Self {
         if b.is_empty() {
             Self::Empty
@@ -102,10 +103,12 @@ impl PayloadData {
         self.len() == 0
     }
 
-    /// Copies the payload into `dst` at `dst_off`.
+    /// Copies the payload into `dst` at `dst_off`: what [`PayloadData::copy_range_to`] does
+    /// for the whole payload, without its range check.
     ///
     /// # Errors
     /// A range outside `dst` (the caller checked it, so this means a bug, reported not panicked).
+    #[inline]
     pub fn copy_to(&self, dst: &SoftDma, dst_off: usize) -> Result<(), portverbs_hal::DmaError> {
         use portverbs_hal::DmaMemory;
         match self {
@@ -114,7 +117,7 @@ impl PayloadData {
             Self::Bytes(b) => dst.write(dst_off, b),
             Self::Mem(segs) => {
                 let mut at = dst_off;
-                for s in segs {
+                for s in segs.iter().filter(|s| s.len > 0) {
                     SoftDma::copy(&s.mem, s.offset, dst, at, s.len as usize)?;
                     at += s.len as usize;
                 }
@@ -128,6 +131,7 @@ impl PayloadData {
     ///
     /// # Errors
     /// A range outside the payload or `dst`.
+    #[inline]
     pub fn copy_range_to(
         &self,
         from: usize,
@@ -259,6 +263,7 @@ impl Packet {
     }
 
     /// Number of PSNs the packet covers.
+    #[inline]
     pub fn psn_count(&self) -> u32 {
         u32::from(self.train.max(1))
     }
@@ -456,11 +461,13 @@ pub mod psn {
     pub const MASK: u32 = 0x00ff_ffff;
 
     /// `a + n` modulo 2^24.
+    #[inline]
     pub fn add(a: u32, n: u32) -> u32 {
         a.wrapping_add(n) & MASK
     }
 
     /// Signed distance `a - b` in the 24-bit circle (positive: `a` is newer).
+    #[inline]
     pub fn diff(a: u32, b: u32) -> i32 {
         ((a.wrapping_sub(b)) << 8) as i32 >> 8
     }

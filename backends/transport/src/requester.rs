@@ -84,6 +84,17 @@ pub(crate) fn passed(qp: &mut QpCtx, c: u32) {
     }
 }
 
+/// Packets a message of `len` bytes takes at `mtu` bytes each (at least one: a zero-length
+/// message is one packet). Most messages fit one packet; those need no division.
+#[inline(always)]
+fn packets(len: u64, mtu: u64) -> u32 {
+    if len <= mtu {
+        1
+    } else {
+        len.div_ceil(mtu) as u32
+    }
+}
+
 /// Send WQEs read per fetch burst.
 const FETCH_AHEAD: u32 = 16;
 
@@ -95,14 +106,22 @@ fn step<H: Hca + ?Sized>(
     out: &mut Vec<Packet>,
 ) -> Result<Step, WqeFault> {
     if qp.req.tx == qp.req.fetched {
-        if !fetch(qp, core, hca)? {
+        if qp.state != QpState::Rts {
+            return Ok(Step::Blocked);
+        }
+        // The producer counter is read once per burst (the posts it shows are all the burst
+        // fetches; a later one is fetched when transmission gets there, or by its doorbell).
+        let Some(head) = hca.sq_head(qp.qpn) else {
+            return Ok(Step::Blocked);
+        };
+        if !fetch(qp, core, hca, head)? {
             return Ok(Step::Blocked);
         }
         // Fetch the WQEs posted behind it now too, as an HCA's prefetcher does: reading
         // consecutive slots back to back overlaps their cache misses (the host wrote them on
         // another core). A malformed one is left for when transmission reaches it.
         for _ in 1..FETCH_AHEAD {
-            if !matches!(fetch(qp, core, hca), Ok(true)) {
+            if !matches!(fetch(qp, core, hca, head), Ok(true)) {
                 break;
             }
         }
@@ -156,7 +175,7 @@ fn step<H: Hca + ?Sized>(
         let len = qp.req.slot(tx).wqe.payload_len();
         let npsn = match op {
             SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. } => 1,
-            _ => len.div_ceil(u64::from(mtu)).max(1) as u32,
+            _ => packets(len, u64::from(mtu)),
         };
         let first = qp.req.next_psn;
         let slot = qp.req.slot_mut(tx);
@@ -168,15 +187,14 @@ fn step<H: Hca + ?Sized>(
     Ok(Step::Progress)
 }
 
-/// Fetches the next posted WQE into the slot ring; false when none is posted or the ring of
-/// in-flight WQEs is full.
-fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Result<bool, WqeFault> {
-    if qp.state != QpState::Rts {
-        return Ok(false);
-    }
-    let Some(head) = hca.sq_head(qp.qpn) else {
-        return Ok(false);
-    };
+/// Fetches the next posted WQE into the slot ring (the QP is in RTS, `head` is its send
+/// queue's producer counter); false when none is posted or the ring of in-flight WQEs is full.
+fn fetch<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    head: u32,
+) -> Result<bool, WqeFault> {
     let c = qp.req.fetched;
     if c == head || c.wrapping_sub(qp.req.comp) > qp.req.mask {
         return Ok(false);
@@ -205,6 +223,7 @@ fn fetch<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H) -> Resul
 /// is checked only when its response arrives, so the responder's errors come first (a READ
 /// or atomic with a bad rkey and a bad lkey completes with `REM_ACCESS_ERR`). The
 /// responder's order for an atomic is in `responder/atomic.rs`.
+#[inline(always)]
 fn validate(qp: &QpCtx, core: &Core, counter: u32) -> Result<(), WcStatus> {
     let wqe = &qp.req.slot(counter).wqe;
     let t = qp.init.qp_type;
@@ -285,7 +304,12 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
     let slot = qp.req.slot(tx);
     let wqe = &slot.wqe;
     let len = wqe.payload_len();
-    let pkt_index = (off / u64::from(mtu)) as u32;
+    // Most packets start their message: no division for them.
+    let pkt_index = if off == 0 {
+        0
+    } else {
+        (off / u64::from(mtu)) as u32
+    };
     let psn_now = psn::add(slot.first_psn, pkt_index);
     let mut hdr = TransportHdr::new(Bth {
         opcode: Opcode::from_u8(0),
@@ -348,9 +372,10 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
         op => {
             let mtu64 = u64::from(mtu);
             // A train: as many packets of this message as the engine may coalesce and the
-            // PSN window allows (facts §6.1), all MTU-sized but the last.
-            if core.max_train > 1 && t != QpType::Ud {
-                let left = (len - off).div_ceil(mtu64).max(1);
+            // PSN window allows (facts §6.1), all MTU-sized but the last. The room is at least
+            // one packet, so a message with one packet left is never a train.
+            let left = u64::from(packets(len - off, mtu64));
+            if left > 1 && core.max_train > 1 && t != QpType::Ud {
                 let mut room = u64::from(core.max_train);
                 if t == QpType::Rc {
                     let in_flight = psn::diff(psn_now, qp.req.una).max(0) as u64;

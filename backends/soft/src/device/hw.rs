@@ -174,10 +174,12 @@ impl Hw {
 }
 
 impl Hca for Hw {
+    #[inline]
     fn sq_head(&self, qpn: u32) -> Option<u32> {
         Some(self.qps.get(qpn)?.sq.db.head.load(Ordering::Acquire))
     }
 
+    #[inline]
     fn read_send_wqe(&mut self, qpn: u32, counter: u32, out: &mut SendWqe) -> Result<(), WqeFault> {
         let Some(qp) = self.qps.get(qpn) else {
             return Err(WqeFault {
@@ -269,6 +271,7 @@ impl Hca for Hw {
         }
     }
 
+    #[inline]
     fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) -> bool {
         let Some(cq) = self.cqs.get_mut(cqn) else {
             self.lost_events += 1;

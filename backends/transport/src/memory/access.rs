@@ -72,6 +72,7 @@ impl MemoryTable {
     ///
     /// # Errors
     /// The [`KeyError`] of the failed rule.
+    #[inline(always)]
     pub fn remote(
         &self,
         rkey: u32,
@@ -108,13 +109,16 @@ impl MemoryTable {
                 if !in_range(b.va, b.len, va, len) {
                     return Err(KeyError::OutOfRange);
                 }
-                self.mr_at(b.mr_index).ok_or(KeyError::Unbound)?
+                // The window's range must still lie in its MR (an MR's own range was
+                // checked above).
+                let mr = self.mr_at(b.mr_index).ok_or(KeyError::Unbound)?;
+                if !in_range(mr.va, mr.len, va, len) {
+                    return Err(KeyError::Unbound);
+                }
+                mr
             }
             Object::Free => return Err(KeyError::InvalidKey),
         };
-        if !in_range(mr.va, mr.len, va, len) {
-            return Err(KeyError::Unbound);
-        }
         Ok(Span {
             mem: mr.mem.clone(),
             offset: mr.mem_offset + (va - mr.va) as usize,

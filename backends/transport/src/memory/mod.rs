@@ -129,6 +129,7 @@ pub struct MrSpec {
     pub mem_offset: usize,
 }
 
+#[inline]
 fn split(key: u32) -> (u32, u8) {
     (key >> 8, key as u8)
 }
@@ -137,6 +138,7 @@ fn make_key(index: u32, tag: u8) -> u32 {
     (index << 8) | u32::from(tag)
 }
 
+#[inline]
 fn in_range(start: u64, len: u64, va: u64, n: u64) -> bool {
     va >= start && va.checked_add(n).is_some_and(|end| end <= start + len)
 }
@@ -244,6 +246,7 @@ impl MemoryTable {
             .map(|s| make_key(index, s.tag))
     }
 
+    #[inline]
     fn slot(&self, key: u32) -> Option<&Slot> {
         let (index, tag) = split(key);
         self.slots

@@ -13,6 +13,7 @@ use super::super::qp::QpCtx;
 use crate::wire::{Aeth, AethSyndrome, Bth, NakCode, Opcode, TransportHdr};
 
 /// The packet was executed: advance the expected PSN and owe an ACK if asked for.
+#[inline]
 pub(super) fn accept(qp: &mut QpCtx, core: &mut Core, pkt: &Packet) {
     let last = psn::add(pkt.hdr.bth.psn, pkt.psn_count() - 1);
     qp.resp.epsn = psn::add(last, 1);
@@ -23,6 +24,7 @@ pub(super) fn accept(qp: &mut QpCtx, core: &mut Core, pkt: &Packet) {
 
 /// Owes an ACK for everything through PSN `p`, sent when the current burst ends (one for
 /// the whole burst, however many packets asked).
+#[inline]
 pub(super) fn owe_ack(qp: &mut QpCtx, core: &mut Core, p: u32) {
     qp.resp.pending_ack = Some(p);
     if !qp.ack_scheduled {

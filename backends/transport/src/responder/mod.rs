@@ -35,6 +35,7 @@ pub(crate) use ack::flush_ack;
 pub(crate) use read::respond;
 
 /// Handles a request packet (SEND, WRITE, READ request, atomic) for this QP.
+#[inline(always)]
 pub(crate) fn on_request<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
@@ -64,6 +65,7 @@ pub(crate) fn on_request<H: Hca + ?Sized>(
 }
 
 /// A FIRST must follow a completed message; MIDDLE/LAST must continue one of the same kind.
+#[inline]
 fn sequence_ok(qp: &QpCtx, op: Opcode) -> bool {
     match (&qp.resp.msg, op.position()) {
         (None, Some(Position::Middle | Position::Last)) => false,
@@ -74,12 +76,14 @@ fn sequence_ok(qp: &QpCtx, op: Opcode) -> bool {
     }
 }
 
+#[inline]
 fn mtu_of(qp: &QpCtx, core: &Core) -> u64 {
     u64::from(qp.mtu(core.port_mtu(qp.attr.port_num)))
 }
 
 /// Payload length rules: FIRST/MIDDLE carry exactly one MTU, LAST/ONLY at most one; a train
 /// of k packets carries k − 1 full MTUs plus its last packet's share.
+#[inline]
 fn length_ok(qp: &QpCtx, core: &Core, pkt: &Packet) -> bool {
     let n = pkt.payload.len() as u64;
     let mtu = mtu_of(qp, core);
@@ -105,6 +109,7 @@ fn length_ok(qp: &QpCtx, core: &Core, pkt: &Packet) -> bool {
 }
 
 /// Where the (last packet of the) packet leaves the message.
+#[inline]
 fn ends(pkt: &Packet) -> bool {
     matches!(
         pkt.train_last.position(),
@@ -112,6 +117,7 @@ fn ends(pkt: &Packet) -> bool {
     )
 }
 
+#[inline]
 fn remote(
     qp: &QpCtx,
     core: &Core,

@@ -16,8 +16,9 @@ use super::read::read_request;
 use super::recv::{complete_recv, scatter_recv, take_recv};
 use super::write::{open_write, place_write};
 use super::{ends, length_ok, sequence_ok};
-use crate::wire::{AethSyndrome, NakCode, Position};
+use crate::wire::{AethSyndrome, NakCode, OpKind, Position};
 
+#[inline]
 pub(super) fn on_rc<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
@@ -62,16 +63,13 @@ pub(super) fn on_rc<H: Hca + ?Sized>(
         nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
         return;
     }
-    if op.is_read_request() {
-        read_request(qp, core, hca, pkt, out);
-    } else if op.is_atomic() {
-        atomic(qp, core, hca, pkt, out);
-    } else if op.is_send() {
-        send_packet(qp, core, hca, pkt, out);
-    } else if op.is_write() {
-        write_packet(qp, core, hca, pkt, out);
-    } else {
-        nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest);
+    // One look at the opcode's family instead of a test per family.
+    match op.kind() {
+        Some(OpKind::ReadRequest) => read_request(qp, core, hca, pkt, out),
+        Some(OpKind::CompareSwap | OpKind::FetchAdd) => atomic(qp, core, hca, pkt, out),
+        Some(OpKind::Send) => send_packet(qp, core, hca, pkt, out),
+        Some(OpKind::Write) => write_packet(qp, core, hca, pkt, out),
+        _ => nak_fatal(qp, core, hca, out, p, NakCode::InvalidRequest),
     }
 }
 

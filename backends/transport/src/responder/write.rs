@@ -15,6 +15,7 @@ use crate::wire::NakCode;
 
 /// Opens an incoming RDMA WRITE message from its RETH, checking the rkey for the whole length
 /// before any byte lands. `Err(None)`: no RETH; `Err(Some(_))`: the key check failed.
+#[inline]
 pub(super) fn open_write(
     qp: &mut QpCtx,
     core: &Core,
@@ -36,6 +37,7 @@ pub(super) fn open_write(
 /// and, on its last packet, completes a WRITE with immediate into the held receive WQE. Checks
 /// the payload against the RETH length before touching memory; the caller turns an error into
 /// its transport's reaction (RC: a NAK; UC: a silent drop).
+#[inline]
 pub(super) fn place_write<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
@@ -53,8 +55,9 @@ pub(super) fn place_write<H: Hca + ?Sized>(
         return Err(NakCode::InvalidRequest);
     }
     if let Some(span) = span {
+        // The whole payload (`n` is its length), so no range of it to check.
         pkt.payload
-            .copy_range_to(0, n as usize, &span.mem, span.offset + at as usize)
+            .copy_to(&span.mem, span.offset + at as usize)
             .map_err(|_| NakCode::RemoteOperationalError)?;
     }
     qp.resp.offset += n;

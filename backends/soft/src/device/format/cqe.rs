@@ -13,6 +13,7 @@ pub struct CqeCodec;
 
 impl CqeCodec {
     /// Device side: encodes a completion with the given owner bit.
+    #[inline]
     pub fn encode(cqe: &Cqe, owner: bool) -> [u8; CQE_SIZE] {
         let e = SoftCqe {
             qpn: U32::new(cqe.qpn),

@@ -20,6 +20,7 @@ pub fn send_owner(slot: &[u8]) -> bool {
 ///
 /// # Errors
 /// Unknown opcode, SGE count or inline length beyond the slot, bad window type.
+#[inline]
 pub fn decode_send(slot: &[u8], qp_type: QpType, out: &mut SendWqe) -> Result<(), WqeFault> {
     let h = SendHeader::read_from_bytes(slot.get(..SEND_HEADER).ok_or(WqeFault {
         reason: "slot smaller than a WQE header",
@@ -113,14 +114,21 @@ pub fn decode_send(slot: &[u8], qp_type: QpType, out: &mut SendWqe) -> Result<()
         });
     }
     out.sges.clear();
-    out.inline_data.clear();
     if flags.contains(SendFlags::INLINE) {
         let n = h.inline_len.get() as usize;
         let bytes = slot.get(at..at.saturating_add(n)).ok_or(WqeFault {
             reason: "inline data beyond the slot",
         })?;
-        out.inline_data.extend_from_slice(bytes);
+        // A send queue's WQEs tend to carry the same amount of inline data each time: when
+        // the length is unchanged, copy over the old bytes instead of clearing and growing.
+        if out.inline_data.len() == bytes.len() {
+            out.inline_data.copy_from_slice(bytes);
+        } else {
+            out.inline_data.clear();
+            out.inline_data.extend_from_slice(bytes);
+        }
     } else {
+        out.inline_data.clear();
         for i in 0..usize::from(h.num_sge) {
             let off = at + i * SGE_SIZE;
             let sge = slot
