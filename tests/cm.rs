@@ -39,17 +39,8 @@ fn udp_pair_in(
     ips: [&str; 2],
     progress: portverbs::hal::Progress,
 ) -> (UdpDevice, UdpDevice, Dev, Dev) {
-    let open = |name: &str, ip: &str| {
-        let ip: IpAddr = ip.parse().unwrap();
-        let mut config = UdpConfig::new(ip);
-        config.progress = progress;
-        let dev = udp_device(name, config).unwrap();
-        let ctx = portverbs::open(dev.any()).unwrap();
-        let cm = CmDevice::open_blocking(&ctx, ip).unwrap();
-        (dev, cm)
-    };
-    let (da, a) = open("cm_udp_a", ips[0]);
-    let (db, b) = open("cm_udp_b", ips[1]);
+    let (da, a) = udp_cm("cm_udp_a", ips[0], progress);
+    let (db, b) = udp_cm("cm_udp_b", ips[1], progress);
     (da, db, a, b)
 }
 
@@ -246,7 +237,18 @@ fn active_destroyed_during_establishment() {
     }
     let req = listener.get_request_blocking(T).unwrap();
     drop(conn);
-    assert_eq!(s.qp.state(), QpState::Err);
+    // The move to ERR is a device command, which the device's progress thread may be
+    // completing: dropping the endpoint starts it and does not wait.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.qp.state() != QpState::Err {
+        assert!(
+            Instant::now() < deadline,
+            "the QP stayed {:?}",
+            s.qp.state()
+        );
+        a.progress().unwrap();
+        thread::sleep(Duration::from_millis(1));
+    }
     let t = side(&ctx_of(b), None);
     let r = req.accept_blocking(&t.qp, &ConnParam::default());
     assert!(matches!(r, Err(ServiceError::Rejected { .. })), "{r:?}");

@@ -177,13 +177,23 @@ pub fn busy_server(a: &Dev, b: &Dev, port: u16, compute: Duration, busy: Busy) {
     nobody
         .resolve_blocking(SocketAddr::new(b.local_ip(), 9))
         .unwrap();
+    let t = std::time::Instant::now();
     match nobody.connect_blocking(&s0.qp, &ConnParam::default()) {
         Err(ServiceError::Rejected { reason, .. }) => {
             assert_eq!(reason, RejReason::InvalidServiceId)
         }
         other => panic!("a REQ to no listener: {other:?}"),
     }
-    assert_eq!(a.stats().retransmits, start, "rejected at the first REQ");
+    assert_eq!(
+        a.stats().retransmits,
+        start,
+        "rejected at the first REQ (after {:?}; client {:?} {:?}; server {:?} {:?})",
+        t.elapsed(),
+        a.stats(),
+        a.mad_counts(),
+        b.stats(),
+        b.mad_counts()
+    );
     drop(nobody);
 
     let s = side(&ctx_of(a), None);
