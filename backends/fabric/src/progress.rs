@@ -105,6 +105,19 @@ impl Agents {
         (d != u64::MAX).then_some(d)
     }
 
+    /// Work happened after the agents' turn in a round (the flush that ends a manual dispatch
+    /// stepped the fabric and received, say, a CM request for QP1): the agents run at the next
+    /// round that finds nothing to do (or [`AGENT_EVERY`] on), and the caller's next deadline
+    /// is `now`, so a wait goes round once more before it sleeps. Returns that deadline, or
+    /// `None` without agents.
+    pub(crate) fn work_after_turn(&self, now: u64) -> Option<u64> {
+        if !self.attached() {
+            return None;
+        }
+        self.dirty.store(true, Ordering::Release);
+        Some(now)
+    }
+
     /// After a round of progress that did work (`did`) or not, at fabric time `now`: runs the
     /// agents if they are due (see the module docs). Returns their next deadline.
     pub(crate) fn after_round(&self, shared: &Shared, did: bool, now: u64) -> Option<u64> {
@@ -274,8 +287,17 @@ impl Fabric {
             None
         };
         // What the agents' calls (sends, commands) left is stepped with the flush that sends
-        // everything batched since the last dispatch.
-        let (_, next) = shared.drive_inline(true);
+        // everything batched since the last dispatch. What that step received is the agents'
+        // business too: without this a CM request delivered here would wait in QP1's queue
+        // until some later round did work (a peer's retransmission, seconds on).
+        let (flushed, next) = shared.drive_inline(true);
+        let agents = match (agents, flushed) {
+            (a, true) => shared
+                .agents
+                .work_after_turn(shared.real_now())
+                .map_or(a, |now| Some(a.map_or(now, |a: u64| a.min(now)))),
+            (a, false) => a,
+        };
         let next = match (next, agents) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
