@@ -291,17 +291,15 @@ impl Fabric {
         // business too: without this a CM request delivered here would wait in QP1's queue
         // until some later round did work (a peer's retransmission, seconds on).
         let (flushed, next) = shared.drive_inline(true);
-        let agents = match (agents, flushed) {
-            (a, true) => shared
-                .agents
-                .work_after_turn(shared.real_now())
-                .map_or(a, |now| Some(a.map_or(now, |a: u64| a.min(now)))),
-            (a, false) => a,
+        let soon = if flushed {
+            shared.agents.work_after_turn(shared.real_now())
+        } else {
+            None
         };
-        let next = match (next, agents) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        next.map(|ns| shared.epoch + Duration::from_nanos(ns))
+        [next, agents, soon]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|ns| shared.epoch + Duration::from_nanos(ns))
     }
 }

@@ -372,8 +372,9 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
         op => {
             let mtu64 = u64::from(mtu);
             // A train: as many packets of this message as the engine may coalesce and the
-            // PSN window allows (facts §6.1), all MTU-sized but the last. The room is at least
-            // one packet, so a message with one packet left is never a train.
+            // PSN window allows (under 2^23 PSNs outstanding), all MTU-sized but the last.
+            // The room is at least one packet, so a message with one packet left is never a
+            // train.
             let left = u64::from(packets(len - off, mtu64));
             if left > 1 && core.max_train > 1 && t != QpType::Ud {
                 let mut room = u64::from(core.max_train);
