@@ -184,6 +184,10 @@ pub fn busy_server(a: &Dev, b: &Dev, port: u16, compute: Duration, busy: Busy) {
         }
         other => panic!("a REQ to no listener: {other:?}"),
     }
+    eprintln!(
+        "REJ for a port nobody listens on, from a busy server: {:?}",
+        t.elapsed()
+    );
     assert_eq!(
         a.stats().retransmits,
         start,
