@@ -278,6 +278,19 @@ impl Env {
             .collect();
         let ports: Vec<&portverbs::udp_port::UdpPort> = devices.iter().map(|d| d.port()).collect();
         let lockstep = Lockstep::new(fabrics.clone(), &ports).unwrap();
+        Self::of_udp(Backend::Udp, ips, devices, &fabrics, Some(lockstep))
+    }
+
+    /// The environment of two UDP-bound devices (`fabrics`: theirs, in order), each opened
+    /// once.
+    #[cfg(target_os = "linux")]
+    fn of_udp(
+        backend: Backend,
+        ips: [std::net::IpAddr; 2],
+        devices: Vec<portverbs::UdpDevice>,
+        fabrics: &[Fabric],
+        lockstep: Option<portverbs::udp_port::Lockstep>,
+    ) -> Self {
         let ctxs = devices
             .iter()
             .map(|d| Context::open_blocking(d.any(), ContextOptions::default()).unwrap())
@@ -287,14 +300,14 @@ impl Env {
             .map(|d| DevCtl::Soft(d.device().clone()))
             .collect();
         Self {
-            backend: Backend::Udp,
+            backend,
             fabric: fabrics[0].clone(),
             devs,
             ips,
             ctxs,
             udp: Some(UdpEnv {
                 other: fabrics[1].clone(),
-                lockstep: Some(lockstep),
+                lockstep,
                 devices,
                 foreign: std::cell::Cell::new(0),
             }),
@@ -322,27 +335,7 @@ impl Env {
         for f in &fabrics {
             f.set_faults(faults);
         }
-        let ctxs = devices
-            .iter()
-            .map(|d| Context::open_blocking(d.any(), ContextOptions::default()).unwrap())
-            .collect();
-        let devs = devices
-            .iter()
-            .map(|d| DevCtl::Soft(d.device().clone()))
-            .collect();
-        Self {
-            backend: Backend::UdpManual,
-            fabric: fabrics[0].clone(),
-            devs,
-            ips,
-            ctxs,
-            udp: Some(UdpEnv {
-                other: fabrics[1].clone(),
-                lockstep: None,
-                devices,
-                foreign: std::cell::Cell::new(0),
-            }),
-        }
+        Self::of_udp(Backend::UdpManual, ips, devices, &fabrics, None)
     }
 
     /// Manual progress: dispatches both devices until, three rounds running, every datagram
