@@ -101,6 +101,39 @@ pub trait InputWait: Send + Sync {
         deadline: Option<Instant>,
         arm: &mut dyn FnMut(&Waker) -> bool,
     ) -> io::Result<bool>;
+
+    /// Windows: a manual-reset event that is signalled while input may be waiting, for a
+    /// wait of the caller's own to sleep on beside its other handles (`WaitForMultipleObjects`
+    /// in an executor, say). Only the device resets it, when it receives. `None` by default.
+    #[cfg(windows)]
+    fn event(&self) -> Option<std::os::windows::io::RawHandle> {
+        None
+    }
+
+    /// Windows: makes the input's receive requests complete to `port` (an I/O completion
+    /// port of the application's) under `key` as well, so that a thread sleeping on that port
+    /// wakes for input, as for any OVERLAPPED I/O of its own. A handle joins one port for its
+    /// life, so this succeeds once. The packets name the input's OVERLAPPEDs
+    /// ([`InputWait::owns`]); each is a wake-up — the device takes the receives themselves
+    /// when it next progresses, and a packet whose receive was taken already is harmless.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::Unsupported`] by default; the input joined a port already; the
+    /// system refused.
+    #[cfg(windows)]
+    fn join_port(&self, port: std::os::windows::io::RawHandle, key: usize) -> io::Result<()> {
+        let _ = (port, key);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Windows: whether a packet dequeued from the port this input joined
+    /// ([`InputWait::join_port`]) is one of its receives (compares the OVERLAPPED's address
+    /// with the input's own; nothing is dereferenced). False by default.
+    #[cfg(windows)]
+    fn owns(&self, overlapped: *const std::ffi::c_void) -> bool {
+        let _ = overlapped;
+        false
+    }
 }
 
 /// What a manual-progress device's input arrives on, for a wait to sleep on together with an

@@ -9,26 +9,39 @@
 //!   kick wakes it with a packet of its own, `PostQueuedCompletionStatus` under
 //!   [`WAKE_KEY`], at most one queued at a time. So one wait does what poll(2) on the socket
 //!   and an eventfd does on Linux, and takes the completions in the same call.
-//! * **Manual progress** (no thread of ours): a completion port gives each packet to one
-//!   thread, so it cannot wake every waiter the way a readable socket does, nor let a waiter
-//!   sleep on its event queue's sink as well. Every receive request therefore also carries a
-//!   manual-reset event in its OVERLAPPED; a wait sleeps in `WaitForMultipleObjects` on that
-//!   event and on a per-thread event that its sink's raise signals (through a waker,
-//!   [`portverbs_hal::InputWait`]). Issuing a request resets the event, so a receive clears
-//!   it only after its last repost, then looks at the port once more and sets it again when
-//!   something is there (or when it took a full batch): after a receive the event is
+//! * **Manual progress** (no thread of ours): the ring's socket belongs to no port of ours.
+//!   A receive learns which requests completed from their OVERLAPPEDs' status words, in the
+//!   order they were issued (a datagram socket fills its pending receives in that order),
+//!   so any thread that drives the device receives, and none needs a port. Every request
+//!   also carries a manual-reset event; a blocking wait sleeps in `WaitForMultipleObjects` on
+//!   that event and on a per-thread event that its sink's raise signals (through a waker,
+//!   [`portverbs_hal::InputWait`]), and an application may sleep on it beside its own
+//!   handles ([`InputWait::event`]). Issuing a request resets the event, so a receive clears
+//!   it only after its last repost, then looks at the statuses once more and sets it again
+//!   when something is done (or when it took a full batch): after a receive the event is
 //!   signalled exactly when input may wait, and a completion after it signals it, the
-//!   discipline of clear, look, wait. The packets themselves stay on the port (or in the
-//!   list of the last look) until a receive takes them, on whichever thread drives the
-//!   device.
+//!   discipline of clear, look, wait.
+//!
+//!   An application that runs its own completion port hands it to the device
+//!   ([`InputWait::join_port`], which `portverbs::windows::Completions::associate` calls): the
+//!   socket is associated with that port under the application's key for the device, so
+//!   every completed receive also queues a packet there, and a thread sleeping in
+//!   `GetQueuedCompletionStatus(Ex)` on it wakes for a datagram as for its own I/O. The
+//!   packet is only a wake-up: the application passes it back
+//!   (`Completions::dispatch`, which asks [`InputWait::owns`]), and the device receives by
+//!   status as before — so a receive a poll took already leaves a packet that does nothing.
+//!   One packet is queued per completed receive; an application that joins its port and
+//!   then only polls for a long time lets them pile up there until its loop runs.
 //!
 //! Microsoft Learn pages these calls follow: "GetQueuedCompletionStatusEx function",
 //! "PostQueuedCompletionStatus function", "OVERLAPPED structure" (`hEvent`), "CreateEventW
 //! function", "WaitForMultipleObjects function".
 
 use std::cell::RefCell;
+use std::ffi::c_void;
 use std::io;
 use std::net::UdpSocket;
+use std::os::windows::io::RawHandle;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
@@ -36,13 +49,16 @@ use std::time::{Duration, Instant};
 
 use portverbs_fabric::{Mode, PortIo, WaitSource};
 use portverbs_hal::InputWait;
-use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, WAIT_FAILED, WAIT_TIMEOUT};
-use windows_sys::Win32::System::IO::OVERLAPPED_ENTRY;
+use windows_sys::Win32::Foundation::{
+    CloseHandle, HANDLE, WAIT_FAILED, WAIT_OBJECT_0, WAIT_TIMEOUT,
+};
+use windows_sys::Win32::Networking::WinSock as ws;
+use windows_sys::Win32::System::IO::{CreateIoCompletionPort, OVERLAPPED_ENTRY};
 use windows_sys::Win32::System::Threading::{
-    CreateEventW, INFINITE, ResetEvent, SetEvent, WaitForMultipleObjects,
+    CreateEventW, INFINITE, ResetEvent, SetEvent, WaitForMultipleObjects, WaitForSingleObject,
 };
 
-use super::recv::{Port, RecvBufs};
+use super::recv::{Port, RecvBufs, RecvRing};
 
 /// The key of the ring's receive completions on the port.
 pub(crate) const RING_KEY: usize = 0;
@@ -141,6 +157,17 @@ pub(crate) struct RxPort {
     wake_queued: AtomicBool,
     /// Manual progress: the event every receive request signals when it completes.
     input: Option<Event>,
+    /// Manual progress: the ring's socket and its OVERLAPPEDs' addresses, while the ring
+    /// lives, for [`InputWait::join_port`] and [`InputWait::owns`].
+    ring: Mutex<Option<RingIds>>,
+}
+
+/// What identifies a ring's requests to the outside (see [`RxPort::ring`]).
+#[derive(Debug)]
+struct RingIds {
+    socket: ws::SOCKET,
+    addresses: Vec<usize>,
+    joined: bool,
 }
 
 impl RxPort {
@@ -155,7 +182,42 @@ impl RxPort {
             } else {
                 None
             },
+            ring: Mutex::new(None),
         })
+    }
+
+    /// Whether this is a manual-progress port (its ring belongs to no port of ours).
+    pub(crate) fn is_manual(&self) -> bool {
+        self.input.is_some()
+    }
+
+    /// Manual progress: the ring whose requests this input is (see the module docs).
+    pub(crate) fn adopt_ring(&self, ring: &RecvRing) {
+        *self.ring_ids() = Some(RingIds {
+            socket: ring.socket(),
+            addresses: ring.addresses(),
+            joined: false,
+        });
+    }
+
+    /// The ring is going: nothing joins its socket from now on.
+    pub(crate) fn forget_ring(&self) {
+        *self.ring_ids() = None;
+    }
+
+    fn ring_ids(&self) -> std::sync::MutexGuard<'_, Option<RingIds>> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Manual progress: waits up to `timeout_ms` for the input event; whether it is
+    /// signalled. With 0 a look, and on Wine the system call in which receives whose data
+    /// arrived are completed.
+    pub(crate) fn wait_input(&self, timeout_ms: u32) -> bool {
+        let Some(e) = &self.input else {
+            return false;
+        };
+        // SAFETY: the event handle is live while `self` is; no memory is passed.
+        unsafe { WaitForSingleObject(e.0, timeout_ms) == WAIT_OBJECT_0 }
     }
 
     /// The event receive requests must carry, in manual progress.
@@ -167,16 +229,15 @@ impl RxPort {
     /// signalled exactly when something may be waiting. Issuing a request resets the event
     /// its OVERLAPPED names (the I/O manager does, and so does Wine's server), so a repost can
     /// wipe the signal of another request that completed since the look; the event is
-    /// therefore cleared only after the last repost, and then the port is looked at once
-    /// more (what is there is kept for the next receive): a completion before the clear is
-    /// found there, one after it signals the event itself. `more`: the look took a full
-    /// batch, so more may wait.
-    pub(crate) fn rearm_input(&self, more: bool) {
+    /// therefore cleared only after the last repost, and then `look` runs (the ring's
+    /// statuses, and whether the receive took a full batch): a completion before the clear is
+    /// found there, one after it signals the event itself.
+    pub(crate) fn rearm_input(&self, look: impl FnOnce() -> bool) {
         let Some(e) = &self.input else {
             return;
         };
         e.reset();
-        if more || self.sleep(Duration::ZERO) {
+        if look() {
             e.set();
         }
     }
@@ -301,6 +362,40 @@ impl InputWait for RxPort {
         }
         wait_any(&[input.0, waiter.event.0], deadline)
     }
+
+    fn event(&self) -> Option<RawHandle> {
+        self.input.as_ref().map(|e| e.0)
+    }
+
+    fn join_port(&self, port: RawHandle, key: usize) -> io::Result<()> {
+        let mut ids = self.ring_ids();
+        let Some(ids) = ids.as_mut() else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the port has no receive requests (auto progress, or closing)",
+            ));
+        };
+        if ids.joined {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "the port's socket has joined a completion port already",
+            ));
+        }
+        // SAFETY: the socket is the live ring's (the lock keeps `forget_ring` out), the port
+        // the caller's; the call only links them.
+        let h = unsafe { CreateIoCompletionPort(ids.socket as HANDLE, port, key, 0) };
+        if h.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        ids.joined = true;
+        Ok(())
+    }
+
+    fn owns(&self, overlapped: *const c_void) -> bool {
+        self.ring_ids()
+            .as_ref()
+            .is_some_and(|ids| ids.addresses.contains(&overlapped.addr()))
+    }
 }
 
 /// The port's I/O as the fabric sees it.
@@ -335,7 +430,11 @@ impl UdpIo {
 
 impl PortIo for UdpIo {
     fn wait(&self, timeout: Duration) -> bool {
-        let input = self.rx.sleep(timeout);
+        let input = if self.rx.is_manual() {
+            self.rx.wait_input(millis(timeout))
+        } else {
+            self.rx.sleep(timeout)
+        };
         if input {
             self.hint.store(true, Ordering::Release);
         }
@@ -473,16 +572,41 @@ mod tests {
         assert!(input.wait(None, &mut |_| true).unwrap());
     }
 
+    /// Takes every request of `ring` that completes from now on (cancelling them first).
+    fn drain(port: &RxPort, ring: &mut RecvRing) {
+        ring.cancel();
+        for _ in 0..200 {
+            if ring.in_flight() == 0 {
+                return;
+            }
+            port.wait_input(100);
+            let mut done = Vec::new();
+            ring.done_in_order(&mut done, usize::MAX);
+            for addr in done {
+                if let Some(i) = ring.slot_at(addr) {
+                    let _ = ring.complete(i);
+                }
+            }
+        }
+        panic!("the cancelled requests never completed");
+    }
+
+    fn datagram_len(ring: &mut RecvRing, i: usize) -> usize {
+        match ring.complete(i) {
+            Completion::Datagram(r) => r.len,
+            Completion::Failed(e) => panic!("{e}"),
+        }
+    }
+
     /// Why a receive rearms the signal after its reposts rather than clearing it before its
     /// look: issuing a request resets the event its OVERLAPPED names, even while another
-    /// request's packet waits on the port.
+    /// request has completed.
     #[test]
-    fn a_repost_wipes_the_signal_and_the_rearm_finds_what_is_queued() {
+    fn a_repost_wipes_the_signal_and_the_rearm_finds_what_is_done() {
         let (tx, rx) = (socket("127.0.0.1"), socket("127.0.0.1"));
         let port = RxPort::new(true).unwrap();
         let mut ring = RecvRing::new(&rx, 2, 2048).unwrap();
         ring.set_event(port.input_event().unwrap());
-        ring.associate(port.port.handle(), RING_KEY).unwrap();
         let soon = || Some(Instant::now() + Duration::from_millis(20));
         let mut never = |_: &Waker| false;
         ring.post(0).unwrap();
@@ -495,42 +619,63 @@ mod tests {
         ring.post(1).unwrap();
         assert!(
             !port.wait(soon(), &mut never).unwrap(),
-            "issuing a request reset the event; slot 0's packet is still queued"
+            "issuing a request reset the event; slot 0 is done all the same"
         );
-        port.rearm_input(false);
+        port.rearm_input(|| ring.any_done());
         assert!(
             port.wait(soon(), &mut never).unwrap(),
-            "the rearm found the packet"
+            "the rearm found it by its status"
         );
-        // The packet the rearm dequeued is kept for the next harvest.
         let mut done = Vec::new();
-        assert_eq!(port.harvest(&mut done, 2, 0).unwrap(), 1);
+        assert_eq!(ring.done_in_order(&mut done, 2), 1);
         assert_eq!(ring.slot_at(done[0]), Some(0));
-        match ring.complete(0) {
-            Completion::Datagram(r) => assert_eq!(r.len, b"input".len()),
-            Completion::Failed(e) => panic!("{e}"),
-        }
-        port.rearm_input(false);
+        assert_eq!(datagram_len(&mut ring, 0), b"input".len());
+        port.rearm_input(|| ring.any_done());
         assert!(!port.wait(soon(), &mut never).unwrap(), "nothing left");
-        port.rearm_input(true);
+        port.rearm_input(|| true);
         assert!(
             port.wait(soon(), &mut never).unwrap(),
             "a full batch leaves it set"
         );
-        // Slot 1 is in flight: cancel it and take its packet before the ring goes.
-        ring.cancel();
-        for _ in 0..200 {
-            if ring.in_flight() == 0 {
-                break;
-            }
-            done.clear();
-            port.harvest(&mut done, 2, 100).unwrap();
-            for &addr in &done {
-                if let Some(i) = ring.slot_at(addr) {
-                    let _ = ring.complete(i);
-                }
-            }
+        drain(&port, &mut ring);
+    }
+
+    /// Receives are taken in the order they were issued, whichever slot they use, and a
+    /// ring that belongs to no port of ours joins the application's: its completions queue
+    /// packets there under the application's key, which the input recognises.
+    #[test]
+    fn completions_come_in_issue_order_and_reach_a_joined_port() {
+        let (tx, rx) = (socket("127.0.0.1"), socket("127.0.0.1"));
+        let io = UdpIo::new(&rx, Mode::Manual).unwrap();
+        let mut ring = RecvRing::new(&rx, 3, 2048).unwrap();
+        ring.set_event(io.rx.input_event().unwrap());
+        io.rx.adopt_ring(&ring);
+        let input = io.wait_source().input().expect("manual: an input");
+        assert!(input.event().is_some());
+        let app = Port::new().unwrap();
+        input.join_port(app.handle(), 0x5eed).unwrap();
+        let again = input.join_port(app.handle(), 0x5eed).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::AlreadyExists);
+        // Issued 2, 0, 1: two datagrams fill 2 then 0.
+        for i in [2, 0, 1] {
+            ring.post(i).unwrap();
         }
-        assert_eq!(ring.in_flight(), 0, "the cancelled request completed");
+        send(&tx, &rx);
+        let mut entries = [OVERLAPPED_ENTRY::default(); 4];
+        assert_eq!(app.dequeue(&mut entries[..1], 20_000).unwrap(), 1);
+        assert_eq!(entries[0].lpCompletionKey, 0x5eed);
+        assert!(input.owns(entries[0].lpOverlapped.cast()));
+        assert!(!input.owns(std::ptr::null()));
+        tx.send_to(b"second", rx.local_addr().unwrap()).unwrap();
+        assert_eq!(app.dequeue(&mut entries[..1], 20_000).unwrap(), 1);
+        let mut done = Vec::new();
+        assert_eq!(ring.done_in_order(&mut done, 8), 2);
+        let slots: Vec<_> = done.iter().map(|&a| ring.slot_at(a)).collect();
+        assert_eq!(slots, [Some(2), Some(0)]);
+        assert_eq!(datagram_len(&mut ring, 2), b"input".len());
+        assert_eq!(datagram_len(&mut ring, 0), b"second".len());
+        drain(&io.rx, &mut ring);
+        io.rx.forget_ring();
+        assert!(!input.owns(entries[0].lpOverlapped.cast()), "forgotten");
     }
 }

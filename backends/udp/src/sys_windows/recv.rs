@@ -26,10 +26,12 @@
 //! packets on the port before the memory goes; a ring that cannot wait leaks its slots rather
 //! than free memory the system may still write.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, INVALID_HANDLE_VALUE, WAIT_TIMEOUT};
 use windows_sys::Win32::Networking::WinSock::{
@@ -105,6 +107,9 @@ pub(crate) struct RecvRing {
     /// Whether a request is in flight on each slot (kept apart from the slots, which the
     /// system may be writing).
     in_flight: Vec<bool>,
+    /// The slots in flight, in the order their requests were issued: the order a datagram
+    /// socket satisfies its pending receives in.
+    order: VecDeque<usize>,
     /// The event every request's OVERLAPPED carries (reset when a request is issued,
     /// signalled when one completes, as well as its packet queued), or null.
     event: HANDLE,
@@ -152,6 +157,7 @@ impl RecvRing {
             recv_msg,
             slots,
             in_flight: vec![false; count],
+            order: VecDeque::with_capacity(count),
             event: std::ptr::null_mut(),
         })
     }
@@ -229,17 +235,60 @@ impl RecvRing {
                 None,
             )
         };
-        if rc == 0 {
-            self.in_flight[i] = true;
-            return Ok(());
+        let e = (rc != 0).then(last_error);
+        match e {
+            Some(e) if e.raw_os_error() != Some(WSA_IO_PENDING) => Err(e),
+            _ => {
+                self.in_flight[i] = true;
+                self.order.push_back(i);
+                Ok(())
+            }
         }
-        let e = last_error();
-        if e.raw_os_error() == Some(WSA_IO_PENDING) {
-            self.in_flight[i] = true;
-            Ok(())
-        } else {
-            Err(e)
+    }
+
+    /// Whether the request on slot `i` (in flight) has completed, as the system left it in
+    /// the OVERLAPPED's status word (what `HasOverlappedIoCompleted` reads): anything but
+    /// `STATUS_PENDING`. Needs no port: a ring that belongs to none learns of its
+    /// completions this way.
+    fn is_done(&self, i: usize) -> bool {
+        const STATUS_PENDING: usize = 0x103;
+        let p = self.slots[i].as_ptr();
+        // SAFETY: the slot is live (freed only in `Drop`) and its status word is aligned; the
+        // system writes it when the request completes, so it is read atomically, and with
+        // acquire ordering so that what the system wrote before it (the byte count, the
+        // buffers) is seen by the `complete` that follows.
+        let status = unsafe { AtomicUsize::from_ptr(&raw mut (*p).ov.Internal) };
+        status.load(Ordering::Acquire) != STATUS_PENDING
+    }
+
+    /// Appends the addresses of completed requests, in the order they were issued, up to
+    /// `max` in all in `out`; returns how many were appended.
+    pub(crate) fn done_in_order(&self, out: &mut Vec<usize>, max: usize) -> usize {
+        let before = out.len();
+        for &i in &self.order {
+            if out.len() - before >= max {
+                break;
+            }
+            if self.is_done(i) {
+                out.push(self.slots[i].as_ptr().addr());
+            }
         }
+        out.len() - before
+    }
+
+    /// Whether any request in flight has completed.
+    pub(crate) fn any_done(&self) -> bool {
+        self.order.iter().any(|&i| self.is_done(i))
+    }
+
+    /// The ring's socket handle (for a later association with a port).
+    pub(crate) fn socket(&self) -> ws::SOCKET {
+        raw(&self.sock)
+    }
+
+    /// The addresses of the ring's OVERLAPPEDs (what its completion packets carry).
+    pub(crate) fn addresses(&self) -> Vec<usize> {
+        self.slots.iter().map(|s| s.as_ptr().addr()).collect()
     }
 
     /// Posts every idle slot; returns how many Winsock refused (they stay idle).
@@ -288,6 +337,9 @@ impl RecvRing {
             )
         };
         self.in_flight[i] = false;
+        if let Some(at) = self.order.iter().position(|&j| j == i) {
+            self.order.remove(at);
+        }
         if ok == 0 {
             return Completion::Failed(last_error());
         }
@@ -464,12 +516,34 @@ impl Drop for Port {
     }
 }
 
-/// A ring driven on the port of the port's I/O (see the module docs).
+/// A ring driven on the port of the port's I/O (auto progress), or by the status of its
+/// requests (manual progress: see [`RxPort`]).
 struct Driver {
     ring: RecvRing,
     rx: Arc<RxPort>,
     /// Scratch for the harvest: the OVERLAPPED addresses of completed requests.
     done: Vec<usize>,
+}
+
+impl Driver {
+    /// Moves up to `max` completed receives into `done`, waiting up to `timeout_ms` for one
+    /// when none is there; returns how many packets or requests were looked at (`max` or
+    /// more: more may wait).
+    fn harvest(&mut self, max: usize, timeout_ms: u32) -> io::Result<usize> {
+        if !self.rx.is_manual() {
+            return self.rx.harvest(&mut self.done, max, timeout_ms);
+        }
+        let n = self.ring.done_in_order(&mut self.done, max);
+        if n > 0 {
+            return Ok(n);
+        }
+        // Nothing done by its status: a wait on the input (a zero one for a look) is also
+        // the system call in which Wine completes receives whose data arrived.
+        if self.rx.wait_input(timeout_ms) {
+            return Ok(self.ring.done_in_order(&mut self.done, max));
+        }
+        Ok(0)
+    }
 }
 
 impl std::fmt::Debug for Driver {
@@ -485,13 +559,15 @@ impl Drop for Driver {
         if self.ring.in_flight() == 0 {
             return;
         }
+        self.rx.forget_ring();
         self.ring.cancel();
         // Cancelled requests complete promptly, through the port (a sleep of the port's I/O
-        // may take their packets: they are then in its list); wait for each (for at most about
-        // 5 s, after which the ring leaks its slots rather than free them under the system).
+        // may take their packets: they are then in its list) or, in manual progress, by their
+        // status; wait for each (for at most about 5 s, after which the ring leaks its slots
+        // rather than free them under the system).
         for _ in 0..50 {
             self.done.clear();
-            let _ = self.rx.harvest(&mut self.done, usize::MAX, 100);
+            let _ = self.harvest(usize::MAX, 100);
             for &addr in &self.done {
                 if let Some(i) = self.ring.slot_at(addr) {
                     let _ = self.ring.complete(i);
@@ -516,7 +592,9 @@ pub(crate) struct RecvBufs {
 
 impl RecvBufs {
     /// `count` buffers of `size` bytes, and as many receive requests on a handle of their own
-    /// to `sock`, associated with `rx`'s port and posted.
+    /// to `sock`, posted: associated with `rx`'s port in auto progress; in manual progress
+    /// with no port yet (the application's may join, [`RxPort`]), each request carrying the
+    /// input event.
     ///
     /// # Errors
     /// The handle cannot be made or associated, or Winsock has no `WSARecvMsg`.
@@ -527,10 +605,13 @@ impl RecvBufs {
         size: usize,
     ) -> io::Result<Self> {
         let mut ring = RecvRing::new(sock, count, size)?;
-        if let Some(event) = rx.input_event() {
-            ring.set_event(event);
+        match rx.input_event() {
+            Some(event) => {
+                ring.set_event(event);
+                rx.adopt_ring(&ring);
+            }
+            None => ring.associate(rx.port.handle(), RING_KEY)?,
         }
-        ring.associate(rx.port.handle(), RING_KEY)?;
         // A request Winsock refuses now goes out again at the next harvest.
         ring.post_idle();
         Ok(Self {
@@ -546,10 +627,11 @@ impl RecvBufs {
 }
 
 /// Takes the receives already completed — those a sleep of the port's I/O dequeued, then
-/// those queued on the port — without waiting, up to the number of buffers, and reposts each
-/// request at once. The results are in `bufs.got`; none completed is `Ok(0)`. In manual
-/// progress the input signal is then rearmed ([`RxPort::rearm_input`]): a wait after this
-/// call sleeps only while nothing is there.
+/// those queued on the port; in manual progress those whose status says so — without
+/// waiting, up to the number of buffers, and reposts each request at once. The results are
+/// in `bufs.got`; none completed is `Ok(0)`. In manual progress the input signal is then
+/// rearmed ([`RxPort::rearm_input`]): a wait after this call sleeps only while nothing is
+/// there.
 ///
 /// # Errors
 /// The port failed.
@@ -560,7 +642,7 @@ pub(crate) fn recv_batch(_sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<u
     d.ring.post_idle();
     d.done.clear();
     let want = bufs.bufs.len();
-    let seen = d.rx.harvest(&mut d.done, want, 0)?;
+    let seen = d.harvest(want, 0)?;
     for &addr in &d.done {
         let Some(i) = d.ring.slot_at(addr) else {
             continue;
@@ -575,6 +657,7 @@ pub(crate) fn recv_batch(_sock: &UdpSocket, bufs: &mut RecvBufs) -> io::Result<u
         // A failed post leaves the slot idle for the next call's `post_idle`.
         let _ = d.ring.post(i);
     }
-    d.rx.rearm_input(seen >= want);
+    let ring = &d.ring;
+    d.rx.rearm_input(|| seen >= want || ring.any_done());
     Ok(bufs.got.len())
 }
