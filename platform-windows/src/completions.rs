@@ -21,7 +21,7 @@ use crate::overlapped::{Overlapped, notify_status, status};
 use crate::port::{CompletionPort, Packet};
 use crate::sinks::{Doorbell, WindowsSinks};
 use crate::sys::{self, Handle};
-use crate::timer::TimerList;
+use crate::timer::{Alarm, TimerList};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -63,6 +63,8 @@ struct Shared<D: Device> {
     doorbell: Arc<Doorbell>,
     pending: Mutex<HashMap<usize, Arc<Pending<D>>>>,
     removed: AtomicBool,
+    /// A manual-progress device's next timer, as the last progress learnt it.
+    alarm: Alarm,
 }
 
 impl<D: Device> Shared<D> {
@@ -219,6 +221,7 @@ impl<D: Device> Completions<D> {
                 doorbell: sinks.doorbell.clone(),
                 pending: Mutex::new(HashMap::new()),
                 removed: AtomicBool::new(false),
+                alarm: Alarm::default(),
             }),
         }
     }
@@ -232,9 +235,24 @@ impl<D: Device> Completions<D> {
     /// handle): from now on completions of OVERLAPPEDs without the low bit, and the
     /// doorbell, are queued there. Once per device, like a Windows handle.
     ///
+    /// A device in manual progress whose input is a socket (a UDP-bound device) joins its
+    /// receive requests to the port too ([`portverbs_hal::InputWait::join_port`]): a
+    /// datagram queues a packet under `key` that wakes the application's loop, which hands
+    /// it to [`dispatch`](Self::dispatch) like the doorbell's, so one thread sleeping on one
+    /// port serves the device's wire with no thread of ours.
+    ///
     /// # Errors
-    /// [`RequestError::AlreadyAssociated`].
+    /// [`RequestError::AlreadyAssociated`]; the input could not join the port.
     pub fn associate(&self, port: Arc<CompletionPort>, key: usize) -> Result<(), RequestError> {
+        if self.shared.doorbell.port.get().is_some() {
+            return Err(RequestError::AlreadyAssociated);
+        }
+        if let Some(input) = self.ctx.device().wait_source().input() {
+            match input.join_port(port.raw(), key) {
+                Err(e) if e.kind() != std::io::ErrorKind::Unsupported => return Err(e.into()),
+                _ => {}
+            }
+        }
         self.shared
             .doorbell
             .port
@@ -392,14 +410,22 @@ impl<D: Device> Completions<D> {
     }
 
     /// Handles a packet dequeued from the associated port: true when it was the device's
-    /// doorbell (then [`progress`](Self::progress) ran and the packet is consumed), false
-    /// when it belongs to the application (a completed OVERLAPPED, or anything else).
+    /// doorbell or one of a manual device's receives (then [`progress`](Self::progress) ran
+    /// and the packet is consumed), false when it belongs to the application (a completed
+    /// OVERLAPPED, or anything else).
     ///
     /// # Errors
     /// As [`progress`](Self::progress).
     pub fn dispatch(&self, packet: &Packet) -> Result<bool, RequestError> {
-        if Some(packet.key) != self.key() || !packet.overlapped.is_null() {
+        if Some(packet.key) != self.key() {
             return Ok(false);
+        }
+        if !packet.overlapped.is_null() {
+            let ov = packet.overlapped.cast_const().cast();
+            let input = self.ctx.device().wait_source().input();
+            if !input.is_some_and(|i| i.owns(ov)) {
+                return Ok(false);
+            }
         }
         self.progress()?;
         Ok(true)
@@ -416,7 +442,9 @@ impl<D: Device> Completions<D> {
     ///     None => { win.progress()?; } // a timer is due
     /// }
     /// ```
-    /// runs the operations' timers with no thread and no other traffic.
+    /// runs the operations' timers with no thread and no other traffic. A manual-progress
+    /// device's own next timer (a retransmission, the connection manager's) is on that list
+    /// too, from the last progress on.
     pub fn next_timeout(&self) -> Option<Duration> {
         TimerList::global().next_timeout()
     }
@@ -435,8 +463,11 @@ impl<D: Device> Completions<D> {
         // A due timer wakes its operation: marked ready, polled below.
         TimerList::global().fire_due();
         let mut first_error = None;
-        let mut handled = match self.ctx.process_events() {
-            Ok(n) => n,
+        let mut handled = match self.ctx.process_events_timed() {
+            Ok((n, next)) => {
+                self.shared.alarm.set(next, Waker::noop());
+                n
+            }
             Err(e) => {
                 first_error = Some(e);
                 0
@@ -488,14 +519,8 @@ impl<D: Device> Completions<D> {
         timeout: Option<Duration>,
         alertable: bool,
     ) -> Result<WaitOutcome, RequestError> {
-        let event = &self.shared.doorbell.event;
         let timers = TimerList::global();
-        let capped = timers.cap(timeout);
-        let got = if alertable {
-            event.wait_alertable(capped)?
-        } else {
-            event.wait(capped)?
-        };
+        let got = self.sleep(timers.cap(timeout), alertable)?;
         // `progress` fires the due timers, and polls the operations they woke.
         let due = timers.next_timeout() == Some(Duration::ZERO);
         if got == WaitOutcome::Signalled || due {
@@ -531,11 +556,22 @@ impl<D: Device> Completions<D> {
                     Some(left)
                 }
             };
-            self.shared
-                .doorbell
-                .event
-                .wait(TimerList::global().cap(left))?;
+            self.sleep(TimerList::global().cap(left), false)?;
         }
+    }
+
+    /// Sleeps on the doorbell event and, for a manual-progress device, on its input
+    /// ([`portverbs_hal::InputWait::event`]): signalled when either is.
+    fn sleep(&self, timeout: Option<Duration>, alertable: bool) -> std::io::Result<WaitOutcome> {
+        let mut handles = vec![self.shared.doorbell.event.raw()];
+        handles.extend(
+            self.ctx
+                .device()
+                .wait_source()
+                .input()
+                .and_then(|i| i.event()),
+        );
+        sys::wait_any(&handles, sys::millis(timeout), alertable).map(Into::into)
     }
 }
 

@@ -1,74 +1,104 @@
-//! A one-future executor whose waker is a completion packet: the calling thread sleeps in
-//! `GetQueuedCompletionStatusEx` on a private port until the future's waker posts to it.
-//! That is all Rust `async` needs on Windows here: the CQ notify future and the async verbs
-//! wake their task from the thread that raised the interrupt or completed the command (the
-//! application's own call, or the emulated device's), never from a thread of this crate.
-//! Timers ([`crate::sleep_until`]) need no thread either: the sleep lasts no longer than the
-//! earliest deadline on the process's [`TimerList`], and the sleeps that are due are woken
-//! when it ends.
+//! A one-future executor whose waker is an event: the calling thread sleeps in
+//! `WaitForMultipleObjects` on that event — and on the input of every manual-progress device
+//! the future awaits ([`watch`]) — until the future's waker sets it or input arrives. That is
+//! all Rust `async` needs on Windows here: the CQ notify future and the async verbs wake
+//! their task from the thread that raised the interrupt or completed the command (the
+//! application's own call, or the emulated device's), never from a thread of this crate, and
+//! a task awaiting a manual device wakes for the datagram that the device then receives on
+//! it. Timers ([`crate::sleep_until`], and a manual device's next timer) need no thread
+//! either: the sleep lasts no longer than the earliest deadline on the process's
+//! [`TimerList`], and the sleeps that are due are woken when it ends.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::pin::pin;
-use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::port::CompletionPort;
+use windows_sys::Win32::Foundation::HANDLE;
+
+use crate::sys::{self, Handle};
 use crate::timer::TimerList;
 
-struct PortWaker {
-    port: CompletionPort,
-    /// A packet is queued and not yet taken: wakes in between post nothing more.
-    posted: AtomicBool,
+/// Handles a wait of [`block_on_port`] sleeps on at most (`MAXIMUM_WAIT_OBJECTS`).
+const MAX_HANDLES: usize = 64;
+
+struct EventWaker {
+    event: Handle,
     failed: AtomicBool,
 }
 
-impl Wake for PortWaker {
+impl Wake for EventWaker {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if !self.posted.swap(true, Ordering::AcqRel)
-            && self.port.post(0, ptr::null_mut(), 0).is_err()
-        {
+        if sys::set_event(self.event.raw()).is_err() {
             self.failed.store(true, Ordering::Release);
         }
     }
 }
 
-/// Runs `fut` to completion on the calling thread, sleeping on a completion port between
-/// polls, each sleep no longer than the earliest timer deadline ([`crate::sleep_until`]);
-/// the timers that are due fire when it ends. Returns how many times the thread slept, with
-/// the output.
+thread_local! {
+    /// While [`block_on_port`] polls its future on this thread: the input handles the future
+    /// asked to be woken for.
+    static WATCHED: RefCell<Option<Vec<HANDLE>>> = const { RefCell::new(None) };
+}
+
+/// Asks the [`block_on_port`] polling the current task, if any, to sleep on `input` too (a
+/// manual-progress device's input event, [`portverbs_hal::InputWait::event`]) until the next
+/// poll. Returns false when no such executor polls on this thread: the task then wakes on
+/// raises and timers only, and something else must drive the device (a port loop, a poll).
+pub(crate) fn watch(input: HANDLE) -> bool {
+    WATCHED.with(|w| match &mut *w.borrow_mut() {
+        Some(list) => {
+            if !list.contains(&input) && list.len() < MAX_HANDLES - 1 {
+                list.push(input);
+            }
+            true
+        }
+        None => false,
+    })
+}
+
+/// Runs `fut` to completion on the calling thread, sleeping between polls on the waker's
+/// event and the inputs the future watches, each sleep no longer than the earliest timer
+/// deadline ([`crate::sleep_until`]); the timers that are due fire when it ends. Returns how
+/// many times the thread slept, with the output. (The name is the crate's first model of a
+/// Windows wait, a completion port; an event serves since a wait must also cover inputs.)
 ///
 /// # Errors
-/// The port could not be created or waited on, or a wake-up packet could not be posted.
+/// The event could not be created, the wait failed, or the event could not be set.
 pub fn block_on_port<F: Future>(fut: F) -> io::Result<(F::Output, usize)> {
-    let state = Arc::new(PortWaker {
-        port: CompletionPort::new()?,
-        posted: AtomicBool::new(false),
+    let state = Arc::new(EventWaker {
+        event: sys::create_event(false)?,
         failed: AtomicBool::new(false),
     });
     let waker = Waker::from(state.clone());
     let mut cx = Context::from_waker(&waker);
     let mut fut = pin!(fut);
     let mut sleeps = 0;
+    let mut handles = Vec::with_capacity(MAX_HANDLES);
     loop {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+        let outer = WATCHED.with(|w| w.borrow_mut().replace(Vec::new()));
+        let polled = fut.as_mut().poll(&mut cx);
+        let watched = WATCHED.with(|w| std::mem::replace(&mut *w.borrow_mut(), outer));
+        if let Poll::Ready(out) = polled {
             return Ok((out, sleeps));
         }
         if state.failed.load(Ordering::Acquire) {
-            return Err(io::Error::other("a wake-up packet could not be posted"));
+            return Err(io::Error::other(
+                "the executor's wake-up event could not be set",
+            ));
         }
+        handles.clear();
+        handles.push(state.event.raw());
+        handles.extend(watched.unwrap_or_default());
         let timers = TimerList::global();
-        // A packet taken: the next wake posts again. A timeout leaves `posted` alone (a
-        // packet posted meanwhile is still queued).
-        if state.port.get(timers.next_timeout())?.is_some() {
-            state.posted.store(false, Ordering::Release);
-        }
+        sys::wait_any(&handles, sys::millis(timers.next_timeout()), false)?;
         sleeps += 1;
         timers.fire_due();
     }
@@ -79,8 +109,7 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    // Wine 8 deviation avoided (§3.2, b2): the executor's port is never closed to end a wait;
-    // a wake is a posted packet.
+    // Wine 8 deviation avoided: nothing is closed to end a wait; a wake sets an event.
     #[test]
     fn a_wake_from_another_thread_ends_the_sleep() {
         let flag = Arc::new(AtomicBool::new(false));

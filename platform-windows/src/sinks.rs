@@ -16,6 +16,7 @@ use portverbs_verbs::SinkFactory;
 
 use crate::event::Event;
 use crate::port::CompletionPort;
+use crate::timer::Alarm;
 
 /// Blocking waits of [`PortSink`]s that slept on their port, in this process.
 static PORT_SLEEPS: AtomicU64 = AtomicU64::new(0);
@@ -86,7 +87,10 @@ impl Doorbell {
 ///   rings the device's doorbell;
 /// * a blocking [`wait`](InterruptSink::wait) sleeps in `GetQueuedCompletionStatusEx` on the
 ///   private port, on the caller's thread;
-/// * `async` waiters are woken by the raise itself (no reactor thread).
+/// * `async` waiters are woken by the raise itself (no reactor thread); awaiting a
+///   manual-progress device, they are also woken for its input under [`crate::block_on_port`]
+///   (which sleeps on the input's event as well) and at the device's next timer (an entry on
+///   the process's [`crate::TimerList`], which every wait of this crate applies).
 ///
 /// The private port is never closed while someone waits on it (waiters hold the sink), so
 /// nothing relies on a close waking a waiter, which Wine 8 does not do.
@@ -96,6 +100,8 @@ pub struct PortSink {
     port: CompletionPort,
     wakers: WakerSet,
     doorbell: Arc<Doorbell>,
+    /// The next timer of the manual device an awaiting task waits on.
+    alarm: Alarm,
 }
 
 impl PortSink {
@@ -105,6 +111,7 @@ impl PortSink {
             port: CompletionPort::new()?,
             wakers: WakerSet::default(),
             doorbell,
+            alarm: Alarm::default(),
         })
     }
 
@@ -169,6 +176,34 @@ impl InterruptSink for PortSink {
             None => self.wait(deadline),
         }
     }
+
+    /// Also ready for the device's input when polled by [`crate::block_on_port`], which
+    /// then sleeps on the input's event beside its own.
+    fn poll_raised_with(
+        &self,
+        source: WaitSource<'_>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(event) = source.input().and_then(|i| i.event()) {
+            crate::executor::watch(event);
+        }
+        self.poll_raised(cx)
+    }
+
+    /// And at `wake_at`: the waker is put on the process's timer list, which shortens the
+    /// next wait of this crate or of the application's port loop.
+    fn poll_raised_until(
+        &self,
+        source: WaitSource<'_>,
+        wake_at: Option<Instant>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if wake_at.is_some_and(|t| t <= Instant::now()) {
+            return Poll::Ready(Ok(()));
+        }
+        self.alarm.set(wake_at, cx.waker());
+        self.poll_raised_with(source, cx)
+    }
 }
 
 /// Gives every event queue of one opened device a [`PortSink`], all ringing one doorbell (a
@@ -219,7 +254,7 @@ impl SinkFactory for WindowsSinks {
 mod tests {
     use super::*;
 
-    // Wine 8 deviation avoided (§3.2, b2): the sleeping thread is woken by a posted packet;
+    // Wine 8 deviation avoided: the sleeping thread is woken by a posted packet;
     // nothing here closes a port to wake a waiter, which Wine 8 would leave asleep.
     #[test]
     fn a_raise_is_kept_until_cleared_and_a_waiter_sleeps_on_the_port() {

@@ -23,7 +23,7 @@ use windows_sys::Win32::System::IO::{
 };
 use windows_sys::Win32::System::Threading::{
     CreateEventW, GetCurrentProcess, GetCurrentProcessId, GetCurrentThread, QueueUserAPC,
-    ResetEvent, SetEvent, SleepEx, WaitForSingleObjectEx,
+    ResetEvent, SetEvent, SleepEx, WaitForMultipleObjectsEx, WaitForSingleObjectEx,
 };
 
 /// An owned kernel handle, closed on drop.
@@ -170,6 +170,20 @@ pub(crate) fn wait_one(h: HANDLE, ms: u32, alertable: bool) -> io::Result<Woke> 
         WAIT_OBJECT_0 => Ok(Woke::Got(1)),
         WAIT_TIMEOUT => Ok(Woke::TimedOut),
         WAIT_IO_COMPLETION => Ok(Woke::Alerted),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Waits for any of `handles` (at most 64) to be signalled, up to `ms`; alertable waits also
+/// end for queued APCs.
+pub(crate) fn wait_any(handles: &[HANDLE], ms: u32, alertable: bool) -> io::Result<Woke> {
+    let n = u32::try_from(handles.len()).unwrap_or(u32::MAX);
+    // SAFETY: `handles` is a live array of the length given; the wait validates each handle
+    // itself and fails on a bad one.
+    match unsafe { WaitForMultipleObjectsEx(n, handles.as_ptr(), 0, ms, i32::from(alertable)) } {
+        WAIT_TIMEOUT => Ok(Woke::TimedOut),
+        WAIT_IO_COMPLETION => Ok(Woke::Alerted),
+        r if r.wrapping_sub(WAIT_OBJECT_0) < n => Ok(Woke::Got(1)),
         _ => Err(io::Error::last_os_error()),
     }
 }

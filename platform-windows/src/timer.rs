@@ -145,6 +145,47 @@ impl TimerList {
     }
 }
 
+/// One deadline of its owner's on the process's [`TimerList`], moved as the owner's next
+/// deadline moves — a manual-progress device's next timer (a retransmission, the connection
+/// manager's timers): it shortens every wait that applies the list, so the loop that follows
+/// the wait makes the device progress in time, and firing it wakes the waker last given.
+#[derive(Debug, Default)]
+pub(crate) struct Alarm {
+    armed: Mutex<Option<(Instant, u64)>>,
+}
+
+impl Alarm {
+    /// Arms it for `deadline` (a deadline already past makes the next wait return at once),
+    /// or disarms it (`None`).
+    pub(crate) fn set(&self, deadline: Option<Instant>, waker: &Waker) {
+        let list = TimerList::global();
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((d, id)) = *armed {
+            if Some(d) == deadline {
+                // Fired meanwhile or not, it is (again) on the list with this waker.
+                list.register(d, &mut Some(id), waker);
+                return;
+            }
+            list.unregister(d, id);
+            *armed = None;
+        }
+        if let Some(d) = deadline {
+            let mut id = None;
+            list.register(d, &mut id, waker);
+            *armed = id.map(|id| (d, id));
+        }
+    }
+}
+
+impl Drop for Alarm {
+    fn drop(&mut self) {
+        let armed = self.armed.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some((d, id)) = armed.take() {
+            TimerList::global().unregister(d, id);
+        }
+    }
+}
+
 /// Sleeps until the deadline on the process's [`TimerList`]: completes once a wait of this
 /// crate (or the application's port loop, with [`next_timeout`] and [`fire_due`]) returned
 /// after `deadline`. This is the timer to lend the connection manager on Windows

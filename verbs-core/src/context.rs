@@ -537,9 +537,16 @@ impl<D: Device> Context<D> {
     /// # Errors
     /// A malformed event was skipped.
     pub fn process_events(&self) -> Result<usize, EventError> {
-        if let Some(dev) = manual(self.device()) {
-            dev.dispatch();
-        }
+        self.process_events_timed().map(|(n, _)| n)
+    }
+
+    /// [`Context::process_events`], also returning when a manual-progress device next has
+    /// timed work (what its dispatch returned: a wait of the caller's should end then).
+    ///
+    /// # Errors
+    /// As [`Context::process_events`].
+    pub fn process_events_timed(&self) -> Result<(usize, Option<Instant>), EventError> {
+        let next = manual(self.device()).and_then(|dev| dev.dispatch());
         let mut n = 0;
         let async_eq = lock(&self.inner.async_eq).clone();
         if let Some(eq) = async_eq {
@@ -553,7 +560,7 @@ impl<D: Device> Context<D> {
         for eq in vectors {
             n += eq.process(usize::MAX)?;
         }
-        Ok(n)
+        Ok((n, next))
     }
 
     /// The next asynchronous event, if any (`ibv_get_async_event` on a nonblocking fd): clears
