@@ -246,11 +246,13 @@ fn run_pair(
     [s, c]
 }
 
-fn perf_write_bw_with(windows_is: WindowsIs, udp: [&str; 2], server_host: &str) {
+fn perf_write_bw_with(windows_is: WindowsIs, udp: [&str; 2], server_host: &str, progress: &str) {
     let p = free_port();
     let args = [
         "perf",
         "write_bw",
+        "--progress",
+        progress,
         "-d",
         "udp0",
         "-s",
@@ -283,7 +285,7 @@ fn perf_write_bw_with(windows_is: WindowsIs, udp: [&str; 2], server_host: &str) 
     assert_eq!(c, s, "{cout}\n{sout}");
     // A smoke figure only (Wine, loopback, one machine): the log says what it was.
     eprintln!(
-        "perf write_bw, Windows {}: {} MiB/s average",
+        "perf write_bw, {progress} progress, Windows {}: {} MiB/s average",
         if windows_is == WindowsIs::Server {
             "server"
         } else {
@@ -298,8 +300,18 @@ fn perf_write_bw_with(windows_is: WindowsIs, udp: [&str; 2], server_host: &str) 
 #[ignore = "needs wine and the Windows build"]
 fn perf_write_bw_between_windows_and_linux_both_ways() {
     let _one = serial();
-    perf_write_bw_with(WindowsIs::Server, [WIN_V4, LIN_V4], WIN_V4);
-    perf_write_bw_with(WindowsIs::Client, [WIN_V4, LIN_V4], LIN_V4);
+    perf_write_bw_with(WindowsIs::Server, [WIN_V4, LIN_V4], WIN_V4, "auto");
+    perf_write_bw_with(WindowsIs::Client, [WIN_V4, LIN_V4], LIN_V4, "auto");
+}
+
+/// `perf write_bw` with both processes in manual progress: no thread of ours on either side,
+/// the Windows side receiving by its requests' status on the thread that polls.
+#[test]
+#[ignore = "needs wine and the Windows build"]
+fn perf_write_bw_in_manual_progress_both_ways() {
+    let _one = serial();
+    perf_write_bw_with(WindowsIs::Server, [WIN_V4, LIN_V4], WIN_V4, "manual");
+    perf_write_bw_with(WindowsIs::Client, [WIN_V4, LIN_V4], LIN_V4, "manual");
 }
 
 /// `pingpong -c` (ibv_rc_pingpong with every received buffer checked), 4 KiB and 10 000-byte
@@ -441,6 +453,16 @@ fn perf_write_bw_over_ipv6_between_windows_and_linux_both_ways() {
     );
     // The exchange's TCP listener is IPv4 (as perftest's): the client names it by 127.0.0.1,
     // whichever side listens, and the GIDs it exchanges are the IPv6 ones.
-    perf_write_bw_with(WindowsIs::Server, ["::1", "fd00:77::2"], "127.0.0.1");
-    perf_write_bw_with(WindowsIs::Client, ["::1", "fd00:77::2"], "127.0.0.1");
+    perf_write_bw_with(
+        WindowsIs::Server,
+        ["::1", "fd00:77::2"],
+        "127.0.0.1",
+        "auto",
+    );
+    perf_write_bw_with(
+        WindowsIs::Client,
+        ["::1", "fd00:77::2"],
+        "127.0.0.1",
+        "auto",
+    );
 }
