@@ -4,8 +4,8 @@
 //! completion", "the command finished", "the device failed" — the way Windows programs wait
 //! for any I/O: an OVERLAPPED request that completes to an **I/O completion port**, to an
 //! **event** (`GetOverlappedResult`), or to an **APC** on the requesting thread, as the caller
-//! chooses (DESIGN.md §3, decisions 1, 3, 4 and 5). NetworkDirect's `Notify(type, ov)` and
-//! WinVerbs' `IWVCompletionQueue::Notify` are the models.
+//! chooses, with no thread of its own and no callbacks into the application. NetworkDirect's
+//! `Notify(type, ov)` and WinVerbs' `IWVCompletionQueue::Notify` are the models.
 //!
 //! On any other OS the crate is empty, as `portverbs-linux` is on Windows.
 //!
@@ -13,7 +13,7 @@
 //! | Windows idiom | Portverbs | Notes |
 //! |---|---|---|
 //! | open an adapter | [`open`] → [`Completions`] (with [`Completions::context`]) | a private completion port per event queue ([`WindowsSinks`]) |
-//! | `CreateIoCompletionPort(device, port, key, 0)` | [`Completions::associate`] | one key per opened device; a second association is refused |
+//! | `CreateIoCompletionPort(device, port, key, 0)` | [`Completions::associate`] | one key per opened device; a second association is refused; a manual-progress UDP device's socket joins the port too, so its datagrams wake the loop |
 //! | ND `IND2CompletionQueue::Notify(type, ov)` | [`Completions::notify`] with an [`Overlapped`] | any / solicited / errors ([`NotifyKind`](portverbs_verbs::NotifyKind)); all pending requests complete at the next event |
 //! | `GetQueuedCompletionStatus(Ex)` | [`CompletionPort::get`], [`CompletionPort::get_many`] | pass each packet to [`Completions::dispatch`]: `true` means it was the device's doorbell |
 //! | `hEvent` + `GetOverlappedResult` | [`Overlapped::with_event`], [`Overlapped::get_overlapped_result`] | `Internal` holds the NTSTATUS, as Win32 reads it |
@@ -24,7 +24,7 @@
 //! | device removal | [`Completions::remove_device`], or a device failure | every request in flight completes with ND_DEVICE_REMOVED |
 //! | an async verb with an OVERLAPPED | [`Completions::start`] | ND_SUCCESS / ND_UNSUCCESSFUL; the typed result in [`Operation`] |
 //! | ND `IND2Connector::Connect` / `Accept` / `NotifyDisconnect`, `IND2Listener::GetConnectionRequest` | [`Completions::start`] with the connection manager's async calls (`portverbs::cm::service`: `Connector::connect`, `ConnectionRequest::accept`, `Connector::notify_disconnect`, `Listener::get_request`) moved into the future | the CM's progress rides on QP1's CQ events, which ring the device's doorbell like any other; `Connector::disconnect` returns at once (ND's `Disconnect` completes when the DREQ is sent) |
-//! | Rust `async` | [`block_on_port`], or any executor | wakers come from the raise itself; no reactor thread |
+//! | Rust `async` | [`block_on_port`], or any executor | wakers come from the raise itself; no reactor thread; under [`block_on_port`] a task awaiting a manual-progress device also wakes for its input and at its next timer |
 //! | a timer (`SetWaitableTimer`, a wait's timeout) | [`sleep_until`] | the deadline is the timeout of the next port wait of this crate ([`block_on_port`], [`Completions::wait`], [`Completions::wait_for`]) or of the application's loop ([`Completions::next_timeout`], then [`Completions::progress`]); the facade's `cm::PortTimer` lends it to the CM |
 //!
 //! Statuses map to typed errors with [`RequestError::check`] (from `OVERLAPPED.Internal`)
@@ -76,8 +76,8 @@
 //!
 //! ## Wine 8
 //! CI runs every test under Wine 8.0, which differs from Windows in three ways the code does
-//! not depend on (facts `completion-delivery.md` §3.2): closing a port does not wake its
-//! waiters (no wait here relies on a close; a waiter holds the port it sleeps on), the
+//! not depend on: closing a port does not wake its waiters (no wait here relies on a close; a
+//! waiter holds the port it sleeps on), the
 //! concurrency value is ignored (every port is created with 0 and nothing relies on how many
 //! threads are released), and `NtAssociateWaitCompletionPacket` does not exist (events are
 //! turned into port packets by the doorbell, not by the kernel).
