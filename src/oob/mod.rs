@@ -85,6 +85,16 @@ fn hex_field(text: &str) -> Option<u64> {
     u64::from_str_radix(text, 16).ok()
 }
 
+/// A connected pair of loopback sockets: the client's end and the server's.
+#[cfg(test)]
+fn socket_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let client = std::net::TcpStream::connect(listener.local_addr().expect("bound"))
+        .expect("connect to the listener");
+    let (server, _) = listener.accept().expect("accept the client");
+    (client, server)
+}
+
 /// The text before the first NUL of a C string buffer (all of it without one), read as UTF-8
 /// with every invalid sequence replaced.
 fn c_text(msg: &[u8]) -> std::borrow::Cow<'_, str> {

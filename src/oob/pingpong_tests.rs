@@ -1,11 +1,10 @@
 //! The pingpong message against what the C tools' format strings give for the same values,
 //! its round trips, its refusals, and the exchange over real sockets.
 
-use std::net::{TcpListener, TcpStream};
-
 use proptest::prelude::*;
 
 use super::*;
+use crate::oob::socket_pair;
 
 fn gid(hex: &str) -> Gid {
     Gid::from_wire_hex(hex).unwrap()
@@ -128,14 +127,6 @@ proptest! {
             prop_assert_eq!(parse(&format(&e)), Ok(e));
         }
     }
-}
-
-/// A connected pair of loopback sockets.
-fn socket_pair() -> (TcpStream, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    (client, server)
 }
 
 #[test]

@@ -2,13 +2,12 @@
 //! trips and refusals, and the exchanges over real sockets.
 
 use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 
 use portverbs_hal::Gid;
 use proptest::prelude::*;
 
 use super::*;
-use crate::oob::Role;
+use crate::oob::{Role, socket_pair};
 
 const V4_GID: Gid = Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2]);
 
@@ -298,14 +297,6 @@ proptest! {
         let _ = parse_version(&msg);
         let _ = parse_mtu([msg.first().copied().unwrap_or(0), msg.get(1).copied().unwrap_or(0)]);
     }
-}
-
-/// A connected pair of loopback sockets.
-fn socket_pair() -> (TcpStream, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    (client, server)
 }
 
 /// Negotiation, two hand shakes, the reports and the close, both sides of ours; the bytes the
