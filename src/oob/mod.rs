@@ -4,7 +4,7 @@
 //!
 //! | module | format | spoken by |
 //! |---|---|---|
-//! | [`pingpong`] | one ASCII `LID:QPN:PSN:GID` message each way over TCP, then the client's `done` | `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong`, `ibv_srq_pingpong`, `ibv_xsrq_pingpong` (rdma-core's `libibverbs/examples/*_pingpong.c`) |
+//! | [`pingpong`] | one ASCII `LID:QPN:PSN:GID` message each way over TCP, then the client's `done` | `ibv_rc_pingpong`, and `ibv_uc_pingpong` and `ibv_ud_pingpong` with the same message (rdma-core's `libibverbs/examples/rc_pingpong.c`, `uc_pingpong.c`, `ud_pingpong.c`) |
 //! | [`perftest`] | versions, system data, MTU, then `struct pingpong_dest` per QP as text over TCP or, with `-R`, in binary over an RC QP the CM connected; bandwidth reports as big-endian numbers | perftest's `ib_write_bw`, `ib_read_lat`, … (its `src/perftest_communication.c`) |
 //! | [`rping`] | a 16-byte advertisement of a buffer (address, rkey, length) SENT over the connected QP; the ping text | `rping` (librdmacm's `librdmacm/examples/rping.c`) |
 //!

@@ -1,6 +1,7 @@
-//! The exchange of rdma-core's pingpong examples (`libibverbs/examples/rc_pingpong.c` and its
-//! `uc_`, `ud_`, `srq_` and `xsrq_` siblings): over one TCP connection, the client sends its
-//! endpoint, the server answers with its own, and the client ends with `done`.
+//! The exchange of rdma-core's pingpong examples (`libibverbs/examples/rc_pingpong.c`, and
+//! `uc_pingpong.c` and `ud_pingpong.c`, which send the same message): over one TCP connection,
+//! the client sends its endpoint, the server answers with its own, and the client ends with
+//! `done`.
 //!
 //! An endpoint travels as the ASCII text `LLLL:QQQQQQ:PPPPPP:GGGG…` — the LID as 4 hex digits,
 //! QPN and PSN as 6 each, the GID as 32 ([`Gid::wire_hex`]) — followed by a NUL: [`MSG_LEN`]

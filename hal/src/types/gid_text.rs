@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | [`Gid::inet6`] (also `Display`) | `fe80::202:c9ff:fe0a:b0c`, `::ffff:10.0.0.1` | glibc's `inet_ntop(AF_INET6, …)`: `ibv_rc_pingpong`'s address lines, `ibv_devinfo` for RoCE v2 GIDs |
 //! | [`Gid::hex_groups`] | `fe80:0000:0000:0000:0202:c9ff:fe0a:0b0c` | `ibv_devinfo` for IB and RoCE v1 GIDs |
-//! | [`Gid::wire_hex`] | `fe800000000000000202c9fffe0a0b0c` | the TCP exchange of rdma-core's `libibverbs/examples/*_pingpong.c` (`gid_to_wire_gid`) |
+//! | [`Gid::wire_hex`] | `fe800000000000000202c9fffe0a0b0c` | the TCP exchange of rdma-core's pingpong examples (`gid_to_wire_gid` in `libibverbs/examples/pingpong.c`) |
 //! | [`Gid::decimal_bytes`] | `254:128:00:00:…:12` | perftest's ` GID:` address line |
 //!
 //! Every form reads the GID as its 16 bytes in network order. [`Gid`]'s `FromStr` takes IPv6
