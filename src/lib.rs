@@ -105,6 +105,7 @@ mod any_queue;
 mod cm_timer;
 mod devices;
 mod env;
+pub mod oob;
 mod open;
 #[cfg(any(target_os = "linux", windows))]
 mod udp;

@@ -98,7 +98,8 @@ pub use notify::{InterruptSink, NullSink, WakerSet};
 pub use progress::{InputWait, Progress, ProgressAgent, WaitSource};
 pub use queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
 pub use types::{
-    AccessFlags, Gid, LinkLayer, Mtu, MwType, PortState, QpState, QpType, SpecialQp, Transport,
+    AccessFlags, Gid, GidParseError, GidText, LinkLayer, Mtu, MwType, PortState, QpState, QpType,
+    SpecialQp, Transport,
 };
 pub use wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 pub use wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendOps, SendWr, Sge, UdDest};

@@ -4,6 +4,10 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+mod gid_text;
+
+pub use gid_text::{GidParseError, GidText};
+
 bitflags::bitflags! {
     /// Memory access rights of an MR or MW (`enum ibv_access_flags`).
     ///
@@ -280,7 +284,10 @@ impl MwType {
 }
 
 /// A 128-bit global identifier. On RoCEv2 ports it is an IPv6 address, IPv4 addresses being
-/// mapped as `::ffff:a.b.c.d` (facts/ib-cm-and-rocev2.md §4.5).
+/// mapped as `::ffff:a.b.c.d` (as Linux's RoCE GID tables hold them).
+///
+/// `Display` writes the IPv6 text of glibc's `inet_ntop` and `FromStr` reads IPv6 or IPv4 text
+/// and the 32-hex-digit wire form; [`GidText`] has every form the RDMA tools use.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct Gid(pub [u8; 16]);
 
@@ -334,25 +341,6 @@ impl Gid {
     }
 }
 
-impl fmt::Display for Gid {
-    /// Eight colon-separated groups of four hex digits, as `ibv_devinfo -v` prints GIDs.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, pair) in self.0.chunks_exact(2).enumerate() {
-            if i > 0 {
-                f.write_str(":")?;
-            }
-            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for Gid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Gid({self})")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,7 +348,11 @@ mod tests {
     #[test]
     fn ipv4_gid_is_v4_mapped_and_round_trips() {
         let gid = Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1));
-        assert_eq!(gid.to_string(), "0000:0000:0000:0000:0000:ffff:0a00:0001");
+        assert_eq!(gid.to_string(), "::ffff:10.0.0.1");
+        assert_eq!(
+            gid.hex_groups().to_string(),
+            "0000:0000:0000:0000:0000:ffff:0a00:0001"
+        );
         assert!(gid.is_ipv4_mapped());
         assert_eq!(gid.to_ip(), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
         assert_eq!(Gid::parse("10.0.0.1"), Some(gid));
@@ -372,7 +364,11 @@ mod tests {
         let gid = Gid::from_ipv6(ip);
         assert_eq!(gid.to_ip(), IpAddr::V6(ip));
         assert!(!gid.is_ipv4_mapped());
-        assert_eq!(gid.to_string(), "fe80:0000:0000:0000:0000:0000:0000:0001");
+        assert_eq!(gid.to_string(), "fe80::1");
+        assert_eq!(
+            gid.hex_groups().to_string(),
+            "fe80:0000:0000:0000:0000:0000:0000:0001"
+        );
     }
 
     #[test]

@@ -133,7 +133,7 @@ fn describe(
                 .into_iter()
                 .map(|(index, e)| DevinfoGid {
                     index,
-                    gid: e.gid.0,
+                    gid: e.gid,
                     gid_type: match e.gid_type {
                         HalGidType::Ib => GidType::IbRoceV1,
                         HalGidType::RoceV2 => GidType::RoceV2,

@@ -79,6 +79,12 @@ impl CliError {
     }
 }
 
+impl From<std::convert::Infallible> for CliError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 /// Adds what the tool was doing to a library error.
 pub(crate) trait Context<T> {
     /// Wraps the error as [`CliError::Verbs`] with `context`.

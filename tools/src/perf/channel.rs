@@ -1,43 +1,30 @@
 //! The side channel of a cross-process `perf` run, speaking perftest's exchange
-//! ([`crate::report::perftest::wire`] has the formats): over TCP (connecting or accepting),
-//! or with `-R` over an RC QP connected by the CM ([`super::cm`], where the destinations are
-//! binary); the exchanges in perftest's order, the client writing first in each.
+//! (`portverbs::oob::perftest` has the formats and the exchanges): over TCP (connecting or
+//! accepting), or with `-R` over an RC QP connected by the CM ([`super::cm`], where the
+//! destinations are binary); the client writing first in each exchange.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use portverbs::hal::Gid;
-
-use super::cm::{self, CommQp};
-use crate::error::{CliError, IoContext as _};
-use crate::report::perftest::wire::{
-    self, BwReport, DONE, KEY_MSG_SIZE, KEY_MSG_SIZE_GID, KeyMsg, VERSION_LEN,
+use portverbs::oob::perftest::{
+    self, BinaryForm, BwReport, Dest, Exchange, ExchangeError, PeerParams, Step,
 };
-use crate::wait::PeerWatch;
 
-/// What the peer announced before the test.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct PeerParams {
-    /// Its protocol version.
-    pub(crate) version: f64,
-    /// The larger of both sides' cycle buffers (page sizes).
-    pub(crate) cycle_buffer: u32,
-    /// The smaller of both sides' MTUs, as an `ibv_mtu` value (1 ..= 5).
-    pub(crate) mtu_enum: u8,
-}
+use super::cm::CommQp;
+use crate::error::{CliError, IoContext as _};
+use crate::wait::PeerWatch;
 
 /// What carries the side channel.
 #[derive(Debug)]
 enum Transport {
     /// perftest's default: a TCP connection, destinations as text.
     Tcp(TcpStream),
-    /// `-R`: SENDs on an RC QP, destinations in binary of `dest_len` bytes, announcing
-    /// `gid_index`.
+    /// `-R`: SENDs on an RC QP, destinations in binary of `form`, announcing `gid_index`.
     Cm {
         comm: CommQp,
-        dest_len: usize,
+        form: BinaryForm,
         gid_index: u32,
     },
 }
@@ -156,7 +143,7 @@ impl Channel {
         Self {
             transport: Transport::Cm {
                 comm,
-                dest_len: cm::DEST_LEN,
+                form: BinaryForm::Plain,
                 gid_index,
             },
             client,
@@ -210,17 +197,6 @@ impl Channel {
     pub(crate) fn finish(self, linger: bool) {
         if let Transport::Cm { comm, .. } = self.transport {
             comm.close(linger);
-        }
-    }
-
-    /// One exchange of equal-sized messages: the client sends first, the server answers.
-    fn xchg(&mut self, mine: &[u8], theirs: &mut [u8], what: &str) -> Result<(), CliError> {
-        if self.client {
-            self.send(mine, what)?;
-            self.recv(theirs, what)
-        } else {
-            self.recv(theirs, what)?;
-            self.send(mine, what)
         }
     }
 
@@ -300,59 +276,23 @@ impl Channel {
     /// Versions, system data and MTU (`exchange_versions`, `check_sys_data`, `check_mtu`):
     /// `mtu_enum` is this side's MTU as an `ibv_mtu` value.
     pub(crate) fn params(&mut self, mtu_enum: u8) -> Result<PeerParams, CliError> {
-        let mut v = [0u8; VERSION_LEN];
-        self.xchg(
-            &wire::version_msg(wire::PROTOCOL_VERSION),
-            &mut v,
-            "perftest version",
-        )?;
-        let version = wire::parse_version(&v).map_err(|e| {
-            CliError::Failed(format!("the peer's version message is not perftest's: {e}"))
-        })?;
-        if let Transport::Cm { dest_len, .. } = &mut self.transport {
-            *dest_len = cm::dest_len_for(version);
+        let params = perftest::negotiate(self, mtu_enum).map_err(exchange_error)?;
+        if let Transport::Cm { form, .. } = &mut self.transport {
+            *form = BinaryForm::for_version(params.version);
         }
-        if version < wire::MIN_PEER_VERSION {
-            return Err(CliError::Failed(format!(
-                "the peer speaks perftest version {version}; versions older than {} are not \
-                 supported",
-                wire::MIN_PEER_VERSION
-            )));
-        }
-        let mut cycle = [0u8; 4];
-        self.xchg(
-            &wire::int_msg(wire::PAGE_SIZE),
-            &mut cycle,
-            "cycle buffer size",
-        )?;
-        let mut line = [0u8; 4];
-        self.xchg(
-            &wire::int_msg(wire::CACHE_LINE_SIZE),
-            &mut line,
-            "cache line size",
-        )?;
-        let mut mtu = [0u8; 2];
-        self.xchg(&wire::mtu_msg(mtu_enum), &mut mtu, "MTU")?;
-        // perftest ignores an invalid MTU from the peer and keeps its own.
-        let theirs = wire::parse_mtu(mtu).unwrap_or(mtu_enum);
-        let cycle = wire::parse_int(cycle).clamp(wire::PAGE_SIZE, 1 << 24);
-        Ok(PeerParams {
-            version,
-            cycle_buffer: u32::try_from(cycle).unwrap_or(4096),
-            mtu_enum: theirs.min(mtu_enum),
-        })
+        Ok(params)
     }
 
     /// `ctx_hand_shake`: sends `mine` and returns the peer's destination, read in the GID form
     /// when `mine` has a GID.
-    pub(crate) fn hand_shake(&mut self, mine: &KeyMsg) -> Result<KeyMsg, CliError> {
+    pub(crate) fn hand_shake(&mut self, mine: &Dest) -> Result<Dest, CliError> {
         if let Transport::Cm {
             comm,
-            dest_len,
+            form,
             gid_index,
         } = &mut self.transport
         {
-            let msg = cm::format_dest(mine, *gid_index, *dest_len);
+            let msg = mine.encode_binary(*gid_index, *form);
             let long = std::mem::take(&mut self.long);
             self.watch.restart();
             let theirs = if self.client {
@@ -363,48 +303,55 @@ impl Channel {
                 comm.send(&msg, &mut self.watch)?;
                 theirs
             };
-            return cm::parse_dest(&theirs);
+            return Dest::decode_binary(&theirs).map_err(|e| CliError::Failed(e.to_string()));
         }
-        let with_gid = mine.gid.is_some();
-        let msg = wire::format_keys(mine);
-        let mut buf = [0u8; KEY_MSG_SIZE_GID];
-        let len = if with_gid {
-            KEY_MSG_SIZE_GID
-        } else {
-            KEY_MSG_SIZE
-        };
-        self.xchg(&msg, &mut buf[..len], "destination")?;
-        let theirs = wire::parse_keys(&buf[..len], with_gid).map_err(|e| {
-            CliError::Failed(format!(
-                "couldn't parse the peer's destination '{}': {e}",
-                String::from_utf8_lossy(&buf[..len]).trim_end_matches('\0')
-            ))
-        })?;
+        let theirs = perftest::hand_shake(self, mine).map_err(exchange_error)?;
         // The peer's own address, which names it from now on.
-        if let Some(gid) = theirs.gid.filter(|g| g.iter().any(|&b| b != 0)) {
-            self.peer = Gid(gid).to_ip().to_string();
+        if let Some(gid) = theirs.gid.filter(|g| !g.is_zero()) {
+            self.peer = gid.to_ip().to_string();
         }
         Ok(theirs)
     }
 
     /// `xchg_bw_reports`: sends `mine` and returns the peer's report.
     pub(crate) fn bw_reports(&mut self, mine: &BwReport) -> Result<BwReport, CliError> {
-        let mut theirs = [[0u8; 8]; 5];
-        for (m, t) in mine.messages().iter().zip(theirs.iter_mut()) {
-            self.xchg(m, t, "BW report")?;
-        }
-        Ok(BwReport::from_messages(&theirs))
+        perftest::bw_reports(self, mine).map_err(exchange_error)
     }
 
     /// `ctx_close_connection`: a last hand shake, then (over TCP) `done`; the peer may close
     /// first.
-    pub(crate) fn close(&mut self, mine: &KeyMsg) -> Result<(), CliError> {
+    pub(crate) fn close(&mut self, mine: &Dest) -> Result<(), CliError> {
         self.hand_shake(mine)?;
         // The peer closes after its own "done"; whether ours arrives does not matter.
         if let Transport::Tcp(stream) = &mut self.transport {
-            let _ = stream.write_all(DONE);
+            let _ = stream.write_all(perftest::DONE);
         }
         Ok(())
+    }
+}
+
+/// One exchange of equal-sized messages: the client sends first, the server answers.
+impl Exchange for Channel {
+    type Error = CliError;
+
+    fn exchange(&mut self, step: Step, mine: &[u8], theirs: &mut [u8]) -> Result<(), CliError> {
+        let what = step.to_string();
+        if self.client {
+            self.send(mine, &what)?;
+            self.recv(theirs, &what)
+        } else {
+            self.recv(theirs, &what)?;
+            self.send(mine, &what)
+        }
+    }
+}
+
+/// A failed exchange in the tool's words: the transport's own error, or what was wrong with
+/// the peer's message.
+fn exchange_error(e: ExchangeError<CliError>) -> CliError {
+    match e {
+        ExchangeError::Transport(e) => e,
+        e => CliError::Failed(e.to_string()),
     }
 }
 

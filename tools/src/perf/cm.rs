@@ -16,12 +16,10 @@
 //!   expects. The messages are those of the TCP exchange, byte for byte — version (16
 //!   bytes), cycle buffer and cache line (4 bytes each, big-endian), MTU (2 bytes), the BW
 //!   report (five 8-byte messages) — except the destinations.
-//! - A destination is perftest's `struct pingpong_dest` in binary, each integer big-endian:
-//!   `lid`, `out_reads`, `qpn`, `psn`, `rkey` (4 bytes each at 0, 4, 8, 12, 16), 4 bytes of
-//!   padding, `vaddr` (8 bytes at 24), then the 16-byte GID, `srqn` and `gid_index` (4 bytes
-//!   each): 56 bytes in all. perftest 6.28 added `tail_markers_vaddr` (8 bytes) after
-//!   `vaddr`, which moves the rest by 8: 64 bytes. This side sends the form of the peer's
-//!   version (6.28 and later: 64 bytes) and reads either by the length that arrived.
+//! - A destination is perftest's `struct pingpong_dest` in binary
+//!   (`portverbs::oob::perftest::BinaryForm` has the layout): 56 bytes, or 64 from perftest
+//!   6.28 on. This side sends the form of the peer's version and reads either by the length
+//!   that arrived.
 //! - Order: connect the side channel; versions, cycle buffer, cache line, MTU (as over TCP;
 //!   announcing version 6.10 keeps perftest's parameter negotiation of 6.28 out); a hand
 //!   shake (a destination each way, its content unused: perftest sends zeros); the test QPs'
@@ -51,19 +49,8 @@ use portverbs::prelude::*;
 
 use crate::error::{CliError, Context as _};
 use crate::events::{EventChannel, SLICE};
-use crate::report::perftest::wire::KeyMsg;
 use crate::verbs;
 use crate::wait::PeerWatch;
-
-/// Bytes of perftest's `struct pingpong_dest` before 6.28.
-pub(crate) const DEST_LEN: usize = 56;
-
-/// Bytes of it from 6.28 on (with `tail_markers_vaddr`).
-pub(crate) const DEST_LEN_TAIL: usize = 64;
-
-/// The first perftest version whose destination has `tail_markers_vaddr`.
-#[allow(clippy::approx_constant)] // a version number, not 2π
-const TAIL_MARKERS_VERSION: f64 = 6.28;
 
 /// Bytes of each side channel message slot (more than any message).
 const SLOT: usize = 1024;
@@ -82,71 +69,6 @@ const MIN_RNR_TIMER: u8 = 12;
 
 /// How long the end of a connection is awaited.
 const DISCONNECT_WAIT: Duration = Duration::from_secs(5);
-
-/// The destination length to send to a peer of perftest version `version`.
-pub(crate) fn dest_len_for(version: f64) -> usize {
-    if version >= TAIL_MARKERS_VERSION {
-        DEST_LEN_TAIL
-    } else {
-        DEST_LEN
-    }
-}
-
-/// `k` as perftest's binary destination of `len` bytes ([`DEST_LEN`] or [`DEST_LEN_TAIL`]).
-pub(crate) fn format_dest(k: &KeyMsg, gid_index: u32, len: usize) -> Vec<u8> {
-    let mut m = vec![0u8; len];
-    let put = |m: &mut [u8], at: usize, v: u32| m[at..at + 4].copy_from_slice(&v.to_be_bytes());
-    put(&mut m, 0, u32::from(k.lid));
-    put(&mut m, 4, u32::from(k.out_reads));
-    put(&mut m, 8, k.qpn);
-    put(&mut m, 12, k.psn);
-    put(&mut m, 16, k.rkey);
-    m[24..32].copy_from_slice(&k.vaddr.to_be_bytes());
-    let gid_at = if len == DEST_LEN_TAIL { 40 } else { 32 };
-    m[gid_at..gid_at + 16].copy_from_slice(&k.gid.unwrap_or([0; 16]));
-    put(&mut m, gid_at + 16, k.srqn);
-    put(&mut m, gid_at + 20, gid_index);
-    m
-}
-
-/// Reads perftest's binary destination; its length says which form it is.
-///
-/// # Errors
-/// The message has neither length.
-pub(crate) fn parse_dest(m: &[u8]) -> Result<KeyMsg, CliError> {
-    let gid_at = match m.len() {
-        DEST_LEN => 32,
-        DEST_LEN_TAIL => 40,
-        n => {
-            return Err(CliError::Failed(format!(
-                "the peer's destination has {n} bytes; perftest's has {DEST_LEN} (or \
-                 {DEST_LEN_TAIL} from version 6.28)"
-            )));
-        }
-    };
-    let get = |at: usize| u32::from_be_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]]);
-    let mut vaddr = [0u8; 8];
-    vaddr.copy_from_slice(&m[24..32]);
-    let mut gid = [0u8; 16];
-    gid.copy_from_slice(&m[gid_at..gid_at + 16]);
-    let small = |v: u32, what: &str| {
-        u16::try_from(v).map_err(|_| {
-            CliError::Failed(format!(
-                "the peer's destination has {what} {v}, above 65535"
-            ))
-        })
-    };
-    Ok(KeyMsg {
-        lid: small(get(0), "LID")?,
-        out_reads: small(get(4), "outstanding reads")?,
-        qpn: get(8) & 0x00FF_FFFF,
-        psn: get(12) & 0x00FF_FFFF,
-        rkey: get(16),
-        vaddr: u64::from_be_bytes(vaddr),
-        gid: Some(gid),
-        srqn: get(gid_at + 16),
-    })
-}
 
 /// Opens the CM on `ctx`, at the IP of its port's GID `gid`.
 pub(crate) fn open(ctx: &Context, gid: Gid) -> Result<CmDevice<AnyDevice>, CliError> {
@@ -602,62 +524,4 @@ pub(crate) fn listen(cm: &CmDevice<AnyDevice>, port: u16) -> Result<Listener<Any
     l.listen(16)
         .map_err(|e| cm_error(&format!("listening on port {port}"), e))?;
     Ok(l)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn keys() -> KeyMsg {
-        KeyMsg {
-            lid: 0x1234,
-            out_reads: 16,
-            qpn: 0x00ab_cdef,
-            psn: 0x0012_3456,
-            rkey: 0xdead_beef,
-            vaddr: 0x0102_0304_0506_0708,
-            gid: Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1]),
-            srqn: 7,
-        }
-    }
-
-    #[test]
-    fn destinations_are_big_endian_in_perftests_layout() {
-        let m = format_dest(&keys(), 3, DEST_LEN);
-        assert_eq!(m.len(), 56);
-        assert_eq!(m[0..4], [0, 0, 0x12, 0x34]);
-        assert_eq!(m[4..8], [0, 0, 0, 16]);
-        assert_eq!(m[8..12], [0, 0xab, 0xcd, 0xef]);
-        assert_eq!(m[12..16], [0, 0x12, 0x34, 0x56]);
-        assert_eq!(m[16..20], [0xde, 0xad, 0xbe, 0xef]);
-        assert_eq!(m[20..24], [0; 4], "padding before the 8-byte vaddr");
-        assert_eq!(m[24..32], [1, 2, 3, 4, 5, 6, 7, 8]);
-        assert_eq!(m[42..48], [0xff, 0xff, 10, 77, 0, 1]);
-        assert_eq!(m[48..52], [0, 0, 0, 7]);
-        assert_eq!(m[52..56], [0, 0, 0, 3]);
-        assert_eq!(parse_dest(&m).unwrap(), keys());
-    }
-
-    #[test]
-    fn the_tail_marker_form_moves_the_gid_by_eight() {
-        let m = format_dest(&keys(), 3, DEST_LEN_TAIL);
-        assert_eq!(m.len(), 64);
-        assert_eq!(m[32..40], [0; 8], "tail_markers_vaddr");
-        assert_eq!(m[50..56], [0xff, 0xff, 10, 77, 0, 1]);
-        assert_eq!(m[60..64], [0, 0, 0, 3]);
-        assert_eq!(parse_dest(&m).unwrap(), keys());
-        assert_eq!(dest_len_for(6.10), DEST_LEN);
-        assert_eq!(dest_len_for(6.29), DEST_LEN_TAIL);
-    }
-
-    #[test]
-    fn destinations_of_other_lengths_are_refused() {
-        for n in [0, 55, 57, 63, 65, 108] {
-            let e = parse_dest(&vec![0u8; n]).unwrap_err();
-            assert!(e.to_string().contains(&format!("{n} bytes")), "{e}");
-        }
-        let mut m = format_dest(&keys(), 0, DEST_LEN);
-        m[0..4].copy_from_slice(&0x0001_0000u32.to_be_bytes());
-        assert!(parse_dest(&m).unwrap_err().to_string().contains("LID"));
-    }
 }

@@ -1,10 +1,10 @@
 //! Building the perftest report inputs (banner, address lines) from a connected setup.
 
 use portverbs::hal::LinkLayer;
+use portverbs::oob::perftest::Dest;
 
 use super::config::PerfConfig;
 use super::setup::{Resolved, Setup, Side};
-use crate::report::perftest::wire::KeyMsg;
 use crate::report::{Feature, GidLine, PerftestBanner, PerftestDest, RdmaBuffer, TestKind, Verb};
 
 /// The banner of this run (client role).
@@ -66,14 +66,14 @@ pub(crate) fn dest_at(verb: Verb, outs: u8, side: &Side, i: usize, offset: usize
         }),
         srqn: None,
         gid: match side.port.gid_index {
-            Some(_) => GidLine::Gid(side.port.gid.0),
+            Some(_) => GidLine::Gid(side.port.gid),
             None => GidLine::None,
         },
     }
 }
 
 /// The address line data of a peer's destination message.
-pub(crate) fn remote_dest(verb: Verb, k: &KeyMsg) -> PerftestDest {
+pub(crate) fn remote_dest(verb: Verb, k: &Dest) -> PerftestDest {
     PerftestDest {
         lid: k.lid,
         qpn: k.qpn,

@@ -22,6 +22,7 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use portverbs::oob::perftest::{BwReport, Dest};
 use portverbs::prelude::*;
 
 use super::bw::{self, RecvState};
@@ -36,7 +37,6 @@ use super::recorder::LatOutcome;
 use super::setup::{self, Side};
 use super::tracker::Tracker;
 use crate::error::{CliError, IoContext as _};
-use crate::report::perftest::wire::{BwReport, KeyMsg, gid_is_v4_mapped};
 use crate::report::perftest::{BannerRole, JsonResults, PerftestBanner};
 use crate::report::{
     AddressSide, BwResult, TestKind, Verb, bw_header, bw_results, bw_row, format_address,
@@ -257,7 +257,7 @@ fn run_on(
     let data = match &cm_link {
         None => None,
         Some((dev, peer)) => {
-            let nothing = KeyMsg::default();
+            let nothing = Dest::default();
             chan.hand_shake(&nothing)?;
             let outs = (cfg.test.verb == Verb::Read).then_some(res.outs);
             let param = cm::data_param(outs);
@@ -302,15 +302,15 @@ fn run_test(
     json_file: Option<JsonFile>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let mine: Vec<KeyMsg> = (0..side.qps.len())
-        .map(|i| KeyMsg {
+    let mine: Vec<Dest> = (0..side.qps.len())
+        .map(|i| Dest {
             lid: side.port.lid,
             out_reads: u16::from(res.outs),
             qpn: side.qps[i].qp_num(),
             psn: side.psns[i],
             rkey: side.mr.rkey().unwrap_or(0),
             vaddr: side.mr.addr() + side.recv_off(i) as u64,
-            gid: side.port.gid_index.map(|_| side.port.gid.0),
+            gid: side.port.gid_index.map(|_| side.port.gid),
             srqn: 0,
         })
         .collect();
@@ -326,7 +326,7 @@ fn run_test(
 
     let verb = cfg.test.verb;
     let (kind, send) = (cfg.test.kind, verb == Verb::Send);
-    let all = |chan: &mut Channel| -> Result<Vec<KeyMsg>, CliError> {
+    let all = |chan: &mut Channel| -> Result<Vec<Dest>, CliError> {
         mine.iter().map(|m| chan.hand_shake(m)).collect()
     };
     // The hand shakes before the QPs connect.
@@ -402,8 +402,8 @@ fn connect_qps(
     side: &Side,
     copts: &ConnectOptions,
     res: &setup::Resolved,
-    mine: &KeyMsg,
-    remote: &[KeyMsg],
+    mine: &Dest,
+    remote: &[Dest],
 ) -> Result<(), CliError> {
     check_gids(mine, &remote[0])?;
     for (i, r) in remote.iter().enumerate() {
@@ -411,7 +411,7 @@ fn connect_qps(
             lid: r.lid,
             qpn: r.qpn,
             psn: r.psn,
-            gid: Gid(r.gid.unwrap_or([0; 16])),
+            gid: r.gid.unwrap_or_default(),
         };
         let opts = ConnectOptions {
             psn: side.psns[i],
@@ -449,8 +449,8 @@ impl Rows<'_> {
 }
 
 /// perftest's check that both GIDs are of the same IP version.
-fn check_gids(mine: &KeyMsg, theirs: &KeyMsg) -> Result<(), CliError> {
-    let v4 = |k: &KeyMsg| k.gid.is_some_and(|g| gid_is_v4_mapped(&g));
+fn check_gids(mine: &Dest, theirs: &Dest) -> Result<(), CliError> {
+    let v4 = |k: &Dest| k.gid.is_some_and(Gid::is_ipv4_mapped);
     if v4(mine) != v4(theirs) {
         return Err(CliError::Failed(
             "found incompatibility issue with GID types: one side uses an IPv4 address, the \
@@ -466,7 +466,7 @@ struct Run<'a> {
     cfg: &'a PerfConfig,
     side: &'a Side,
     peer: &'a [PeerQp],
-    mine: &'a KeyMsg,
+    mine: &'a Dest,
     client: bool,
     sizes: Vec<u64>,
 }
@@ -612,7 +612,7 @@ mod tests {
 
     use super::*;
     use crate::perf::args::PerfArgs;
-    use crate::report::perftest::wire;
+    use portverbs::oob::perftest;
 
     #[derive(Debug, clap::Parser)]
     struct Cli {
@@ -750,19 +750,19 @@ mod tests {
         for m in script {
             match m {
                 Msg::Params => {
-                    assert_eq!(take(16), &wire::version_msg(wire::PROTOCOL_VERSION));
-                    assert_eq!(take(4), &wire::int_msg(wire::PAGE_SIZE));
-                    assert_eq!(take(4), &wire::int_msg(wire::CACHE_LINE_SIZE));
-                    assert!(wire::parse_mtu([take(1)[0], take(1)[0]]).is_ok());
+                    assert_eq!(take(16), &perftest::version_msg(perftest::PROTOCOL_VERSION));
+                    assert_eq!(take(4), &perftest::int_msg(perftest::PAGE_SIZE));
+                    assert_eq!(take(4), &perftest::int_msg(perftest::CACHE_LINE_SIZE));
+                    assert!(perftest::parse_mtu([take(1)[0], take(1)[0]]).is_ok());
                 }
                 Msg::Dest => {
-                    let k = take(wire::KEY_MSG_SIZE_GID);
-                    assert!(wire::parse_keys(k, true).is_ok(), "{k:?}");
+                    let k = take(perftest::TEXT_LEN_GID);
+                    assert!(Dest::decode_text(k, true).is_ok(), "{k:?}");
                 }
                 Msg::Report => {
                     take(40);
                 }
-                Msg::Done => assert_eq!(take(5), wire::DONE),
+                Msg::Done => assert_eq!(take(5), perftest::DONE),
             }
         }
         assert_eq!(at, stream.len(), "bytes left after {script:?}");

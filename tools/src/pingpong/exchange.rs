@@ -1,16 +1,15 @@
-//! The TCP side channel of `ibv_rc_pingpong`: one `LID:QPN:PSN:GID` message each way (NUL
-//! terminated, [`WIRE_MSG_LEN`] bytes), the client first, then the client's `done`.
+//! The TCP side channel of `ibv_rc_pingpong` (`portverbs::oob::pingpong` speaks it): the
+//! sockets, their timeouts, and the tool's words for what fails.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{CliError, IoContext as _};
-use crate::report::pingpong::{Dest, WIRE_MSG_LEN, format_dest, parse_dest};
+use portverbs::oob::pingpong::{self, ExchangeError, Stage};
+use portverbs::prelude::QpEndpoint;
 
-/// The client's last message, telling the server its QP is ready.
-const DONE: &[u8] = b"done\0";
+use crate::error::{CliError, IoContext as _};
 
 /// Listens on `port` of the loopback interface; when that port is taken, on an ephemeral
 /// port instead (said on stderr). Returns the listener and the port it listens on.
@@ -46,13 +45,13 @@ pub(crate) fn serve(
     abort: &AtomicBool,
     accept_timeout: Option<Duration>,
     timeout: Duration,
-    connect: impl FnOnce(&Dest) -> Result<Dest, CliError>,
-) -> Result<Dest, CliError> {
+    connect: impl FnOnce(&QpEndpoint) -> Result<QpEndpoint, CliError>,
+) -> Result<QpEndpoint, CliError> {
     listener
         .set_nonblocking(true)
         .io_ctx("configuring the listening socket")?;
     let deadline = accept_timeout.map(|t| (Instant::now() + t, t));
-    let (mut stream, peer) = loop {
+    let (stream, peer) = loop {
         match listener.accept() {
             Ok(accepted) => break accepted,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -74,14 +73,7 @@ pub(crate) fn serve(
     };
     let peer = peer.ip().to_string();
     configure(&stream, timeout)?;
-    let remote = read_dest(&mut stream, &peer, timeout)?;
-    let mine = connect(&remote)?;
-    write_dest(&mut stream, &mine)?;
-    let mut done = [0u8; 5];
-    stream
-        .read_exact(&mut done)
-        .map_err(|e| no_reply(e, &peer, timeout, "waiting for the client's \"done\""))?;
-    Ok(remote)
+    pingpong::serve(&stream, connect).map_err(|e| exchange_error(e, &peer, timeout))
 }
 
 /// Client side: connects to `host:port`, sends `mine` and returns the server's message (after
@@ -91,9 +83,9 @@ pub(crate) fn serve(
 pub(crate) fn client(
     host: &str,
     port: u16,
-    mine: &Dest,
+    mine: &QpEndpoint,
     timeout: Duration,
-) -> Result<Dest, CliError> {
+) -> Result<QpEndpoint, CliError> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .io_ctx(format_args!("resolving {host}"))?
@@ -109,7 +101,7 @@ pub(crate) fn client(
             Err(e) => last = Some(e),
         }
     }
-    let Some(mut stream) = stream else {
+    let Some(stream) = stream else {
         let e = last.unwrap_or_else(|| ErrorKind::NotFound.into());
         if timed_out(&e) {
             return Err(no_reply(e, host, timeout, ""));
@@ -117,12 +109,28 @@ pub(crate) fn client(
         return Err(e).io_ctx(format_args!("couldn't connect to {host}:{port}"));
     };
     configure(&stream, timeout)?;
-    write_dest(&mut stream, mine)?;
-    let remote = read_dest(&mut stream, host, timeout)?;
-    stream
-        .write_all(DONE)
-        .io_ctx("sending \"done\" to the server")?;
-    Ok(remote)
+    pingpong::client(&stream, mine).map_err(|e| exchange_error(e, host, timeout))
+}
+
+/// The tool's words for a failed exchange with `peer`: a wait for the peer that timed out is
+/// `no reply from <peer> within <N> s`.
+fn exchange_error<E: Into<CliError> + std::fmt::Display>(
+    e: ExchangeError<E>,
+    peer: &str,
+    timeout: Duration,
+) -> CliError {
+    match e {
+        ExchangeError::Io {
+            stage: stage @ (Stage::ReceiveEndpoint | Stage::ReceiveDone),
+            source,
+        } => no_reply(source, peer, timeout, &stage.to_string()),
+        ExchangeError::Io { stage, source } => CliError::Io {
+            context: stage.to_string(),
+            source,
+        },
+        ExchangeError::Connect(e) => e.into(),
+        e @ ExchangeError::Malformed { .. } => CliError::Failed(e.to_string()),
+    }
 }
 
 /// `N s` for a timeout of whole seconds, `N ms` otherwise.
@@ -162,37 +170,18 @@ fn configure(stream: &TcpStream, timeout: Duration) -> Result<(), CliError> {
         .io_ctx("configuring the exchange socket")
 }
 
-fn write_dest(stream: &mut TcpStream, dest: &Dest) -> Result<(), CliError> {
-    let mut msg = format_dest(dest).into_bytes();
-    msg.resize(WIRE_MSG_LEN, 0);
-    stream.write_all(&msg).io_ctx("sending the local address")
-}
-
-/// Reads `peer`'s address message, waiting at most `timeout`.
-fn read_dest(stream: &mut TcpStream, peer: &str, timeout: Duration) -> Result<Dest, CliError> {
-    let mut msg = [0u8; WIRE_MSG_LEN];
-    stream
-        .read_exact(&mut msg)
-        .map_err(|e| no_reply(e, peer, timeout, "reading the remote address"))?;
-    let text = String::from_utf8_lossy(&msg);
-    parse_dest(&text).map_err(|e| {
-        CliError::Failed(format!(
-            "couldn't read the remote address '{}': {e}",
-            text.trim_end_matches('\0')
-        ))
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::io::Read as _;
+
     use super::*;
 
-    fn dest() -> Dest {
-        Dest {
+    fn dest() -> QpEndpoint {
+        QpEndpoint {
             lid: 0,
             qpn: 0x11,
             psn: 0x22,
-            gid: [0; 16],
+            gid: portverbs::hal::Gid::ZERO,
         }
     }
 

@@ -241,7 +241,7 @@ fn serve(
     })?;
     let mut out = format_address(PingpongSide::Remote, &remote);
     // The client as its address message names it (its TCP source may be another address).
-    let peer = (remote.gid != [0; 16]).then(|| portverbs::hal::Gid(remote.gid).to_ip().to_string());
+    let peer = (!remote.gid.is_zero()).then(|| remote.gid.to_ip().to_string());
     let elapsed = side
         .run(false, &AtomicBool::new(false))
         .map_err(|e| match &peer {

@@ -12,7 +12,6 @@ use portverbs::prelude::*;
 
 use crate::error::{CliError, Context as _};
 use crate::events::EventChannel;
-use crate::report::pingpong::Dest;
 use crate::verbs::{self, PortInfo};
 use crate::wait::Waiter;
 
@@ -155,24 +154,13 @@ impl PpSide {
     }
 
     /// The address the peer needs.
-    pub(crate) fn dest(&self) -> Dest {
-        Dest {
-            lid: self.me.lid,
-            qpn: self.me.qpn,
-            psn: self.me.psn,
-            gid: self.me.gid.0,
-        }
+    pub(crate) fn dest(&self) -> QpEndpoint {
+        self.me
     }
 
     /// Moves the QP to RTR toward `remote`, then to RTS.
-    pub(crate) fn connect(&self, remote: &Dest) -> Result<(), CliError> {
-        let remote = QpEndpoint {
-            lid: remote.lid,
-            qpn: remote.qpn,
-            psn: remote.psn,
-            gid: Gid(remote.gid),
-        };
-        verbs::connect(&self.qp, &remote, &self.opts)
+    pub(crate) fn connect(&self, remote: &QpEndpoint) -> Result<(), CliError> {
+        verbs::connect(&self.qp, remote, &self.opts)
     }
 
     fn post_receives(&self, n: usize) -> Result<(), CliError> {

@@ -6,19 +6,18 @@
 //!
 //! * [`devinfo`]: `portverbs devices`, laid out like rdma-core's `ibv_devinfo` (`-l`, `-v`).
 //! * [`perftest`]: `portverbs perf`, laid out like linux-rdma/perftest (`ib_write_bw`, …):
-//!   banner, address lines, result tables and the `--out_json` document; and the messages of
-//!   perftest's TCP side channel ([`perftest::wire`]), so that a perftest program can be the
-//!   other end.
+//!   banner, address lines, result tables and the `--out_json` document.
 //! * [`stats`]: the numbers behind the perftest tables (latency percentiles, bandwidth, peak),
 //!   with perftest's semantics.
-//! * [`pingpong`]: `portverbs pingpong`, interoperable with `ibv_rc_pingpong` (TCP exchange
-//!   message, address lines, result lines).
+//! * [`pingpong`]: `portverbs pingpong`, laid out like `ibv_rc_pingpong` (address lines,
+//!   result lines).
 //! * [`progress`]: a throttled progress line on stderr for long runs.
 //!
-//! The module has no dependency on the other Portverbs crates; it only sees numbers and strings.
+//! The module sees only numbers, strings and the library's plain types (`Gid`, `QpEndpoint`),
+//! whose text forms the library has; the messages the tools exchange with their peers are
+//! `portverbs::oob`'s.
 
 pub(crate) mod devinfo;
-pub(crate) mod gid;
 pub(crate) mod numfmt;
 pub(crate) mod perftest;
 pub(crate) mod pingpong;

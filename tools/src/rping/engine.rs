@@ -9,9 +9,9 @@
 
 use std::io::Write;
 
+use portverbs::oob::rping::{INFO_LEN, RdmaInfo, fill_ping};
 use portverbs::prelude::*;
 
-use super::proto::{INFO_LEN, RdmaInfo, c_str, fill_ping};
 use crate::error::{CliError, Context as _, IoContext as _};
 
 const RECV_WRID: u64 = 1;
@@ -139,7 +139,8 @@ impl Rping {
                     .read(0, &mut bytes)
                     .ctx("reading the receive buffer")?;
                 bytes.truncate(wc.byte_len as usize);
-                let info = RdmaInfo::from_bytes(&bytes)?;
+                let info =
+                    RdmaInfo::from_bytes(&bytes).map_err(|e| CliError::Failed(e.to_string()))?;
                 self.post_recv()?;
                 Some(info)
             } else {
@@ -283,4 +284,10 @@ impl Rping {
         }
         Ok(n)
     }
+}
+
+/// The C string at the start of `buf`: the bytes before the first NUL (all of them if none).
+pub(crate) fn c_str(buf: &[u8]) -> &[u8] {
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    &buf[..end]
 }

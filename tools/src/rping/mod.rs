@@ -1,15 +1,14 @@
 //! `portverbs rping`: librdmacm's rping. The connection manager (`portverbs::cm`)
 //! connects an RC QP — the server listens on `-a`'s address and port `-p` (7174), the
 //! client resolves and connects to it — and the ping loop ([`engine`]) runs over it with
-//! rping's own buffer formats ([`proto`]), so either end can be the C tool: a Portverbs
-//! server under `rping -c`, a Portverbs client against `rping -s`.
+//! rping's own buffer formats (`portverbs::oob::rping`), so either end can be the C tool: a
+//! Portverbs server under `rping -c`, a Portverbs client against `rping -s`.
 //!
 //! Modes, as the other subcommands have them: `-s` a server, `-c` a client; with neither, on
 //! a device of the embedded in-process fabric, both ends in this process (a server thread on
 //! another device) and the client's lines printed.
 
 pub(crate) mod engine;
-pub(crate) mod proto;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use portverbs::AnyDevice;
 use portverbs::cm::service::{
     CmDevice, ConnParam, ConnectionRequest, Connector, Listener, ServiceError,
 };
+use portverbs::oob::rping as proto;
 use portverbs::prelude::*;
 
 use crate::error::{CliError, Context as _};
@@ -416,9 +416,22 @@ fn ping(
     pinged
 }
 
+/// Checks `-S` as rping does.
+fn check_size(size: usize) -> Result<(), CliError> {
+    if (proto::MIN_SIZE..=proto::MAX_SIZE).contains(&size) {
+        Ok(())
+    } else {
+        Err(CliError::usage(format_args!(
+            "Invalid size {size} (valid range is {} to {})",
+            proto::MIN_SIZE,
+            proto::MAX_SIZE + 1
+        )))
+    }
+}
+
 /// `portverbs rping`.
 pub(crate) fn run(args: &RpingArgs) -> Result<(), CliError> {
-    proto::check_size(args.size)?;
+    check_size(args.size)?;
     let explicit = args
         .device
         .as_deref()
@@ -514,10 +527,11 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
+    use portverbs::oob::rping as proto;
     use portverbs::prelude::*;
 
-    use super::engine::{CAPS, Link, Rping, Step};
-    use super::proto::{self, RdmaInfo};
+    use super::check_size;
+    use super::engine::{CAPS, Link, Rping, Step, c_str};
     use crate::error::CliError;
     use crate::verbs;
 
@@ -654,7 +668,7 @@ mod tests {
         for n in 0..3 {
             let mut buf = vec![0u8; 64];
             proto::fill_ping(&mut buf, n);
-            let text = String::from_utf8(proto::c_str(&buf).to_vec()).unwrap();
+            let text = String::from_utf8(c_str(&buf).to_vec()).unwrap();
             expect += &format!("ping data: {text}\n");
         }
         assert_eq!(cout, expect);
@@ -678,6 +692,17 @@ mod tests {
     fn the_largest_ping_travels() {
         let (c, s, _, _) = run(proto::MAX_SIZE, proto::MAX_SIZE, 2);
         assert_eq!((c.unwrap(), s.unwrap()), (2, 2));
-        assert!(RdmaInfo::from_bytes(&[0; 16]).is_ok());
+    }
+
+    #[test]
+    fn sizes_outside_rpings_range_are_refused() {
+        assert!(check_size(proto::MIN_SIZE).is_ok());
+        assert!(check_size(proto::MAX_SIZE).is_ok());
+        let e = check_size(proto::MIN_SIZE - 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Invalid size 25 (valid range is 26 to 65536)"
+        );
+        assert!(check_size(proto::MAX_SIZE + 1).is_err());
     }
 }

@@ -30,7 +30,6 @@ pub(crate) use model::{
 };
 pub(crate) use names::{link_layer_name, mtu_name, port_state_name, transport_name};
 
-use crate::report::gid::{gid_hex_groups, gid_inet6};
 use names::{
     DEVICE_CAP_EX_NAMES, DEVICE_CAP_NAMES, ODP_GENERAL_NAMES, ODP_TRANSPORT_NAMES,
     RAW_PACKET_CAP_NAMES, atomic_cap_name, phys_state_name, speed_name, vl_name, width_name,
@@ -433,12 +432,12 @@ fn format_port(o: &mut String, p: &DevinfoPort, verbose: bool, ib_transport: boo
 }
 
 fn format_gid(o: &mut String, g: &DevinfoGid, ethernet: bool) {
-    if g.gid[8..].iter().all(|&b| b == 0) {
+    if g.gid.0[8..].iter().all(|&b| b == 0) {
         return;
     }
     let text = match g.gid_type {
-        GidType::IbRoceV1 => gid_hex_groups(&g.gid),
-        GidType::RoceV2 => gid_inet6(&g.gid),
+        GidType::IbRoceV1 => g.gid.hex_groups(),
+        GidType::RoceV2 => g.gid.inet6(),
         GidType::Unknown => return,
     };
     let suffix = match (ethernet, g.gid_type) {

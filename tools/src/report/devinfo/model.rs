@@ -3,7 +3,7 @@
 //! Fields carry the numeric verbs codes (`IBV_PORT_*`, `IBV_MTU_*`, …); the formatter looks up
 //! the names `ibv_devinfo` prints for them.
 
-use crate::report::gid::Gid;
+use portverbs::hal::Gid;
 
 /// One RDMA device as `ibv_devinfo` shows it.
 #[derive(Debug, Clone, Default)]

@@ -3,6 +3,8 @@
 //! The expected text was produced by running `ibv_devinfo`'s own print statements (its format
 //! strings, fed with the same values) and is compared byte for byte, tabs included.
 
+use portverbs::hal::Gid;
+
 use super::*;
 
 fn sample_device() -> DevinfoDevice {
@@ -92,29 +94,29 @@ fn sample_device() -> DevinfoDevice {
                 gids: vec![
                     DevinfoGid {
                         index: 0,
-                        gid: gid_v1,
+                        gid: Gid(gid_v1),
                         gid_type: GidType::IbRoceV1,
                     },
                     DevinfoGid {
                         index: 1,
-                        gid: gid_v1,
+                        gid: Gid(gid_v1),
                         gid_type: GidType::RoceV2,
                     },
                     // Skipped: interface id is zero.
                     DevinfoGid {
                         index: 2,
-                        gid: link_local_only,
+                        gid: Gid(link_local_only),
                         gid_type: GidType::RoceV2,
                     },
                     DevinfoGid {
                         index: 3,
-                        gid: gid_v4,
+                        gid: Gid(gid_v4),
                         gid_type: GidType::RoceV2,
                     },
                     // Skipped: unknown type.
                     DevinfoGid {
                         index: 4,
-                        gid: gid_v4,
+                        gid: Gid(gid_v4),
                         gid_type: GidType::Unknown,
                     },
                 ],

@@ -11,7 +11,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::gid::{Gid, gid_decimal_bytes};
+use portverbs::hal::Gid;
+
 use crate::report::numfmt::c_alt_hex;
 
 /// Which end an address line describes.
@@ -102,10 +103,10 @@ pub(crate) fn format_address(side: AddressSide, dest: &PerftestDest) -> String {
     match dest.gid {
         GidLine::None => {}
         GidLine::Gid(gid) => {
-            let _ = writeln!(o, " GID: {}", gid_decimal_bytes(&gid));
+            let _ = writeln!(o, " GID: {}", gid.decimal_bytes());
         }
         GidLine::Mgid(gid) => {
-            let _ = writeln!(o, " MGID: {}", gid_decimal_bytes(&gid));
+            let _ = writeln!(o, " MGID: {}", gid.decimal_bytes());
         }
     }
     o

@@ -17,7 +17,6 @@
 mod address;
 mod json;
 mod table;
-pub(crate) mod wire;
 
 use std::fmt::Write as _;
 

@@ -3,6 +3,8 @@
 //! The expected rows and address lines are what perftest's own `printf` formats print for the
 //! same numbers (checked by running those format strings through a C compiler), tabs included.
 
+use portverbs::hal::Gid;
+
 use super::json::JsonResults;
 use super::*;
 use crate::report::stats::{BwResult, BwUnits, DurationLatency, LatencyStats};
@@ -141,7 +143,7 @@ fn address_lines() {
             vaddr: 0x7f3c_8a00_0000,
         }),
         srqn: None,
-        gid: GidLine::Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 10, 0, 0, 1]),
+        gid: GidLine::Gid(Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 10, 0, 0, 1])),
     };
     assert_eq!(
         format_address(AddressSide::Local, &local),
@@ -168,7 +170,7 @@ fn address_lines() {
         out_reads: None,
         rdma: None,
         srqn: Some(0x42),
-        gid: GidLine::Mgid([0xff; 16]),
+        gid: GidLine::Mgid(Gid([0xff; 16])),
     };
     assert_eq!(
         format_address(AddressSide::Remote, &plain),
