@@ -79,7 +79,7 @@ pub enum CmError {
     },
 }
 
-/// Why a CMA private-data header (rdma_cm, facts §4.2) was refused.
+/// Why a CMA private-data header (rdma_cm's `struct cma_hdr`, Linux `core/cma.c`) was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CmaError {

@@ -1,7 +1,7 @@
 //! # Portverbs CM core
 //!
 //! The InfiniBand Communication Manager as a sans-IO protocol core: CM MADs in and out, the
-//! connection state machine of Linux's `cm.c` (facts/ib-cm-and-rocev2.md §2–3), timers as
+//! connection state machine of Linux's `drivers/infiniband/core/cm.c`, timers as
 //! data. One [`CmAgent`] serves one port.
 //!
 //! What this layer does:

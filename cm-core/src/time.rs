@@ -1,4 +1,5 @@
-//! CM time arithmetic as Linux does it (facts §2.10). Every 5-bit timeout field encodes
+//! CM time arithmetic as Linux does it (`cm_convert_to_ms`, `core/cm.c`). Every 5-bit timeout
+//! field encodes
 //! 4.096 µs·2^x; Linux rounds that to 2^(x−8) ms (at least 1 ms), and this CM does the same so
 //! that its timers match a Linux peer's.
 

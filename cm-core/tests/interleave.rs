@@ -1,4 +1,4 @@
-//! Issue 17 item 5 at protocol level: 1 000 seeded runs of two or three agents exchanging MADs
+//! Random interleavings at protocol level: 1 000 seeded runs of two or three agents exchanging MADs
 //! through an in-memory network that loses, duplicates, delays and reorders them, while a
 //! random application connects, accepts, rejects, disconnects, destroys and lets timers run.
 //!

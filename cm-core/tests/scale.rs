@@ -1,4 +1,4 @@
-//! Issue 17 item 8, as far as the protocol core goes: CM state per connection stays under
+//! CM state at scale, as far as the protocol core goes: CM state per connection stays under
 //! 2 KiB with thousands of connections, and establishing and tearing them down leaves nothing.
 //! `many_connections_release` (ignored, run with `--release -- --ignored --nocapture`) prints
 //! the rate and the footprint at 1 000, 10 000 and 100 000 connections; no test asserts a

@@ -1,4 +1,4 @@
-//! State-machine scenarios between two agents, one section per phase (facts §3.3–3.4).
+//! State-machine scenarios between two agents, one section per phase (as Linux `cm.c` behaves).
 
 mod common;
 

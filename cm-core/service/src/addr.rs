@@ -1,4 +1,5 @@
-//! IP addressing for RoCE (facts §4.5): an IP address is its GID (IPv4 as `::ffff:a.b.c.d`),
+//! IP addressing for RoCE (Linux `rdma_ip2gid`, `include/rdma/ib_addr.h`): an IP address is its
+//! GID (IPv4 as `::ffff:a.b.c.d`),
 //! so the remote GID needs no ARP, and the local side is the GID table entry holding it.
 
 use std::net::IpAddr;

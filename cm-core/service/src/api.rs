@@ -757,7 +757,7 @@ impl<D: Device> Connector<D> {
             dst: dst.ip(),
         }
         .emit(&mut pd)?;
-        // rdma_cm's SIDR timer: 4.3 s (code 20), 15 retries (facts §4.4).
+        // rdma_cm's SIDR timer: 4.3 s (code 20), 15 retries (Linux `cma.c`, `cma_resolve_ib_udp`).
         let p = SidrParams {
             service_id: service_id(PortSpace::Udp, dst.port()),
             pkey: 0xFFFF,

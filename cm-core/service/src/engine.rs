@@ -57,7 +57,7 @@ pub struct MadCounts {
     /// Sends that completed in error.
     pub send_errors: u64,
     /// QP transitions the device did not finish when the CM started them: each held the
-    /// agent's later outputs back until it was done (DESIGN §3 decision 6).
+    /// agent's later outputs back until it was done (crate docs: "QP transitions").
     pub deferred_transitions: u64,
     /// MADs that waited for their peer's send window before leaving (see the crate docs:
     /// pacing).
@@ -972,7 +972,7 @@ impl<D: Device> CmDevice<D> {
         }
     }
 
-    /// Aborts the connections whose QP the application destroyed (decision 7 of DESIGN §3):
+    /// Aborts the connections whose QP the application destroyed (the CM holds only weak handles):
     /// the endpoint is destroyed in the agent, which sends the REJ or DREQ its state calls
     /// for, and the application's endpoint gets DISCONNECTED (it was connected) or
     /// CONNECT_ERROR (it was being set up). True when an event was queued.
@@ -1167,7 +1167,8 @@ impl<D: Device> CmDevice<D> {
     }
 }
 
-/// The passive side's checks on a REQ (facts §4.3): a CMA header of version 0 with IP
+/// The passive side's checks on a REQ (as Linux `cma.c`'s `cma_ib_req_handler`): a CMA header
+/// of version 0 with IP
 /// version 4 or 6, whose destination matches the listener's bound address and family, a
 /// source address that is not unspecified or multicast, and room in the backlog.
 fn admit(l: &ListenState, r: &portverbs_cm::ConnectRequest) -> Option<Pending> {

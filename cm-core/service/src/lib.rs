@@ -1,6 +1,6 @@
 //! # Portverbs CM service
 //!
-//! The CM for applications (issue 17 items 2–5): the sans-IO
+//! The CM for applications: the sans-IO
 //! [`CmAgent`](portverbs_cm::CmAgent) of `portverbs-cm` driven over a device's QP1, with
 //! rdma_cm's IP addressing and an application API. The protocol lives in the core; this
 //! crate adds what the core must not do: I/O through verbs-core and a monotonic clock.
@@ -41,7 +41,7 @@
 //! [`CmDevice::progress`]. [`CmDevice::run`] is the async driver of a device nobody else
 //! waits on.
 //!
-//! QP transitions (DESIGN §3 decision 6): the RTR, RTS and ERR transitions the agent asks for
+//! QP transitions: the RTR, RTS and ERR transitions the agent asks for
 //! are started as verbs-core's async `modify` and polled, never waited for inside progress.
 //! Where the device has not finished (mlx4 in event mode, firmware taking its time), the
 //! transition is parked and polled on every progress, its command's completion wakes the

@@ -1,4 +1,4 @@
-//! QP transitions the CM applies for a connection (DESIGN §3 decision 6): each is started as
+//! QP transitions the CM applies for a connection (see the crate docs): each is started as
 //! verbs-core's async `modify` and polled once. A device whose command completes at once (the
 //! soft device) is done there; one whose command is still in flight (mlx4 in event mode) has
 //! the transition parked in the device state and polled again on every progress, so the CM's

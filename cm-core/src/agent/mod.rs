@@ -142,8 +142,8 @@ impl CmAgent {
     }
 
     /// An upper estimate of the memory the agent's tables hold, in bytes: the slab, the
-    /// lookup maps, the timer heap and the output queue, by capacity (item 8 of issue 17
-    /// budgets 2 KiB per connection).
+    /// lookup maps, the timer heap and the output queue, by capacity (the CM's budget is
+    /// 2 KiB per connection).
     pub fn state_bytes(&self) -> usize {
         use core::mem::size_of;
         // hashbrown: one control byte per bucket besides the entry; capacity() is 7/8 of the

@@ -1,5 +1,5 @@
-//! Received MADs: matching by communication IDs as Linux does (facts §3.1), the per-state
-//! handling of §3.3 and the answers to duplicates and unmatched messages of §3.4.
+//! Received MADs: matching by communication IDs, the per-state handling and the answers to
+//! duplicates and unmatched messages, all as Linux `drivers/infiniband/core/cm.c` does them.
 
 use portverbs_hal::Gid;
 

@@ -193,7 +193,7 @@ mod tests {
 mod size {
     use super::Slot;
 
-    /// Issue 17 item 8 asks for at most 2 KiB of CM state per connection; the slot (inline
+    /// The CM's budget is at most 2 KiB of CM state per connection; the slot (inline
     /// MAD buffers included) takes a third of that, leaving room for the lookup maps.
     #[test]
     fn a_slot_is_compact() {

@@ -1,4 +1,5 @@
-//! `destroy`: what Linux sends when a cm_id is destroyed in each state (facts §3.3), then the
+//! `destroy`: what Linux sends when a cm_id is destroyed in each state (`cm.c`'s
+//! `cm_destroy_id`), then the
 //! endpoint is freed at once or after TIMEWAIT. Nothing is ever left behind: a destroyed
 //! endpoint either is free or holds a TIMEWAIT timer that frees it.
 

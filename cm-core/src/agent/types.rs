@@ -34,7 +34,7 @@ impl fmt::Debug for CmId {
     }
 }
 
-/// CM states, named and ordered as IBA and Linux's `enum ib_cm_state` (facts §3.2).
+/// CM states, named and ordered as IBA and Linux's `enum ib_cm_state` (`include/rdma/ib_cm.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CmState {
     /// No connection.
@@ -95,7 +95,7 @@ impl fmt::Display for CmState {
     }
 }
 
-/// The path of a connection as the active side knows it (facts §2.11 for RoCEv2 values).
+/// The path of a connection as the active side knows it (RoCEv2 values as Linux `cma.c` sets them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathParams {
     /// Our GID (the REQ's local GID).
@@ -263,7 +263,7 @@ pub struct SidrParams {
     pub max_retries: u8,
 }
 
-/// Attributes for INIT→RTR, computed as Linux's `ib_cm_init_qp_attr` does (facts §3.6).
+/// Attributes for INIT→RTR, computed as Linux's `ib_cm_init_qp_attr` does (`core/cm.c`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtrAttrs {
     /// The peer's QPN.
@@ -418,7 +418,7 @@ pub enum CmEvent {
 }
 
 /// A MAD for the caller to send to the peer's QP1 (P_Key, Q_Key 0x80010000 and the UD
-/// encapsulation are the caller's job, facts §1.1).
+/// encapsulation are the caller's job, as in Linux `drivers/infiniband/core/mad.c`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutMad {
     /// The peer's GID.

@@ -1,6 +1,6 @@
-//! rdma_cm's conventions carried in CM messages (facts §4.1–4.2): service IDs built from a
+//! rdma_cm's conventions carried in CM messages (Linux `core/cma.c`): service IDs built from a
 //! port space and a port, and the 36-byte CMA header at the start of REQ and SIDR_REQ private
-//! data. Codec only; address resolution is the rdma_cm layer's job (issue 17 item 3).
+//! data. Codec only; address resolution is the rdma_cm layer's job (`portverbs-cm-service`).
 //!
 //! ```text
 //! 0      CMA version (0)

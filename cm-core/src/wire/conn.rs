@@ -1,4 +1,4 @@
-//! MRA, REP, RTU, DREQ and DREP (facts §2.2, §2.4–2.7).
+//! MRA, REP, RTU, DREQ and DREP (IBA chapter 12; Linux `include/rdma/ibta_vol1_c12.h`).
 
 use super::MsgKind;
 use super::bits::{

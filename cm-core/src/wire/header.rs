@@ -1,4 +1,5 @@
-//! The MAD common header (24 bytes, facts §1.2) as a checked view and a representation.
+//! The MAD common header (24 bytes, Linux's `struct ib_mad_hdr`) as a checked view and a
+//! representation.
 //!
 //! ```text
 //! 0 BaseVersion  1 MgmtClass  2 ClassVersion  3 R(0x80)|Method
@@ -31,7 +32,7 @@ pub const CM_CLASS_VERSION: u8 = 2;
 /// Method Send, the only method of every CM message.
 pub const METHOD_SEND: u8 = 0x03;
 
-/// CM attribute IDs this CM parses (facts §1.2 table).
+/// CM attribute IDs this CM parses (IBA chapter 12; Linux's `CM_*_ATTR_ID`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttrId {
     /// 0x0010 ConnectRequest.
@@ -134,7 +135,7 @@ impl MadHeader {
         }
     }
 
-    /// Checks what Linux's MAD layer and CM agent check (facts §1.2) and returns the
+    /// Checks what Linux's MAD layer and CM agent check (`core/mad.c`, `core/cm.c`) and returns the
     /// attribute.
     pub fn check_cm(&self) -> Result<AttrId, MadError> {
         if self.base_version != BASE_VERSION {

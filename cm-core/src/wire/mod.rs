@@ -1,4 +1,5 @@
-//! CM MAD wire formats (facts/ib-cm-and-rocev2.md §1.2, §2): a checked view of the 24-byte MAD
+//! CM MAD wire formats (IBA chapter 12, Linux `include/rdma/ibta_vol1_c12.h`): a checked view
+//! of the 24-byte MAD
 //! common header ([`MadView`]) and one representation per CM message ([`Req`], [`Mra`],
 //! [`Rej`], [`Rep`], [`Rtu`], [`Dreq`], [`Drep`], [`SidrReq`], [`SidrRep`]), and rdma_cm's
 //! CMA private-data header and service IDs ([`CmaHeader`], [`service_id`]).
@@ -133,7 +134,7 @@ impl CmMessage {
 /// A whole CM MAD: the common header fields that vary, and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mad {
-    /// TransactionID (facts §1.3: REP, MRA, REJ, RTU re-use the REQ's; DREP echoes the DREQ's).
+    /// TransactionID (Linux `cm.c`: REP, MRA, REJ, RTU re-use the REQ's; DREP echoes the DREQ's).
     pub tid: u64,
     /// AttributeModifier (ECE; 0 when unused).
     pub attr_mod: u32,

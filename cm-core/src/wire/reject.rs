@@ -1,4 +1,4 @@
-//! REJ, ConnectReject (attribute 0x0012, facts §2.3), its reason codes and the 2-bit
+//! REJ, ConnectReject (attribute 0x0012, IBA chapter 12), its reason codes and the 2-bit
 //! "message" field shared with MRA.
 
 use super::bits::{
@@ -39,7 +39,7 @@ impl MsgKind {
     }
 }
 
-/// REJ reason codes (facts §2.3); unknown codes are preserved.
+/// REJ reason codes (Linux `enum ib_cm_rej_reason`, `rdma/ib_cm.h`); unknown codes are preserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RejReason {
     /// 1: no QP available.

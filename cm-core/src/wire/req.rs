@@ -1,4 +1,4 @@
-//! REQ, ConnectRequest (attribute 0x0010, facts §2.1).
+//! REQ, ConnectRequest (attribute 0x0010, IBA chapter 12; Linux `include/rdma/ibta_vol1_c12.h`).
 
 use super::bits::{
     Payload, array_at, bits_at, put_bits, put_bytes, put_u16, put_u24, put_u32, put_u64, u16_at,
@@ -125,7 +125,7 @@ pub struct Req {
     pub local_comm_id: u32,
     /// ECE vendor ID (24 bits; 0 when unused).
     pub vendor_id: u32,
-    /// Service ID (facts §4.1).
+    /// Service ID (rdma_cm's: port space << 16 | port, as Linux `cma.c` builds it).
     pub service_id: u64,
     /// The sender's CA GUID.
     pub local_ca_guid: u64,

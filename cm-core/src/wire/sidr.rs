@@ -1,4 +1,5 @@
-//! SIDR_REQ and SIDR_REP: service ID resolution for UD QPs (facts §2.8).
+//! SIDR_REQ and SIDR_REP: service ID resolution for UD QPs (IBA chapter 12;
+//! Linux `include/rdma/ibta_vol1_c12.h`).
 
 use super::bits::{
     Payload, array_at, put_bytes, put_u16, put_u24, put_u32, put_u64, u16_at, u24_at, u32_at,
@@ -42,7 +43,7 @@ impl SidrReq {
     }
 }
 
-/// SIDR_REP status (facts §2.8); unknown values preserved.
+/// SIDR_REP status (Linux `enum ib_cm_sidr_status`, `rdma/ib_cm.h`); unknown values preserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SidrStatus {
     /// 0: the QPN and Q_Key are valid.

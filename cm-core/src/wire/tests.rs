@@ -1,4 +1,4 @@
-//! Codec tests: every message round-trips, sits at the offsets of facts §2, and malformed
+//! Codec tests: every message round-trips, sits at the offsets of `ibta_vol1_c12.h`, and malformed
 //! MADs give typed errors.
 
 use super::*;
