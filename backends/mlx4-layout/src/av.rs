@@ -1,4 +1,4 @@
-//! The 32-byte address vector of UD WQEs (facts §5.5), shared with rdma-core's AH objects.
+//! The 32-byte address vector of UD WQEs (`struct mlx4_av`), shared with rdma-core's AH objects.
 
 #![allow(missing_docs)]
 

@@ -1,5 +1,6 @@
-//! Completion queue entries (facts §6): the 32-byte CQE and its error form, opcodes and
-//! syndromes, ownership, and the translation to and from the portable [`Cqe`].
+//! Completion queue entries (Linux `include/linux/mlx4/cq.h`, rdma-core `providers/mlx4/cq.c`):
+//! the 32-byte CQE and its error form, opcodes and syndromes, ownership, and the translation to and
+//! from the portable [`Cqe`].
 //!
 //! [`decode`] is the driver's side and treats the entry as hostile: an unknown opcode is an
 //! error, an unknown syndrome becomes `GeneralErr` (as rdma-core does), nothing panics.
@@ -98,7 +99,7 @@ pub const OPCODE_ERROR: u8 = 0x1e;
 /// Resize CQE opcode.
 pub const OPCODE_RESIZE: u8 = 0x16;
 
-/// Receive-side opcodes (facts §6.2).
+/// Receive-side opcodes (rdma-core `providers/mlx4/cq.c`).
 pub mod recv_opcode {
     pub const RDMA_WRITE_IMM: u8 = 0x00;
     pub const SEND: u8 = 0x01;
@@ -106,7 +107,7 @@ pub mod recv_opcode {
     pub const SEND_INVAL: u8 = 0x03;
 }
 
-/// Error syndromes (facts §6.3).
+/// Error syndromes (Linux `hw/mlx4/cq.c`, rdma-core `providers/mlx4/cq.c`).
 pub mod syndrome {
     pub const LOCAL_LENGTH_ERR: u8 = 0x01;
     pub const LOCAL_QP_OP_ERR: u8 = 0x02;

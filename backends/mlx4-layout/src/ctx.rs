@@ -1,6 +1,7 @@
-//! Object contexts passed in SW2HW_* and QP-modify mailboxes (facts §3): EQ, CQ, SRQ and QP
-//! contexts, the QP address path, the modify mailbox with its optparam mask, and the MPT entry.
-//! Queue buffers are described by an MTT range: `mtt_base` = first MTT entry index × 8, split
+//! Object contexts passed in SW2HW_* and QP-modify mailboxes (Linux `mlx4/mlx4.h`,
+//! `include/linux/mlx4/qp.h`): EQ, CQ, SRQ and QP contexts, the QP address path, the modify mailbox
+//! with its optparam mask, and the MPT entry. Queue buffers are described by an MTT range:
+//! `mtt_base` = first MTT entry index × 8, split
 //! into a high byte and a low dword, plus `log_page_size` = page shift − 12.
 
 #![allow(missing_docs)]
@@ -21,7 +22,7 @@ pub fn mtt_join(hi: u8, lo: u32) -> u64 {
     ((u64::from(hi) << 32) | u64::from(lo & !7)) / 8
 }
 
-/// EQ context, 64 bytes (facts §3.1).
+/// EQ context, 64 bytes (Linux `struct mlx4_eq_context`).
 #[derive(
     Debug,
     Clone,
@@ -69,7 +70,7 @@ pub const EQ_STATE_ARMED: u32 = 0x9 << 8;
 /// EQ state "fired".
 pub const EQ_STATE_FIRED: u32 = 0xa << 8;
 
-/// CQ context, 64 bytes (facts §3.2).
+/// CQ context, 64 bytes (Linux `struct mlx4_cq_context`).
 #[derive(
     Debug,
     Clone,
@@ -119,7 +120,7 @@ pub const CQ_FLAG_COLLAPSED: u32 = 1 << 18;
 /// CQ flags: overrun ignore.
 pub const CQ_FLAG_OI: u32 = 1 << 17;
 
-/// SRQ context, 48 bytes (facts §3.3).
+/// SRQ context, 48 bytes (Linux `struct mlx4_srq_context`).
 #[derive(
     Debug,
     Clone,
@@ -162,7 +163,7 @@ layout!(SrqContext, 48, {
     wqe_cnt: 0x1e, wqe_counter: 0x22, db_rec_addr: 0x28,
 });
 
-/// QP address path, 0x2c bytes (facts §3.4.1).
+/// QP address path, 0x2c bytes (Linux `struct mlx4_qp_path`).
 #[derive(
     Debug,
     Clone,
@@ -221,7 +222,7 @@ impl AddressPath {
     }
 }
 
-/// QP context, 0xf8 bytes (facts §3.4).
+/// QP context, 0xf8 bytes (Linux `struct mlx4_qp_context`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
 )]
@@ -293,7 +294,7 @@ impl Default for QpContext {
     }
 }
 
-/// QP states as the context encodes them (facts §3.4.3).
+/// QP states as the context encodes them (Linux `enum mlx4_qp_state`).
 pub mod qp_state {
     pub const RST: u32 = 0;
     pub const INIT: u32 = 1;
@@ -353,7 +354,7 @@ pub mod params2 {
     pub const RIC: u32 = 1 << 4;
 }
 
-/// The QP modify mailbox: optparam mask, then the context at +8 (facts §3.4).
+/// The QP modify mailbox: optparam mask, then the context at +8 (Linux `mlx4_qp_modify`).
 #[derive(
     Debug,
     Clone,
@@ -375,7 +376,7 @@ pub struct QpMailbox {
 }
 layout!(QpMailbox, 0x100, { optpar: 0x00, ctx: 0x08 });
 
-/// Optparam bits (facts §3.4.2).
+/// Optparam bits (Linux `enum mlx4_qp_optpar`).
 pub mod optpar {
     pub const ALT_ADDR_PATH: u32 = 1 << 0;
     pub const RRE: u32 = 1 << 1;
@@ -394,7 +395,7 @@ pub mod optpar {
     pub const SCHED_QUEUE: u32 = 1 << 16;
 }
 
-/// MPT entry, 64 bytes (facts §3.5).
+/// MPT entry, 64 bytes (Linux `struct mlx4_mpt_entry`).
 #[derive(
     Debug,
     Clone,
@@ -435,7 +436,7 @@ layout!(Mpt, 64, {
     first_byte_offset: 0x3c,
 });
 
-/// MPT flag bits (facts §3.5, §8).
+/// MPT flag bits (Linux `mlx4/mr.c`, `MLX4_MPT_FLAG_*` and `MLX4_PERM_*`).
 pub mod mpt_flag {
     pub const STATUS_SW: u32 = 0xf << 28;
     pub const STATUS_FREE: u32 = 0x3 << 28;
@@ -460,7 +461,7 @@ mod tests {
 
     #[test]
     fn cq_context_worked_encoding() {
-        // facts §10.1: 256 CQEs, UAR 130, EQ 1, MTT index 16, 4 KiB pages.
+        // A worked encoding: 256 CQEs, UAR 130, EQ 1, MTT index 16, 4 KiB pages.
         let (hi, lo) = mtt_split(16);
         let ctx = CqContext {
             logsize_usrpage: ((8u32 << 24) | 130).into(),

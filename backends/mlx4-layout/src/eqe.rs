@@ -1,5 +1,6 @@
-//! Event queue entries (facts §7): the 32-byte EQE, event types, and the translation to and
-//! from the portable [`DeviceEvent`]. [`decode`] treats the entry as hostile.
+//! Event queue entries (Linux `struct mlx4_eqe`, `mlx4/eq.c`): the 32-byte EQE, event types,
+//! and the translation to and from the portable [`DeviceEvent`]. [`decode`] treats the entry as
+//! hostile.
 
 #![allow(missing_docs)]
 
@@ -83,7 +84,7 @@ pub struct CmdEqe {
 }
 layout!(CmdEqe, 32, { event_type: 0x01, token: 0x06, status: 0x0f, out_param: 0x10, owner: 0x1f });
 
-/// Event types (facts §7.2).
+/// Event types (Linux `enum mlx4_event`, `include/linux/mlx4/device.h`).
 pub mod event_type {
     pub const COMP: u8 = 0x00;
     pub const PATH_MIG: u8 = 0x01;

@@ -1,23 +1,23 @@
-//! The host command register (facts §1.2–§1.4): seven big-endian dwords in BAR0 through which
-//! firmware commands are posted, plus the reset and ownership registers next to it.
+//! The host command register (Linux `mlx4/cmd.c`, `mlx4/reset.c`): seven big-endian dwords in BAR0
+//! through which firmware commands are posted, plus the reset and ownership registers next to it.
 
 use zerocopy::byteorder::big_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use super::layout;
 
-/// BAR0 offset of the HCR (facts §1.2).
+/// BAR0 offset of the HCR (Linux `MLX4_HCR_BASE`).
 pub const HCR_BASE: usize = 0x80680;
 /// BAR0 offset of the ownership semaphore (reads 0 = acquired).
 pub const OWNER_SEMAPHORE: usize = 0x8069c;
-/// BAR0 offset of the reset register: write big-endian 1 to reset (facts §1.3).
+/// BAR0 offset of the reset register: write big-endian 1 to reset (Linux `mlx4/reset.c`).
 pub const RESET_REG: usize = 0xf0010;
 /// BAR0 offset of the reset semaphore: poll until it reads 0.
 pub const RESET_SEMAPHORE: usize = 0xf03fc;
 /// Smallest BAR0 that holds every register above.
 pub const BAR0_MIN_LEN: usize = 0x10_0000;
 
-/// The HCR's dwords as laid out in BAR0 (facts §1.4).
+/// The HCR's dwords as laid out in BAR0 (Linux `mlx4_cmd_post`).
 #[derive(
     Debug,
     Clone,

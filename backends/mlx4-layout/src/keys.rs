@@ -1,4 +1,4 @@
-//! Memory keys (facts §8): key = rotl8(MPT index), the MPT's key field = rotr8(key).
+//! Memory keys (Linux `mlx4/mr.c`): key = rotl8(MPT index), the MPT's key field = rotr8(key).
 
 /// The key of MPT index `index` with tag byte 0 (first use).
 pub fn index_to_key(index: u32) -> u32 {

@@ -4,14 +4,16 @@
 //! register offsets ([`hcr`], [`uar`]), command opcodes and status codes ([`opcode`],
 //! [`status`]), mailbox and context layouts ([`mailbox`], [`ctx`], [`av`], [`keys`]), WQE
 //! segments, the special QPs' MLX headers, CQEs and EQEs ([`wqe`], [`mlx`], [`cqe`], [`eqe`])
-//! (facts/mlx4-hardware.md), and the PCI
+//! (as Linux's `drivers/net/ethernet/mellanox/mlx4/` — cited as `mlx4/<file>` — with
+//! `include/linux/mlx4/`, `drivers/infiniband/hw/mlx4/` — cited as `hw/mlx4/<file>` — and
+//! rdma-core's `providers/mlx4/` define them), and the PCI
 //! seam ([`pci`]: the [`PciFunction`] trait a driver drives and an emulated or VFIO-bound
 //! function implements, [`PciError`], the vendor/device IDs).
 //!
 //! Every layout is a `#[repr(C)]` struct of big-endian zerocopy fields, so it can be built in a
 //! local buffer and copied into DMA memory, or read out of a local copy of device-written bytes,
 //! without a Rust reference into memory the device may touch. Each struct carries compile-time
-//! asserts of its size and field offsets that cite the facts section they come from; the WQE and
+//! asserts of its size and field offsets, and its doc names the source it comes from; the WQE and
 //! CQE layouts are also checked against rdma-core's `mlx4dv.h` by the driver's
 //! `tests/mlx4dv_layout.rs`.
 //!

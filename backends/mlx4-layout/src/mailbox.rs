@@ -1,6 +1,6 @@
-//! Command mailboxes (facts §2.2–§2.5, §3.6): QUERY_FW, QUERY_DEV_CAP and QUERY_PORT outboxes,
-//! the INIT_HCA inbox, the page lists of MAP_FA/MAP_ICM_AUX/MAP_ICM, and WRITE_MTT's inbox.
-//! Fields keep the facts' names; "log" fields hold log2 values.
+//! Command mailboxes (Linux `mlx4/fw.c`, `mlx4/mr.c`): QUERY_FW, QUERY_DEV_CAP and QUERY_PORT
+//! outboxes, the INIT_HCA inbox, the page lists of MAP_FA/MAP_ICM_AUX/MAP_ICM, and WRITE_MTT's
+//! inbox. Fields keep the names of Linux's `fw.c`; "log" fields hold log2 values.
 
 #![allow(missing_docs)]
 
@@ -12,7 +12,7 @@ use super::layout;
 /// Bytes in a command mailbox (MLX4_MAILBOX_SIZE).
 pub const MAILBOX_SIZE: usize = 4096;
 
-/// QUERY_FW outbox, the part a driver uses (facts §2.3).
+/// QUERY_FW outbox, the part a driver uses (Linux `mlx4_QUERY_FW`).
 #[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct QueryFw {
@@ -43,7 +43,7 @@ layout!(QueryFw, 0x40, {
     catas_offset: 0x30, catas_size: 0x38, catas_bar: 0x3c,
 });
 
-/// QUERY_DEV_CAP outbox (facts §2.4), 0x00..0xa8.
+/// QUERY_DEV_CAP outbox (Linux `mlx4_QUERY_DEV_CAP`), 0x00..0xa8.
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct DevCap {
@@ -154,7 +154,7 @@ impl Default for DevCap {
     }
 }
 
-/// Device capability flag bits (facts §2.4, `flags` = hi << 32 | lo).
+/// Device capability flag bits (Linux `mlx4/fw.c`, `flags` = hi << 32 | lo).
 pub mod dev_flag {
     pub const RC: u64 = 1 << 0;
     pub const UC: u64 = 1 << 1;
@@ -174,7 +174,7 @@ pub mod bmme_flag {
     pub const TYPE_2_WIN: u32 = 1 << 9;
 }
 
-/// QUERY_PORT outbox (facts §2.3, command interface revision ≥ 3).
+/// QUERY_PORT outbox (Linux `mlx4_QUERY_PORT`, command interface revision ≥ 3).
 #[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct QueryPort {
@@ -206,8 +206,9 @@ layout!(QueryPort, 0x18, {
     log_mac_vlan: 0x0a, max_vl: 0x0b, default_mac: 0x10,
 });
 
-/// INIT_HCA inbox (facts §2.5). The table bases are naturally aligned, so the low byte of each
-/// base dword pair doubles as its "log2 number of entries" field (the facts' 0x37, 0x4f, …).
+/// INIT_HCA inbox (Linux `mlx4_INIT_HCA`). The table bases are naturally aligned, so the low
+/// byte of each base dword pair doubles as its "log2 number of entries" field (Linux's
+/// `INIT_HCA_LOG_*_OFFSET`: 0x37, 0x4f, …).
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct InitHca {
@@ -271,7 +272,7 @@ pub fn split_base_log(v: u64) -> (u64, u8) {
     (v & !0xff, (v & 0x1f) as u8)
 }
 
-/// One entry of a MAP_FA / MAP_ICM_AUX / MAP_ICM page list (facts §2.2).
+/// One entry of a MAP_FA / MAP_ICM_AUX / MAP_ICM page list (Linux `mlx4_map_cmd`).
 #[derive(
     Debug,
     Clone,
@@ -316,7 +317,7 @@ impl PageListEntry {
 /// Page-list entries per command.
 pub const PAGE_LIST_MAX: usize = MAILBOX_SIZE / 16;
 
-/// WRITE_MTT inbox header (facts §3.6); the BE64 entries (`addr | 1`) follow at 0x10.
+/// WRITE_MTT inbox header (Linux `mlx4/mr.c`); the BE64 entries (`addr | 1`) follow at 0x10.
 #[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct WriteMttHeader {

@@ -1,4 +1,4 @@
-//! MLX-transport WQEs of the special QPs (QP0/QP1, facts §2.8, §5.10): the flags of the MLX
+//! MLX-transport WQEs of the special QPs (QP0/QP1; Linux `hw/mlx4/qp.c`): the flags of the MLX
 //! control segment, and the UD packet header software builds and the WQE carries as inline data
 //! — LRH (8 B), an optional GRH (40 B), BTH (12 B) and DETH (8 B), in the IBA wire formats
 //! (IBA 7.7, 8.3, 9.2, 9.3.3). The HCA appends only the ICRC/VCRC.

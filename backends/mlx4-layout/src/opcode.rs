@@ -1,4 +1,5 @@
-//! Firmware command opcodes (facts §2.1) and the opcode modifiers this driver uses.
+//! Firmware command opcodes (Linux `include/linux/mlx4/cmd.h`) and the opcode modifiers this
+//! driver uses.
 
 #![allow(missing_docs)]
 

@@ -26,8 +26,8 @@ pub const CONNECTX3: u16 = 0x1003;
 /// ConnectX-3 Pro.
 pub const CONNECTX3_PRO: u16 = 0x1007;
 
-/// Whether a PCI device ID is an mlx4-class physical function this driver handles (facts §1.1;
-/// virtual functions need the SR-IOV command channel and are refused).
+/// Whether a PCI device ID is an mlx4-class physical function this driver handles (Linux
+/// `mlx4/main.c`; virtual functions need the SR-IOV command channel and are refused).
 pub fn is_mlx4_pf(vendor: u16, device: u16) -> bool {
     vendor == MELLANOX_VENDOR
         && matches!(

@@ -1,4 +1,5 @@
-//! Command status codes (facts §1.5), and their translation into the HAL's typed errors.
+//! Command status codes (Linux `mlx4/cmd.c`, `mlx4_status_to_errno`), and their translation into
+//! the HAL's typed errors.
 
 use portverbs_hal::error::CommandError;
 

@@ -1,5 +1,6 @@
-//! UAR pages and doorbells (facts §4): send doorbell, CQ arm doorbell, EQ doorbells, BlueFlame
-//! registers, and the doorbell records in host memory.
+//! UAR pages and doorbells (Linux `include/linux/mlx4/doorbell.h`, rdma-core `providers/mlx4/`):
+//! send doorbell, CQ arm doorbell, EQ doorbells, BlueFlame registers, and the doorbell records in
+//! host memory.
 
 /// Bytes per UAR page.
 pub const UAR_PAGE: usize = 4096;

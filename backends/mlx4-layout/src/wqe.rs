@@ -1,5 +1,6 @@
-//! Work-queue entries (facts §5): the control segment every send WQE starts with, the segments
-//! that follow it, receive/SRQ WQEs, and the sizing rules (stride, spare WQEs, stamping).
+//! Work-queue entries (Linux `include/linux/mlx4/qp.h`, rdma-core `providers/mlx4/wqe.h`): the
+//! control segment every send WQE starts with, the segments that follow it, receive/SRQ WQEs, and
+//! the sizing rules (stride, spare WQEs, stamping).
 
 #![allow(missing_docs)]
 
@@ -9,7 +10,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 use super::av::Av;
 use super::layout;
 
-/// Control segment, 16 bytes (facts §5.3; `struct mlx4_wqe_ctrl_seg`).
+/// Control segment, 16 bytes (`struct mlx4_wqe_ctrl_seg`).
 #[derive(
     Debug,
     Clone,
@@ -220,7 +221,7 @@ pub struct SrqNextSeg {
 }
 layout!(SrqNextSeg, 16, { next_wqe_index: 2 });
 
-/// Send opcodes (facts §5.4).
+/// Send opcodes (Linux's and rdma-core's `MLX4_OPCODE_*`).
 pub mod opcode {
     pub const NOP: u8 = 0x00;
     pub const SEND_INVAL: u8 = 0x01;
@@ -280,14 +281,14 @@ pub mod bind {
     pub const REMOTE_READ: u32 = 1 << 29;
 }
 
-/// Spare (headroom) WQEs of a send queue with stride `1 << wqe_shift` (facts §5.1): the HCA
-/// prefetches up to 2 KiB beyond the WQE it executes.
+/// Spare (headroom) WQEs of a send queue with stride `1 << wqe_shift` (Linux `hw/mlx4/qp.c`): the
+/// HCA prefetches up to 2 KiB beyond the WQE it executes.
 pub fn sq_spare(wqe_shift: u32) -> u32 {
     (2048 >> wqe_shift) + 1
 }
 
-/// Offsets of the send and receive queues inside one QP buffer (facts §5.1): the queue with the
-/// larger stride first, the send queue first on equal strides.
+/// Offsets of the send and receive queues inside one QP buffer (Linux `hw/mlx4/qp.c`): the queue
+/// with the larger stride first, the send queue first on equal strides.
 pub fn queue_offsets(sq_cnt: u32, sq_shift: u32, rq_cnt: u32, rq_shift: u32) -> (usize, usize) {
     if rq_cnt > 0 && rq_shift > sq_shift {
         ((rq_cnt as usize) << rq_shift, 0)

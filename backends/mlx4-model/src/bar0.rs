@@ -1,5 +1,6 @@
-//! BAR0 of the model (facts §1.2–§1.5): the HCR, the reset register and semaphores, the
-//! catastrophic-error buffer and the clear-interrupt register, over an atomic register file.
+//! BAR0 of the model (Linux `mlx4/cmd.c`, `mlx4/reset.c`): the HCR, the reset register and
+//! semaphores, the catastrophic-error buffer and the clear-interrupt register, over an atomic
+//! register file.
 //!
 //! A 32-bit write of the HCR status dword with go = 1 latches the command and executes it at
 //! once in the writing thread, under the fabric lock: status into bits 31:24, t kept as

@@ -1,4 +1,5 @@
-//! BAR2 of the model (facts §4): 256 UAR pages of 4 KiB, then 256 BlueFlame pages.
+//! BAR2 of the model (Linux `include/linux/mlx4/doorbell.h`): 256 UAR pages of 4 KiB, then 256
+//! BlueFlame pages.
 //!
 //! * UAR + 0x14, `qpn << 8`: send doorbell — a lock-free kick to the fabric (the engine thread
 //!   or the next `step` reads the WQEs), carrying the UAR page so the QP's `usr_page` is checked.

@@ -1,6 +1,6 @@
 //! What the model's firmware reports: QUERY_FW, QUERY_DEV_CAP, QUERY_ADAPTER and QUERY_PORT
 //! outboxes, and the limits and reserved counts it then enforces. Values are modest and
-//! ConnectX-3-like (facts §2.3–§2.4).
+//! ConnectX-3-like (the outboxes Linux `mlx4/fw.c` reads).
 
 use portverbs_hal::types::Mtu;
 use portverbs_mlx4_layout::mailbox::{

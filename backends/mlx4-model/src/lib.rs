@@ -1,7 +1,7 @@
 //! # An emulated mlx4 HCA (ConnectX-3) behind the mlx4 PCI seam
 //!
 //! The model is a [`portverbs_mlx4_layout::PciFunction`] ([`ModelFunction`]) whose BARs and
-//! DMA behave like the hardware's towards a driver (facts/mlx4-hardware.md §10 is the checklist):
+//! DMA behave like the hardware's towards a driver (Linux's mlx4 drivers, rdma-core, iPXE):
 //!
 //! * **BAR0** — the HCR with the go/toggle/status protocol and event-mode completion EQEs, the
 //!   reset register and semaphores, the catastrophic-error buffer; the firmware state machine

@@ -102,7 +102,7 @@ fn bring_up_by_hand() {
 fn toggle_status_and_immediate_output() {
     let (_f, mut d) = dev();
     d.reset();
-    // facts §10.1: the first command after reset carries t = 1 (dw6 = 0x00a00004).
+    // The first command after reset carries t = 1 (dw6 = 0x00a00004).
     assert!(d.toggle);
     d.run_fw();
     // An unknown opcode completes with BAD_OP and go clear.

@@ -153,7 +153,7 @@ fn rc_between_the_model_and_a_soft_device() {
     assert_eq!(&got, b"from the soft device");
     drain(&mut p.cq);
 
-    // Model → soft: an 8-byte inline RDMA WRITE through BlueFlame (facts §10.1: ds = 3).
+    // Model → soft: an 8-byte inline RDMA WRITE through BlueFlame (ds = ctrl + raddr + inline = 3).
     let mut segs = raddr(p.addr + 100, p.rkey).to_vec();
     segs.extend_from_slice(&inline(b"ABCDEFGH"));
     post_bf(&r.d, &mut qp, wop::RDMA_WRITE, &segs);

@@ -1,4 +1,4 @@
-//! The firmware command interface through the HCR (facts §1.4), in polling and event mode.
+//! The firmware command interface through the HCR (Linux `mlx4/cmd.c`), in polling and event mode.
 //!
 //! Posting: wait until the HCR is free (go clear and the toggle reflected), write dwords 0..5,
 //! a write barrier, then dword 6 with go, the toggle and (event mode) the e bit; flip the toggle.
@@ -252,7 +252,7 @@ impl CommandInterface {
             .map_err(mmio_error)
     }
 
-    /// True while the HCA has not finished the last command (facts §1.4 "pending").
+    /// True while the HCA has not finished the last command (Linux `cmd_pending`).
     fn pending(&self, toggle: bool) -> Result<bool, CommandError> {
         let w = self.read_status()?;
         // The t bit reads back as the value last written; the next toggle equal to it means

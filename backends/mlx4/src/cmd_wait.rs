@@ -1,5 +1,5 @@
 //! Event-mode command waits: the command EQ's interrupt sink and the wakers of the commands
-//! that wait for their command-completion EQE (facts §1.4 event mode, EQE type 0x0a).
+//! that wait for their command-completion EQE (Linux `mlx4/cmd.c` event mode, EQE type 0x0a).
 //!
 //! A command posted in event mode registers its task's waker under its token *before* it
 //! looks at the command EQ, so a completion that lands between the look and the `Pending`

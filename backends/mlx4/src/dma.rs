@@ -1,6 +1,6 @@
 //! The mlx4 formats' own raw writes into ring slots: inline-data segments and WQE stamps, the
-//! one module of this crate with `unsafe` code (DESIGN.md §6: `unsafe` lives in named
-//! `mmio`/`dma`/`sys` modules).
+//! one module of this crate with `unsafe` code (the workspace keeps `unsafe` in modules named
+//! `mmio`/`dma`/`sys`, where a reviewer looks for it).
 //!
 //! Rings themselves are the workspace's one ring/slot abstraction, [`portverbs_dma::ring`]:
 //! `Ring` (a [`HostMapped`] region and its raw base), `Slots<MIN>` (geometry checked once, so
@@ -8,9 +8,9 @@
 //! direction-typed counters `Producer<HostToDevice>`/`Consumer<DeviceToHost>`. Every queue of
 //! the driver (EQ, CQ, SQ, RQ, SRQ) keeps its entries in a `Slots` made once when the queue is
 //! created; every other part of the driver reaches DMA memory through the HAL's
-//! [`DmaMemory`](portverbs_hal::DmaMemory) copies. What is here knows the mlx4 WQE layout (facts §5.2, §5.4), so it stays in the driver
-//! and builds on [`Slot`]'s guarantee (its bytes lie in a live region, 8-byte aligned, `len()`
-//! a power of two at least `MIN`).
+//! [`DmaMemory`](portverbs_hal::DmaMemory) copies. What is here knows the mlx4 WQE layout
+//! (rdma-core `providers/mlx4/qp.c`), so it stays in the driver and builds on [`Slot`]'s guarantee
+//! (its bytes lie in a live region, 8-byte aligned, `len()` a power of two at least `MIN`).
 //!
 //! Raw access needs a promise the safe `DmaMemory` trait cannot carry, so the PCI seam hands
 //! out [`HostMapped`] regions: an `unsafe` trait whose implementors (the VFIO function's
@@ -36,11 +36,11 @@ pub(crate) trait WqeSlot: Copy {
 }
 
 impl<const MIN: usize> WqeSlot for Slot<'_, MIN> {
-    /// Writes `data` from offset `AT` as inline-data segments (facts §5.4): each a big-endian
-    /// header `flag | bytes` and then its bytes, none crossing a 64-byte boundary (the first
-    /// fills the rest of `AT`'s block, each further one starts a block). The first segment is
-    /// written even for empty data. Returns the end; `None` when the segments would leave the
-    /// slot (those that fit may have been written).
+    /// Writes `data` from offset `AT` as inline-data segments (rdma-core `providers/mlx4/qp.c`):
+    /// each a big-endian header `flag | bytes` and then its bytes, none crossing a 64-byte boundary
+    /// (the first fills the rest of `AT`'s block, each further one starts a block). The first
+    /// segment is written even for empty data. Returns the end; `None` when the segments would
+    /// leave the slot (those that fit may have been written).
     #[inline(always)]
     fn inline_segments<const AT: usize>(self, flag: u32, data: &[u8]) -> Option<usize> {
         const BLOCK: usize = 64;
@@ -79,7 +79,7 @@ impl<const MIN: usize> WqeSlot for Slot<'_, MIN> {
     }
 
     /// Stores `word` at the start of every 64-byte block after the first below `size` (a
-    /// WQE's stamp, facts §5.2); blocks past the slot's end are left alone.
+    /// WQE's stamp, as rdma-core writes it); blocks past the slot's end are left alone.
     #[inline(always)]
     fn stamp_blocks(self, size: usize, word: [u8; 4]) {
         const { assert!(MIN >= 64 && MIN % 64 == 0) };

@@ -1,5 +1,6 @@
-//! Doorbell records in host memory (facts §4.5): 8-byte slots carved out of DMA pages, one per
-//! CQ (set_ci + arm), RQ or SRQ. The HCA reads them at the bus address given in the context.
+//! Doorbell records in host memory (Linux `mlx4_db_alloc`, rdma-core `providers/mlx4/dbrec.c`):
+//! 8-byte slots carved out of DMA pages, one per CQ (set_ci + arm), RQ or SRQ. The HCA reads them
+//! at the bus address given in the context.
 
 use std::sync::Mutex;
 

@@ -1,5 +1,5 @@
-//! ICM: host memory donated to the HCA for its context tables (facts §2.6), plus the firmware
-//! area (MAP_FA) and auxiliary pages (MAP_ICM_AUX).
+//! ICM: host memory donated to the HCA for its context tables (Linux `mlx4/profile.c`,
+//! `mlx4/icm.c`), plus the firmware area (MAP_FA) and auxiliary pages (MAP_ICM_AUX).
 //!
 //! This driver uses a small fixed profile (it is a userspace driver for one process, not a
 //! kernel driver for a whole machine): every table is sized from the profile and the entry sizes
@@ -100,7 +100,8 @@ pub struct IcmLayout {
 }
 
 impl IcmLayout {
-    /// Lays out the tables of `profile` with the entry sizes of `caps` (facts §2.6).
+    /// Lays out the tables of `profile` with the entry sizes of `caps` (as Linux
+    /// `mlx4_make_profile`).
     pub fn new(caps: &DevCaps, p: &Profile) -> Self {
         let qps = 1u64 << p.log_qps;
         let mut want = vec![
@@ -169,7 +170,7 @@ impl IcmLayout {
 }
 
 /// Page-list entries covering `mem` (bus addresses) mapped at ICM virtual `virt`: each entry the
-/// largest chunk both addresses are aligned to (facts §2.2).
+/// largest chunk both addresses are aligned to (Linux `mlx4_map_cmd`).
 pub(crate) fn page_list(mem: &dyn DmaMemory, virt: u64) -> Vec<PageListEntry> {
     let mut out = Vec::new();
     let len = mem.len() as u64 & !0xfff;

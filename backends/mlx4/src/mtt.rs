@@ -1,6 +1,6 @@
-//! Translation tables: MTT ranges describing DMA regions page by page (facts §3.6), written with
-//! WRITE_MTT. Every queue buffer and every memory region gets one range; `mtt_base` in contexts
-//! is the first entry's index × 8.
+//! Translation tables: MTT ranges describing DMA regions page by page (Linux `mlx4/mr.c`), written
+//! with WRITE_MTT. Every queue buffer and every memory region gets one range; `mtt_base` in
+//! contexts is the first entry's index × 8.
 
 use std::sync::Mutex;
 

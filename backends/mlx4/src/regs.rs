@@ -1,6 +1,7 @@
 //! The register blocks of a real mlx4 function as typed `#[repr(C)]` structs of
-//! `volatile_register` cells (facts §1.2–§1.6, §4): the HCR, the reset register and the
-//! clear-interrupt register in BAR0, and the UAR doorbell page in BAR2.
+//! `volatile_register` cells (Linux `mlx4/cmd.c`, `mlx4/reset.c`, `include/linux/mlx4/doorbell.h`):
+//! the HCR, the reset register and the clear-interrupt register in BAR0, and the UAR doorbell page
+//! in BAR2.
 //!
 //! `TypedBar0` and `TypedBar2` put these blocks over a BAR's host mapping and serve the
 //! driver's [`Mmio`] accesses to those registers through them (everything else — the
@@ -39,7 +40,7 @@ use volatile_register::{RO, RW, WO};
 use crate::layout::hcr::{BAR0_MIN_LEN, HCR_BASE, RESET_REG, dword};
 use crate::layout::uar::{CQ_DOORBELL, EQ_DOORBELL, SEND_DOORBELL, UAR_PAGE};
 
-/// The HCR: seven big-endian dwords at BAR0 + [`HCR_BASE`] (facts §1.4).
+/// The HCR: seven big-endian dwords at BAR0 + [`HCR_BASE`] (Linux `mlx4/cmd.c`).
 #[repr(C)]
 pub struct HcrRegs {
     /// in_param\[63:32\].
@@ -58,7 +59,7 @@ pub struct HcrRegs {
     pub status: RW<u32>,
 }
 
-/// The reset register at BAR0 + [`RESET_REG`] (facts §1.3): write big-endian 1 to reset.
+/// The reset register at BAR0 + [`RESET_REG`] (Linux `mlx4/reset.c`): write big-endian 1 to reset.
 #[repr(C)]
 pub struct ResetReg {
     /// The register.
@@ -66,7 +67,7 @@ pub struct ResetReg {
 }
 
 /// The 8-byte big-endian clear-interrupt register at the BAR0 offset QUERY_FW reports
-/// (`clr_int_base`, facts §1.6); only INTx needs it (this driver uses MSI-X).
+/// (`clr_int_base` of Linux `mlx4/fw.c`); only INTx needs it (this driver uses MSI-X).
 #[repr(C)]
 pub struct ClrInt {
     /// Bits 63:32.
@@ -83,7 +84,8 @@ pub struct EqDoorbell {
     _reserved: RO<u32>,
 }
 
-/// One 4 KiB UAR page of BAR2 (facts §4): send doorbell, CQ doorbell, the doorbells of four EQs.
+/// One 4 KiB UAR page of BAR2 (Linux `include/linux/mlx4/doorbell.h`): send doorbell, CQ doorbell,
+/// the doorbells of four EQs.
 #[repr(C)]
 pub struct UarPage {
     _reserved0: [RO<u32>; SEND_DOORBELL / 4],
@@ -340,7 +342,7 @@ impl Mmio for TypedBar2 {
         if offset % UAR_PAGE == CQ_DOORBELL {
             if let Some(page) = self.regs.page(offset / UAR_PAGE) {
                 // SAFETY: one volatile 64-bit store to the CQ doorbell of the live UAR mapping,
-                // big-endian as the HCA reads it (facts §4).
+                // big-endian as the HCA reads it (as rdma-core's `mlx4_arm_cq`).
                 unsafe { page.cq.write(value.to_be()) };
                 return Ok(());
             }

@@ -1,4 +1,4 @@
-//! The stable-Rust counterpart of `fuzz/` (issue 3: "the driver never trusts the device"):
+//! The stable-Rust counterpart of `fuzz/` (the rule "the driver never trusts the device"):
 //! arbitrary and structured-but-random CQEs, EQEs and mailbox contents fed to the decoders on
 //! every `cargo test`.
 //!
@@ -32,15 +32,15 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 const QPN_MAX: u32 = 0xff_ffff;
 
-/// Send opcodes this driver posts, hence accepts in a CQE (facts §5.4, §6.2).
+/// Send opcodes this driver posts, hence accepts in a CQE (`MLX4_OPCODE_*`).
 const SEND_OPCODES: [u8; 10] = [0x01, 0x08, 0x09, 0x0a, 0x0b, 0x10, 0x11, 0x12, 0x18, 0x1b];
-/// Receive opcodes (facts §6.2).
+/// Receive opcodes (`MLX4_RECV_OPCODE_*`).
 const RECV_OPCODES: [u8; 4] = [0x00, 0x01, 0x02, 0x03];
-/// Syndromes with their own completion status (facts §6.3).
+/// Syndromes with their own completion status (rdma-core `providers/mlx4/cq.c`).
 const SYNDROMES: [u8; 13] = [
     0x01, 0x02, 0x04, 0x05, 0x06, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x22,
 ];
-/// Event types of facts §7.2 the generators favour.
+/// Event types (Linux `enum mlx4_event`) the generators favour.
 const EVENT_TYPES: [u8; 18] = [
     0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0e, 0x0f, 0x10, 0x11, 0x12,
     0x13, 0x14,

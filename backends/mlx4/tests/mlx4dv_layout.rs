@@ -1,5 +1,5 @@
 //! Layout truth test: our WQE segments, address vector, CQEs and data-path constants against
-//! rdma-core's public `<infiniband/mlx4dv.h>` (facts §11).
+//! rdma-core's public `<infiniband/mlx4dv.h>` (`providers/mlx4/mlx4dv.h`).
 //!
 //! `mlx4dv_layout.c` (beside this file) prints the header's `sizeof`/`offsetof`/field sizes,
 //! constants, the bytes its inline helpers write, and values read back through its structs.

@@ -1,5 +1,5 @@
-//! The rows of facts §10.1 ("worked encodings") that the unit tests beside the layouts do not
-//! already cover, each built with our layout types and compared byte for byte.
+//! Worked encodings, computed by hand from the mlx4 layouts, that the unit tests beside the layouts
+//! do not already cover, each built with our layout types and compared byte for byte.
 //!
 //! Covered elsewhere: the HCR status words (`layout::hcr`), the CQ-arm and EQ-doorbell words
 //! (`layout::uar`), the key rotation (`layout::keys`), the send CQE of an RDMA WRITE and the
@@ -22,7 +22,7 @@ fn be32(b: &[u8], off: usize) -> u32 {
 }
 
 /// The owner bit a send WQE with producer counter `counter` carries in a ring of `wqe_cnt`
-/// slots (facts §5.2: set on odd passes).
+/// slots (set on odd passes, as rdma-core does).
 fn owner_for(counter: u32, wqe_cnt: u32) -> u32 {
     if counter & wqe_cnt != 0 {
         ctrl::OWNER
@@ -251,7 +251,8 @@ fn rq_doorbell_record_after_three_receives() {
 
 #[test]
 fn receive_wqe_terminator() {
-    // A scatter list shorter than the slot ends with {0, MLX4_INVALID_LKEY, 0} (facts §5.6).
+    // A scatter list shorter than the slot ends with {0, MLX4_INVALID_LKEY, 0} (rdma-core
+    // `providers/mlx4/qp.c`).
     let t = DataSeg {
         byte_count: 0.into(),
         lkey: wqe::INVALID_LKEY.into(),

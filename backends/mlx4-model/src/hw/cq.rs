@@ -1,6 +1,6 @@
-//! Completion queues (facts §3.2, §4.5, §6): SW2HW_CQ / HW2SW_CQ / QUERY_CQ / MODIFY_CQ
-//! (moderation, and resize with a RESIZE CQE), CQE writing with wrap-parity ownership, overrun
-//! against the set_ci record, and arming through the CQ doorbell.
+//! Completion queues (Linux `mlx4/cq.c`, rdma-core `providers/mlx4/cq.c`): SW2HW_CQ / HW2SW_CQ /
+//! QUERY_CQ / MODIFY_CQ (moderation, and resize with a RESIZE CQE), CQE writing with wrap-parity
+//! ownership, overrun against the set_ci record, and arming through the CQ doorbell.
 
 use portverbs_hal::event::{CqErrorSyndrome, DeviceEvent};
 use portverbs_hal::wc::{Cqe, WcStatus};
@@ -79,7 +79,7 @@ impl Cq {
     }
 }
 
-/// Marks every entry of a new CQ buffer hardware-owned for pass 0 (facts §6.4).
+/// Marks every entry of a new CQ buffer hardware-owned for pass 0 (zero-filling drivers need it).
 fn init_owner(buf: &Buf, log: u32) {
     init_owner_from(buf, log, 0);
 }

@@ -1,4 +1,4 @@
-//! Event queues (facts §3.1, §4.3, §7): SW2HW_EQ / HW2SW_EQ / QUERY_EQ / MAP_EQ, EQE writing
+//! Event queues (Linux `mlx4/eq.c`): SW2HW_EQ / HW2SW_EQ / QUERY_EQ / MAP_EQ, EQE writing
 //! with wrap-parity ownership, arming through the EQ doorbell, interrupts and overflow.
 
 use portverbs_hal::event::DeviceEvent;
@@ -96,7 +96,7 @@ impl Hw {
         let shift = 12 + u32::from(ctx.log_page_size);
         let first = mtt_join(ctx.mtt_base_hi, ctx.mtt_base_lo.get());
         let buf = self.resolve(first, shift, 0, (EQE_SIZE as u64) << log)?;
-        // Every entry starts hardware-owned for pass 0 (facts §6.4).
+        // Every entry starts hardware-owned for pass 0 (drivers that zero-fill rely on it).
         for i in 0..1usize << log {
             buf.store_u8(i * EQE_SIZE + EQE_SIZE - 1, 0x80);
         }

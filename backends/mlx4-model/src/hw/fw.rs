@@ -1,5 +1,5 @@
-//! Firmware-level commands (facts §2.1–§2.6): queries, the firmware area, ICM sizing and
-//! mapping, INIT_HCA / CLOSE_HCA, and the list of opcodes the model knows.
+//! Firmware-level commands (Linux `mlx4/fw.c`, `mlx4/icm.c`, `mlx4/main.c`): queries, the firmware
+//! area, ICM sizing and mapping, INIT_HCA / CLOSE_HCA, and the list of opcodes the model knows.
 
 use portverbs_mlx4_layout::mailbox::{InitHca, PAGE_LIST_MAX, PageListEntry, split_base_log};
 use portverbs_mlx4_layout::opcode as op;

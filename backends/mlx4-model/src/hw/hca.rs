@@ -3,7 +3,8 @@
 //! BAR2 forwards; packets; timers).
 //!
 //! There is no send producer index on mlx4: `sq_head` discovers posted WQEs by scanning from
-//! the last known one while owner bits match the counter's wrap parity (facts §5.2, §10.5).
+//! the last known one while owner bits match the counter's wrap parity (as rdma-core
+//! `providers/mlx4/qp.c` sets it).
 
 use portverbs_fabric::Node;
 use portverbs_hal::event::DeviceEvent;

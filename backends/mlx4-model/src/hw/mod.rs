@@ -300,8 +300,8 @@ impl Hw {
 
     // ---- events ----------------------------------------------------------------------------
 
-    /// CONF_SPECIAL_QP (facts §2.8): the base of a naturally aligned block of 8 QPNs above the
-    /// firmware's, fixed while a special QP lives.
+    /// CONF_SPECIAL_QP (Linux `mlx4/qp.c`): the base of a naturally aligned block of 8 QPNs above
+    /// the firmware's, fixed while a special QP lives.
     fn conf_special_qp(&mut self, cmd: &Command) -> CmdResult {
         let base = cmd.in_mod & 0xff_ffff;
         let l = self.layout()?;
@@ -405,7 +405,7 @@ pub(crate) fn reset(ctx: &mut Ctx<'_>, remove: bool) {
 }
 
 impl Hw {
-    /// The firmware state machine (facts §2.1, §10 point 2).
+    /// The firmware state machine: before RUN_FW only QUERY_FW and MAP_FA; objects need INIT_HCA.
     fn allowed(&self, opcode: u16) -> Result<(), Status> {
         if !fw::known(opcode) {
             return Err(Status::BadOp);

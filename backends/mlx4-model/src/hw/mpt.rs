@@ -1,4 +1,4 @@
-//! Memory (facts §3.5, §3.6, §8): SW2HW_MPT / QUERY_MPT / HW2SW_MPT and WRITE_MTT. A region
+//! Memory (Linux `mlx4/mr.c`): SW2HW_MPT / QUERY_MPT / HW2SW_MPT and WRITE_MTT. A region
 //! MPT is translated through its MTT range to one DMA region and registered in the engine's
 //! key table at the key the driver formed (key = rotl8(MPT field)); an MPT without the REGION
 //! bit is a memory window allocated at its key.

@@ -1,7 +1,7 @@
-//! Ports (facts §2.3, §2.7): QUERY_PORT, INIT_PORT / CLOSE_PORT, and SET_PORT — the Ethernet
-//! GID table, through which the driver's GIDs appear on the fabric.
+//! Ports (Linux `mlx4/port.c`, `mlx4/fw.c`): QUERY_PORT, INIT_PORT / CLOSE_PORT, and SET_PORT — the
+//! Ethernet GID table, through which the driver's GIDs appear on the fabric.
 //!
-//! The GID-table form of SET_PORT is not in the facts file: it follows Linux's mlx4_en/mlx4_ib
+//! The GID-table form of SET_PORT follows Linux's mlx4_en/mlx4_ib
 //! use (`MLX4_SET_PORT_GID_TABLE`): opmod 1 (Ethernet), in_mod = port | (5 << 8), and an inbox
 //! of 128 entries of 16-byte GIDs, index = GID index. Every non-zero entry becomes a route to
 //! this port; the engine's GID table of the port becomes the inbox's. Other SET_PORT forms

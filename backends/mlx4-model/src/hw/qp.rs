@@ -1,11 +1,11 @@
-//! QP transitions (facts §3.4): each command checked against the HAL's one transition table,
-//! the modify mailbox (optparam mask and context) mapped onto the engine's `QpInit` / `QpAttr`
-//! at each transition, 2ERR / 2RST, and QUERY_QP.
+//! QP transitions (Linux `mlx4_qp_modify`): each command checked against the HAL's one transition
+//! table, the modify mailbox (optparam mask and context) mapped onto the engine's `QpInit` /
+//! `QpAttr` at each transition, 2ERR / 2RST, and QUERY_QP.
 //!
 //! A QPN in RESET has no state here. RST2INIT resolves the QP buffer through its MTT range
-//! (send and receive queues inside it by facts §5.1's order rule), the RQ doorbell record, the
-//! CQs and the SRQ, and creates the engine QP; 2RST destroys it again (so the queue counters
-//! restart at 0, facts §3.4.3).
+//! (send and receive queues inside it by the layouts' `queue_offsets` rule), the RQ doorbell
+//! record, the CQs and the SRQ, and creates the engine QP; 2RST destroys it again (so the queue
+//! counters restart at 0, as after RST2INIT on the hardware).
 
 use std::cell::Cell;
 
@@ -27,14 +27,14 @@ use super::wqe::Wq;
 use super::{CmdResult, Command, Hw, check_number};
 use crate::caps;
 
-/// Offset of port 1's GSI QP in the special block (facts §2.8).
+/// Offset of port 1's GSI QP in the special block (Linux `mlx4/qp.c`).
 const GSI_OFFSET: u32 = 2;
 
 /// A QP that is not in RESET.
 #[derive(Debug)]
 pub(super) struct Qp {
     pub(super) qp_type: QpType,
-    /// A special QP (service type MLX): its send WQEs carry the packet headers (facts §5.10).
+    /// A special QP (service type MLX): its send WQEs carry the packet headers (`hw/mlx4/qp.c`).
     pub(super) mlx: bool,
     /// The RST2INIT context: the fields that never change afterwards.
     ctx: QpContext,
@@ -196,7 +196,7 @@ fn engine_err(e: &CommandError) -> Status {
 
 impl Hw {
     /// The engine's number of hardware QPN `hw`: 1 for the GSI QP of port 1 (the special
-    /// block's base + 2, facts §2.8), `hw` itself for every other QP.
+    /// block's base + 2, as in Linux `mlx4/qp.c`), `hw` itself for every other QP.
     pub(super) fn engine_qpn(&self, hw: u32) -> u32 {
         match self.special_qp_base {
             Some(base) if hw == base + GSI_OFFSET => portverbs_hal::types::SpecialQp::GSI_QPN,

@@ -1,5 +1,6 @@
-//! Shared receive queues (facts §3.3, §5.7): SW2HW_SRQ / HW2SW_SRQ / QUERY_SRQ / ARM_SRQ, and
-//! consumption along the free list that starts at WQE 0, with the one-shot limit event.
+//! Shared receive queues (Linux `mlx4/srq.c`, rdma-core `providers/mlx4/srq.c`): SW2HW_SRQ /
+//! HW2SW_SRQ / QUERY_SRQ / ARM_SRQ, and consumption along the free list that starts at WQE 0, with
+//! the one-shot limit event.
 
 use portverbs_hal::event::{DeviceEvent, SrqEventKind};
 use portverbs_mlx4_layout::ctx::{SrqContext, mtt_join};

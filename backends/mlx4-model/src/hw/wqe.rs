@@ -1,8 +1,8 @@
-//! Work queue entries in the mlx4 format (facts §5): discovering posted send WQEs by their owner
-//! bit and stamps, decoding send WQEs (control segment, datagram, remote address, atomic, bind,
-//! local-invalidate, inline and data segments) into the engine's [`SendWqe`], and receive/SRQ
-//! scatter lists into [`RecvWqe`]. Everything is read from a local copy; malformed input is a
-//! [`WqeFault`], never a panic.
+//! Work queue entries in the mlx4 format (rdma-core `providers/mlx4/qp.c`): discovering posted send
+//! WQEs by their owner bit and stamps, decoding send WQEs (control segment, datagram, remote
+//! address, atomic, bind, local-invalidate, inline and data segments) into the engine's
+//! [`SendWqe`], and receive/SRQ scatter lists into [`RecvWqe`]. Everything is read from a local
+//! copy; malformed input is a [`WqeFault`], never a panic.
 
 use portverbs_hal::attr::AddressVector;
 use portverbs_hal::types::{AccessFlags, Gid, MwType, QpType, SpecialQp};
@@ -44,7 +44,8 @@ impl Wq {
     }
 
     /// True when send WQE `counter` is posted: its owner bit matches the counter's parity and
-    /// no 64-byte block after the first inside its size still carries the stamp (facts §5.2).
+    /// no 64-byte block after the first inside its size still carries the stamp (rdma-core
+    /// `providers/mlx4/qp.c`).
     pub(super) fn send_ready(&self, counter: u32) -> bool {
         let off = self.offset(counter);
         let mut head = [0u8; 8];
@@ -241,7 +242,7 @@ fn decode_inline(wqe: &[u8], mut p: usize, out: &mut SendWqe) -> Result<(), WqeF
     Ok(())
 }
 
-/// Decodes an MLX-transport send WQE of a special QP (facts §5.10): the MLX control segment,
+/// Decodes an MLX-transport send WQE of a special QP (`hw/mlx4/qp.c`): the MLX control segment,
 /// inline segments holding the packet header software built, then the payload's data
 /// segments. The header is checked against the control segment and the payload: a WQE whose
 /// header the HCA could not send as it stands is a fault (an error completion), as is any

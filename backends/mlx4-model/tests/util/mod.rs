@@ -1,5 +1,5 @@
 //! A register-level harness: drives the model through its BARs and DMA memory with the layout
-//! module only (no driver), the way facts/mlx4-hardware.md describes — HCR commands with the
+//! module only (no driver), the way iPXE's `hermon.c` does — HCR commands with the
 //! toggle protocol, page lists, contexts, hand-written WQEs, CQEs and EQEs read by owner bit.
 
 #![allow(dead_code, unreachable_pub)]

@@ -1,4 +1,4 @@
-//! Bring-up and teardown (facts §1.3, §2.10).
+//! Bring-up and teardown (Linux `mlx4/reset.c`, `mlx4/main.c`).
 //!
 //! Open: check the function is an mlx4 PF, map BAR0/BAR2, reset through the reset register,
 //! QUERY_FW, MAP_FA + RUN_FW, MOD_STAT_CFG is skipped (4 KiB pages are the default),
@@ -151,7 +151,7 @@ impl Mlx4Device {
         // The keys' bytes and the QP numbers come from the device's generator, so that a
         // peer cannot guess them: seeded from the OS unless the config pins a seed.
         let mut rng = SplitMix64::new(portverbs_hal::rng::seed(config.seed));
-        // Above the firmware QPs and the 8 special QPs (facts §2.8).
+        // Above the firmware QPs and the 8 special QPs (Linux `mlx4/qp.c`).
         let qp = Numbers::new(
             caps.reserved_qps.next_multiple_of(8) + 8,
             1 << profile.log_qps,
@@ -218,7 +218,7 @@ impl Mlx4Device {
         *self.0.cmd_eqn.lock().unwrap_or_else(|e| e.into_inner()) = Some(eqn);
         if config.command_mode == CommandMode::Events {
             self.0.hcr.use_events(eq);
-            // The interrupt self-test Linux runs after switching (facts §2.10 step 17).
+            // The interrupt self-test Linux runs after switching (`mlx4/main.c`).
             self.0
                 .hcr
                 .exec(Cmd::new(opcode::NOP).in_mod(opcode::NOP_IN_MOD))
@@ -226,7 +226,7 @@ impl Mlx4Device {
         } else {
             self.0.objects().parked_eqs.push(eq);
         }
-        // The special QPs' block (facts §2.8, bring-up step 18); QP1 lives there.
+        // The special QPs' block (Linux `mlx4_init_qp_table`); QP1 lives there.
         self.0
             .hcr
             .exec(Cmd::new(opcode::CONF_SPECIAL_QP).in_mod(self.0.special_qp_base()))
@@ -262,12 +262,12 @@ impl Mlx4Device {
 
 /// SET_PORT opcode modifier for Ethernet (RoCE) ports.
 pub(crate) const SET_PORT_ETH: u8 = 1;
-/// SET_PORT Ethernet sub-command "GID table" (Linux's value; not in the facts file).
+/// SET_PORT Ethernet sub-command "GID table" (Linux's `MLX4_SET_PORT_GID_TABLE`).
 pub(crate) const SET_PORT_GID_TABLE: u32 = 5;
 /// GID table entries per port (RoCE).
 pub(crate) const GID_TABLE_LEN: usize = 128;
 
-/// Resets through the reset register and waits for config space to answer (facts §1.3).
+/// Resets through the reset register and waits for config space to answer (Linux `mlx4/reset.c`).
 fn reset(pci: &dyn PciFunction, bar0: &dyn portverbs_hal::mmio::Mmio) -> Result<(), CommandError> {
     let err = crate::cmd::mmio_error;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -369,7 +369,7 @@ async fn bring_up(
     Ok((fw, caps, ports, profile, layout))
 }
 
-/// The INIT_HCA inbox for this layout (facts §2.5).
+/// The INIT_HCA inbox for this layout (Linux `mlx4_INIT_HCA`).
 fn init_hca_inbox(caps: &DevCaps, p: &Profile, l: &IcmLayout) -> InitHca {
     let mut m = InitHca::new_zeroed();
     m.version = 2;

@@ -1,6 +1,6 @@
 //! The HAL command interface of the mlx4 driver: every verbs object becomes firmware commands
-//! with the contexts of facts §3, and every hot-path queue object gets its memory, MTT range
-//! and doorbell record.
+//! with the contexts of the layouts' `ctx`, and every hot-path queue object gets its memory, MTT
+//! range and doorbell record.
 //!
 //! This file holds what every object shares (the command helpers, rings, the error
 //! constructors) and the [`Device`] impl, whose methods hand over to the per-object files:
@@ -105,7 +105,8 @@ impl Mlx4Device {
     }
 
     /// A zeroed ring of `cnt` 32-byte entries (CQEs or EQEs), each marked hardware-owned for
-    /// the counter `first..first + cnt` that will use it next (facts §6.4), and its geometry.
+    /// the counter `first..first + cnt` that will use it next (ownership by wrap parity), and its
+    /// geometry.
     pub(super) fn entry_ring(
         &self,
         cnt: u32,

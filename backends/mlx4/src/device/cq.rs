@@ -112,7 +112,7 @@ impl Mlx4Device {
             })
             .await?;
         // The HCA wrote a RESIZE CQE into the old buffer where it switched; the unpolled CQEs
-        // before it move to the new buffer one counter later (facts §3.2, §6.1).
+        // before it move to the new buffer one counter later (Linux `hw/mlx4/cq.c`, resize).
         let deadline = std::time::Instant::now() + self.0.hcr.timeout;
         let next = loop {
             match cq.switch_to(slots.clone()) {

@@ -1,4 +1,4 @@
-//! Event queues: SW2HW_EQ with the EQ context (facts §3), MSI-X routing, HW2SW_EQ.
+//! Event queues: SW2HW_EQ with the EQ context (Linux `mlx4/eq.c`), MSI-X routing, HW2SW_EQ.
 
 use std::sync::Arc;
 

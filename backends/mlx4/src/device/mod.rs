@@ -1,4 +1,4 @@
-//! The opened HCA: bring-up in Linux's order (facts §2.10), the object tables the driver keeps,
+//! The opened HCA: bring-up in Linux's order (`mlx4/main.c`), the object tables the driver keeps,
 //! and teardown in reverse.
 
 mod bringup;
@@ -111,8 +111,8 @@ impl Inner {
         if self.fatal.load(Ordering::Acquire) {
             return Err(CommandError::DeviceFatal);
         }
-        // The catastrophic-error buffer (facts §1.6): Linux polls it once a second; a verbs
-        // command is a good moment too.
+        // The catastrophic-error buffer (Linux `mlx4/catas.c`): Linux polls it once a second; a
+        // verbs command is a good moment too.
         if let Some(off) = self.fw.catas_offset {
             match self.bar0.read32(off) {
                 Ok(0) => {}
@@ -137,13 +137,13 @@ impl Inner {
     }
 
     /// BAR2 offset of the driver UAR's page.
-    /// The base of the special QPs' block of 8 QPNs (facts §2.8: the firmware's QPs rounded
+    /// The base of the special QPs' block of 8 QPNs (Linux `mlx4/qp.c`: the firmware's QPs rounded
     /// up to 8); the pool of ordinary QPs starts above it.
     pub(crate) fn special_qp_base(&self) -> u32 {
         self.caps.reserved_qps.next_multiple_of(8)
     }
 
-    /// The hardware QPN of port 1's GSI QP: the block's base + 2 (facts §2.8).
+    /// The hardware QPN of port 1's GSI QP: the block's base + 2 (Linux `mlx4/qp.c`).
     pub(crate) fn gsi_hw_qpn(&self) -> u32 {
         self.special_qp_base() + 2
     }

@@ -45,7 +45,7 @@ pub(crate) struct SrqRec {
 pub(crate) struct QpRec {
     pub(crate) qp_type: QpType,
     /// The hardware QPN: the key this record is filed under, except for the GSI QP, which
-    /// verbs see as QP 1 and the HCA knows as the special block's base + 2 (facts §2.8).
+    /// verbs see as QP 1 and the HCA knows as the special block's base + 2 (Linux `mlx4/qp.c`).
     pub(crate) hw_qpn: u32,
     /// A special QP (service type MLX).
     pub(crate) special: bool,

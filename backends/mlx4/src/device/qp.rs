@@ -1,5 +1,6 @@
 //! Queue pairs: the send-queue shape, the QP's ring, MTT range, doorbell record and BlueFlame
-//! register, the state-transition commands with a QP context (facts §3), QUERY_QP, and RST_QP.
+//! register, the state-transition commands with a QP context (Linux `mlx4_qp_modify`), QUERY_QP,
+//! and RST_QP.
 
 use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::device::{QpCreateParams, QpResources};

@@ -1,6 +1,6 @@
-//! QP contexts per transition (facts §3.4.4): which command a transition uses, the full context
-//! built from the QP's merged attributes, and the optparam mask of the optional fields the
-//! modify changes. QUERY_QP's context back into attributes.
+//! QP contexts per transition (Linux `__mlx4_ib_modify_qp`): which command a transition uses, the
+//! full context built from the QP's merged attributes, and the optparam mask of the optional fields
+//! the modify changes. QUERY_QP's context back into attributes.
 
 use portverbs_hal::attr::{QpAttr, QpAttrMask};
 use portverbs_hal::types::{AccessFlags, Mtu, QpState, QpType};
@@ -100,7 +100,7 @@ pub(crate) fn build(qp: &QpRec, a: &QpAttr, env: &QpEnv, mask: QpAttrMask) -> Qp
     } else {
         a.path_mtu
     };
-    // UD: 8 KiB messages; the GSI QP: 2 KiB (facts §3.4.4); connected QPs: the device's.
+    // UD: 8 KiB messages; the GSI QP: 2 KiB (as Linux `hw/mlx4/qp.c`); connected QPs: the device's.
     c.mtu_msgmax = ((mtu as u8) << 5)
         | match qp.qp_type {
             _ if qp.special => 11,

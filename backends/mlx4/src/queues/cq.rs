@@ -1,6 +1,6 @@
-//! The completion queue (facts §6): 32-byte CQEs valid when their owner bit equals the wrap
-//! parity of the consumer index; the consumer index goes to the set_ci record; arming writes
-//! the arm record and then the UAR CQ doorbell with the arm sequence number.
+//! The completion queue (rdma-core `providers/mlx4/cq.c`): 32-byte CQEs valid when their owner bit
+//! equals the wrap parity of the consumer index; the consumer index goes to the set_ci record;
+//! arming writes the arm record and then the UAR CQ doorbell with the arm sequence number.
 
 use std::sync::Arc;
 
@@ -30,7 +30,7 @@ pub struct Mlx4Cq {
     /// BAR2 offset of the UAR page whose CQ doorbell arms this CQ.
     pub(crate) uar_base: usize,
     pub(crate) arm_sn: u32,
-    /// The hardware QPN of the GSI QP, which verbs know as QP 1 (facts §2.8).
+    /// The hardware QPN of the GSI QP, which verbs know as QP 1 (Linux `mlx4/qp.c`).
     pub(crate) gsi_qpn: u32,
 }
 
@@ -186,8 +186,8 @@ impl CompletionQueue for Mlx4Cq {
     }
 
     fn depth(&self) -> u32 {
-        // The HCA overruns only when every entry is unconsumed (facts §6.4); this driver never
-        // needs the spare entry rdma-core keeps for the resize CQE.
+        // The HCA overruns only when every entry is unconsumed (Linux `mlx4/cq.c`); this driver
+        // never needs the spare entry rdma-core keeps for the resize CQE.
         self.buf.geom().cnt
     }
 

@@ -1,5 +1,5 @@
-//! The event queue (facts §7): 32-byte EQEs with wrap-parity ownership; the consumer index (and
-//! the arm bit) go to the EQ's doorbell in the UAR page ⌊eqn / 4⌋.
+//! The event queue (Linux `mlx4/eq.c`): 32-byte EQEs with wrap-parity ownership; the consumer index
+//! (and the arm bit) go to the EQ's doorbell in the UAR page ⌊eqn / 4⌋.
 
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ pub(crate) struct Mlx4Eq {
     /// The consumer index: the device produces, the host consumes.
     pub(crate) ci: Consumer<DeviceToHost>,
     pub(crate) bar2: Arc<dyn Mmio>,
-    /// The hardware QPN of the GSI QP, which verbs know as QP 1 (facts §2.8).
+    /// The hardware QPN of the GSI QP, which verbs know as QP 1 (Linux `mlx4/qp.c`).
     pub(crate) gsi_qpn: u32,
 }
 
@@ -68,7 +68,7 @@ impl EventQueue for Mlx4Eq {
         raw[..EQE_SIZE - 8].copy_from_slice(&self.buf.at(index).read::<0, { EQE_SIZE - 8 }>());
         raw[EQE_SIZE - 8..].copy_from_slice(&tail);
         self.ci.advance(1);
-        // Keep the HCA from seeing the EQ as full during long bursts (facts §7.3).
+        // Keep the HCA from seeing the EQ as full during long bursts (as Linux `mlx4/eq.c` does).
         if self.ci.tail() % 128 == 0 {
             self.doorbell(false);
         }

@@ -1,5 +1,5 @@
-//! The receive queue (facts §5.6): WQEs are arrays of data segments ended by the invalid-lkey
-//! terminator; the producer counter goes to the doorbell record, with no MMIO.
+//! The receive queue (rdma-core `providers/mlx4/qp.c`): WQEs are arrays of data segments ended by
+//! the invalid-lkey terminator; the producer counter goes to the doorbell record, with no MMIO.
 
 use portverbs_hal::barrier;
 use portverbs_hal::error::WqeError;
@@ -104,7 +104,7 @@ pub(crate) mod tests {
         Ring::new(SoftDma::alloc(bytes).unwrap() as Arc<dyn HostMapped>)
     }
 
-    /// The 16 bytes of a data segment as facts §5.6 lays it out (all big-endian).
+    /// The 16 bytes of a data segment as `struct mlx4_wqe_data_seg` lays it out (all big-endian).
     pub(crate) fn seg(count: u32, lkey: u32, addr: u64) -> Vec<u8> {
         [
             &count.to_be_bytes()[..],

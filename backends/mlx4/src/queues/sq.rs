@@ -1,5 +1,6 @@
-//! The send queue: encodes work requests into mlx4 WQEs (facts §5.2–§5.5), stamps the slot the
-//! HCA may prefetch next, and rings the UAR send doorbell or copies the WQE through BlueFlame.
+//! The send queue: encodes work requests into mlx4 WQEs (rdma-core `providers/mlx4/qp.c`), stamps
+//! the slot the HCA may prefetch next, and rings the UAR send doorbell or copies the WQE through
+//! BlueFlame.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,14 +49,14 @@ pub struct Mlx4Sq {
     pub(crate) rung: u32,
     /// Bytes of the last WQE written if it carries inline data (a BlueFlame candidate), else 0.
     pub(crate) bf_len: usize,
-    /// The GSI QP's header material: its sends are MLX-transport WQEs (facts §5.10).
+    /// The GSI QP's header material: its sends are MLX-transport WQEs (Linux `hw/mlx4/qp.c`).
     pub(crate) mlx: Option<Box<MlxSend>>,
 }
 
 /// The largest WQE: ds is a 6-bit count of 16-byte units.
 const MAX_WQE: usize = 63 * 16;
 
-/// A remote-address segment (facts §5.3).
+/// A remote-address segment (`struct mlx4_wqe_raddr_seg`).
 #[inline(always)]
 fn raddr_seg(r: &RemoteAddr) -> [u8; 16] {
     let mut seg = [0u8; 16];
@@ -73,7 +74,7 @@ fn two_be64(a: u64, b: u64) -> [u8; 16] {
     seg
 }
 
-/// The datagram segment of a UD send (facts §5.3, 48 bytes).
+/// The datagram segment of a UD send (`struct mlx4_wqe_datagram_seg`, 48 bytes).
 fn datagram_seg(dest: &UdDest<'_>) -> [u8; 48] {
     let av = dest.av;
     let mut seg = [0u8; 48];
@@ -132,7 +133,7 @@ fn local_inval_seg(rkey: u32) -> [u8; 32] {
 
 impl Mlx4Sq {
     /// Prepares every slot for pass 0: owner = 1 ("not yet valid"), ds = the whole slot, the
-    /// 64-byte blocks stamped (facts §5.2).
+    /// 64-byte blocks stamped (as rdma-core's `mlx4_qp_init_sq_ownership`).
     pub(crate) fn init_slots(&mut self) {
         let stride = self.buf.geom().stride();
         let ds = (stride / 16).min(63) as u8;
@@ -148,7 +149,8 @@ impl Mlx4Sq {
     }
 
     /// Stamps the 64-byte blocks (after the first) of the WQE last written to the slot of
-    /// `counter`, whose size its control segment still holds (facts §5.2, as rdma-core does).
+    /// `counter`, whose size its control segment still holds (as rdma-core `providers/mlx4/qp.c`
+    /// does).
     #[inline(always)]
     fn stamp(&self, counter: u32) {
         let slot = self.buf.at(counter);
@@ -371,10 +373,10 @@ impl SendQueue for Mlx4Sq {
         if let Some(bf) = self.bf {
             let len = self.bf_len;
             if single && len > 16 && len <= bf.half {
-                // facts §4.4, as rdma-core does it: the counter ORed into ctrl dword 0 and the
-                // QPN into dword 1 (keeping fence and size) of the WQE in the ring, then the
-                // WQE rounded up to 64 bytes copied from the ring through the register half.
-                // The HCA ignores both fields in a WQE it fetches from the ring.
+                // BlueFlame as rdma-core `providers/mlx4/qp.c` does it: the counter ORed into ctrl
+                // dword 0 and the QPN into dword 1 (keeping fence and size) of the WQE in the ring,
+                // then the WQE rounded up to 64 bytes copied from the ring through the register
+                // half. The HCA ignores both fields in a WQE it fetches from the ring.
                 let c = head.wrapping_sub(1);
                 let wqe = self.buf.at(c);
                 let d0 = u32::from_be_bytes(wqe.read::<0, 4>()) | ((c & 0xffff) << 8);

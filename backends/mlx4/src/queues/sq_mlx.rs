@@ -1,7 +1,7 @@
-//! Send WQEs of the GSI QP (facts §2.8, §5.10): the MLX control segment's extra fields and the
-//! UD packet header — LRH, GRH, BTH, DETH — the driver builds and the WQE carries as inline
-//! data, followed by the MAD's gather list. Only the special QP's send queue comes here; the
-//! post path of every other QP never looks at it.
+//! Send WQEs of the GSI QP (Linux `hw/mlx4/qp.c`, `build_mlx_header`): the MLX control segment's
+//! extra fields and the UD packet header — LRH, GRH, BTH, DETH — the driver builds and the WQE
+//! carries as inline data, followed by the MAD's gather list. Only the special QP's send queue
+//! comes here; the post path of every other QP never looks at it.
 
 use portverbs_hal::error::WqeError;
 use portverbs_hal::types::{Gid, SpecialQp};

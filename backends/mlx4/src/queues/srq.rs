@@ -1,6 +1,6 @@
-//! The shared receive queue (facts §5.7): WQEs start with a "next" segment, and free WQEs form a
-//! list that software and the HCA both follow. The driver keeps its own copy of the links (it
-//! never reads them back from DMA memory) and one WQE back as the list tail.
+//! The shared receive queue (rdma-core `providers/mlx4/srq.c`): WQEs start with a "next" segment,
+//! and free WQEs form a list that software and the HCA both follow. The driver keeps its own copy
+//! of the links (it never reads them back from DMA memory) and one WQE back as the list tail.
 
 use std::mem::offset_of;
 
@@ -170,7 +170,8 @@ mod tests {
         srq
     }
 
-    /// The "next" segment linking to `next` (facts §5.7: a big-endian index at byte 2).
+    /// The "next" segment linking to `next` (`struct mlx4_wqe_srq_next_seg`: a big-endian index at
+    /// byte 2).
     fn next_seg(next: u16) -> Vec<u8> {
         let mut s = vec![0u8; 16];
         s[2..4].copy_from_slice(&next.to_be_bytes());
