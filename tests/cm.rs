@@ -1,4 +1,4 @@
-//! The connection manager for applications (issue 17 items 2–5): rdma_cm-style connect,
+//! The connection manager for applications: rdma_cm-style connect,
 //! accept, reject and disconnect between two devices' QP1s, on the in-process fabric
 //! (soft0 ↔ soft1) and between two UDP-bound devices (real sockets on loopback), with data
 //! over the connected QPs, flushes on disconnect, endpoints destroyed mid-setup, and 200
@@ -355,7 +355,7 @@ fn two_hundred_connections_on_one_listener() {
     settle(&[a, b]);
 }
 
-/// The passive side's checks (facts §4.3) refuse with REJ 28 and no private data: a request
+/// The passive side's checks (Linux `cma.c`'s) refuse with REJ 28 and no private data: a request
 /// of the other IP family than the listener's bound address, and one beyond the backlog.
 #[test]
 fn passive_checks_reject_with_reason_28() {
@@ -461,7 +461,7 @@ fn async_connect_accept_disconnect() {
     settle(&[a, b]);
 }
 
-/// CM timers fire in async code (issue 17 item 5): the REQ of an async connect is lost on
+/// CM timers fire in async code: the REQ of an async connect is lost on
 /// the fabric; with a timer lent to the device ([`CmDevice::set_timer`]) the connect future
 /// retransmits it by itself and connects, the application making no blocking call and
 /// nothing else waking the task (the passive side is idle until the retransmitted REQ
@@ -578,7 +578,7 @@ fn async_connect_retransmits_a_lost_req_on_its_own() {
     settle(&[&a, &b]);
 }
 
-/// Destroying a QP aborts its connection (DESIGN §3 decision 7): the CM holds no strong
+/// Destroying a QP aborts its connection: the CM holds no strong
 /// handle, so `Qp::destroy` succeeds; during setup the peer's accept sees REJECTED and the
 /// endpoint CONNECT_ERROR; once connected the peer sees DISCONNECTED. Nothing leaks.
 #[test]

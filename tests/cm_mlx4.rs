@@ -1,17 +1,17 @@
-//! The connection manager with one end or both ends on the emulated ConnectX-3 (issue 17
-//! item 2): connect, data over the connected QP, disconnect, and reject, between the embedded
+//! The connection manager with one end or both ends on the emulated ConnectX-3:
+//! connect, data over the connected QP, disconnect, and reject, between the embedded
 //! fabric's `mlx4_0` / `mlx4_1` (the mlx4 driver over the emulated HCA) and `soft0`. The mlx4
 //! side's CM MADs leave its QP1 as MLX-transport WQEs whose headers the driver builds.
 //!
 //! What a real ConnectX-3 RoCE port would need that the emulation does not check. The driver
-//! sends QP1 MADs as MLX-service WQEs (facts §5.10: an MLX control segment, then inline the
+//! sends QP1 MADs as MLX-service WQEs (`hw/mlx4/qp.c`: an MLX control segment, then inline the
 //! header software built, then the MAD); it builds the InfiniBand form, LRH + GRH + BTH +
 //! DETH, and the emulated HCA checks that header (LRH DLID and SL against the control
 //! segment) and routes the datagram by destination GID. On an Ethernet port the inline header
 //! is the Ethernet frame's instead (destination and source MAC, optional VLAN tag, then the
 //! GRH for RoCE v1), so the driver would have to resolve the peer's MAC from its GID (the
-//! neighbour table) and pick the port's source MAC and VLAN; none of that is in the facts
-//! file, and RoCE v2 (IP/UDP framing, the IPv4-mapped GIDs these tests use) is a ConnectX-3
+//! neighbour table) and pick the port's source MAC and VLAN; none of that is implemented
+//! here, and RoCE v2 (IP/UDP framing, the IPv4-mapped GIDs these tests use) is a ConnectX-3
 //! Pro feature, not a plain ConnectX-3 one. The emulation also takes the GID table from its
 //! configuration without an Ethernet interface owning the addresses, and does not compute the
 //! ICRC. The CM above the device depends on none of these: it sees QP1 datagrams and a GID.

@@ -1,4 +1,4 @@
-//! The connection manager under bursts (issue 17 item 8): thousands of connects and
+//! The connection manager under bursts: thousands of connects and
 //! disconnects started at once through real QPs on the in-process fabric (soft0 ↔ soft1),
 //! with the CM's send window keeping every burst within the peer's 512 QP1 receives, so
 //! that nothing is dropped and nothing waits for a retransmission.

@@ -1,5 +1,5 @@
-//! DESIGN §3 decision 6 on a device whose commands take time: the mlx4 driver in event mode
-//! over the emulated ConnectX-3, where a MODIFY_QP completes only when the HCA's
+//! QP transitions that never block the CM, on a device whose commands take time: the mlx4 driver in
+//! event mode over the emulated ConnectX-3, where a MODIFY_QP completes only when the HCA's
 //! command-completion event arrives. The CM starts each QP transition and goes on with its
 //! message processing; the agent's later outputs (the REP after RTR, the RTU after RTS,
 //! ESTABLISHED) wait behind the transition, and connect, accept and disconnect still end

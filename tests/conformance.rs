@@ -1,6 +1,6 @@
 //! The conformance suite: the behaviours of rdma-core's pyverbs tests and google/rdma-unit-test
-//! (facts/ecosystem-and-conformance.md §3), each test named after what it checks, run on every
-//! backend. Differences between backends are entries in each backend's quirks table, never
+//! (rdma-core `tests/`, google/rdma-unit-test `cases/`), each test named after what it checks, run
+//! on every backend. Differences between backends are entries in each backend's quirks table, never
 //! skipped tests.
 //!
 //! Every case is a function `fn name(backend: Backend)` in one of the area modules; the

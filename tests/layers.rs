@@ -1,8 +1,8 @@
-//! The design's layer picture (DESIGN.md §1), checked against the workspace's manifests with
-//! `cargo metadata`: which Portverbs crate may depend on which (normal dependencies; tests may
-//! reach further through dev-dependencies). A new dependency that breaks a rule fails here
-//! rather than blurring the layers unnoticed. (Run on the build host only: under Wine there
-//! is no cargo to ask.)
+//! The layers of README.md's "Layout" section and the crates' `lib.rs` docs, checked against the
+//! workspace's manifests with `cargo metadata`: which Portverbs crate may depend on which (normal
+//! dependencies; tests may reach further through dev-dependencies). A new dependency that breaks a
+//! rule fails here rather than blurring the layers unnoticed. (Run on the build host only: under
+//! Wine there is no cargo to ask.)
 #![cfg(not(windows))]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -120,7 +120,7 @@ fn every_crate_depends_only_on_the_layers_below_it() {
     }
     assert!(
         broken.is_empty(),
-        "dependencies against DESIGN.md §1: {broken:?}"
+        "dependencies against the layers (README.md, Layout): {broken:?}"
     );
 }
 

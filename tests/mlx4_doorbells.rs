@@ -1,6 +1,7 @@
-//! Which doorbell an mlx4 post rings (facts §4.4): one WQE with inline data that fits a
-//! BlueFlame half goes through BlueFlame, everything else through the UAR send doorbell; with
-//! BlueFlame switched off, everything through the doorbell. Every request completes either way.
+//! Which doorbell an mlx4 post rings (rdma-core `providers/mlx4/qp.c`): one WQE with inline data
+//! that fits a BlueFlame half goes through BlueFlame, everything else through the UAR send
+//! doorbell; with BlueFlame switched off, everything through the doorbell. Every request completes
+//! either way.
 
 mod mlx4_util;
 

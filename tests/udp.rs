@@ -1,4 +1,4 @@
-//! Software devices on real UDP sockets (issue 16): two UDP-bound devices in this process, on
+//! Software devices on real UDP sockets: two UDP-bound devices in this process, on
 //! two loopback addresses, each on a fabric of its own, so that every packet between them
 //! goes through the kernel. RC traffic of every kind arrives intact; with loss and
 //! reordering injected at the ports, every request of every seed completes exactly once with
@@ -254,7 +254,7 @@ fn tshark_decodes_the_ports_captures_as_infiniband() {
     }
 }
 
-/// Issue 16 point 6: with loss and reordering at both ports, for 20 seeds, 32 SENDs and 32
+/// Loss and reordering: with loss and reordering at both ports, for 20 seeds, 32 SENDs and 32
 /// WRITEs each complete exactly once, in order, with their data intact.
 #[test]
 fn rc_survives_loss_and_reordering_at_the_ports_for_20_seeds() {
@@ -342,7 +342,7 @@ fn rc_survives_loss_and_reordering_at_the_ports_for_20_seeds() {
     }
 }
 
-/// Issue 16 point 5 on the socket path: datagrams from a stranger — garbage, truncated
+/// Strangers on the socket path: datagrams from a stranger — garbage, truncated
 /// headers, bad ICRCs, well-formed packets for the connected QP from the wrong address or
 /// with another partition's P_Key — are dropped and counted, nothing panics, and the
 /// connection then works as before.
@@ -496,7 +496,7 @@ fn connect_opts() -> ConnectOptions {
 /// Messages per seed in the two-process run.
 const TWO_PROCESS_MESSAGES: usize = 24;
 
-/// Issue 16 point 6, between two processes: this test runs the passive side in a child
+/// Loss and reordering, between two processes: this test runs the passive side in a child
 /// process (this test binary again, running [`two_process_peer`]), each with its own UDP
 /// device and injected loss and reordering; for 20 seeds, every WRITE and SEND completes
 /// exactly once on both sides, in order, with its data intact. Both devices in auto progress

@@ -132,7 +132,7 @@ fn the_readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Issue 18 item 5: the connection manager's calls as OVERLAPPED requests, as NetworkDirect's
+/// The connection manager's calls as OVERLAPPED requests, as NetworkDirect's
 /// `IND2Connector` makes them. On soft1 an accept (get the request, accept on a QP) and on
 /// soft0 a connect (resolve, connect) are started with `Completions::start`; one thread
 /// sleeps on one completion port, hands the devices' doorbells back to them, and sees both
@@ -229,7 +229,7 @@ fn cm_connect_accept_and_disconnect_complete_overlapped_requests()
     Ok(())
 }
 
-/// CM retransmissions on the port loop alone (the issue 18 weak point): the REQ of a connect
+/// CM retransmissions on the port loop alone (no thread runs the timers): the REQ of a connect
 /// run as an OVERLAPPED request is lost on a private fabric. With the facade's `PortTimer`
 /// lent to the CM devices, the application does nothing but its port loop — a wait whose
 /// timeout is `Completions::next_timeout`, doorbells to `dispatch`, a timeout to `progress`

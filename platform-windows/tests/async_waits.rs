@@ -1,4 +1,4 @@
-//! Item 4 of issue 18: Rust `async` on Windows without a thread of this crate. The task sleeps
+//! Rust `async` on Windows without a thread of this crate. The task sleeps
 //! on a completion port ([`block_on_port`]); its waker is a packet, posted by whoever raised
 //! the interrupt (the soft device's engine thread, which plays the hardware) or completed the
 //! command. The CQ notify future and the async verbs need nothing else.

@@ -1,4 +1,4 @@
-//! Item 7 of issue 18: the layer creates no thread. A stepped fabric (which runs none either),
+//! The layer creates no thread. A stepped fabric (which runs none either),
 //! a completion port, and many notify/complete cycles through every route; the process's
 //! thread count (a Toolhelp snapshot) never moves, timers included. One test in this binary, so that no other
 //! test's thread comes or goes meanwhile.

@@ -1,9 +1,9 @@
-//! Item 2 of issue 18: a device associated with a completion port under one key; notify
+//! A device associated with a completion port under one key; notify
 //! requests and async operations complete to it with the caller's OVERLAPPED; the statuses
 //! map to typed errors. Several CQs, one thread, many outstanding requests. Stepped fabric:
 //! no thread exists besides the test's.
 //!
-//! Wine 8 deviation avoided (facts `completion-delivery.md` §3.2, b4): the port is created
+//! Wine 8 deviation avoided (Microsoft Learn, "I/O Completion Ports"): the port is created
 //! with concurrency 0, and nothing here depends on how many waiters a packet releases — one
 //! thread dequeues everything — because Wine ignores the concurrency value.
 #![cfg(windows)]

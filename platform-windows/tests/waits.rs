@@ -1,9 +1,9 @@
-//! Item 3 of issue 18: the other Windows ways to wait — an OVERLAPPED with an event (and
+//! The other Windows ways to wait — an OVERLAPPED with an event (and
 //! `GetOverlappedResult`), the low-bit event that never reaches the port, an APC to the
 //! requesting thread — and cancellation, CQ destruction and device removal, each completing
 //! a request exactly once with a typed status.
 //!
-//! Wine 8 deviation avoided (§3.2, i1): an event is never turned into a port packet by
+//! Wine 8 deviation avoided: an event is never turned into a port packet by
 //! `NtAssociateWaitCompletionPacket`, which Wine 8 lacks; the device's doorbell (an event and a
 //! posted packet) does that job, and the event-only and APC tests wait on that event.
 #![cfg(windows)]

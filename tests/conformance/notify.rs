@@ -1,4 +1,4 @@
-//! CQ notification (DESIGN.md §3.4, NetworkDirect-style requests) and completion channels
+//! CQ notification (NetworkDirect-style, `verbs-core/src/notify.rs`) and completion channels
 //! (pyverbs `test_cq_events`, rdma-unit-test `comp_channel_test`).
 
 use std::future::Future;

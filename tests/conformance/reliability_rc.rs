@@ -1,6 +1,6 @@
-//! RC reliability (facts/ib-cm-and-rocev2.md §6): over a link that loses, duplicates and
-//! reorders packets every message arrives once and in order, duplicate atomics are not
-//! re-executed, READs are re-requested; a responder without READ resources refuses READs.
+//! RC reliability (IBA chapter 9; Linux rxe's `rxe_resp.c`, `rxe_comp.c`): over a link that loses,
+//! duplicates and reorders packets every message arrives once and in order, duplicate atomics are
+//! not re-executed, READs are re-requested; a responder without READ resources refuses READs.
 
 use portverbs::hal::QuirkId;
 use portverbs::prelude::*;

@@ -9,7 +9,7 @@ use portverbs::verbs::{ConnectOptions, QpEndpoint};
 
 use super::env::Env;
 
-/// Attribute masks of rdma-core's `QP.to_init/to_rtr/to_rts` (facts §3.2), for the cases that
+/// Attribute masks of rdma-core's `QP.to_init/to_rtr/to_rts` (`pyverbs/qp.pyx`), for the cases that
 /// modify by hand.
 pub fn init_mask(t: QpType) -> QpAttrMask {
     match t {

@@ -105,7 +105,7 @@ fn pingpong_server_answers_the_c_tools_message() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// The UDP-bound devices of two processes on one machine (issue 16): each process binds its
+/// The UDP-bound devices of two processes on one machine: each process binds its
 /// own loopback address (`127.0.<net>.1` the server, `.2` the client; one `net` per test, as
 /// tests run at the same time), and both call their device `udp0`. The client reaches the
 /// server's TCP side channel at the server's address.
@@ -204,7 +204,7 @@ fn perf_write_bw_server_and_client_in_two_processes() {
     assert_eq!(c, s, "{cout}\n{sout}");
 }
 
-/// rping (issue 17): a server process and a client process on UDP-bound devices, connected by
+/// rping: a server process and a client process on UDP-bound devices, connected by
 /// the connection manager; the client validates every ping (-V) and both print rping's lines.
 #[cfg(target_os = "linux")]
 #[test]
