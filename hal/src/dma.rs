@@ -1,7 +1,7 @@
 //! DMA-visible memory: regions with a host address, a length and a device address (IOVA).
 //!
 //! A region is memory that a device may read or write at any moment. The rule of the whole
-//! project (DESIGN.md §2, vfio-ioctls' `vfio_dma_map` safety contract) is that **no Rust reference
+//! project (vfio-ioctls' `vfio_dma_map` safety contract) is that **no Rust reference
 //! is ever made into it**: neither `&[u8]` nor `&mut T`. Instead, the backends implement this
 //! trait on top of `portverbs_dma::RawRegion` (the workspace's one implementation of raw-pointer
 //! copies and atomic loads/stores over DMA memory), and every other layer reaches the bytes

@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn pyverbs_masks_are_accepted() {
-        // rdma-core's QP.to_init/to_rtr/to_rts masks (facts §3.2).
+        // rdma-core's QP.to_init/to_rtr/to_rts masks (`pyverbs/qp.pyx`).
         let init_rc = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
         assert_eq!(check(Rc, Reset, Init, init_rc), Ok(Init));
         let rtr_rc = M::STATE

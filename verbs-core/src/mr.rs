@@ -291,7 +291,7 @@ impl<D: Device> Mr<D> {
         Ok(memory.into_vec().unwrap_or_default())
     }
 
-    /// Local key (always present, IBTA and DESIGN.md §3.9).
+    /// Local key (always present: IBA chapter 10 gives every memory region one).
     pub fn lkey(&self) -> u32 {
         lock(&self.inner.state).keys.lkey
     }

@@ -1,5 +1,6 @@
-//! CQ notification requests with NetworkDirect semantics (DESIGN.md §3.4): "complete when this
-//! CQ gets an event — any completion, a solicited one, or an error — or is destroyed".
+//! CQ notification requests with NetworkDirect semantics (Microsoft Learn,
+//! `IND2CompletionQueue::Notify`): "complete when this CQ gets an event — any completion, a
+//! solicited one, or an error — or is destroyed".
 //!
 //! * All pending requests complete on the next event; a CQ error satisfies every kind.
 //! * [`NotifyKind::Errors`] requests complete only on a CQ error (or destroy, or device failure).

@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(rec[6..12], [0x02, 0x00, 192, 168, 1, 1], "source MAC");
         assert_eq!(rec[12..14], [0x08, 0x00]);
         same(&frame_of(rec), &pkt);
-        // The worked example of facts/ib-cm-and-rocev2.md §5.8 has this packet with another IP
+        // The hand-built frame of `portverbs-wire`'s tests has this packet with another IP
         // ID; ours is 0, so only the shape is compared: the ICRC closes the frame.
         assert_eq!(rec.len() - ETHERNET_HEADER_LEN, 0x34);
     }

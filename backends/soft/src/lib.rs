@@ -5,7 +5,7 @@
 //! rings in DMA memory in its own WQE/CQE/EQE formats ([`device::format`]), the host rings its own
 //! doorbells, and a device-side engine consumes WQEs and produces CQEs and EQEs.
 //!
-//! Where it sits (the design's §1): `portverbs-wire` (IB transport headers and RoCEv2 frames)
+//! Where it sits (README.md, "Layout"): `portverbs-wire` (IB transport headers and RoCEv2 frames)
 //! → `portverbs-transport` (the RC/UC/UD engine: requester, completer, responder, memory
 //! protection, timers; sans-IO) → `portverbs-fabric` (the in-process network of nodes and
 //! ports, seeded faults, the stepped and engine-thread modes) → this crate, the soft HCA:

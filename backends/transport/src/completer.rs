@@ -180,7 +180,7 @@ fn take_response<H: Hca + ?Sized>(
                 qp.req.last_nak = Some(p);
                 // Go back to the oldest unacknowledged PSN, not to `p`: an RDMA READ or atomic
                 // before `p` may be missing its response even though the responder has moved
-                // on (facts §6.4: rewind to the oldest uncompleted WQE).
+                // on (Linux `rxe_comp.c` rewinds to the oldest uncompleted WQE).
                 let una = qp.req.una;
                 retry(qp, core, hca, now, una);
             }

@@ -455,7 +455,7 @@ impl Packet {
     }
 }
 
-/// PSN arithmetic modulo 2^24 (facts/ib-cm-and-rocev2.md §6.1).
+/// PSN arithmetic modulo 2^24 (as Linux rxe's `psn_compare`).
 pub mod psn {
     /// PSN mask.
     pub const MASK: u32 = 0x00ff_ffff;

@@ -22,7 +22,7 @@
 //!   compiler's back; every access is a volatile or atomic operation or a copy through a raw
 //!   pointer. `unsafe` lives only in `sys` (ioctls), `bar` (MMIO) and `dma` (DMA memory), each
 //!   block with its `SAFETY` argument.
-//! * Spawn a thread or sleep (DESIGN.md §3, decision 2). Interrupts are delivered by the
+//! * Spawn a thread or sleep. Interrupts are delivered by the
 //!   kernel to eventfds; waiting is the application's business.
 //! * Swallow an error. Every failure returns a [`VfioError`] that names the PCI address, the
 //!   step that failed and what to do ("bind it to vfio-pci with …", "raise RLIMIT_MEMLOCK to

@@ -1,4 +1,4 @@
-//! ACK Extended Transport Header (AETH, 4 bytes) and its syndrome byte (facts §5.5).
+//! ACK Extended Transport Header (AETH, 4 bytes) and its syndrome byte (IBA chapter 9).
 //!
 //! ```text
 //! byte 0      syndrome: bit 7 reserved, bits 6..5 kind (00 ACK, 01 RNR NAK, 10 reserved,
@@ -170,7 +170,8 @@ impl fmt::Display for AethSyndrome {
     }
 }
 
-/// Credits of ACK credit codes 0..=30 (facts §5.5); code 31 means "invalid / unlimited".
+/// Credits of ACK credit codes 0..=30 (Linux rdmavt's `credit_table`); code 31 means "invalid /
+/// unlimited".
 const CREDITS: [u32; 31] = [
     0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
     2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,

@@ -1,4 +1,4 @@
-//! Base Transport Header (BTH, 12 bytes; facts §5.2).
+//! Base Transport Header (BTH, 12 bytes; IBA 9.2).
 //!
 //! ```text
 //! byte 0      opcode

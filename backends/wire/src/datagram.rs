@@ -1,5 +1,5 @@
 //! RoCEv2 through a kernel UDP socket: the datagram (BTH … payload, pad, ICRC) without the IP
-//! and UDP headers, which the kernel builds on send and strips on receive (facts §5.9).
+//! and UDP headers, which the kernel builds on send and strips on receive (udp(7)).
 //!
 //! The ICRC still covers those headers, so both directions rebuild them:
 //! * **sending** ([`seal_datagram`]): the header the kernel will build for an *unconnected*
@@ -368,7 +368,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    /// An RC SEND_ONLY with AckReq carrying "hello" (facts §5.8 worked example 2).
+    /// An RC SEND_ONLY with AckReq carrying "hello" (hand-built, as in `tests/frame.rs`).
     fn hello() -> Vec<u8> {
         let mut ib = vec![
             0x04, 0xb0, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x80, 0x12, 0x34, 0x56,
@@ -398,7 +398,7 @@ mod tests {
     fn the_facts_worked_example_seals_to_the_known_icrc() {
         let mut ib = hello();
         seal_datagram(sa("192.168.1.1:49152"), sa("192.168.1.2:4791"), &mut ib).unwrap();
-        // The facts' frame has identification 0x1234; ours has 0, so compare against a frame
+        // That frame has identification 0x1234; ours has 0, so compare against a frame
         // built the same way.
         let mut frame = Vec::new();
         crate::build_frame(

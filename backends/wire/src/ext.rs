@@ -1,4 +1,4 @@
-//! Fixed-size extended transport headers: RETH, DETH, AtomicETH and AtomicAckETH (facts §5.4).
+//! Fixed-size extended transport headers: RETH, DETH, AtomicETH and AtomicAckETH (IBA chapter 9).
 //!
 //! ```text
 //! RETH (16)          VA (64) · R_Key (32) · DMA length (32)

@@ -1,4 +1,4 @@
-//! RoCEv2 framing: IPv4/IPv6 + UDP (port 4791) + IB transport packet + ICRC (facts §5.1).
+//! RoCEv2 framing: IPv4/IPv6 + UDP (port 4791) + IB transport packet + ICRC (IBTA Annex A17).
 //!
 //! A frame here starts at the IP header (no Ethernet). [`build_frame`] produces the frames
 //! the simulated fabric carries; the receive side lives in `frame_parse.rs`.

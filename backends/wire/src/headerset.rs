@@ -1,5 +1,5 @@
 //! [`HeaderSet`]: which extension headers follow the BTH for an opcode, and their sizes
-//! (facts §5.4). The opcode table in `opcode.rs` assigns one set to every known opcode.
+//! (IBA chapter 9). The opcode table in `opcode.rs` assigns one set to every known opcode.
 
 use bitflags::bitflags;
 

@@ -1,4 +1,5 @@
-//! RoCEv2 invariant CRC (facts §5.8) and UDP source-port entropy (facts §5.1).
+//! RoCEv2 invariant CRC (IBTA Annex A17, Linux `rxe_icrc.c`) and UDP source-port entropy
+//! (Linux `rdma_get_udp_sport`).
 //!
 //! The ICRC is the ordinary zlib CRC-32 over: eight `0xFF` bytes (standing in for the IB LRH),
 //! the IP header with its variant fields set to all ones, the UDP header with its checksum set
@@ -112,8 +113,8 @@ pub fn flow_label_to_udp_port(fl: u32) -> u16 {
     0xC000 | (folded & 0x3FFF) as u16
 }
 
-/// UDP source port for an RC/UC flow between `lqpn` and `rqpn` (facts §5.1): the flow label
-/// if its 20 bits are non-zero, otherwise one derived from the QP numbers
+/// UDP source port for an RC/UC flow between `lqpn` and `rqpn` (Linux `rdma_get_udp_sport`): the
+/// flow label if its 20 bits are non-zero, otherwise one derived from the QP numbers
 /// ([`flow_label_from_qpns`]), folded into `0xC000..=0xFFFF` ([`flow_label_to_udp_port`]).
 pub fn udp_source_port(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     let fl = if flow_label & FLOW_LABEL_MASK == 0 {

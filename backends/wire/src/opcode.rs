@@ -1,10 +1,10 @@
 //! BTH opcodes and the single table that says what each one means.
 //!
 //! The list in the `opcodes!` invocation below is the only place where opcode bytes, names,
-//! services and header compositions are written down (facts §5.3). From it the macro generates the
-//! [`Opcode`] enum, its byte mapping, and a 256-entry `const` table indexed by the opcode byte.
-//! Every query ([`Opcode::headers`], [`Opcode::position`], the predicates and the builders)
-//! reads that table instead of matching on opcodes.
+//! services and header compositions are written down (Linux `ib_pack.h`, `rxe_opcode.c`). From it
+//! the macro generates the [`Opcode`] enum, its byte mapping, and a 256-entry `const` table
+//! indexed by the opcode byte. Every query ([`Opcode::headers`], [`Opcode::position`], the
+//! predicates and the builders) reads that table instead of matching on opcodes.
 //!
 //! Naming: RC operations use plain names (`SendFirst`, `ReadRequest`, `Acknowledge`, ...),
 //! UC operations carry a `Uc` prefix (`UcSendFirst`, ...), UD ones a `Ud` prefix.

@@ -1,6 +1,6 @@
 //! The whole IB transport header (BTH plus extension headers) and packet parsing.
 //!
-//! Header order on the wire (facts §5.4): BTH, DETH, RETH / AtomicETH / AETH, AtomicAckETH,
+//! Header order on the wire (IBA chapter 9): BTH, DETH, RETH / AtomicETH / AETH, AtomicAckETH,
 //! ImmDt / IETH, payload, pad. Which headers are present is decided by the opcode table
 //! ([`Opcode::headers`]), never by the bytes themselves. A CNP carries 16 reserved bytes after
 //! its BTH; they are written as zeros and skipped when parsing.

@@ -204,7 +204,7 @@ impl MemoryTable {
     }
 
     /// Puts `object` at the index and tag of a key the caller chose (mlx4: the driver forms
-    /// keys from MPT indices, facts §8). The index must be free.
+    /// keys from MPT indices, as Linux `mlx4/mr.c`). The index must be free.
     fn place(&mut self, key: u32, object: Object) -> Result<u32, CommandError> {
         let (index, tag) = split(key);
         if index == 0 || index > self.max {

@@ -1,4 +1,4 @@
-//! ACK and NAK generation (facts/ib-cm-and-rocev2.md §6.3): ACKs coalesced until the end of a
+//! ACK and NAK generation (IBA chapter 9, as Linux `rxe_resp.c`): ACKs coalesced until the end of a
 //! burst, RNR NAKs, fatal NAKs that move the QP to ERR, and the response packet itself.
 
 use portverbs_hal::attr::rnr_timer_ns;

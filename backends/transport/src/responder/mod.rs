@@ -1,6 +1,6 @@
 //! The responder: PSN and opcode-sequence checks, duplicate handling, key and rights checks,
 //! execution of SEND, RDMA WRITE, RDMA READ and atomics, receive completions, ACK/NAK
-//! generation (facts/ib-cm-and-rocev2.md §6.3), and UD/UC reception.
+//! generation (IBA chapter 9, as Linux `rxe_resp.c`), and UD/UC reception.
 //!
 //! Split along its seams: per transport (`rc.rs` — PSN order and the SEND/WRITE receive side,
 //! `uc.rs`, `ud.rs`), per operation (`write.rs` — WRITE placement shared by RC and UC,

@@ -12,7 +12,7 @@ use super::write::{open_write, place_write};
 use super::{ends, length_ok, sequence_ok};
 use crate::wire::Position;
 
-/// UC: no ACKs, no NAKs; a gap drops the rest of the message (facts §6.3).
+/// UC: no ACKs, no NAKs; a gap drops the rest of the message (as Linux `rxe_resp.c`).
 pub(super) fn on_uc<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, hca: &mut H, pkt: &Packet) {
     let p = pkt.hdr.bth.psn;
     let k = pkt.psn_count();

@@ -1,4 +1,6 @@
-//! ICRC worked examples (facts §5.8), RoCEv2 frame build/parse, and UDP source ports (§5.1).
+//! ICRC worked examples (a ConnectX-4 Lx CNP from scapy's `test/contrib/roce.uts`, and a
+//! hand-built RC SEND whose ICRC Wireshark accepts), RoCEv2 frame build/parse, and UDP source
+//! ports (Linux `rdma_get_udp_sport`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -300,7 +302,7 @@ fn parse_frame_rejects_bad_outer_headers() {
 
 #[test]
 fn udp_source_port_from_flow_label() {
-    // facts §5.1: flow label 0x308EF → 0xC000 | (0x08EF ^ 0xC) = 0xC8E3.
+    // Linux `rdma_flow_label_to_udp_sport`: flow label 0x308EF → 0xC000 | (0x08EF ^ 0xC) = 0xC8E3.
     assert_eq!(flow_label_to_udp_port(0x308EF), 0xC8E3);
     assert_eq!(udp_source_port(0x308EF, 5, 6), 0xC8E3);
     assert_eq!(flow_label_to_udp_port(0), 0xC000);

@@ -28,7 +28,7 @@ fn bth_known_layout() {
 
 #[test]
 fn bth_all_flags_and_cnp_layout() {
-    // The BTH of the ConnectX-4 CNP (facts §5.8): BECN set, DestQP 0x118.
+    // The BTH of the ConnectX-4 CNP (scapy `test/contrib/roce.uts`): BECN set, DestQP 0x118.
     let b = Bth::parse(&hex("81 00 ff ff 40 00 01 18 00 00 00 00")).unwrap();
     assert_eq!(b.opcode, Opcode::Cnp);
     assert!(b.becn && !b.fecn && !b.solicited && !b.ack_req && !b.mig_req);

@@ -1,4 +1,5 @@
-//! The opcode table against facts §5.3, one test per group, plus builders and predicates.
+//! The opcode table against Linux `ib_pack.h` and `rxe_opcode.c`, one test per group, plus builders
+//! and predicates.
 
 use crate::*;
 

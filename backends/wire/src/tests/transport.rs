@@ -3,7 +3,7 @@
 use super::hex;
 use crate::*;
 
-/// The "hello" packet of facts §5.8 worked example 2 (transport part, no ICRC).
+/// The hand-built "hello" packet of `tests/frame.rs` (transport part, no ICRC).
 fn hello_ib() -> Vec<u8> {
     hex("04 b0 ff ff 00 00 00 11 80 12 34 56 68 65 6c 6c 6f 00 00 00")
 }
