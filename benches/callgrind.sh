@@ -14,7 +14,7 @@
 # Then the mlx4 driver over the emulated HCA (`--profile-mlx4 N`): N signalled 64-byte inline
 # RDMA writes one per post through BlueFlame, N through the UAR send doorbell, every completion
 # polled. The emulated HCA's own work behind the BAR2 writes (the `Mmio` impl of the model's
-# BAR2, which kicks its engine) is subtracted, as issue 3 asks: what remains is verbs-core plus
+# BAR2, which kicks its engine) is subtracted: what remains is verbs-core plus
 # the driver, including its stores to WQE memory and to the BAR.
 set -euo pipefail
 n=${1:-20000}
