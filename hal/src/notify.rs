@@ -244,6 +244,112 @@ mod tests {
         }
     }
 
+    /// An input that becomes ready when told, and whose sleep a waker ends: what a UDP port's
+    /// receive signal is to a manual device's wait, with a condition variable for the OS.
+    #[derive(Default)]
+    struct FakeInput {
+        state: std::sync::Mutex<(bool, bool)>, // (input ready, woken)
+        cv: std::sync::Condvar,
+    }
+
+    struct WakeInput(Arc<FakeInput>);
+
+    impl Wake for WakeInput {
+        fn wake(self: Arc<Self>) {
+            self.0.state.lock().unwrap().1 = true;
+            self.0.cv.notify_all();
+        }
+    }
+
+    impl FakeInput {
+        fn arrive(&self) {
+            self.state.lock().unwrap().0 = true;
+            self.cv.notify_all();
+        }
+    }
+
+    impl InputWait for Arc<FakeInput> {
+        fn wait(
+            &self,
+            deadline: Option<Instant>,
+            arm: &mut dyn FnMut(&Waker) -> bool,
+        ) -> io::Result<bool> {
+            self.state.lock().unwrap().1 = false;
+            let waker = Waker::from(Arc::new(WakeInput(self.clone())));
+            if arm(&waker) {
+                return Ok(true);
+            }
+            let mut st = self.state.lock().unwrap();
+            loop {
+                if st.0 || st.1 {
+                    return Ok(true);
+                }
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                if left.is_some_and(|l| l.is_zero()) {
+                    return Ok(false);
+                }
+                st = match left {
+                    Some(l) => self.cv.wait_timeout(st, l).unwrap().0,
+                    None => self.cv.wait(st).unwrap(),
+                };
+            }
+        }
+    }
+
+    /// `wait_on_input` ends for a raise (the sink's waker set, woken from another thread),
+    /// for input, or at the deadline; and does not sleep when the raise came first.
+    #[test]
+    fn a_wait_on_input_ends_for_a_raise_for_input_or_at_its_deadline() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::Duration;
+        let set = Arc::new(WakerSet::new());
+        let input = Arc::new(FakeInput::default());
+        let raised = Arc::new(AtomicBool::new(false));
+        let look = {
+            let raised = raised.clone();
+            move || raised.load(Ordering::SeqCst)
+        };
+        let soon = || Some(Instant::now() + Duration::from_millis(20));
+        let long = || Some(Instant::now() + Duration::from_secs(60));
+
+        assert!(
+            !set.wait_on_input(&input, &look, soon()).unwrap(),
+            "nothing"
+        );
+        assert_eq!(set.len(), 1, "the sleeper's waker stays registered");
+
+        // A raise from another thread: it sets the flag and wakes the set.
+        let raiser = {
+            let (set, raised) = (set.clone(), raised.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                raised.store(true, Ordering::SeqCst);
+                set.wake_all();
+            })
+        };
+        let t = Instant::now();
+        assert!(set.wait_on_input(&input, &look, long()).unwrap());
+        assert!(t.elapsed() < Duration::from_secs(30), "the raise ended it");
+        raiser.join().unwrap();
+
+        // Raised before the wait: no sleep at all (the look after registering sees it).
+        assert!(set.wait_on_input(&input, &look, None).unwrap());
+        raised.store(false, Ordering::SeqCst);
+
+        // Input from another thread.
+        let sender = {
+            let input = input.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                input.arrive();
+            })
+        };
+        let t = Instant::now();
+        assert!(set.wait_on_input(&input, &look, long()).unwrap());
+        assert!(t.elapsed() < Duration::from_secs(30), "the input ended it");
+        sender.join().unwrap();
+    }
+
     #[test]
     fn waker_set_wakes_each_task_once() {
         let set = WakerSet::new();
