@@ -325,6 +325,24 @@ impl Gid {
         self == Self::ZERO
     }
 
+    /// True for a multicast GID (MGID): first byte 0xFF (IBA 4.1.1; on RoCEv2 the IPv6
+    /// multicast prefix ff00::/8). An IPv4 group's MGID is the IPv4-mapped form
+    /// `::ffff:a.b.c.d` (what Linux's rdma_cm makes, `drivers/infiniband/core/cma.c`), so
+    /// [`Gid::mcast_ip`] is what names a group on a RoCEv2 wire.
+    pub fn is_multicast(self) -> bool {
+        self.0[0] == 0xff || self.mcast_ip().is_some()
+    }
+
+    /// The IP multicast group this GID stands for on a RoCEv2 port: an IPv6 multicast
+    /// address (ff00::/8) as is, or the IPv4 group (224.0.0.0/4) of an IPv4-mapped GID.
+    /// `None` for a unicast GID.
+    pub fn mcast_ip(self) -> Option<IpAddr> {
+        match self.to_ip() {
+            ip if ip.is_multicast() => Some(ip),
+            _ => None,
+        }
+    }
+
     /// Parses the `ibv_devinfo` form (`0000:0000:…` eight groups) or any IPv4/IPv6 text.
     pub fn parse(text: &str) -> Option<Self> {
         if let Ok(ip) = text.parse::<IpAddr>() {

@@ -179,6 +179,15 @@ pub enum FabricError {
     /// Another node already leads off this fabric ([`NodeCtx::claim_uplink`]).
     #[error("another port is already this fabric's uplink")]
     UplinkTaken,
+    /// The uplink could not join a multicast group on its network
+    /// ([`Node::mcast_membership`]).
+    #[error("joining multicast group {group} on the uplink: {reason}")]
+    McastJoin {
+        /// The group, as the IP address its GID stands for.
+        group: IpAddr,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// State shared by the fabric handle, its nodes and the engine thread.
