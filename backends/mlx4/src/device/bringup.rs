@@ -451,6 +451,11 @@ fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo, function: &str) ->
         },
         max_mw: (1u32 << p.log_mpts) - caps.reserved_mpts,
         max_ah: qps,
+        // Multicast (the MCG table: MGID_HASH, READ_MCG, WRITE_MCG) is not driven yet: no
+        // groups, and attach_mcast answers Unsupported.
+        max_mcast_grp: 0,
+        max_mcast_qp_attach: 0,
+        max_total_mcast_qp_attach: 0,
         max_srq: (1u32 << p.log_srqs) - caps.reserved_srqs,
         max_srq_wr: (1u32 << caps.log_max_srq_sz.min(15)) - 1,
         max_srq_sge: caps.max_sg_rq.min(32),

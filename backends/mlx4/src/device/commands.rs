@@ -19,7 +19,7 @@ use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
-use portverbs_hal::types::MwType;
+use portverbs_hal::types::{Gid, MwType};
 use zerocopy::{Immutable, IntoBytes};
 
 use super::Mlx4Device;
@@ -264,5 +264,18 @@ impl Device for Mlx4Device {
     /// MPT is ever written over one the HCA uses; closing the device releases both.
     async fn dealloc_mw(&self, handle: u32) -> Result<(), CommandError> {
         self.do_dealloc_mw(handle).await
+    }
+
+    async fn attach_mcast(&self, _qpn: u32, _gid: Gid, _lid: u16) -> Result<(), CommandError> {
+        Err(CommandError::Unsupported {
+            what: "multicast groups (the MCG table is not driven)",
+        })
+    }
+
+    async fn detach_mcast(&self, qpn: u32, _gid: Gid, _lid: u16) -> Result<(), CommandError> {
+        Err(CommandError::NoSuchObject {
+            object: "multicast attachment of QP",
+            number: qpn,
+        })
     }
 }
