@@ -376,6 +376,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn multicast_gids_follow_rdma_cm_on_rocev2() {
+        // An IPv4 group as rdma_cm names it on RoCEv2: ::ffff:239.1.2.3.
+        let v4 = Gid::from_ipv4(Ipv4Addr::new(239, 1, 2, 3));
+        assert!(v4.is_multicast());
+        assert_eq!(v4.mcast_ip(), Some(IpAddr::V4(Ipv4Addr::new(239, 1, 2, 3))));
+        // The RoCEv1 form ff0e::ffff:a.b.c.d and any ff00::/8 address are groups too.
+        let mut v1 = v4;
+        v1.0[0] = 0xff;
+        v1.0[1] = 0x0e;
+        assert!(v1.is_multicast());
+        let v6 = Gid::from_ipv6("ff12::1:2".parse().unwrap());
+        assert!(v6.is_multicast());
+        assert_eq!(v6.mcast_ip(), Some(v6.to_ip()));
+        for unicast in [
+            Gid::ZERO,
+            Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+            Gid::from_ipv4(Ipv4Addr::new(240, 0, 0, 1)),
+            Gid::from_ipv6("fe80::1".parse().unwrap()),
+        ] {
+            assert!(!unicast.is_multicast(), "{unicast}");
+            assert_eq!(unicast.mcast_ip(), None);
+        }
+    }
+
+    #[test]
     fn ipv4_gid_is_v4_mapped_and_round_trips() {
         let gid = Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1));
         assert_eq!(gid.to_string(), "0000:0000:0000:0000:0000:ffff:0a00:0001");
