@@ -268,10 +268,14 @@ fn mcast_wrong_qkey_is_dropped_per_receiver(backend: Backend) {
     assert_eq!(wc.len(), 1, "{wc:?}");
     check_wc(&wc[0], 2, WcStatus::Success, WcOpcode::Recv);
     assert_eq!(env.poll(&other.cq, 0), []);
-    let a = env.a().query_port_blocking(1).unwrap();
-    let b = env.b().query_port_blocking(1).unwrap();
-    assert_eq!(a.qkey_viol_cntr, 0);
-    assert!(b.qkey_viol_cntr >= 3, "{b:?}");
+    if !matches!(env.backend, Backend::Mlx4 | Backend::Mlx4Hw) {
+        // mlx4 reads its counters through MAD_IFC, which the driver does not issue. Each
+        // receiver whose Q_Key did not match counted a violation: 2 + 1 + 1.
+        let a = env.a().query_port_blocking(1).unwrap();
+        let b = env.b().query_port_blocking(1).unwrap();
+        assert_eq!(a.qkey_viol_cntr, 0);
+        assert_eq!(b.qkey_viol_cntr, 4, "{b:?}");
+    }
 }
 
 fn mcast_without_a_posted_receive_is_dropped(backend: Backend) {
@@ -392,7 +396,18 @@ fn mcast_device_limits_are_enforced(backend: Backend) {
         matches!(err, McastError::LimitReached { limit: "max_mcast_grp", max, .. } if max == groups),
         "{err:?}"
     );
-    // max_total_mcast_qp_attach: attachments in all, spread over the existing groups.
+    // max_total_mcast_qp_attach: attachments in all, spread over the existing groups. A
+    // device whose total is the product of the other two (Linux's mlx4 computes it so) has
+    // no total limit of its own to reach.
+    if total >= groups * per_group {
+        assert_eq!(total, groups * per_group, "{attr:?}");
+        qps[0].qp.detach_mcast_blocking(gids[1], 0).unwrap();
+        qps[per_group as usize]
+            .qp
+            .attach_mcast_blocking(gids[1], 0)
+            .unwrap();
+        return;
+    }
     let mut made = per_group + (groups - 1);
     let mut refused = None;
     'fill: for s in &qps[1..] {
@@ -420,6 +435,78 @@ fn mcast_device_limits_are_enforced(backend: Backend) {
         .unwrap();
 }
 
+/// Sends one datagram to each of `gids` (payload: the group's index) and returns the indices
+/// that reached `r`, which has a receive posted for each.
+fn indices_heard(env: &Env, sender: &Side, r: &Side, gids: &[Gid], wr_base: u64) -> Vec<u8> {
+    for (k, _) in gids.iter().enumerate() {
+        let sge = [r.sge(k as u64 * 256, 256)];
+        r.qp.post_recv(&[RecvWr {
+            wr_id: wr_base + k as u64,
+            sges: &sge,
+        }])
+        .unwrap();
+    }
+    for (k, gid) in gids.iter().enumerate() {
+        sender.buf.write(0, &[k as u8; 16]).unwrap();
+        let ah = group_ah(sender, *gid);
+        send_to_group(env, sender, &ah, 100 + k as u64, 16, QKEY);
+    }
+    let wc = env.poll(&r.cq, gids.len());
+    let mut heard: Vec<u8> = wc
+        .iter()
+        .map(|w| {
+            check_wc(w, w.wr_id, WcStatus::Success, WcOpcode::Recv);
+            let slot = w.wr_id - wr_base;
+            r.buf.to_vec(slot as usize * 256 + 40, 1).unwrap()[0]
+        })
+        .collect();
+    heard.sort_unstable();
+    // Receives left over (groups not heard) are flushed by the caller's QP teardown.
+    heard
+}
+
+fn mcast_many_groups_deliver_and_detach_in_any_order(backend: Backend) {
+    let env = Env::new(backend);
+    if !supported(&env) {
+        return;
+    }
+    // As many groups as the device promises, up to 8: on a device that hashes groups into a
+    // table (mlx4) several share a bucket and chain, and detaching every other one removes
+    // chain heads, middles and ends.
+    let n = env.a().attr().max_mcast_grp.min(8) as u8;
+    let gids: Vec<Gid> = (0..n).map(|k| group(&env, 20 + k)).collect();
+    let sender = ud_side(env.a(), QKEY);
+    let r = ud_side(env.b(), QKEY);
+    for g in &gids {
+        r.qp.attach_mcast_blocking(*g, 0).unwrap();
+    }
+    assert_eq!(
+        indices_heard(&env, &sender, &r, &gids, 1000),
+        (0..n).collect::<Vec<_>>()
+    );
+    // Every other group loses its only QP: its entry goes.
+    for g in gids.iter().step_by(2) {
+        r.qp.detach_mcast_blocking(*g, 0).unwrap();
+    }
+    let odd: Vec<u8> = (0..n).filter(|k| k % 2 == 1).collect();
+    assert_eq!(indices_heard(&env, &sender, &r, &gids, 2000), odd);
+    // Another QP joins them all (new entries for the even ones, a second member for the
+    // odd ones); then r leaves the odd ones, whose entries stay for the other QP.
+    let r2 = ud_side(env.b(), QKEY);
+    for g in &gids {
+        r2.qp.attach_mcast_blocking(*g, 0).unwrap();
+    }
+    for g in gids.iter().skip(1).step_by(2) {
+        r.qp.detach_mcast_blocking(*g, 0).unwrap();
+    }
+    assert_eq!(r.qp.mcast_groups(), []);
+    assert_eq!(indices_heard(&env, &sender, &r, &gids, 3000), []);
+    assert_eq!(
+        indices_heard(&env, &sender, &r2, &gids, 4000),
+        (0..n).collect::<Vec<_>>()
+    );
+}
+
 cases!(
     manual;
     mcast_send_reaches_attached_qps_on_both_devices,
@@ -429,4 +516,5 @@ cases!(
     mcast_without_a_posted_receive_is_dropped,
     mcast_attach_rules,
     mcast_device_limits_are_enforced,
+    mcast_many_groups_deliver_and_detach_in_any_order,
 );

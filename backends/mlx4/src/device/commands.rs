@@ -239,7 +239,12 @@ impl Device for Mlx4Device {
         self.do_query_qp(qpn, known).await
     }
 
+    /// Detaches the QP from its multicast groups first: the MCG table must not list a QPN
+    /// that a later QP may get.
     async fn destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {
+        if let Err(e) = self.detach_all_mcast(qpn).await {
+            tracing::warn!(qpn, error = %e, "detaching a destroyed QP from its groups failed");
+        }
         self.do_destroy_qp(qpn).await
     }
 
@@ -266,16 +271,12 @@ impl Device for Mlx4Device {
         self.do_dealloc_mw(handle).await
     }
 
-    async fn attach_mcast(&self, _qpn: u32, _gid: Gid, _lid: u16) -> Result<(), CommandError> {
-        Err(CommandError::Unsupported {
-            what: "multicast groups (the MCG table is not driven)",
-        })
+    /// Through the HCA's MCG table (`device::mcg`); RoCE ports ignore the LID.
+    async fn attach_mcast(&self, qpn: u32, gid: Gid, _lid: u16) -> Result<(), CommandError> {
+        self.do_attach_mcast(qpn, gid).await
     }
 
-    async fn detach_mcast(&self, qpn: u32, _gid: Gid, _lid: u16) -> Result<(), CommandError> {
-        Err(CommandError::NoSuchObject {
-            object: "multicast attachment of QP",
-            number: qpn,
-        })
+    async fn detach_mcast(&self, qpn: u32, gid: Gid, _lid: u16) -> Result<(), CommandError> {
+        self.do_detach_mcast(qpn, gid).await
     }
 }
