@@ -6,8 +6,13 @@
 //! the IP group on the port (it shows in `/proc/net/igmp` on `lo`), detaching its last QP
 //! leaves it.
 //!
+//! A datagram to the group from another address of the host (what another host's would
+//! look like) reaches the attached QP and is never sent back out; one claiming the port's
+//! own address is taken for the port's own looped-back copy and dropped.
+//!
 //! Loopback multicast needs no multicast route: the ports send through the interface of
-//! their own address (`IP_MULTICAST_IF`) with `IP_MULTICAST_LOOP` on.
+//! their own address (`IP_MULTICAST_IF`; Linux also routes a multicast datagram from a socket
+//! bound to a local address through that address's interface) with `IP_MULTICAST_LOOP` on.
 #![cfg(target_os = "linux")]
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -188,4 +193,88 @@ fn a_group_of_the_other_address_family_is_refused_by_a_udp_port() {
     let gid = Gid::from_ipv4(Ipv4Addr::new(239, 92, 0, 1));
     s.qp.attach_mcast_blocking(gid, 0).unwrap();
     s.qp.detach_mcast_blocking(gid, 0).unwrap();
+}
+
+/// A UD SEND ONLY to the multicast QP from `from`, sealed for `to` (the group and 4791).
+fn forged_datagram(
+    from: std::net::SocketAddr,
+    to: std::net::SocketAddr,
+    payload: &[u8],
+) -> Vec<u8> {
+    use portverbs_wire::{Bth, Deth, Opcode, TransportHdr, seal_datagram};
+    let mut hdr = TransportHdr::new(Bth::new(Opcode::UdSendOnly, MCAST_QPN, 7));
+    hdr.deth = Some(Deth {
+        qkey: QKEY,
+        src_qp: 0x77,
+    });
+    let mut d = Vec::new();
+    hdr.emit_packet(payload, &mut d).unwrap();
+    seal_datagram(from, to, &mut d).unwrap();
+    d
+}
+
+/// Polls `cond` until it holds (at most 10 s).
+fn until(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+#[test]
+fn a_multicast_datagram_from_the_network_is_delivered_and_never_sent_back_out() {
+    let dev = device("mc_net", "127.0.93.1");
+    let ctx = Context::open_blocking(dev.any(), ContextOptions::default()).unwrap();
+    let group = Ipv4Addr::new(239, 93, 0, 1);
+    let r = ud(&ctx);
+    r.qp.attach_mcast_blocking(Gid::from_ipv4(group), 0)
+        .unwrap();
+    r.post_recv(1);
+    r.post_recv(2);
+    let to = std::net::SocketAddr::new(group.into(), portverbs_wire::ROCEV2_UDP_PORT);
+
+    // Another host's datagram to the group (a socket on another loopback address sends
+    // through lo, where the port joined the group).
+    let peer = std::net::UdpSocket::bind("127.0.93.7:0").unwrap();
+    let d = forged_datagram(peer.local_addr().unwrap(), to, b"from the network");
+    peer.send_to(&d, to).unwrap();
+    let wc = completions(&r.cq, 1);
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
+    assert_eq!(wc[0].src_qp, 0x77);
+    let mut got = vec![0u8; 40 + 16];
+    r.mr.read(0, &mut got).unwrap();
+    assert_eq!(got[32..36], [127, 0, 93, 7], "GRH source: the sender");
+    assert_eq!(got[36..40], group.octets(), "GRH destination: the group");
+    assert_eq!(&got[40..], b"from the network");
+
+    // One claiming the port's own address is its own looped-back copy: dropped.
+    let liar = std::net::UdpSocket::bind("127.0.93.1:0").unwrap();
+    let d = forged_datagram(liar.local_addr().unwrap(), to, b"my own, looped back");
+    liar.send_to(&d, to).unwrap();
+    assert!(
+        until(|| dev.port().stats().rx_mcast_loop >= 1),
+        "{:?}",
+        dev.port().stats()
+    );
+    // So the second receive is still there for the next datagram from the network.
+    let d = forged_datagram(peer.local_addr().unwrap(), to, b"again from there");
+    peer.send_to(&d, to).unwrap();
+    let wc = completions(&r.cq, 1);
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::Success));
+    r.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got[40..], b"again from there");
+
+    let s = dev.port().stats();
+    assert_eq!(s.rx_mcast, 2, "{s:?}");
+    assert_eq!(
+        s.tx_mcast, 0,
+        "nothing from the network is sent back out: {s:?}"
+    );
+    assert_eq!(s.tx_packets, 0, "{s:?}");
 }
