@@ -13,7 +13,7 @@ use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
-use portverbs_hal::types::MwType;
+use portverbs_hal::types::{Gid, MwType};
 use portverbs_mlx4::Mlx4Device;
 use portverbs_soft::SoftDevice;
 
@@ -238,5 +238,13 @@ impl Device for AnyDevice {
 
     async fn dealloc_mw(&self, handle: u32) -> Result<(), CommandError> {
         forward!(self, d => d.dealloc_mw(handle).await)
+    }
+
+    async fn attach_mcast(&self, qpn: u32, gid: Gid, lid: u16) -> Result<(), CommandError> {
+        forward!(self, d => d.attach_mcast(qpn, gid, lid).await)
+    }
+
+    async fn detach_mcast(&self, qpn: u32, gid: Gid, lid: u16) -> Result<(), CommandError> {
+        forward!(self, d => d.detach_mcast(qpn, gid, lid).await)
     }
 }

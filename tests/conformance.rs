@@ -88,6 +88,7 @@ mod conformance {
     mod events;
     mod gsi;
     mod gsi_mixed;
+    mod mcast;
     mod mr;
     mod mw;
     mod mw_access;

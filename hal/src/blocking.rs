@@ -20,7 +20,7 @@ use crate::device::{
 use crate::error::CommandError;
 use crate::notify::InterruptSink;
 use crate::queue::EventQueue;
-use crate::types::MwType;
+use crate::types::{Gid, MwType};
 
 struct ThreadWaker(Thread);
 
@@ -130,6 +130,12 @@ pub trait BlockingDevice: Device {
     }
     fn dealloc_mw_blocking(&self, handle: u32) -> Result<(), CommandError> {
         block_on(self.dealloc_mw(handle))
+    }
+    fn attach_mcast_blocking(&self, qpn: u32, gid: Gid, lid: u16) -> Result<(), CommandError> {
+        block_on(self.attach_mcast(qpn, gid, lid))
+    }
+    fn detach_mcast_blocking(&self, qpn: u32, gid: Gid, lid: u16) -> Result<(), CommandError> {
+        block_on(self.detach_mcast(qpn, gid, lid))
     }
 }
 

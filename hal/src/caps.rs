@@ -193,6 +193,14 @@ pub struct DeviceAttr {
     pub max_mw: u32,
     /// Maximum address handles.
     pub max_ah: u32,
+    /// Maximum multicast groups the device can hold at once (`max_mcast_grp`); 0 when the
+    /// device has no multicast (`Device::attach_mcast` then answers `Unsupported`).
+    pub max_mcast_grp: u32,
+    /// Maximum QPs attached to one multicast group (`max_mcast_qp_attach`: per group, as
+    /// libibverbs defines it; a QP can be in at most `max_mcast_grp` groups).
+    pub max_mcast_qp_attach: u32,
+    /// Maximum QP attachments over all groups of the device (`max_total_mcast_qp_attach`).
+    pub max_total_mcast_qp_attach: u32,
     /// Maximum SRQs.
     pub max_srq: u32,
     /// Maximum WRs per SRQ.

@@ -18,7 +18,7 @@ use crate::error::CommandError;
 use crate::notify::InterruptSink;
 use crate::progress::{ProgressAgent, WaitSource};
 use crate::queue::{CompletionQueue, EventQueue, RecvQueue, SendQueue, SharedRecvQueue};
-use crate::types::{AccessFlags, MwType, QpType, SpecialQp};
+use crate::types::{AccessFlags, Gid, MwType, QpType, SpecialQp};
 
 /// What an event queue carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,4 +307,19 @@ pub trait LocalDevice: Send + Sync + 'static {
 
     /// Frees a memory window (invalidating any binding).
     async fn dealloc_mw(&self, handle: u32) -> Result<(), CommandError>;
+
+    /// Attaches UD QP `qpn` to the multicast group `gid` (`ibv_attach_mcast`; IBA 10.5.2.4
+    /// and 11.3.1.1): from now on a UD datagram to the group (destination QP 0xFFFFFF, the
+    /// group's GID and LID) is delivered to the QP too. The core has checked the QP type and
+    /// that `gid` is a multicast GID, and never attaches a QP to a group twice. `lid` is the
+    /// group's multicast LID on an InfiniBand port; RoCE ports ignore it. A device without
+    /// multicast (`max_mcast_grp == 0`) answers [`CommandError::Unsupported`]; past one of its
+    /// limits (`max_mcast_grp`, `max_mcast_qp_attach`, `max_total_mcast_qp_attach`),
+    /// [`CommandError::ResourceExhausted`].
+    async fn attach_mcast(&self, qpn: u32, gid: Gid, lid: u16) -> Result<(), CommandError>;
+
+    /// Detaches QP `qpn` from the multicast group `gid` (`ibv_detach_mcast`). The core only
+    /// detaches what it attached; a device that does not know the attachment answers
+    /// [`CommandError::NoSuchObject`]. Destroying a QP detaches it from every group.
+    async fn detach_mcast(&self, qpn: u32, gid: Gid, lid: u16) -> Result<(), CommandError>;
 }

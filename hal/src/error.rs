@@ -203,3 +203,15 @@ pub enum EqeError {
     #[error("device is in a fatal error state")]
     DeviceFatal,
 }
+
+/// The `resource` a device names in [`CommandError::ResourceExhausted`] when an
+/// `attach_mcast` would pass one of its multicast limits, so that the core can say which
+/// `ibv_device_attr` field was reached.
+pub mod mcast_resource {
+    /// `max_mcast_grp`: groups on the device.
+    pub const GROUPS: &str = "multicast groups";
+    /// `max_mcast_qp_attach`: QPs attached to one group.
+    pub const QPS_PER_GROUP: &str = "QPs of one multicast group";
+    /// `max_total_mcast_qp_attach`: attachments over all groups.
+    pub const ATTACHMENTS: &str = "multicast attachments";
+}

@@ -332,6 +332,24 @@ impl Gid {
         self == Self::ZERO
     }
 
+    /// True for a multicast GID (MGID): first byte 0xFF (IBA 4.1.1; on RoCEv2 the IPv6
+    /// multicast prefix ff00::/8). An IPv4 group's MGID is the IPv4-mapped form
+    /// `::ffff:a.b.c.d` (what Linux's rdma_cm makes, `drivers/infiniband/core/cma.c`), so
+    /// [`Gid::mcast_ip`] is what names a group on a RoCEv2 wire.
+    pub fn is_multicast(self) -> bool {
+        self.0[0] == 0xff || self.mcast_ip().is_some()
+    }
+
+    /// The IP multicast group this GID stands for on a RoCEv2 port: an IPv6 multicast
+    /// address (ff00::/8) as is, or the IPv4 group (224.0.0.0/4) of an IPv4-mapped GID.
+    /// `None` for a unicast GID.
+    pub fn mcast_ip(self) -> Option<IpAddr> {
+        match self.to_ip() {
+            ip if ip.is_multicast() => Some(ip),
+            _ => None,
+        }
+    }
+
     /// Parses the `ibv_devinfo` form (`0000:0000:…` eight groups) or any IPv4/IPv6 text.
     pub fn parse(text: &str) -> Option<Self> {
         if let Ok(ip) = text.parse::<IpAddr>() {
@@ -344,6 +362,31 @@ impl Gid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multicast_gids_follow_rdma_cm_on_rocev2() {
+        // An IPv4 group as rdma_cm names it on RoCEv2: ::ffff:239.1.2.3.
+        let v4 = Gid::from_ipv4(Ipv4Addr::new(239, 1, 2, 3));
+        assert!(v4.is_multicast());
+        assert_eq!(v4.mcast_ip(), Some(IpAddr::V4(Ipv4Addr::new(239, 1, 2, 3))));
+        // The RoCEv1 form ff0e::ffff:a.b.c.d and any ff00::/8 address are groups too.
+        let mut v1 = v4;
+        v1.0[0] = 0xff;
+        v1.0[1] = 0x0e;
+        assert!(v1.is_multicast());
+        let v6 = Gid::from_ipv6("ff12::1:2".parse().unwrap());
+        assert!(v6.is_multicast());
+        assert_eq!(v6.mcast_ip(), Some(v6.to_ip()));
+        for unicast in [
+            Gid::ZERO,
+            Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+            Gid::from_ipv4(Ipv4Addr::new(240, 0, 0, 1)),
+            Gid::from_ipv6("fe80::1".parse().unwrap()),
+        ] {
+            assert!(!unicast.is_multicast(), "{unicast}");
+            assert_eq!(unicast.mcast_ip(), None);
+        }
+    }
 
     #[test]
     fn ipv4_gid_is_v4_mapped_and_round_trips() {

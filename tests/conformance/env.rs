@@ -349,7 +349,8 @@ impl Env {
         loop {
             let timers = self.ctxs.iter().filter_map(|c| c.dispatch()).min();
             let s: Vec<_> = u.devices.iter().map(|d| d.port().stats()).collect();
-            let sent = s[0].tx_packets + s[1].tx_packets + u.foreign.get();
+            // A datagram to a multicast group is received once per other member here.
+            let sent = s[0].expected_peer_rx() + s[1].expected_peer_rx() + u.foreign.get();
             let received = s[0].rx_packets + s[1].rx_packets;
             if until.is_some_and(|t| Instant::now() >= t) {
                 return;

@@ -7,7 +7,7 @@ use std::fmt;
 use portverbs_hal::attr::QpAttrMask;
 use portverbs_hal::dma::DmaError;
 use portverbs_hal::error::{CommandError, CqeError, EqeError, WqeError};
-use portverbs_hal::types::{AccessFlags, Mtu, MwType, QpState, QpType, SpecialQp};
+use portverbs_hal::types::{AccessFlags, Gid, Mtu, MwType, QpState, QpType, SpecialQp};
 use thiserror::Error;
 
 /// Opening a device.
@@ -651,6 +651,66 @@ pub enum SrqError {
     /// The device refused.
     #[error(transparent)]
     Device(#[from] CommandError),
+}
+
+/// Attaching a QP to a multicast group or detaching it (`ibv_attach_mcast`,
+/// `ibv_detach_mcast`; IBA 10.5.2.4 and 11.3.1.1).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum McastError {
+    /// Only unreliable-datagram QPs join multicast groups (IBA 10.5.2.4); the special QPs
+    /// (QP0, QP1) do not either. libibverbs returns EINVAL (`ib_attach_mcast` in Linux's
+    /// `drivers/infiniband/core/verbs.c`).
+    #[error("QP {qpn:#x} is a {qp_type} QP{}: only UD QPs attach to multicast groups",
+            if *special { " (special)" } else { "" })]
+    NotUd {
+        /// QP number.
+        qpn: u32,
+        /// Its transport.
+        qp_type: QpType,
+        /// It is a special QP (QP0/QP1).
+        special: bool,
+    },
+    /// The GID is not a multicast GID: neither `ff00::/8` nor the IPv4-mapped form of an
+    /// IPv4 group (224.0.0.0/4), which is how rdma_cm names IPv4 groups on RoCEv2.
+    #[error("{gid} is not a multicast GID")]
+    NotMulticast {
+        /// The GID given.
+        gid: Gid,
+    },
+    /// The device has no multicast (it reports `max_mcast_grp == 0`).
+    #[error("the device does not support multicast (max_mcast_grp is 0)")]
+    Unsupported,
+    /// Detaching a group the QP is not attached to.
+    #[error("QP {qpn:#x} is not attached to {gid}")]
+    NotAttached {
+        /// QP number.
+        qpn: u32,
+        /// The group.
+        gid: Gid,
+    },
+    /// A device limit would be exceeded: `max_mcast_grp` (groups), `max_mcast_qp_attach`
+    /// (QPs in one group) or `max_total_mcast_qp_attach` (attachments in all).
+    #[error("QP {qpn:#x}: attaching to {gid} exceeds the device's {limit} ({max})")]
+    LimitReached {
+        /// QP number.
+        qpn: u32,
+        /// The group.
+        gid: Gid,
+        /// The `ibv_device_attr` field whose limit was reached.
+        limit: &'static str,
+        /// Its value.
+        max: u32,
+    },
+    /// The device refused.
+    #[error("QP {qpn:#x}: {source}")]
+    Device {
+        /// QP number.
+        qpn: u32,
+        /// Cause.
+        #[source]
+        source: CommandError,
+    },
 }
 
 /// Creating an address handle.

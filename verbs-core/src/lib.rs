@@ -3,8 +3,9 @@
 //! The portable InfiniBand verbs: devices opened as [`Context`]s, protection domains, memory
 //! regions and windows, completion queues with NetworkDirect-style notification requests and
 //! libibverbs-style completion channels, queue pairs (RC, UC, UD) whose every modify is checked
-//! against the HAL's one IBTA transition table ([`portverbs_hal::qp_state`]),
-//! shared receive queues, address handles, and asynchronous events. It runs on any backend that
+//! against the HAL's one IBTA transition table ([`portverbs_hal::qp_state`]), UD multicast
+//! groups ([`Qp::attach_mcast`], [`Qp::detach_mcast`]), shared receive queues, address
+//! handles, and asynchronous events. It runs on any backend that
 //! implements the HAL ([`portverbs_hal::Device`]); applications choose the backend at run time
 //! through the `portverbs` facade.
 //!

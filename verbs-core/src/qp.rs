@@ -31,6 +31,8 @@ use crate::shared::{QpShared, WrRing};
 use crate::srq::Srq;
 use portverbs_hal::qp_state::{self, Violation};
 
+mod mcast;
+
 /// A receive work request (`struct ibv_recv_wr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvWr<'a> {
@@ -130,6 +132,8 @@ pub(crate) struct QpInner<D: Device> {
     sq: parking_lot::Mutex<SqState<D::Sq>>,
     rq: Option<Mutex<RqState<D::Rq>>>,
     shared: Arc<QpShared<D::Srq>>,
+    /// The multicast groups the QP is attached to (at most `max_mcast_grp`).
+    mcast: Mutex<Vec<portverbs_hal::types::Gid>>,
 }
 
 /// A queue pair (`struct ibv_qp`). Cheap to clone.
@@ -305,6 +309,7 @@ impl<D: Device> Pd<D> {
                 }),
                 rq: res.rq.map(|hw| Mutex::new(RqState { hw, head: 0 })),
                 shared,
+                mcast: Mutex::new(Vec::new()),
             }),
         })
     }

@@ -26,6 +26,12 @@
 //! dispatching caller — after rounds with work and at the agents' deadlines, never with the
 //! fabric's lock held.
 //!
+//! Multicast ([`NodeCtx::join_mcast`]): a node's port joins a group GID when the node's first
+//! QP attaches to it; a packet to a multicast GID goes to every port that joined (the
+//! sender's own node included: its engine gives the copy to its attached QPs) and to the
+//! uplink, which the fabric tells when its first port joins a group and its last leaves
+//! ([`Node::mcast_membership`]), so that a port onto a real network joins the group there.
+//!
 //! Device commands (create a QP, register memory …) take the fabric's lock; posting and polling
 //! never do on a free-running or stepped fabric (a doorbell is a lock-free [`Kicker`]). On a
 //! manual fabric a doorbell and a dispatch step the fabric themselves, taking its lock with
@@ -51,7 +57,8 @@
 //! must never do: know a device's queue formats or commands (that is behind [`Node`]);
 //! downcast a node; depend on `verbs-core` or on a device crate; take a lock or allocate per
 //! packet on its step path (a running packet capture excepted: it serialises and writes every
-//! packet, and is off unless asked for). It may run one thread per fabric (the engine thread
+//! packet, and is off unless asked for; and a multicast packet for more than four ports, or
+//! over links with faults, whose copies are its own). It may run one thread per fabric (the engine thread
 //! emulates hardware and runs the agents); the stepped and manual modes run none. Its only file I/O is the capture file ([`capture`]:
 //! frames in, pcap records out, so that a port over real UDP can write the same captures).
 #![forbid(unsafe_code)]
@@ -179,6 +186,15 @@ pub enum FabricError {
     /// Another node already leads off this fabric ([`NodeCtx::claim_uplink`]).
     #[error("another port is already this fabric's uplink")]
     UplinkTaken,
+    /// The uplink could not join a multicast group on its network
+    /// ([`Node::mcast_membership`]).
+    #[error("joining multicast group {group} on the uplink: {reason}")]
+    McastJoin {
+        /// The group, as the IP address its GID stands for.
+        group: IpAddr,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// State shared by the fabric handle, its nodes and the engine thread.

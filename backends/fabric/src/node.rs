@@ -19,7 +19,7 @@ use portverbs_hal::types::Gid;
 use portverbs_transport::Packet;
 
 use crate::kick::Kicker;
-use crate::sim::{NodeId, Routes, Sim, Slot, lock};
+use crate::sim::{Groups, NodeId, Routes, Sim, Slot, lock};
 use crate::{Fabric, FabricError, Mode};
 
 /// A device on the fabric, as the fabric drives it. Every method runs with the fabric lock
@@ -62,6 +62,19 @@ pub trait Node: Send + Debug + 'static {
     /// when a dispatch ends (a poll, a wait), so that everything the application posted
     /// between two of its polls leaves in one batch. A node with no such wire ignores it.
     fn flush(&mut self) {}
+
+    /// The first port of this fabric joined multicast group `gid` (`joined`), or the last one
+    /// left it ([`NodeCtx::join_mcast`], [`NodeCtx::leave_mcast`]). Only the fabric's uplink
+    /// is told: a node that leads onto a real network joins or leaves the group there (an IP
+    /// multicast group, for a UDP port), so that the group's packets from the network reach
+    /// the fabric. A node with no network ignores it.
+    ///
+    /// # Errors
+    /// The network refused the join; the attach that asked for it fails with the reason.
+    fn mcast_membership(&mut self, gid: Gid, joined: bool) -> Result<(), String> {
+        let _ = (gid, joined);
+        Ok(())
+    }
 }
 
 /// What [`Fabric::attach`] tells the code that builds a node.
@@ -148,6 +161,8 @@ pub struct NodeCtx<'a, T> {
     /// Packets produced; the fabric routes them after the closure.
     pub out: &'a mut Vec<Packet>,
     routes: &'a mut Routes,
+    groups: &'a mut Groups,
+    nodes: &'a [Option<Slot>],
     uplink: &'a mut Option<(NodeId, u8)>,
     id: NodeId,
 }
@@ -203,6 +218,66 @@ impl<T> NodeCtx<'_, T> {
                 Ok(())
             }
         }
+    }
+
+    /// Joins `port` of this node to multicast group `gid`: packets any node sends to the
+    /// group reach the port from now on (its own included). Joining twice is a no-op. The
+    /// first port of the fabric to join makes the uplink join the group on its network
+    /// ([`Node::mcast_membership`]).
+    ///
+    /// # Errors
+    /// [`FabricError::McastJoin`] when the uplink could not join; nothing changed.
+    pub fn join_mcast(&mut self, port: u8, gid: Gid) -> Result<(), FabricError> {
+        let me = (self.id, port);
+        let members = self.groups.get(&gid);
+        if members.is_some_and(|m| m.contains(&me)) {
+            return Ok(());
+        }
+        if members.is_none_or(|m| m.is_empty()) {
+            self.tell_uplink(gid, true)?;
+        }
+        self.groups.entry(gid).or_default().push(me);
+        Ok(())
+    }
+
+    /// Takes `port` of this node out of multicast group `gid`; false when it was not in it.
+    /// The last port of the fabric to leave makes the uplink leave the group on its network.
+    pub fn leave_mcast(&mut self, port: u8, gid: Gid) -> bool {
+        let me = (self.id, port);
+        let Some(members) = self.groups.get_mut(&gid) else {
+            return false;
+        };
+        let Some(at) = members.iter().position(|m| *m == me) else {
+            return false;
+        };
+        members.swap_remove(at);
+        if members.is_empty() {
+            self.groups.remove(&gid);
+            // Leaving cannot usefully fail: a group the network kept is only traffic the
+            // fabric drops.
+            let _ = self.tell_uplink(gid, false);
+        }
+        true
+    }
+
+    /// Tells the fabric's uplink that the fabric joined or left `gid`, unless this node is
+    /// the uplink itself (it is the one being driven) or there is none.
+    fn tell_uplink(&mut self, gid: Gid, joined: bool) -> Result<(), FabricError> {
+        let Some((up, _)) = *self.uplink else {
+            return Ok(());
+        };
+        if up == self.id {
+            return Ok(());
+        }
+        let Some(Some(slot)) = self.nodes.get(up) else {
+            return Ok(());
+        };
+        lock(&*slot.node)
+            .mcast_membership(gid, joined)
+            .map_err(|reason| FabricError::McastJoin {
+                group: gid.to_ip(),
+                reason,
+            })
     }
 
     /// This node's routes, sorted.
@@ -306,6 +381,8 @@ impl<T: Node> NodeHandle<T> {
             let Sim {
                 now,
                 routes,
+                groups,
+                nodes,
                 uplink,
                 out,
                 ..
@@ -316,6 +393,8 @@ impl<T: Node> NodeHandle<T> {
                 now: *now,
                 out,
                 routes,
+                groups,
+                nodes,
                 uplink,
                 id: self.id,
             })
@@ -339,6 +418,24 @@ impl<T: Node> NodeHandle<T> {
             sim.routes.retain(|_, (n, _)| *n != me);
             if sim.uplink.is_some_and(|(n, _)| n == me) {
                 sim.uplink = None;
+            }
+            // Its multicast memberships go too; a group no port is left in is left on the
+            // uplink's network.
+            let mut emptied = Vec::new();
+            sim.groups.retain(|gid, members| {
+                members.retain(|(n, _)| *n != me);
+                if members.is_empty() {
+                    emptied.push(*gid);
+                }
+                !members.is_empty()
+            });
+            if let Some((up, _)) = sim.uplink {
+                if let Some(Some(slot)) = sim.nodes.get(up) {
+                    let mut uplink = lock(&*slot.node);
+                    for gid in emptied {
+                        let _ = uplink.mcast_membership(gid, false);
+                    }
+                }
             }
             sim.nodes.get_mut(self.id).and_then(Option::take)
         };

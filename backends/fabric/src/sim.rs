@@ -55,6 +55,18 @@ pub(crate) type NodeId = usize;
 /// The routing table: GID → (node, port).
 pub(crate) type Routes = HashMap<Gid, (NodeId, u8), BuildHasherDefault<GidHasher>>;
 
+/// The multicast groups: group GID → the (node, port)s with a QP attached to it (each node
+/// joins once per port, however many of its QPs are attached; at most one entry per port of
+/// the fabric).
+pub(crate) type Groups = HashMap<Gid, SmallVec<[(NodeId, u8); 4]>, BuildHasherDefault<GidHasher>>;
+
+/// Where one packet goes: one port (or nowhere), or a copy to every member of a multicast
+/// group and the uplink.
+enum Targets {
+    One(Option<(NodeId, u8)>),
+    Many(SmallVec<[(NodeId, u8); 4]>),
+}
+
 /// Longest train (packets of one message delivered as one unit) on a fault-free fabric.
 pub(crate) const MAX_TRAIN: u32 = 64;
 
@@ -119,6 +131,8 @@ pub(crate) struct Sim {
     /// The kind of every node ever attached, by number (numbers default names per kind).
     pub(crate) kinds: Vec<&'static str>,
     pub(crate) routes: Routes,
+    /// The multicast groups the nodes joined ([`crate::NodeCtx::join_mcast`]).
+    pub(crate) groups: Groups,
     /// Where packets for GIDs no node owns go: the port that leads off this fabric (a UDP
     /// port onto a real network), if a node claimed it.
     pub(crate) uplink: Option<(NodeId, u8)>,
@@ -153,6 +167,7 @@ impl Sim {
             nodes: Vec::new(),
             kinds: Vec::new(),
             routes: Routes::default(),
+            groups: Groups::default(),
             uplink: None,
             ready: VecDeque::new(),
             batch: Vec::with_capacity(256),
@@ -228,17 +243,42 @@ impl Sim {
         }
     }
 
-    /// The node and port that own `gid`, or the uplink when none does.
-    #[inline]
-    fn lookup(&self, gid: &Gid) -> Option<(NodeId, u8)> {
-        self.routes.get(gid).copied().or(self.uplink)
+    /// Where a packet to `gid` goes: the port that owns it (or the uplink); for a multicast
+    /// GID (IBA 10.5.2.4), every port that joined the group — the sender's own device
+    /// included, whose engine delivers to its attached QPs — and the uplink, which puts the
+    /// packet on its network for the group's members there.
+    fn targets(&self, gid: &Gid) -> Targets {
+        if let Some(&route) = self.routes.get(gid) {
+            return Targets::One(Some(route));
+        }
+        if !gid.is_multicast() {
+            return Targets::One(self.uplink);
+        }
+        let mut all = self.groups.get(gid).cloned().unwrap_or_default();
+        if let Some(up) = self.uplink {
+            if !all.contains(&up) {
+                all.push(up);
+            }
+        }
+        Targets::Many(all)
     }
 
     fn route(&mut self, pkt: Packet) {
-        let Some((dev, port)) = self.lookup(&pkt.dst_gid) else {
-            self.stats.unroutable += 1;
-            return;
-        };
+        match self.targets(&pkt.dst_gid) {
+            Targets::One(Some((dev, port))) => self.route_to(dev, port, pkt),
+            Targets::One(None) => self.stats.unroutable += 1,
+            Targets::Many(all) => {
+                if all.is_empty() {
+                    self.stats.unroutable += 1;
+                }
+                for (dev, port) in all {
+                    self.route_to(dev, port, pkt.clone());
+                }
+            }
+        }
+    }
+
+    fn route_to(&mut self, dev: NodeId, port: u8, pkt: Packet) {
         let f = self.faults;
         if f == LinkFaults::NONE {
             self.ready.push_back(Delivery { dev, port, pkt });
@@ -247,7 +287,7 @@ impl Sim {
         if pkt.train > 1 {
             // Faults hit real packets: take the train apart first.
             for part in pkt.split() {
-                self.route(part);
+                self.route_to(dev, port, part);
             }
             return;
         }
@@ -394,11 +434,24 @@ impl Sim {
             for pkt in &batch {
                 let route = match last {
                     Some((gid, route)) if gid == pkt.dst_gid => route,
-                    _ => {
-                        let route = self.lookup(&pkt.dst_gid);
-                        last = Some((pkt.dst_gid, route));
-                        route
-                    }
+                    _ => match self.targets(&pkt.dst_gid) {
+                        Targets::One(route) => {
+                            last = Some((pkt.dst_gid, route));
+                            route
+                        }
+                        Targets::Many(all) => {
+                            if all.is_empty() {
+                                self.stats.unroutable += 1;
+                            }
+                            for (dev, port) in all {
+                                self.stats.delivered += 1;
+                                if let Some(Some(node)) = nodes.get_mut(dev) {
+                                    node.receive(now, port, pkt, &mut self.out);
+                                }
+                            }
+                            continue;
+                        }
+                    },
                 };
                 let Some((dev, port)) = route else {
                     self.stats.unroutable += 1;

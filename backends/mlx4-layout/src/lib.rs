@@ -35,6 +35,7 @@ pub mod eqe;
 pub mod hcr;
 pub mod keys;
 pub mod mailbox;
+pub mod mcg;
 pub mod mlx;
 pub mod opcode;
 pub mod pci;

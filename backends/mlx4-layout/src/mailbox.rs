@@ -240,8 +240,19 @@ pub struct InitHca {
     pub _r8: [u8; 8],
     pub rdmarc_base_log: U64,
     pub _r9: [u8; 0x28],
+    /// Base of the multicast group (MCG) table: hash buckets (MGMs) then the overflow
+    /// entries (AMGMs) their chains link to.
     pub mcg_base: U64,
-    pub _r10: [u8; 0x28],
+    pub _r10: [u8; 0x0b],
+    /// log2 bytes of one MCG entry.
+    pub log_mc_entry_sz: u8,
+    pub _r10b: [u8; 3],
+    /// log2 hash buckets (the first entries of the table).
+    pub log_mc_hash_sz: u8,
+    pub _r10c: [u8; 3],
+    /// log2 entries of the whole table.
+    pub log_mc_table_sz: u8,
+    pub _r10d: [u8; 0x14],
     pub dmpt_base: U64,
     /// bit31 memory windows enable; low byte log2 number of MPTs.
     pub mw_log_mpt: U32,
@@ -257,7 +268,8 @@ layout!(InitHca, 0x130, {
     version: 0x00, vxlan: 0x0c, cacheline: 0x0e, flags: 0x14, recoverable_events: 0x18,
     qpc_base_log: 0x30, srqc_base_log: 0x48, cqc_base_log: 0x50, cqe_eqe_size: 0x58,
     altc_base: 0x60, auxc_base: 0x70, eqc_base_log: 0x80, rdmarc_base_log: 0x90,
-    mcg_base: 0xc0, dmpt_base: 0xf0, mw_log_mpt: 0xf8, mtt_base: 0x100, cmpt_base: 0x108,
+    mcg_base: 0xc0, log_mc_entry_sz: 0xd3, log_mc_hash_sz: 0xd7, log_mc_table_sz: 0xdb,
+    dmpt_base: 0xf0, mw_log_mpt: 0xf8, mtt_base: 0x100, cmpt_base: 0x108,
     log_uars: 0x12a, uar_page_sz: 0x12b,
 });
 

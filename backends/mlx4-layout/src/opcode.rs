@@ -37,6 +37,12 @@ pub const RST_QP: u16 = 0x021;
 pub const QUERY_QP: u16 = 0x022;
 pub const CONF_SPECIAL_QP: u16 = 0x023;
 pub const MAD_IFC: u16 = 0x024;
+/// Reads one entry of the multicast group (MCG) table into the outbox (in_mod: its index).
+pub const READ_MCG: u16 = 0x025;
+/// Writes one MCG table entry from the inbox (in_mod: its index; opmod 0).
+pub const WRITE_MCG: u16 = 0x026;
+/// Hashes the MGID in the inbox to its MCG hash bucket (the immediate output).
+pub const MGID_HASH: u16 = 0x027;
 pub const MODIFY_CQ: u16 = 0x02c;
 pub const INIT2INIT_QP: u16 = 0x02d;
 pub const NOP: u16 = 0x031;
@@ -100,6 +106,9 @@ pub fn name(op: u16) -> &'static str {
         QUERY_QP => "QUERY_QP",
         CONF_SPECIAL_QP => "CONF_SPECIAL_QP",
         MAD_IFC => "MAD_IFC",
+        READ_MCG => "READ_MCG",
+        WRITE_MCG => "WRITE_MCG",
+        MGID_HASH => "MGID_HASH",
         MODIFY_CQ => "MODIFY_CQ",
         INIT2INIT_QP => "INIT2INIT_QP",
         NOP => "NOP",

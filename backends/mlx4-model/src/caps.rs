@@ -87,6 +87,11 @@ pub(crate) fn aux_pages(icm_size: u64) -> u64 {
 }
 /// log2 GID table entries per port (the SET_PORT GID table carries 128).
 pub(crate) const LOG_GIDS: u8 = 7;
+/// log2 multicast group (MCG) table entries the firmware accepts (hash buckets and overflow
+/// entries together).
+pub(crate) const LOG_MAX_MCG: u8 = 4;
+/// log2 QPs one MCG entry may list.
+pub(crate) const LOG_MAX_QP_MCG: u8 = 3;
 /// GID table entries.
 pub(crate) const GIDS: usize = 1 << LOG_GIDS;
 
@@ -161,6 +166,9 @@ pub(crate) fn query_dev_cap(ports: u8) -> Vec<u8> {
         max_sg_rq: MAX_SG_RQ,
         max_desc_sz_rq: MAX_DESC_SZ_RQ.into(),
         log_max_pd: LOG_MAX_PD,
+        log_max_qp_mcg: LOG_MAX_QP_MCG,
+        rsvd_mcg: 0,
+        log_max_mcg: LOG_MAX_MCG,
         rdmarc_entry_sz: RDMARC_ENTRY.into(),
         qpc_entry_sz: QPC_ENTRY.into(),
         aux_entry_sz: AUXC_ENTRY.into(),

@@ -201,6 +201,14 @@ impl Mlx4Model {
                 ports,
             );
             engine.set_max_train(joining.max_train);
+            // The engine delivers what the MCG table lists (hw::mcg keeps it in step): as
+            // many groups as the table has entries, as many QPs per group as an entry holds.
+            let entries = 1u32 << caps::LOG_MAX_MCG;
+            engine.set_mcast_limits(portverbs_transport::McastLimits {
+                groups: entries,
+                qps_per_group: portverbs_transport::MAX_MCAST_QPS_PER_GROUP,
+                total: entries * portverbs_transport::MAX_MCAST_QPS_PER_GROUP,
+            });
             let node_config = NodeConfig {
                 name: name.clone(),
                 routes: Vec::new(),

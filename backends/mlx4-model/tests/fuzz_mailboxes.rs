@@ -55,6 +55,9 @@ const OPCODES: &[u16] = &[
     op::CONF_SPECIAL_QP,
     op::CLOSE_HCA,
     op::MAD_IFC,
+    op::MGID_HASH,
+    op::READ_MCG,
+    op::WRITE_MCG,
 ];
 
 struct Live {

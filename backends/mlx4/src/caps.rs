@@ -169,6 +169,10 @@ pub struct DevCaps {
     pub dmpt_entry_sz: u32,
     /// Max total ICM bytes.
     pub max_icm_sz: u64,
+    /// log2 multicast group (MCG) table entries the firmware takes (0: no multicast).
+    pub log_max_mcg: u8,
+    /// log2 QPs one MCG entry may list.
+    pub log_max_qp_mcg: u8,
 }
 
 /// Parses a QUERY_DEV_CAP outbox.
@@ -284,6 +288,8 @@ pub fn parse_dev_cap(out: &[u8]) -> Result<DevCaps, CapsError> {
         mtt_entry_sz: entry("mtt_entry_sz", d.mtt_entry_sz.get(), 8)?,
         dmpt_entry_sz: entry("dmpt_entry_sz", d.dmpt_entry_sz.get(), 64)?,
         max_icm_sz: d.max_icm_sz.get(),
+        log_max_mcg: log_in("log_max_mcg", d.log_max_mcg & 0x3f, 24)?,
+        log_max_qp_mcg: log_in("log_max_qp_mcg", d.log_max_qp_mcg & 0x3f, 16)?,
     })
 }
 

@@ -37,7 +37,14 @@ pub struct Profile {
     pub log_mtts: u8,
     /// log2 RDMA-read/atomic responder entries per QP.
     pub log_rdmarc: u8,
+    /// log2 multicast group (MCG) table entries (0: no table, no multicast); half of them
+    /// are the hash buckets, half the overflow entries their chains link to.
+    pub log_mcg: u8,
 }
+
+/// log2 bytes of one MCG table entry: 128, the smallest Linux's mlx4 accepts (room for 24
+/// QPs; the firmware's `log_max_qp_mcg` may allow fewer).
+pub const LOG_MCG_ENTRY: u8 = 7;
 
 impl Profile {
     /// The default profile clipped to what the device offers.
@@ -50,6 +57,13 @@ impl Profile {
             log_mpts: caps.log_max_mpt.min(12),
             log_mtts: (caps.log_max_mtt + 3).min(16),
             log_rdmarc: caps.log_max_ra_res_qp.clamp(2, 4),
+            // At most 128 entries: 64 groups, each with a bucket or an overflow entry
+            // guaranteed (see `device::mcg`). A table needs two entries or more.
+            log_mcg: if caps.log_max_mcg >= 1 {
+                caps.log_max_mcg.min(7)
+            } else {
+                0
+            },
         }
     }
 }
@@ -77,6 +91,8 @@ pub enum Table {
     Mtt,
     /// Compressed MPTs (virtual space only).
     Cmpt,
+    /// The multicast group table.
+    Mcg,
 }
 
 /// One table's place in ICM.
@@ -134,6 +150,9 @@ impl IcmLayout {
             ),
             (Table::Cmpt, (4u64 << 24) * u64::from(caps.cmpt_entry_sz)),
         ];
+        if p.log_mcg > 0 {
+            want.push((Table::Mcg, (1u64 << p.log_mcg) << LOG_MCG_ENTRY));
+        }
         for (_, s) in &mut want {
             *s = s.next_power_of_two().max(4096);
         }

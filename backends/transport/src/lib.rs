@@ -61,6 +61,7 @@
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod hca;
+pub mod mcast;
 pub mod memory;
 pub mod packet;
 pub mod qp;
@@ -80,6 +81,7 @@ use portverbs_hal::error::CommandError;
 use portverbs_hal::types::{Gid, Mtu, QpState, QpType};
 
 pub use hca::{Hca, RecvSource, RecvWqe, SendWqe, UdTarget, WqeFault};
+pub use mcast::{MCAST_QPN, McastLimits, Membership};
 pub use memory::MemoryTable;
 pub use packet::{INLINE_PAYLOAD, MemSeg, Packet, PayloadData};
 pub use qp::QpInit;
@@ -195,6 +197,10 @@ pub(crate) struct Core {
     pub(crate) max_train: u32,
 }
 
+/// Most QPs of one multicast group a packet is delivered to: bounds the copy of the member
+/// list a delivery walks (a device's `qps_per_group` above it is cut to it).
+pub const MAX_MCAST_QPS_PER_GROUP: u32 = 256;
+
 impl Core {
     #[inline]
     pub(crate) fn port_mtu(&self, port: u8) -> u32 {
@@ -248,6 +254,7 @@ pub struct Engine {
     /// QP contexts by number (the numbers are sparse: a device starts them at a random point).
     qps: Table<Box<QpCtx>>,
     core: Core,
+    mcast: mcast::McastTable,
 }
 
 impl Engine {
@@ -267,7 +274,64 @@ impl Engine {
                 timer_generation: 0,
                 max_train: 1,
             },
+            mcast: mcast::McastTable::default(),
         }
+    }
+
+    /// Sets the device's multicast limits (zero, the default, for a device without
+    /// multicast); `qps_per_group` is cut to [`MAX_MCAST_QPS_PER_GROUP`]. Existing
+    /// attachments stay.
+    pub fn set_mcast_limits(&mut self, limits: McastLimits) {
+        self.mcast.limits = McastLimits {
+            qps_per_group: limits.qps_per_group.min(MAX_MCAST_QPS_PER_GROUP),
+            ..limits
+        };
+    }
+
+    /// The multicast limits in force.
+    pub fn mcast_limits(&self) -> McastLimits {
+        self.mcast.limits
+    }
+
+    /// Attaches UD QP `qpn` to multicast group `gid` (IBA 10.5.2.4); attaching again is a
+    /// no-op. Says whether the device joined the group with it.
+    ///
+    /// # Errors
+    /// No such QP, or not a UD QP; [`CommandError::Unsupported`] without multicast;
+    /// [`CommandError::ResourceExhausted`] past a limit (named as in
+    /// [`portverbs_hal::error::mcast_resource`]).
+    pub fn mcast_attach(&mut self, qpn: u32, gid: Gid) -> Result<Membership, CommandError> {
+        let qp = self.qps.get(qpn).ok_or_else(|| no_qp(qpn))?;
+        if qp.init.qp_type != QpType::Ud {
+            return Err(CommandError::InvalidArgument {
+                what: format!("QP {qpn:#x} is not a UD QP: it cannot join a multicast group"),
+            });
+        }
+        self.mcast.attach(qpn, gid)
+    }
+
+    /// Detaches QP `qpn` from multicast group `gid`. Says whether the device left the group.
+    ///
+    /// # Errors
+    /// [`CommandError::NoSuchObject`] when the QP is not attached to the group.
+    pub fn mcast_detach(&mut self, qpn: u32, gid: Gid) -> Result<Membership, CommandError> {
+        self.mcast.detach(qpn, gid)
+    }
+
+    /// Detaches QP `qpn` from every group (it is being destroyed); returns the groups the
+    /// device left.
+    pub fn mcast_forget_qp(&mut self, qpn: u32) -> Vec<Gid> {
+        self.mcast.forget_qp(qpn)
+    }
+
+    /// The multicast groups with a QP of this device attached.
+    pub fn mcast_groups(&self) -> Vec<Gid> {
+        self.mcast.groups().copied().collect()
+    }
+
+    /// The QPs attached to multicast group `gid`.
+    pub fn mcast_members(&self, gid: &Gid) -> &[u32] {
+        self.mcast.members(gid)
     }
 
     /// The MR/MW table.
@@ -314,6 +378,7 @@ impl Engine {
     /// configuration, the ports and the statistics.
     pub fn reset(&mut self) {
         self.qps.clear();
+        self.mcast.clear();
         self.core.memory.clear();
         self.core.timers = TimerHeap::default();
         self.core.work.clear();
@@ -352,6 +417,7 @@ impl Engine {
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), CommandError> {
         match self.qps.remove(qpn) {
             Some(_) => {
+                self.mcast.forget_qp(qpn);
                 self.core.memory.unbind_qp(qpn);
                 self.core.timers.forget_qp(qpn);
                 self.core.work.retain(|&q| q != qpn);
@@ -459,6 +525,49 @@ impl Engine {
             return;
         }
         let qpn = pkt.hdr.bth.dest_qp;
+        if qpn == MCAST_QPN {
+            self.receive_mcast(now, port, pkt, hca, out);
+            return;
+        }
+        self.deliver(now, port, qpn, pkt, hca, out);
+    }
+
+    /// A datagram to a multicast group (destination QP 0xFFFFFF, IBA 10.5.2.4): a copy to
+    /// every QP of this device attached to the group its destination GID names, each checked
+    /// as a unicast datagram to it would be (its transport, state, P_Key and Q_Key) and each
+    /// taking a receive of its own; with none attached, dropped. Like Linux rxe
+    /// (`rxe_rcv_mcast_pkt`), the sending QP gets a copy when it is attached itself, and
+    /// none otherwise.
+    fn receive_mcast<H: Hca + ?Sized>(
+        &mut self,
+        now: u64,
+        port: u8,
+        pkt: &Packet,
+        hca: &mut H,
+        out: &mut Vec<Packet>,
+    ) {
+        let members: smallvec::SmallVec<[u32; 8]> =
+            self.mcast.members(&pkt.dst_gid).iter().copied().collect();
+        if members.is_empty() || !pkt.dst_gid.is_multicast() {
+            self.core.stats.dropped += 1;
+            return;
+        }
+        for qpn in members {
+            self.deliver(now, port, qpn, pkt, hca, out);
+        }
+    }
+
+    /// A packet for QP `qpn` of this device: the transport's header checks, then the QP's
+    /// responder or completer.
+    fn deliver<H: Hca + ?Sized>(
+        &mut self,
+        now: u64,
+        port: u8,
+        qpn: u32,
+        pkt: &Packet,
+        hca: &mut H,
+        out: &mut Vec<Packet>,
+    ) {
         let Some(qp) = self.qps.get_mut(qpn).map(|q| &mut **q) else {
             self.core.stats.dropped += 1;
             return;

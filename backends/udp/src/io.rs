@@ -51,6 +51,18 @@ impl UdpIo {
         })
     }
 
+    /// Adds another receiving socket (a multicast group's) to the set: its datagrams wake a
+    /// sleep too. It leaves the set when it is closed.
+    pub(crate) fn watch(&self, sock: &UdpSocket) -> io::Result<()> {
+        epoll::add(
+            &self.rx_set,
+            sock,
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::IN,
+        )?;
+        Ok(())
+    }
+
     /// The receive buffers: `count` of `size` bytes, for `recvmmsg` on `sock`.
     pub(crate) fn recv_bufs(
         &self,

@@ -29,7 +29,11 @@
 //!   [`UdpStats::segmentation_fallback`] and [`UdpStats::coalescing_fallback`];
 //! * **captures** ([`UdpPort::start_capture`]): every datagram sent and received, as the
 //!   frame that carried it, in the fabric's pcap format;
-//! * **faults for tests** ([`PortFaults`]): seeded loss and reordering of outgoing packets.
+//! * **faults for tests** ([`PortFaults`]): seeded loss and reordering of outgoing packets;
+//! * **multicast** (`mcast`): a UD multicast group the fabric's devices join is joined as
+//!   the IP group rdma_cm maps its MGID to (`::ffff:239.a.b.c` ↔ 239.a.b.c), on a socket of
+//!   its own bound to the group and 4791; packets to the group go to the group's address,
+//!   looped back to the host's other members, the port's own copies dropped.
 //!
 //! Two more pieces serve tests and figures: [`Lockstep`] runs several stepped fabrics whose
 //! ports talk over real sockets on one virtual clock (the conformance suite's UDP backend),
@@ -146,6 +150,8 @@ pub mod baseline;
 mod io;
 #[cfg(any(target_os = "linux", windows))]
 mod lockstep;
+#[cfg(any(target_os = "linux", windows))]
+mod mcast;
 #[cfg(any(target_os = "linux", windows))]
 mod msg;
 #[cfg(any(target_os = "linux", windows))]

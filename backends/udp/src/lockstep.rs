@@ -143,7 +143,13 @@ impl Lockstep {
         let sent: u64 = self
             .probes
             .iter()
-            .map(|(c, _)| c.tx_packets.load(Ordering::Acquire))
+            .map(|(c, _)| {
+                // A multicast datagram is received once by each other member of the group
+                // among the ports of this process.
+                (c.tx_packets.load(Ordering::Acquire)
+                    + c.tx_mcast_local_copies.load(Ordering::Acquire))
+                .saturating_sub(c.tx_mcast.load(Ordering::Acquire))
+            })
             .sum::<u64>()
             + self.foreign.load(Ordering::Acquire);
         let settled: u64 = self

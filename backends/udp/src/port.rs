@@ -15,11 +15,12 @@ use portverbs_fabric::{
     SplitMix64,
 };
 use portverbs_hal::Progress;
-use portverbs_hal::types::Mtu;
+use portverbs_hal::types::{Gid, Mtu};
 use portverbs_transport::Packet;
 use thiserror::Error;
 
 use crate::io::UdpIo;
+use crate::mcast::McastRx;
 use crate::rx::{self, Rx};
 use crate::stats::{Counters, UdpStats, add};
 use crate::sys;
@@ -156,12 +157,27 @@ pub(crate) struct UdpNode {
     held_count: u64,
     stats: Arc<Counters>,
     capture: Arc<Mutex<CaptureSlot>>,
+    /// The IP multicast groups the fabric's devices joined.
+    mcast: McastRx,
+    /// What the fabric sleeps on (a group's socket joins its set on Linux).
+    #[cfg(target_os = "linux")]
+    io: Arc<UdpIo>,
 }
 
 impl UdpNode {
     /// Receives what waits on the socket (at most one batch) onto the fabric.
     fn take_received(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
-        self.rx.receive(now, &self.stats, &self.capture, out)
+        // The groups first: the port's own receive clears the hint both go by.
+        let hint = self.rx.hint.load(std::sync::atomic::Ordering::Acquire);
+        let groups = self.mcast.receive(
+            now,
+            hint,
+            &self.stats,
+            &self.capture,
+            &mut self.rx.pool,
+            out,
+        );
+        self.rx.receive(now, &self.stats, &self.capture, out) | groups
     }
 
     fn send(&mut self, now: u64, pkt: &Packet) {
@@ -232,6 +248,11 @@ impl Node for UdpNode {
     }
 
     fn receive(&mut self, now: u64, _port: u8, pkt: &Packet, _out: &mut Vec<Packet>) {
+        if pkt.dst_gid.is_multicast() && pkt.src_gid.to_ip() != self.mcast_source() {
+            // A multicast packet the port did not originate (one that came in from the
+            // network and was fanned out on the fabric): never sent back out.
+            return;
+        }
         if pkt.train > 1 {
             for part in pkt.clone().split() {
                 self.send(now, &part);
@@ -255,6 +276,28 @@ impl Node for UdpNode {
     }
 
     fn set_max_train(&mut self, _n: u32) {}
+
+    fn mcast_membership(&mut self, gid: Gid, joined: bool) -> Result<(), String> {
+        if !joined {
+            self.mcast.leave(gid);
+            return Ok(());
+        }
+        #[cfg(target_os = "linux")]
+        let io = self.io.clone();
+        self.mcast.join(gid, |sock| {
+            #[cfg(target_os = "linux")]
+            io.watch(sock)?;
+            let _ = sock;
+            Ok(())
+        })
+    }
+}
+
+impl UdpNode {
+    /// The address multicast packets the port sends come from: its own.
+    fn mcast_source(&self) -> IpAddr {
+        self.rx.local.ip()
+    }
 }
 
 /// A UDP port on a fabric (see the crate docs). Dropping it takes it off the fabric and
@@ -314,6 +357,7 @@ impl UdpPort {
             last_look: None,
             frame: Vec::new(),
         };
+        crate::mcast::prepare_sender(&sock);
         let sockets =
             Sockets::new(sock, local.port(), config.max_source_ports).map_err(UdpError::Socket)?;
         let node = UdpNode {
@@ -328,6 +372,9 @@ impl UdpPort {
             held_count: 0,
             stats: stats.clone(),
             capture: capture.clone(),
+            mcast: McastRx::new(local),
+            #[cfg(target_os = "linux")]
+            io: io.clone(),
         };
         let name = config.name.clone();
         let handle = fabric.attach("udp", |j| {

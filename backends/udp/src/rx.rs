@@ -115,7 +115,7 @@ impl Rx {
 
 /// Checks a datagram and parses its packet, its payload placed in `pool`; with the IPv4
 /// identification and DF flag its sender used (for the capture).
-fn accept(
+pub(crate) fn accept(
     src: SocketAddr,
     local: SocketAddr,
     d: &[u8],

@@ -47,6 +47,28 @@ pub struct UdpStats {
     /// 1 when the port asked for receive coalescing (UDP GRO on Linux, URO on Windows) and
     /// the system lacks it, so that every receive brings one datagram; 0 otherwise.
     pub coalescing_fallback: u64,
+    /// Datagrams sent to an IP multicast group (part of `tx_packets`).
+    pub tx_mcast: u64,
+    /// Copies of those the other ports of this process that joined the group are to
+    /// receive (a datagram to a group reaches every member; this counts the ones a process
+    /// can know of, for settling).
+    pub tx_mcast_local_copies: u64,
+    /// Datagrams received on a multicast group's socket from another sender (part of
+    /// `rx_packets`).
+    pub rx_mcast: u64,
+    /// The port's own multicast datagrams the system looped back to it, dropped (its own
+    /// device had them from the fabric already; not in `rx_packets`).
+    pub rx_mcast_loop: u64,
+}
+
+impl UdpStats {
+    /// The datagrams ports of this process are to receive for what this port sent: one per
+    /// unicast datagram, and one per other member of this process for each multicast one.
+    /// Summed over the ports that talk to each other, it equals their summed `rx_packets`
+    /// once nothing is in flight.
+    pub fn expected_peer_rx(&self) -> u64 {
+        (self.tx_packets + self.tx_mcast_local_copies).saturating_sub(self.tx_mcast)
+    }
 }
 
 /// The live counters.
@@ -70,6 +92,10 @@ pub(crate) struct Counters {
     pub(crate) rcvbuf: AtomicU64,
     pub(crate) segmentation_fallback: AtomicU64,
     pub(crate) coalescing_fallback: AtomicU64,
+    pub(crate) tx_mcast: AtomicU64,
+    pub(crate) tx_mcast_local_copies: AtomicU64,
+    pub(crate) rx_mcast: AtomicU64,
+    pub(crate) rx_mcast_loop: AtomicU64,
     /// Datagrams the node is done with (handed to the fabric or dropped): with
     /// `tx_packets` of every port it tells when nothing is in flight ([`crate::Lockstep`]).
     pub(crate) rx_settled: AtomicU64,
@@ -103,6 +129,10 @@ impl Counters {
             rcvbuf: g(&self.rcvbuf),
             segmentation_fallback: g(&self.segmentation_fallback),
             coalescing_fallback: g(&self.coalescing_fallback),
+            tx_mcast: g(&self.tx_mcast),
+            tx_mcast_local_copies: g(&self.tx_mcast_local_copies),
+            rx_mcast: g(&self.rx_mcast),
+            rx_mcast_loop: g(&self.rx_mcast_loop),
         }
     }
 }

@@ -475,3 +475,100 @@ fn interface_of(ip: std::net::IpAddr) -> Option<String> {
     unsafe { libc::freeifaddrs(list) };
     found
 }
+
+/// A UDP socket bound to `addr` with `SO_REUSEADDR` set first: a multicast group's receiving
+/// socket, bound to the group's address and port, which every port of the host that joined
+/// the group binds too (each then gets its own copy of every datagram to the group).
+pub(crate) fn bind_shared(addr: SocketAddr) -> io::Result<UdpSocket> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain system call with constant arguments.
+    let fd = unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let sock = UdpSocket::from(owned);
+    setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    let (storage, len) = to_storage(&addr, 0);
+    // SAFETY: `storage` holds a sockaddr of `len` bytes for the whole call; the descriptor
+    // is owned by `sock`.
+    let rc = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&raw const storage).cast::<libc::sockaddr>(),
+            len,
+        )
+    };
+    if rc == 0 {
+        Ok(sock)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Multicast datagrams `sock` sends leave through the interface that holds `local`
+/// (`IP_MULTICAST_IF` with an `ip_mreqn`, or `IPV6_MULTICAST_IF`), so that a port on a
+/// loopback address reaches the group's members on this host rather than following the
+/// default route.
+pub(crate) fn set_multicast_if(sock: &UdpSocket, local: std::net::IpAddr) -> io::Result<()> {
+    let index = interface_index(local).unwrap_or(0);
+    match local {
+        std::net::IpAddr::V4(v4) => {
+            let mreq = libc::ip_mreqn {
+                imr_multiaddr: libc::in_addr { s_addr: 0 },
+                imr_address: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.octets()),
+                },
+                imr_ifindex: index as c_int,
+            };
+            // SAFETY: the pointer and length describe `mreq`, live for the whole call; the
+            // descriptor is owned by `sock`.
+            let rc = unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::IPPROTO_IP,
+                    libc::IP_MULTICAST_IF,
+                    (&raw const mreq).cast::<c_void>(),
+                    size_of::<libc::ip_mreqn>() as socklen_t,
+                )
+            };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        }
+        std::net::IpAddr::V6(_) => setsockopt_int(
+            sock,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MULTICAST_IF,
+            index as c_int,
+        ),
+    }
+}
+
+/// The index of the interface that holds `ip` (every 127/8 address is the loopback
+/// interface's).
+pub(crate) fn interface_index(ip: std::net::IpAddr) -> Option<u32> {
+    let name = if ip.is_loopback() {
+        "lo".to_string()
+    } else {
+        interface_of(ip)?
+    };
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: `name` is a NUL-terminated string, live for the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
+}

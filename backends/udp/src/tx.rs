@@ -140,7 +140,18 @@ impl TxQueue {
             add(&stats.tx_dropped, 1);
             return;
         }
-        let (sock, sport) = sockets.for_port(pkt.udp_sport, stats);
+        let (sock, sport) = if dst.ip().is_multicast() {
+            // To a group: from the port's own socket, set up for multicast
+            // (`crate::mcast::prepare_sender`), and counted for settling.
+            add(&stats.tx_mcast, 1);
+            add(
+                &stats.tx_mcast_local_copies,
+                crate::mcast::local_copies(dst, sockets.ip),
+            );
+            (0, sockets.list.first().map_or(0, |s| s.0))
+        } else {
+            sockets.for_port(pkt.udp_sport, stats)
+        };
         self.make_room();
         let start = self.arena.len();
         let sealed = pkt.write_datagram(&mut self.arena).and_then(|()| {

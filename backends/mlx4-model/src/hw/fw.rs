@@ -39,8 +39,36 @@ pub(super) struct Layout {
     pub(super) dmpt: u64,
     pub(super) log_mpt: u8,
     pub(super) mtt: u64,
+    /// The multicast group table, when INIT_HCA gave one.
+    pub(super) mcg: Option<McgLayout>,
     /// The inbox as given (QUERY_HCA reads it back).
     raw: Vec<u8>,
+}
+
+/// Where the multicast group (MCG) table lies in ICM and its geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct McgLayout {
+    pub(super) base: u64,
+    pub(super) log_entry: u8,
+    pub(super) log_hash: u8,
+    pub(super) log_table: u8,
+}
+
+impl McgLayout {
+    /// Bytes of one entry.
+    pub(super) fn entry(&self) -> usize {
+        1 << self.log_entry
+    }
+
+    /// Entries of the table.
+    pub(super) fn entries(&self) -> u32 {
+        1 << self.log_table
+    }
+
+    /// Hash buckets (the table's first entries).
+    pub(super) fn buckets(&self) -> u32 {
+        1 << self.log_hash
+    }
 }
 
 /// The opcodes the model implements; every other one is BAD_OP.
@@ -78,6 +106,9 @@ pub(super) fn known(opcode: u16) -> bool {
             | op::RST_QP
             | op::QUERY_QP
             | op::CONF_SPECIAL_QP
+            | op::READ_MCG
+            | op::WRITE_MCG
+            | op::MGID_HASH
             | op::MODIFY_CQ
             | op::INIT2INIT_QP
             | SYNC_TPT
@@ -292,6 +323,28 @@ impl Hw {
         if !ok {
             return Err(Status::BadParam);
         }
+        // The MCG table is optional (a driver without multicast gives none): entries of 64
+        // bytes to 4 KiB, at least one overflow entry behind the hash buckets, inside ICM.
+        let mcg = if m.log_mc_table_sz == 0 {
+            None
+        } else {
+            let l = McgLayout {
+                base: m.mcg_base.get(),
+                log_entry: m.log_mc_entry_sz,
+                log_hash: m.log_mc_hash_sz,
+                log_table: m.log_mc_table_sz,
+            };
+            let fits = (6..=12).contains(&l.log_entry)
+                && l.log_table <= caps::LOG_MAX_MCG
+                && l.log_hash < l.log_table
+                && (u64::from(l.entries()) << l.log_entry)
+                    .checked_add(l.base)
+                    .is_some_and(|end| end <= icm_size);
+            if !fits {
+                return Err(Status::BadParam);
+            }
+            Some(l)
+        };
         let raw = m.as_bytes().to_vec();
         self.layout = Some(Layout {
             qpc,
@@ -305,6 +358,7 @@ impl Hw {
             dmpt,
             log_mpt,
             mtt,
+            mcg,
             raw,
         });
         self.fw = Fw::Initialized;

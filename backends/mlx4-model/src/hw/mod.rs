@@ -12,6 +12,7 @@ mod cq;
 mod eq;
 mod fw;
 mod hca;
+mod mcg;
 pub(crate) mod mem;
 mod mpt;
 mod port;
@@ -111,6 +112,9 @@ pub(crate) struct Hw {
     /// doorbell, so a receive posted to a QP in ERR is noticed here and flushed.
     errored: Vec<u32>,
     scratch: Vec<u8>,
+    /// The multicast groups the model's ports joined on the fabric: those the engine has
+    /// QPs attached to, as of the last command ([`sync_fabric_groups`]).
+    fabric_groups: Vec<portverbs_hal::types::Gid>,
 }
 
 impl Hw {
@@ -139,6 +143,7 @@ impl Hw {
             drop_routes: false,
             errored: Vec::new(),
             scratch: Vec::new(),
+            fabric_groups: Vec::new(),
         }
     }
 
@@ -375,6 +380,7 @@ pub(crate) fn run_command(ctx: &mut Ctx<'_>, cmd: &Command) -> (u8, Option<u64>)
                 ctx.remove_route(gid);
             }
         }
+        sync_fabric_groups(ctx);
         r
     })();
     match result {
@@ -402,6 +408,38 @@ pub(crate) fn reset(ctx: &mut Ctx<'_>, remove: bool) {
     for (_, gid) in ctx.routes() {
         ctx.remove_route(gid);
     }
+    sync_fabric_groups(ctx);
+}
+
+/// Makes the multicast groups the model's ports joined on the fabric those the engine has
+/// QPs attached to (after a WRITE_MCG, a QP's destruction, a reset): the ports hear a group's
+/// packets while the table lists a QP of this HCA in it.
+fn sync_fabric_groups(ctx: &mut Ctx<'_>) {
+    let want = ctx.node.engine.mcast_groups();
+    let have = std::mem::take(&mut ctx.node.hw.fabric_groups);
+    let ports = ctx.node.hw.ports;
+    let mut kept = Vec::with_capacity(want.len());
+    for gid in have {
+        if want.contains(&gid) {
+            kept.push(gid);
+        } else {
+            for port in 1..=ports {
+                ctx.leave_mcast(port, gid);
+            }
+        }
+    }
+    for gid in want {
+        if kept.contains(&gid) {
+            continue;
+        }
+        for port in 1..=ports {
+            // The fabric refuses only when its uplink cannot join the group on its network:
+            // the group is then heard on the fabric alone.
+            let _ = ctx.join_mcast(port, gid);
+        }
+        kept.push(gid);
+    }
+    ctx.node.hw.fabric_groups = kept;
 }
 
 impl Hw {
@@ -483,6 +521,7 @@ impl Hw {
             op::SW2HW_MPT | op::QUERY_MPT | op::HW2SW_MPT | op::WRITE_MTT => {
                 self.mpt_command(engine, cmd)
             }
+            op::MGID_HASH | op::READ_MCG | op::WRITE_MCG => self.mcg_command(engine, cmd),
             _ => self.qp_command(engine, now, out, cmd),
         }
     }

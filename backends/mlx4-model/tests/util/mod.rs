@@ -40,6 +40,10 @@ pub const MTT: u64 = 0x1_8000;
 pub const SRQC: u64 = 0x2_0000;
 pub const LOG_SRQ: u8 = 7;
 pub const EQC: u64 = 0x2_2000;
+/// The multicast group table: 16 entries of 128 bytes (8 hash buckets, 8 overflow entries).
+pub const MCG: u64 = 0x2_2800;
+pub const LOG_MCG: u8 = 4;
+pub const LOG_MCG_ENTRY: u8 = 7;
 pub const LOG_EQ: u8 = 4;
 /// Bytes of ICM the harness backs with memory.
 pub const ICM_BYTES: u64 = 0x2_3000;
@@ -267,6 +271,10 @@ impl Dev {
         m.dmpt_base = DMPT.into();
         m.mw_log_mpt = ((1u32 << 31) | u32::from(LOG_MPT)).into();
         m.mtt_base = MTT.into();
+        m.mcg_base = MCG.into();
+        m.log_mc_entry_sz = LOG_MCG_ENTRY;
+        m.log_mc_hash_sz = LOG_MCG - 1;
+        m.log_mc_table_sz = LOG_MCG;
         m.log_uars = 8;
         m
     }

@@ -195,6 +195,8 @@ impl Mlx4Device {
             cmd_eqn: Mutex::new(None),
             fatal: Arc::new(AtomicBool::new(false)),
             closed: AtomicBool::new(false),
+            mcg: Mutex::new(super::mcg::McgState::default()),
+            mcg_busy: AtomicBool::new(false),
         });
         let dev = Self(inner);
         block_on(dev.start(&config)).map_err(step("command EQ and ports"))?;
@@ -394,6 +396,12 @@ fn init_hca_inbox(caps: &DevCaps, p: &Profile, l: &IcmLayout) -> InitHca {
     m.mw_log_mpt = (mw | u32::from(p.log_mpts)).into();
     m.mtt_base = l.get(Table::Mtt).base.into();
     m.cmpt_base = l.get(Table::Cmpt).base.into();
+    if p.log_mcg > 0 {
+        m.mcg_base = l.get(Table::Mcg).base.into();
+        m.log_mc_entry_sz = crate::icm::LOG_MCG_ENTRY;
+        m.log_mc_table_sz = p.log_mcg;
+        m.log_mc_hash_sz = p.log_mcg - 1;
+    }
     m.log_uars = caps.num_uars.trailing_zeros() as u8;
     m.uar_page_sz = 0;
     m
@@ -451,6 +459,12 @@ fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo, function: &str) ->
         },
         max_mw: (1u32 << p.log_mpts) - caps.reserved_mpts,
         max_ah: qps,
+        // The MCG table (device::mcg): as many groups as there are overflow entries, so
+        // that every advertised group fits whatever the hash does.
+        max_mcast_grp: super::mcg::Geometry::of(caps, p).map_or(0, |g| g.max_groups),
+        max_mcast_qp_attach: super::mcg::Geometry::of(caps, p).map_or(0, |g| g.per_group),
+        max_total_mcast_qp_attach: super::mcg::Geometry::of(caps, p)
+            .map_or(0, |g| g.max_groups * g.per_group),
         max_srq: (1u32 << p.log_srqs) - caps.reserved_srqs,
         max_srq_wr: (1u32 << caps.log_max_srq_sz.min(15)) - 1,
         max_srq_sge: caps.max_sg_rq.min(32),

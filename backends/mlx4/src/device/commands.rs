@@ -19,7 +19,7 @@ use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
-use portverbs_hal::types::MwType;
+use portverbs_hal::types::{Gid, MwType};
 use zerocopy::{Immutable, IntoBytes};
 
 use super::Mlx4Device;
@@ -240,7 +240,12 @@ impl Device for Mlx4Device {
         self.do_query_qp(qpn, known).await
     }
 
+    /// Detaches the QP from its multicast groups first: the MCG table must not list a QPN
+    /// that a later QP may get.
     async fn destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {
+        if let Err(e) = self.detach_all_mcast(qpn).await {
+            tracing::warn!(qpn, error = %e, "detaching a destroyed QP from its groups failed");
+        }
         self.do_destroy_qp(qpn).await
     }
 
@@ -265,5 +270,14 @@ impl Device for Mlx4Device {
     /// MPT is ever written over one the HCA uses; closing the device releases both.
     async fn dealloc_mw(&self, handle: u32) -> Result<(), CommandError> {
         self.do_dealloc_mw(handle).await
+    }
+
+    /// Through the HCA's MCG table (`device::mcg`); RoCE ports ignore the LID.
+    async fn attach_mcast(&self, qpn: u32, gid: Gid, _lid: u16) -> Result<(), CommandError> {
+        self.do_attach_mcast(qpn, gid).await
+    }
+
+    async fn detach_mcast(&self, qpn: u32, gid: Gid, _lid: u16) -> Result<(), CommandError> {
+        self.do_detach_mcast(qpn, gid).await
     }
 }

@@ -5,6 +5,7 @@ mod bringup;
 mod commands;
 mod cq;
 mod eq;
+mod mcg;
 mod objects;
 mod pd_mr;
 mod qp;
@@ -96,6 +97,10 @@ pub(crate) struct Inner {
     /// Catastrophic error or removal seen: commands and posts fail, polls drain.
     pub(crate) fatal: Arc<AtomicBool>,
     pub(crate) closed: AtomicBool,
+    /// The driver's side of the multicast group table.
+    pub(crate) mcg: Mutex<mcg::McgState>,
+    /// A multicast table operation is running (they run one at a time).
+    pub(crate) mcg_busy: AtomicBool,
 }
 
 impl Inner {

@@ -84,7 +84,7 @@ impl Mlx4Device {
     }
 
     /// The hardware QPN of the QP verbs know as `qpn`.
-    fn hw_qpn(&self, qpn: u32) -> Result<u32, CommandError> {
+    pub(super) fn hw_qpn(&self, qpn: u32) -> Result<u32, CommandError> {
         let o = self.0.objects();
         Ok(o.qps.get(&qpn).ok_or_else(|| no("QP", qpn))?.hw_qpn)
     }

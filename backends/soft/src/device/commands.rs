@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::engine::Membership;
 use portverbs_hal::attr::{QpAttr, QpAttrMask, QpCaps};
 use portverbs_hal::caps::{DeviceAttr, DeviceInfo, GidEntry, GidType, PortAttr};
 use portverbs_hal::device::{
@@ -15,7 +16,7 @@ use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
-use portverbs_hal::types::{MwType, QpType};
+use portverbs_hal::types::{Gid, MwType, QpType};
 
 use super::SoftDevice;
 use super::doorbell::{CqDoorbell, EqDoorbell, RqDoorbell, SqDoorbell, SrqDoorbell};
@@ -626,9 +627,54 @@ impl Device for SoftDevice {
     }
 
     async fn destroy_qp(&self, qpn: u32) -> Result<(), CommandError> {
-        self.with(|d, _, _| {
-            d.engine.destroy_qp(qpn)?;
-            d.hw.qps.remove(qpn);
+        self.node.with(|ctx| {
+            let left = ctx.node.engine.mcast_forget_qp(qpn);
+            let ports = ctx.node.state.ports.len() as u8;
+            for gid in left {
+                for port in 1..=ports {
+                    ctx.leave_mcast(port, gid);
+                }
+            }
+            ctx.node.engine.destroy_qp(qpn)?;
+            ctx.node.hw.qps.remove(qpn);
+            Ok(())
+        })
+    }
+
+    async fn attach_mcast(&self, qpn: u32, gid: Gid, _lid: u16) -> Result<(), CommandError> {
+        self.check_alive()?;
+        if !gid.is_multicast() {
+            return Err(invalid(format!("{gid} is not a multicast GID")));
+        }
+        self.node.with(|ctx| {
+            if ctx.node.engine.mcast_attach(qpn, gid)? != Membership::Joined {
+                return Ok(());
+            }
+            // The device's first QP in the group: its ports join it on the fabric (and the
+            // fabric's uplink on its network). A refusal undoes the attach.
+            let ports = ctx.node.state.ports.len() as u8;
+            for port in 1..=ports {
+                if let Err(e) = ctx.join_mcast(port, gid) {
+                    for p in 1..port {
+                        ctx.leave_mcast(p, gid);
+                    }
+                    let _ = ctx.node.engine.mcast_detach(qpn, gid);
+                    return Err(invalid(e.to_string()));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn detach_mcast(&self, qpn: u32, gid: Gid, _lid: u16) -> Result<(), CommandError> {
+        self.check_alive()?;
+        self.node.with(|ctx| {
+            if ctx.node.engine.mcast_detach(qpn, gid)? == Membership::Left {
+                let ports = ctx.node.state.ports.len() as u8;
+                for port in 1..=ports {
+                    ctx.leave_mcast(port, gid);
+                }
+            }
             Ok(())
         })
     }

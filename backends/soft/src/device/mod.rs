@@ -127,6 +127,11 @@ impl SoftDevice {
                 engine_ports,
             );
             engine.set_max_train(joining.max_train);
+            engine.set_mcast_limits(portverbs_transport::McastLimits {
+                groups: state.attr.max_mcast_grp,
+                qps_per_group: state.attr.max_mcast_qp_attach,
+                total: state.attr.max_total_mcast_qp_attach,
+            });
             let device = SimDevice {
                 engine,
                 hw: Hw::default(),

@@ -28,6 +28,14 @@ pub(crate) mod limits {
     pub(crate) const MAX_SRQ_WR: u32 = 1 << 14;
     pub(crate) const GID_TABLE: u32 = 16;
     pub(crate) const COMP_VECTORS: u32 = 4;
+    /// Multicast groups (`max_mcast_grp`): below the 20 IPv4 memberships a Linux socket may
+    /// hold by default (`net.ipv4.igmp_max_memberships`), since a UDP-bound device joins
+    /// each group on its socket.
+    pub(crate) const MAX_MCAST_GRP: u32 = 16;
+    /// QPs of one multicast group (`max_mcast_qp_attach`).
+    pub(crate) const MAX_MCAST_QP_ATTACH: u32 = 8;
+    /// Attachments over all groups (`max_total_mcast_qp_attach`).
+    pub(crate) const MAX_TOTAL_MCAST_QP_ATTACH: u32 = 64;
     /// The lowest number of an ordinary QP (below: QP0, QP1 and numbers kept back, as rxe
     /// keeps 0x10 and below).
     pub(crate) const FIRST_QPN: u32 = 0x11;
@@ -132,6 +140,9 @@ impl DevState {
             atomic_cap: AtomicCap::Hca,
             max_mw: MAX_MR,
             max_ah: MAX_QP,
+            max_mcast_grp: MAX_MCAST_GRP,
+            max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
+            max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
             max_srq: MAX_SRQ,
             max_srq_wr: MAX_SRQ_WR,
             max_srq_sge: MAX_SGE,
