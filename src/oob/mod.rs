@@ -4,7 +4,7 @@
 //!
 //! | module | format | spoken by |
 //! |---|---|---|
-//! | [`pingpong`] | one ASCII `LID:QPN:PSN:GID` message each way over TCP, then the client's `done` | `ibv_rc_pingpong`, and `ibv_uc_pingpong` and `ibv_ud_pingpong` with the same message (rdma-core's `libibverbs/examples/rc_pingpong.c`, `uc_pingpong.c`, `ud_pingpong.c`) |
+//! | [`pingpong`] | one ASCII `LID:QPN:PSN:GID` message each way over TCP, then the client's `done`; 256 of them each way for `ibv_srq_pingpong` | `ibv_rc_pingpong`, and `ibv_uc_pingpong` and `ibv_ud_pingpong` with the same message; `ibv_srq_pingpong` (rdma-core's `libibverbs/examples/rc_pingpong.c`, `uc_pingpong.c`, `ud_pingpong.c`, `srq_pingpong.c`) |
 //! | [`perftest`] | versions, system data, MTU, then `struct pingpong_dest` per QP as text over TCP or, with `-R`, in binary over an RC QP the CM connected; bandwidth reports as big-endian numbers | perftest's `ib_write_bw`, `ib_read_lat`, … (its `src/perftest_communication.c`) |
 //! | [`rping`] | a 16-byte advertisement of a buffer (address, rkey, length) SENT over the connected QP; the ping text | `rping` (librdmacm's `librdmacm/examples/rping.c`) |
 //!
@@ -18,7 +18,8 @@
 //! short input with a typed error, never a panic. The exchanges come in two forms:
 //!
 //! * **blocking**, over any [`std::io::Read`] + [`std::io::Write`] stream (a `TcpStream`):
-//!   [`pingpong::client`], [`pingpong::serve`], [`perftest::StreamExchange`] with
+//!   [`pingpong::client`], [`pingpong::serve`] (and `_many` for several endpoints),
+//!   [`perftest::StreamExchange`] with
 //!   [`perftest::negotiate`], [`perftest::hand_shake`] and [`perftest::bw_reports`]; a
 //!   transport of your own (an RC QP, as perftest's `-R`) implements [`perftest::Exchange`];
 //! * **async**, with feature `tokio`, over any `tokio::io::AsyncRead` + `AsyncWrite` stream:

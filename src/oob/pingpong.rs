@@ -1,7 +1,9 @@
 //! The exchange of rdma-core's pingpong examples (`libibverbs/examples/rc_pingpong.c`, and
 //! `uc_pingpong.c` and `ud_pingpong.c`, which send the same message): over one TCP connection,
 //! the client sends its endpoint, the server answers with its own, and the client ends with
-//! `done`.
+//! `done`. `srq_pingpong.c` sends [`SRQ_MESSAGES`] such messages each way instead of one (its
+//! QPs' endpoints, then all-zero ones), then the same `done`: [`client_many`] and
+//! [`serve_many`].
 //!
 //! An endpoint travels as the ASCII text `LLLL:QQQQQQ:PPPPPP:GGGG…` — the LID as 4 hex digits,
 //! QPN and PSN as 6 each, the GID as 32 ([`Gid::wire_hex`]) — followed by a NUL: [`MSG_LEN`]
@@ -25,6 +27,11 @@ pub const MSG_LEN: usize = 52;
 
 /// The client's last message: the C string `done`, NUL included.
 pub const DONE: &[u8; 5] = b"done\0";
+
+/// How many endpoint messages `srq_pingpong` sends each way, whatever its QP count (`-q`): the
+/// endpoints of its QPs first, then all-zero endpoints (`0000:000000:000000:000…0`) up to this
+/// number (its `MAX_QP`).
+pub const SRQ_MESSAGES: usize = 256;
 
 /// QPNs and PSNs are 24-bit numbers.
 const MASK_24: u32 = 0xff_ffff;
@@ -235,6 +242,114 @@ where
     F: Future<Output = Result<QpEndpoint, E>>,
 {
     serve_on(&mut super::io::Tokio(stream), connect).await
+}
+
+/// Client side of an exchange of several endpoints each way (`srq_pingpong`: [`SRQ_MESSAGES`]
+/// of them): sends every endpoint of `mine`, reads as many of the server's, then tells the
+/// server `done`. Both sides must send the same number of messages; the read is bounded by
+/// `mine.len()` messages.
+///
+/// # Errors
+/// The stream failed, or one of the server's messages is not an endpoint.
+pub fn client_many<S: Read + Write>(
+    stream: S,
+    mine: &[QpEndpoint],
+) -> Result<Vec<QpEndpoint>, ExchangeError> {
+    now(client_many_on(&mut Blocking(stream), mine))
+}
+
+/// Server side of an exchange of `count` endpoints each way: reads the client's `count`
+/// endpoints, lets `connect` bring this side's QPs up toward them and return this side's
+/// endpoints, sends those, and waits for the client's `done`. Returns the client's endpoints.
+///
+/// # Errors
+/// The stream failed, a message of the client's is not an endpoint, or `connect` failed
+/// ([`ExchangeError::Connect`]).
+pub fn serve_many<S: Read + Write, E>(
+    stream: S,
+    count: usize,
+    connect: impl FnOnce(&[QpEndpoint]) -> Result<Vec<QpEndpoint>, E>,
+) -> Result<Vec<QpEndpoint>, ExchangeError<E>> {
+    now(serve_many_on(&mut Blocking(stream), count, |theirs| {
+        std::future::ready(connect(&theirs))
+    }))
+}
+
+/// [`client_many`] on a tokio stream.
+///
+/// # Errors
+/// As [`client_many`].
+#[cfg(feature = "tokio")]
+pub async fn client_many_async<S>(
+    stream: S,
+    mine: &[QpEndpoint],
+) -> Result<Vec<QpEndpoint>, ExchangeError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    client_many_on(&mut super::io::Tokio(stream), mine).await
+}
+
+/// [`serve_many`] on a tokio stream, with an async connect step.
+///
+/// # Errors
+/// As [`serve_many`].
+#[cfg(feature = "tokio")]
+pub async fn serve_many_async<S, E, F>(
+    stream: S,
+    count: usize,
+    connect: impl FnOnce(Vec<QpEndpoint>) -> F,
+) -> Result<Vec<QpEndpoint>, ExchangeError<E>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    F: Future<Output = Result<Vec<QpEndpoint>, E>>,
+{
+    serve_many_on(&mut super::io::Tokio(stream), count, connect).await
+}
+
+/// The messages of `eps`, back to back.
+fn encode_all(eps: &[QpEndpoint]) -> Vec<u8> {
+    eps.iter().flat_map(encode).collect()
+}
+
+async fn client_many_on<W: Wire>(
+    wire: &mut W,
+    mine: &[QpEndpoint],
+) -> Result<Vec<QpEndpoint>, ExchangeError> {
+    let at = ExchangeError::at;
+    wire.send(&encode_all(mine))
+        .await
+        .map_err(at(Stage::SendEndpoint))?;
+    let mut theirs = Vec::with_capacity(mine.len());
+    for _ in mine {
+        theirs.push(receive(wire).await?);
+    }
+    wire.send(DONE).await.map_err(at(Stage::SendDone))?;
+    Ok(theirs)
+}
+
+async fn serve_many_on<W: Wire, E, F>(
+    wire: &mut W,
+    count: usize,
+    connect: impl FnOnce(Vec<QpEndpoint>) -> F,
+) -> Result<Vec<QpEndpoint>, ExchangeError<E>>
+where
+    F: Future<Output = Result<Vec<QpEndpoint>, E>>,
+{
+    let at = ExchangeError::at;
+    let mut theirs = Vec::with_capacity(count.min(SRQ_MESSAGES));
+    for _ in 0..count {
+        theirs.push(receive(wire).await?);
+    }
+    let mine = connect(theirs.clone())
+        .await
+        .map_err(ExchangeError::Connect)?;
+    wire.send(&encode_all(&mine))
+        .await
+        .map_err(at(Stage::SendEndpoint))?;
+    let mut done = [0u8; DONE.len()];
+    wire.recv(&mut done).await.map_err(at(Stage::ReceiveDone))?;
+    Ok(theirs)
 }
 
 async fn client_on<W: Wire>(wire: &mut W, mine: &QpEndpoint) -> Result<QpEndpoint, ExchangeError> {

@@ -253,3 +253,102 @@ async fn the_async_exchange_is_the_same() {
     );
     half.await.unwrap();
 }
+
+/// `srq_pingpong`'s exchange: every endpoint of each side (its QPs', then zero padding up to
+/// [`SRQ_MESSAGES`]) travels as one message, the client's first, and `done` ends it.
+#[test]
+fn many_endpoints_each_way() {
+    let pad = |eps: Vec<QpEndpoint>| {
+        let mut eps = eps;
+        eps.resize(SRQ_MESSAGES, QpEndpoint::default());
+        eps
+    };
+    let g = gid("00000000000000000000ffff0a000001");
+    let mine = pad((0..16).map(|i| ep(0, 0x100 + i, 0x200 + i, g)).collect());
+    let theirs = pad((0..16).map(|i| ep(0, 0x300 + i, 0x400 + i, g)).collect());
+    let (c, s) = socket_pair();
+    let (want, answer) = (mine.clone(), theirs.clone());
+    let server = std::thread::spawn(move || {
+        serve_many(&s, SRQ_MESSAGES, |client: &[QpEndpoint]| {
+            assert_eq!(client, &want[..]);
+            Ok::<_, Infallible>(answer)
+        })
+        .unwrap()
+    });
+    assert_eq!(client_many(&c, &mine).unwrap(), theirs);
+    assert_eq!(server.join().unwrap(), mine);
+
+    // On the wire: the messages back to back, the padding as zero endpoints, then `done`.
+    let (c, mut s) = socket_pair();
+    let peer = std::thread::spawn(move || {
+        let mut got = vec![0u8; 3 * MSG_LEN];
+        s.read_exact(&mut got).unwrap();
+        for i in 0..3 {
+            s.write_all(&encode(&ep(0, 0x20 + i, 0, Gid::ZERO)))
+                .unwrap();
+        }
+        let mut done = [0u8; 5];
+        s.read_exact(&mut done).unwrap();
+        (got, done)
+    });
+    let sent = [ep(1, 2, 3, g), QpEndpoint::default(), QpEndpoint::default()];
+    let back = client_many(&c, &sent).unwrap();
+    assert_eq!(
+        back.iter().map(|e| e.qpn).collect::<Vec<_>>(),
+        [0x20, 0x21, 0x22]
+    );
+    let (got, done) = peer.join().unwrap();
+    assert_eq!(&got[..MSG_LEN], &encode(&sent[0])[..]);
+    assert_eq!(
+        &got[MSG_LEN..2 * MSG_LEN],
+        b"0000:000000:000000:00000000000000000000000000000000\0"
+    );
+    assert_eq!(&done, DONE);
+}
+
+/// A peer that stops in the middle of its list, or sends a bad one, is a typed error.
+#[test]
+fn a_short_or_bad_list_is_a_typed_error() {
+    let (c, s) = socket_pair();
+    let peer = std::thread::spawn(move || {
+        let mut msgs = encode_all(&[QpEndpoint::default(); 2]);
+        msgs.extend_from_slice(&encode(&QpEndpoint::default())[..10]);
+        (&c).write_all(&msgs).unwrap();
+    });
+    let e = serve_many(&s, 4, |_: &[QpEndpoint]| Ok::<_, Infallible>(Vec::new())).unwrap_err();
+    assert!(
+        matches!(&e, ExchangeError::Io { stage: Stage::ReceiveEndpoint, source }
+            if source.kind() == io::ErrorKind::UnexpectedEof),
+        "{e}"
+    );
+    peer.join().unwrap();
+
+    let (c, mut s) = socket_pair();
+    let peer = std::thread::spawn(move || {
+        let mut got = [0u8; 2 * MSG_LEN];
+        s.read_exact(&mut got).unwrap();
+        s.write_all(&encode(&QpEndpoint::default())).unwrap();
+        s.write_all(&[b'q'; MSG_LEN]).unwrap();
+    });
+    let e = client_many(&c, &[QpEndpoint::default(); 2]).unwrap_err();
+    assert!(matches!(&e, ExchangeError::Malformed { .. }), "{e}");
+    peer.join().unwrap();
+}
+
+#[cfg(feature = "tokio")]
+#[tokio::test]
+async fn the_async_exchange_of_many_is_the_same() {
+    let (c, s) = tokio::io::duplex(64 * 1024);
+    let mine = vec![ep(0, 0x11, 0x22, Gid::ZERO); 5];
+    let theirs = vec![ep(0, 0x33, 0x44, Gid::ZERO); 5];
+    let answer = theirs.clone();
+    let server = tokio::spawn(async move {
+        serve_many_async(s, 5, |client| async move {
+            assert_eq!(client.len(), 5);
+            Ok::<_, Infallible>(answer)
+        })
+        .await
+    });
+    assert_eq!(client_many_async(c, &mine).await.unwrap(), theirs);
+    assert_eq!(server.await.unwrap().unwrap(), mine);
+}

@@ -5,7 +5,8 @@
 #   tests/rxe-guest/run.sh          (as root: it makes a network namespace and a tap device)
 #
 # 1. Builds the CLI (the host side) and rxe-check (the capture check) in release mode.
-#    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw,
+#    Checks: ibv_rc_pingpong -c, ibv_ud_pingpong -c, ibv_uc_pingpong -c, ibv_srq_pingpong -c
+#    and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw,
 #    ib_read_bw, ib_send_bw, ib_write_lat and ib_send_lat with -R (connected by the CM;
 #    perftest's -R also runs its exchange over a CM-connected QP), each with the guest as
 #    server and with Portverbs as server; and ibv_rc_pingpong -c and ib_write_bw against the
@@ -85,6 +86,14 @@ checks=(
     "pp-64-hs|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 64 -n 50 $host_ip|pingpong -d udp0 -g 0 -c -s 64 -n 50"
     "pp-10000-hs|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 10000 -n 50 $host_ip|pingpong -d udp0 -g 0 -c -s 10000 -n 50"
     "pp-65536-hs|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 65536 -n 20 $host_ip|pingpong -d udp0 -g 0 -c -s 65536 -n 20"
+    # The other pingpong examples: UD (a message fits rxe0's active MTU of 1024), UC, and RC
+    # QPs sharing an SRQ (-q 4, 256 endpoint messages each way).
+    "udpp-gs|server|ibv_ud_pingpong -d rxe0 -g @GIDX@ -c -s 1024 -n 50|ud_pingpong -d udp0 -g 0 -c -s 1024 -n 50 $guest_ip"
+    "udpp-hs|client|ibv_ud_pingpong -d rxe0 -g @GIDX@ -c -s 500 -n 50 $host_ip|ud_pingpong -d udp0 -g 0 -c -s 500 -n 50"
+    "ucpp-gs|server|ibv_uc_pingpong -d rxe0 -g @GIDX@ -c -s 4096 -n 50|uc_pingpong -d udp0 -g 0 -c -s 4096 -n 50 $guest_ip"
+    "ucpp-hs|client|ibv_uc_pingpong -d rxe0 -g @GIDX@ -c -s 10000 -n 50 $host_ip|uc_pingpong -d udp0 -g 0 -c -s 10000 -n 50"
+    "srqpp-gs|server|ibv_srq_pingpong -d rxe0 -g @GIDX@ -c -q 4 -s 4096 -n 100|srq_pingpong -d udp0 -g 0 -c -q 4 -s 4096 -n 100 $guest_ip"
+    "srqpp-hs|client|ibv_srq_pingpong -d rxe0 -g @GIDX@ -c -q 4 -s 10000 -n 100 $host_ip|srq_pingpong -d udp0 -g 0 -c -q 4 -s 10000 -n 100"
     "wbw-hs|client|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F $host_ip|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F"
     # Connected by the CM: Linux's rdma_cm and ib_cm against Portverbs' (IB CM MADs on QP1).
     "rping-gs|server|rping -s -a $guest_ip -v|rping -c -a $guest_ip -v -V -S 64 -C 10"
@@ -178,7 +187,8 @@ provider=$stage/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 [[ -f $provider ]] || die "ibverbs-providers has no librxe-rdmav34.so"
 cp "$provider" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
-tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
+tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_ud_pingpong usr/bin/ibv_uc_pingpong
+    usr/bin/ibv_srq_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
     usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma)
 for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
@@ -297,9 +307,21 @@ output_ok() {
         [[ $(grep -cE "^$prefix: rdma-ping-[0-9]+: " "$out") -eq $iters ]] &&
             grep -qE "^$prefix: rdma-ping-$((iters - 1)): " "$out"
         ;;
-    pingpong)
+    pingpong | ud_pingpong | uc_pingpong | srq_pingpong)
+        # Every ibv_*_pingpong counts size x iters x 2 bytes (-n counts srq_pingpong's QPs
+        # together), and prints one local and one remote address line per QP (-q, 16 by
+        # default, for srq_pingpong; one for the others). The C servers' -c check prints
+        # "invalid data in page N" and still exits 0: such a line fails the check.
+        local qps=1
+        if [[ $tool == srq_pingpong ]]; then
+            qps=16
+            [[ " $cmd " =~ " -q "([0-9]+)" " ]] && qps=${BASH_REMATCH[1]}
+        fi
         grep -qE "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec" "$out" &&
-            grep -qE "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter" "$out"
+            grep -qE "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter" "$out" &&
+            (($(grep -c '^  local address:  LID ' "$out") == qps)) &&
+            (($(grep -c '^  remote address: LID ' "$out") == qps)) &&
+            ! grep -q '^invalid data in page' "$out"
         ;;
     write_bw | read_bw | send_bw)
         # #bytes #iterations BW peak BW average MsgRate

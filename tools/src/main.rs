@@ -2,7 +2,8 @@
 //!
 //! * `portverbs devices`: the devices and ports, laid out like `ibv_devinfo`.
 //! * `portverbs perf <TEST>`: perftest's bandwidth and latency tests (`ib_write_bw` …).
-//! * `portverbs pingpong`: `ibv_rc_pingpong`.
+//! * `portverbs pingpong`: `ibv_rc_pingpong`; `uc_pingpong`, `ud_pingpong`, `srq_pingpong`:
+//!   `ibv_uc_pingpong`, `ibv_ud_pingpong`, `ibv_srq_pingpong`.
 //! * `portverbs rping`: librdmacm's `rping`, connected through the connection manager.
 //! * `portverbs cmtime`: librdmacm's `cmtime`, the connection-setup benchmark.
 //!
@@ -54,8 +55,18 @@ enum Command {
     Devices(devices::DevicesArgs),
     // `portverbs perf`.
     Perf(perf::PerfArgs),
-    // `portverbs pingpong`.
+    // `portverbs pingpong` (also `rc_pingpong`, next to its siblings).
+    #[command(alias = "rc_pingpong")]
     Pingpong(pingpong::PingpongArgs),
+    // `portverbs uc_pingpong`: the C tools' names, as `perf write_bw` has perftest's.
+    #[command(name = "uc_pingpong")]
+    UcPingpong(pingpong::UcPingpongArgs),
+    // `portverbs ud_pingpong`.
+    #[command(name = "ud_pingpong")]
+    UdPingpong(pingpong::UdPingpongArgs),
+    // `portverbs srq_pingpong`.
+    #[command(name = "srq_pingpong")]
+    SrqPingpong(pingpong::SrqPingpongArgs),
     // `portverbs rping`.
     Rping(rping::RpingArgs),
     // `portverbs cmtime`.
@@ -87,6 +98,9 @@ fn main() -> ExitCode {
         Command::Devices(a) => a.mode,
         Command::Perf(a) => a.mode,
         Command::Pingpong(a) => a.mode,
+        Command::UcPingpong(a) => a.mode,
+        Command::UdPingpong(a) => a.mode,
+        Command::SrqPingpong(a) => a.mode,
         Command::Rping(a) => a.mode,
         Command::Cmtime(a) => a.mode,
     }
@@ -96,6 +110,9 @@ fn main() -> ExitCode {
         Command::Devices(args) => devices::run(args).and_then(|t| print(&t)),
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) => pingpong::run(args).and_then(|t| print(&t)),
+        Command::UcPingpong(args) => pingpong::run_uc(args).and_then(|t| print(&t)),
+        Command::UdPingpong(args) => pingpong::run_ud(args).and_then(|t| print(&t)),
+        Command::SrqPingpong(args) => pingpong::run_srq(args).and_then(|t| print(&t)),
         Command::Rping(args) => rping::run(args),
         Command::Cmtime(args) => cmtime::run(args).and_then(|t| print(&t)),
     });

@@ -1,5 +1,6 @@
-//! The TCP side channel of `ibv_rc_pingpong` (`portverbs::oob::pingpong` speaks it): the
-//! sockets, their timeouts, and the tool's words for what fails.
+//! The TCP side channel of rdma-core's pingpong examples (`portverbs::oob::pingpong` speaks
+//! it): the sockets, their timeouts, and the tool's words for what fails. Each side sends as
+//! many endpoint messages as its tool does (one, or `srq_pingpong`'s 256).
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -37,16 +38,17 @@ pub(crate) fn listen_all(port: u16) -> Result<TcpListener, CliError> {
 }
 
 /// Server side: accepts one client (giving up when `abort` is set, or after `accept_timeout`
-/// when there is one), reads its message, then lets `connect` bring the QP up and answers
-/// with `mine`; returns after the client's `done`. Each wait on the client's messages is
-/// bounded by `timeout`.
+/// when there is one), reads its `count` messages, then lets `connect` bring the QPs up and
+/// answers with the endpoints it returns; returns the client's endpoints after its `done`.
+/// Each wait on the client's messages is bounded by `timeout`.
 pub(crate) fn serve(
     listener: &TcpListener,
     abort: &AtomicBool,
     accept_timeout: Option<Duration>,
     timeout: Duration,
-    connect: impl FnOnce(&QpEndpoint) -> Result<QpEndpoint, CliError>,
-) -> Result<QpEndpoint, CliError> {
+    count: usize,
+    connect: impl FnOnce(&[QpEndpoint]) -> Result<Vec<QpEndpoint>, CliError>,
+) -> Result<Vec<QpEndpoint>, CliError> {
     listener
         .set_nonblocking(true)
         .io_ctx("configuring the listening socket")?;
@@ -73,19 +75,19 @@ pub(crate) fn serve(
     };
     let peer = peer.ip().to_string();
     configure(&stream, timeout)?;
-    pingpong::serve(&stream, connect).map_err(|e| exchange_error(e, &peer, timeout))
+    pingpong::serve_many(&stream, count, connect).map_err(|e| exchange_error(e, &peer, timeout))
 }
 
-/// Client side: connects to `host:port`, sends `mine` and returns the server's message (after
-/// telling the server `done`). Connecting and each wait on the server are bounded by
+/// Client side: connects to `host:port`, sends `mine` and returns as many endpoints of the
+/// server's (after telling the server `done`). Connecting and each wait on the server are bounded by
 /// `timeout`; a server that does not answer in time fails with `no reply from <host> within
 /// <N> s`.
 pub(crate) fn client(
     host: &str,
     port: u16,
-    mine: &QpEndpoint,
+    mine: &[QpEndpoint],
     timeout: Duration,
-) -> Result<QpEndpoint, CliError> {
+) -> Result<Vec<QpEndpoint>, CliError> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .io_ctx(format_args!("resolving {host}"))?
@@ -109,7 +111,7 @@ pub(crate) fn client(
         return Err(e).io_ctx(format_args!("couldn't connect to {host}:{port}"));
     };
     configure(&stream, timeout)?;
-    pingpong::client(&stream, mine).map_err(|e| exchange_error(e, host, timeout))
+    pingpong::client_many(&stream, mine).map_err(|e| exchange_error(e, host, timeout))
 }
 
 /// The tool's words for a failed exchange with `peer`: a wait for the peer that timed out is
@@ -197,7 +199,7 @@ mod tests {
             let mut sink = [0u8; 256];
             while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
         });
-        let err = client("127.0.0.1", port, &dest(), Duration::from_millis(300)).unwrap_err();
+        let err = client("127.0.0.1", port, &[dest()], Duration::from_millis(300)).unwrap_err();
         assert_eq!(err.to_string(), "no reply from 127.0.0.1 within 300 ms");
         silent.join().unwrap();
         let err = no_reply(
@@ -223,7 +225,10 @@ mod tests {
         let (listener, _) = listen(0).unwrap();
         let never = AtomicBool::new(false);
         let fifty = Duration::from_millis(50);
-        let err = serve(&listener, &never, Some(fifty), fifty, |_| Ok(dest())).unwrap_err();
+        let err = serve(&listener, &never, Some(fifty), fifty, 1, |_| {
+            Ok(vec![dest()])
+        })
+        .unwrap_err();
         assert_eq!(err.to_string(), "no client connected within 50 ms");
     }
 }

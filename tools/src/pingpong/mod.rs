@@ -1,7 +1,9 @@
-//! `portverbs pingpong`: `ibv_rc_pingpong`, one side in this process or both.
+//! `portverbs pingpong`: `ibv_rc_pingpong`, one side in this process or both; and its
+//! siblings `uc_pingpong`, `ud_pingpong` and `srq_pingpong` (`ibv_uc_pingpong`,
+//! `ibv_ud_pingpong`, `ibv_srq_pingpong`), which run the same way.
 //!
-//! * With SERVERNAME: the client; it connects to SERVERNAME:PORT (a `portverbs pingpong` or
-//!   `ibv_rc_pingpong` server) and the two exchange `LID:QPN:PSN:GID` messages.
+//! * With SERVERNAME: the client; it connects to SERVERNAME:PORT (a `portverbs` or C tool
+//!   server) and the two exchange `LID:QPN:PSN:GID` messages.
 //! * Without SERVERNAME, on a device other processes can reach (or with the hidden
 //!   `--server`): the server; it listens on PORT of every address for one client.
 //! * Without SERVERNAME on a device of the embedded in-process fabric: both sides here; a
@@ -9,42 +11,30 @@
 //!   that one is taken), the client connects to it, and the two exchange their messages over
 //!   that real TCP connection before ping-ponging sends over the embedded fabric.
 //!
-//! Each side prints what `ibv_rc_pingpong` prints (both sides in one process: the client's).
+//! Each side prints what its C tool prints (both sides in one process: the client's).
 
 mod exchange;
 mod session;
+mod variants;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use portverbs::prelude::Mtu;
+use portverbs::prelude::{Mtu, QpEndpoint};
 
 use crate::error::CliError;
 use crate::report::PingpongSide;
-use crate::report::pingpong::{format_address, format_results};
+use crate::report::pingpong::{format_address, format_results, format_ud_local_address};
 use crate::verbs;
-use session::{PpConfig, PpSide};
+use session::{PpConfig, PpSide, Variant};
+pub(crate) use variants::{
+    SrqPingpongArgs, UcPingpongArgs, UdPingpongArgs, run_srq, run_uc, run_ud,
+};
 
-/// `portverbs pingpong`: the options of `ibv_rc_pingpong`.
+/// The options every pingpong tool has.
 #[derive(Debug, Args)]
-#[command(
-    about = "RC send ping-pong like ibv_rc_pingpong",
-    long_about = "Ping-pong of RC sends in the manner of ibv_rc_pingpong, with its options, QP \
-                  parameters, TCP exchange (LID:QPN:PSN:GID, in the C tool's wire format) and \
-                  output.\n\nWith SERVERNAME: a client that connects to SERVERNAME:PORT (a \
-                  portverbs pingpong or ibv_rc_pingpong server). Without SERVERNAME on a device \
-                  other processes can reach (a UDP-bound device, VFIO hardware): a server that \
-                  listens on PORT of every address for one client. Without SERVERNAME on a \
-                  device of the embedded in-process fabric (soft0, soft1, mlx4_0, mlx4_1): both \
-                  sides in this process, a server thread on the other device listening on \
-                  localhost:PORT and the client (on -d, or the first device) connecting to it; \
-                  the client's lines are printed.",
-    after_help = "Examples:\n  portverbs pingpong -n 1000 -c\n  \
-                  portverbs pingpong -d udp0 -c               (server)\n  \
-                  portverbs pingpong -d udp1 -c 127.0.0.1     (client)"
-)]
-pub(crate) struct PingpongArgs {
+pub(crate) struct Shared {
     /// TCP port of the address exchange (server: listen on it; client: connect to it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     port: u16,
@@ -60,12 +50,6 @@ pub(crate) struct PingpongArgs {
         default_value_t = 1
     )]
     ib_port: u8,
-    /// Message size in bytes.
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
-    size: u32,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
-    mtu: u32,
     /// Receives kept posted.
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
@@ -82,42 +66,57 @@ pub(crate) struct PingpongArgs {
     /// Local GID index (RoCE always uses a GID; default 0 there).
     #[arg(short = 'g', long = "gid-idx", value_name = "INDEX")]
     gid_index: Option<u32>,
-    /// Validate the buffer, as ibv_rc_pingpong -c: the first byte of every 4 KiB page of a
-    /// message is 0, the rest 0x7b; here every received message is checked (the C tool checks
+    /// Validate the buffer, as the C tools' -c: the first byte of every 4 KiB page of a
+    /// message is 0, the rest 0x7b; here every received message is checked (the C tools check
     /// the server's last one) and a bad one fails the run with "invalid data in page N".
     #[arg(short = 'c', long = "chk")]
     validate: bool,
     /// Seconds to wait for the other side: in the TCP address exchange (connecting, each
     /// message) before giving up with "no reply from <host> within N s", and in the run for
-    /// its next message (not in ibv_rc_pingpong, which waits as long as the TCP stack does).
-    /// A server waits for its client to connect as long as it takes, as ibv_rc_pingpong's
-    /// does.
+    /// its next message (not in the C tools, which wait as long as the TCP stack does).
+    /// A server waits for its client to connect as long as it takes, as the C tools' do.
     #[arg(long = "timeout", value_name = "SECS", default_value_t = 10)]
     timeout: u64,
-    /// Connect to this server (portverbs or ibv_rc_pingpong).
+    /// Connect to this server (portverbs or the C tool).
     #[arg(value_name = "SERVERNAME")]
     server: Option<String>,
     /// Testing: run the server role even on an in-process device.
     #[arg(long = "server", hide = true)]
     force_server: bool,
-    /// `--progress manual|auto`.
-    #[command(flatten)]
-    pub(crate) mode: crate::progress_mode::ProgressArg,
 }
 
-impl PingpongArgs {
-    fn config(&self) -> Result<PpConfig, CliError> {
-        let mtu = Mtu::from_bytes(self.mtu).ok_or_else(|| {
+impl Shared {
+    /// The run's configuration for `variant` with messages of `size` bytes and path MTU `mtu`
+    /// (in bytes), checked.
+    fn config(&self, variant: Variant, size: u32, mtu: u32) -> Result<PpConfig, CliError> {
+        let mtu = Mtu::from_bytes(mtu).ok_or_else(|| {
             CliError::usage(format_args!(
-                "invalid MTU {}: use 256, 512, 1024, 2048 or 4096",
-                self.mtu
+                "invalid MTU {mtu}: use 256, 512, 1024, 2048 or 4096"
             ))
         })?;
-        if self.size == 0 || self.size > 1 << 30 {
+        if size == 0 || size > 1 << 30 {
             return Err(CliError::usage("the size (-s) must be 1..=2^30 bytes"));
         }
-        if self.rx_depth < 2 {
-            return Err(CliError::usage("the rx depth (-r) must be at least 2"));
+        match variant {
+            Variant::Srq { qps } => {
+                if qps == 0 || qps as usize >= portverbs::oob::pingpong::SRQ_MESSAGES {
+                    return Err(CliError::usage(format_args!(
+                        "the number of QPs (-q) must be 1..={}",
+                        portverbs::oob::pingpong::SRQ_MESSAGES - 1
+                    )));
+                }
+                if qps > self.rx_depth {
+                    return Err(CliError::usage(format_args!(
+                        "rx_depth {} is too small for {qps} QPs -- must have at least one \
+                         receive per QP.",
+                        self.rx_depth
+                    )));
+                }
+            }
+            _ if self.rx_depth < 2 => {
+                return Err(CliError::usage("the rx depth (-r) must be at least 2"));
+            }
+            _ => {}
         }
         if self.iters == 0 {
             return Err(CliError::usage(
@@ -133,7 +132,8 @@ impl PingpongArgs {
             ));
         }
         Ok(PpConfig {
-            size: self.size as usize,
+            variant,
+            size: size as usize,
             mtu,
             rx_depth: self.rx_depth,
             iters: u64::from(self.iters),
@@ -146,17 +146,89 @@ impl PingpongArgs {
     }
 }
 
+/// `portverbs pingpong`: the options of `ibv_rc_pingpong`.
+#[derive(Debug, Args)]
+#[command(
+    about = "RC send ping-pong like ibv_rc_pingpong",
+    long_about = "Ping-pong of RC sends in the manner of ibv_rc_pingpong, with its options, QP \
+                  parameters, TCP exchange (LID:QPN:PSN:GID, in the C tool's wire format) and \
+                  output.\n\nWith SERVERNAME: a client that connects to SERVERNAME:PORT (a \
+                  portverbs pingpong or ibv_rc_pingpong server). Without SERVERNAME on a device \
+                  other processes can reach (a UDP-bound device, VFIO hardware): a server that \
+                  listens on PORT of every address for one client. Without SERVERNAME on a \
+                  device of the embedded in-process fabric (soft0, soft1, mlx4_0, mlx4_1): both \
+                  sides in this process, a server thread on the other device listening on \
+                  localhost:PORT and the client (on -d, or the first device) connecting to it; \
+                  the client's lines are printed.\n\nSiblings: uc_pingpong, ud_pingpong and \
+                  srq_pingpong.",
+    after_help = "Examples:\n  portverbs pingpong -n 1000 -c\n  \
+                  portverbs pingpong -d udp0 -c               (server)\n  \
+                  portverbs pingpong -d udp1 -c 127.0.0.1     (client)"
+)]
+pub(crate) struct PingpongArgs {
+    /// Message size in bytes.
+    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    size: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    mtu: u32,
+    #[command(flatten)]
+    shared: Shared,
+    /// `--progress manual|auto`.
+    #[command(flatten)]
+    pub(crate) mode: crate::progress_mode::ProgressArg,
+}
+
+impl PingpongArgs {
+    fn config(&self) -> Result<PpConfig, CliError> {
+        self.shared.config(Variant::Rc, self.size, self.mtu)
+    }
+}
+
 /// Runs `portverbs pingpong` and returns the client's report.
 pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
-    let cfg = args.config()?;
-    let timeout = Duration::from_secs(args.timeout);
-    if args.server.is_none() {
-        let dev = verbs::pick_device(args.device.as_deref())?;
-        if args.force_server || !verbs::in_process(&dev) {
-            let listener = exchange::listen_all(args.port)?;
-            // The local address right away, as ibv_rc_pingpong prints it before it waits.
+    run_variant(&args.shared, args.config()?)
+}
+
+/// The endpoint messages this side sends: its QPs', then zero endpoints up to its tool's
+/// count.
+fn messages(side: &PpSide, variant: Variant) -> Vec<QpEndpoint> {
+    let mut all = side.dests().to_vec();
+    all.resize(variant.messages().max(all.len()), QpEndpoint::default());
+    all
+}
+
+/// The local address lines: one per QP (`ud_pingpong` has a colon before its GID).
+fn local_lines(variant: Variant, mine: &[QpEndpoint]) -> String {
+    mine.iter()
+        .map(|ep| match variant {
+            Variant::Ud => format_ud_local_address(ep),
+            _ => format_address(PingpongSide::Local, ep),
+        })
+        .collect()
+}
+
+/// The remote address lines: one per QP of this side.
+fn remote_lines(variant: Variant, remote: &[QpEndpoint]) -> String {
+    remote
+        .iter()
+        .take(variant.qp_count())
+        .map(|ep| format_address(PingpongSide::Remote, ep))
+        .collect()
+}
+
+/// Runs one of the pingpong tools with `shared`'s options and `cfg`; returns the client's
+/// report (a server prints its local address lines itself, before it waits).
+fn run_variant(shared: &Shared, cfg: PpConfig) -> Result<String, CliError> {
+    let timeout = Duration::from_secs(shared.timeout);
+    let variant = cfg.variant;
+    if shared.server.is_none() {
+        let dev = verbs::pick_device(shared.device.as_deref())?;
+        if shared.force_server || !verbs::in_process(&dev) {
+            let listener = exchange::listen_all(shared.port)?;
+            // The local address right away, as the C tools print it before they wait.
             return serve(
-                args,
+                shared,
                 cfg,
                 dev,
                 &listener,
@@ -165,20 +237,20 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
             );
         }
     }
-    let (cdev, sdev) = match &args.server {
+    let (cdev, sdev) = match &shared.server {
         Some(_) => {
-            let dev = verbs::pick_device(args.device.as_deref())?;
+            let dev = verbs::pick_device(shared.device.as_deref())?;
             (dev.clone(), dev)
         }
-        None => verbs::pick_devices(args.device.as_deref())?,
+        None => verbs::pick_devices(shared.device.as_deref())?,
     };
-    let client = PpSide::new(&verbs::open(cdev)?, args.ib_port, cfg)?;
-    let mine = client.dest();
-    let mut out = format_address(PingpongSide::Local, &mine);
-    let elapsed = match &args.server {
+    let client = PpSide::new(&verbs::open(cdev)?, shared.ib_port, cfg)?;
+    let mine = messages(&client, variant);
+    let mut out = local_lines(variant, client.dests());
+    let elapsed = match &shared.server {
         Some(host) => {
-            let remote = exchange::client(host, args.port, &mine, timeout)?;
-            out += &format_address(PingpongSide::Remote, &remote);
+            let remote = exchange::client(host, shared.port, &mine, timeout)?;
+            out += &remote_lines(variant, &remote);
             client.connect(&remote)?;
             client
                 .run(true, &AtomicBool::new(false))
@@ -186,24 +258,33 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
         }
         None => {
             let server = PpSide::new(&verbs::open(sdev)?, 1, cfg)?;
-            let (listener, port) = exchange::listen(args.port)?;
+            let answer = messages(&server, variant);
+            let (listener, port) = exchange::listen(shared.port)?;
             // Each side gives up when the other failed (a side that finished normally may
             // still be reaping its last completion while the other is done).
             let client_failed = AtomicBool::new(false);
             let server_failed = AtomicBool::new(false);
+            let count = variant.messages();
             let (c, s) = std::thread::scope(|sc| {
                 let peer = sc.spawn(|| {
                     let accept = Some(timeout);
-                    let r = exchange::serve(&listener, &client_failed, accept, timeout, |remote| {
-                        server.connect(remote)?;
-                        Ok(server.dest())
-                    })
+                    let r = exchange::serve(
+                        &listener,
+                        &client_failed,
+                        accept,
+                        timeout,
+                        count,
+                        |remote| {
+                            server.connect(remote)?;
+                            Ok(answer)
+                        },
+                    )
                     .and_then(|_| server.run(false, &client_failed));
                     server_failed.store(r.is_err(), Ordering::Release);
                     r
                 });
                 let c = exchange::client("127.0.0.1", port, &mine, timeout).and_then(|remote| {
-                    out += &format_address(PingpongSide::Remote, &remote);
+                    out += &remote_lines(variant, &remote);
                     client.connect(&remote)?;
                     client.run(true, &server_failed)
                 });
@@ -220,28 +301,39 @@ pub(crate) fn run(args: &PingpongArgs) -> Result<String, CliError> {
     Ok(out)
 }
 
-/// The server role: gives `early` its local address line, waits on `listener` for one client
+/// The server role: gives `early` its local address lines, waits on `listener` for one client
 /// (until `abort` is set), connects to it and answers its messages; returns the rest of what
-/// `ibv_rc_pingpong`'s server prints.
+/// the C tool's server prints.
 fn serve(
-    args: &PingpongArgs,
+    shared: &Shared,
     cfg: PpConfig,
     dev: portverbs::AnyDevice,
     listener: &std::net::TcpListener,
     abort: &AtomicBool,
     early: &mut dyn FnMut(&str) -> Result<(), CliError>,
 ) -> Result<String, CliError> {
-    let timeout = Duration::from_secs(args.timeout);
-    let side = PpSide::new(&verbs::open(dev)?, args.ib_port, cfg)?;
-    let mine = side.dest();
-    early(&format_address(PingpongSide::Local, &mine))?;
-    let remote = exchange::serve(listener, abort, None, timeout, |remote| {
-        side.connect(remote)?;
-        Ok(mine)
-    })?;
-    let mut out = format_address(PingpongSide::Remote, &remote);
+    let timeout = Duration::from_secs(shared.timeout);
+    let variant = cfg.variant;
+    let side = PpSide::new(&verbs::open(dev)?, shared.ib_port, cfg)?;
+    let mine = messages(&side, variant);
+    early(&local_lines(variant, side.dests()))?;
+    let remote = exchange::serve(
+        listener,
+        abort,
+        None,
+        timeout,
+        variant.messages(),
+        |remote| {
+            side.connect(remote)?;
+            Ok(mine)
+        },
+    )?;
+    let mut out = remote_lines(variant, &remote);
     // The client as its address message names it (its TCP source may be another address).
-    let peer = (!remote.gid.is_zero()).then(|| remote.gid.to_ip().to_string());
+    let peer = remote
+        .first()
+        .filter(|r| !r.gid.is_zero())
+        .map(|r| r.gid.to_ip().to_string());
     let elapsed = side
         .run(false, &AtomicBool::new(false))
         .map_err(|e| match &peer {
@@ -288,10 +380,17 @@ mod tests {
                 let cfg = server_args.config()?;
                 let dev = verbs::pick_device(Some("soft1"))?;
                 let mut out = String::new();
-                let rest = serve(&server_args, cfg, dev, &listener, &client_done, &mut |t| {
-                    out += t;
-                    Ok(())
-                })?;
+                let rest = serve(
+                    &server_args.shared,
+                    cfg,
+                    dev,
+                    &listener,
+                    &client_done,
+                    &mut |t| {
+                        out += t;
+                        Ok(())
+                    },
+                )?;
                 Ok::<_, CliError>(out + &rest)
             });
             let c = run(&client_args);

@@ -1,5 +1,5 @@
-//! `ibv_rc_pingpong`'s output for `portverbs pingpong` (its TCP exchange is
-//! `portverbs::oob::pingpong`).
+//! `ibv_rc_pingpong`'s output for `portverbs pingpong`, which `uc_pingpong`, `ud_pingpong` and
+//! `srq_pingpong` share (their TCP exchange is `portverbs::oob::pingpong`).
 //!
 //! * The address lines: `  local address:  LID 0x0000, QPN 0x000011, PSN 0x123456, GID ::`
 //!   (note the two spaces after `local address:`, which line it up with `remote address:`);
@@ -37,6 +37,13 @@ pub(crate) fn format_address(side: PingpongSide, dest: &QpEndpoint) -> String {
         dest.psn,
         dest.gid.inet6()
     )
+}
+
+/// Formats `ibv_ud_pingpong`'s local address line, which has a colon where the others have a
+/// comma before the GID (ends with `\n`):
+/// `  local address:  LID 0x0001, QPN 0x000011, PSN 0x123456: GID fe80::1`.
+pub(crate) fn format_ud_local_address(dest: &QpEndpoint) -> String {
+    format_address(PingpongSide::Local, dest).replacen(", GID ", ": GID ", 1)
 }
 
 /// Formats the two result lines printed at the end of a run (each ends with `\n`):

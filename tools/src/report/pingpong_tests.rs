@@ -27,6 +27,11 @@ fn address_lines() {
         format_address(PingpongSide::Remote, &remote),
         "  remote address: LID 0x0000, QPN 0xabcdef, PSN 0x000042, GID ::ffff:10.0.0.1\n"
     );
+    // ud_pingpong.c's local line: a colon before the GID.
+    assert_eq!(
+        format_ud_local_address(&remote),
+        "  local address:  LID 0x0000, QPN 0xabcdef, PSN 0x000042: GID ::ffff:10.0.0.1\n"
+    );
 }
 
 #[test]
