@@ -146,6 +146,21 @@ pub(crate) fn run_remote(
     Ok(rec.outcome(true))
 }
 
+/// One size of a cross-process read or atomic latency test: the client alone, one operation
+/// at a time toward `peer`, each timed whole (perftest's server posts nothing).
+pub(crate) fn run_solo(
+    cfg: &PerfConfig,
+    side: &Side,
+    peer: &[PeerQp],
+    size: u64,
+    tracker: &mut Tracker,
+) -> Result<LatOutcome, CliError> {
+    let plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let mut rec = Recorder::new(cfg.mode);
+    solo(side, &plan, &mut rec, tracker, cfg.peer_timeout)?;
+    Ok(rec.outcome(false))
+}
+
 /// One operation at a time from the client (read and atomic latency).
 fn solo(
     side: &Side,

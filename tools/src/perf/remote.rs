@@ -28,7 +28,7 @@ use portverbs::prelude::*;
 use super::bw::{self, RecvState};
 use super::channel::Channel;
 use super::cm::{self, CommQp, DataConns};
-use super::config::{PerfConfig, RunMode, Sizes};
+use super::config::{PEAK_WARNING, PerfConfig, RunMode, Sizes};
 use super::json_file::JsonFile;
 use super::lat;
 use super::ops::PeerQp;
@@ -40,7 +40,8 @@ use crate::error::{CliError, IoContext as _};
 use crate::report::perftest::{BannerRole, JsonResults, PerftestBanner};
 use crate::report::{
     AddressSide, BwResult, TestKind, Verb, bw_header, bw_results, bw_row, format_address,
-    format_banner, json_document, lat_header, lat_results, lat_row, latency_stats, result_rule,
+    format_banner, json_document, lat_duration_header, lat_duration_results, lat_duration_row,
+    lat_header, lat_results, lat_row, latency_stats, result_rule,
 };
 use crate::verbs;
 use crate::wait::PeerWatch;
@@ -86,30 +87,26 @@ pub(crate) enum PeerLink<'a> {
     },
 }
 
-/// Refuses what the cross-process mode does not run (yet): other transports than RC, read
-/// and atomic latency, atomics, duration mode.
+/// Refuses what the cross-process mode does not run (yet). The transports perftest allows
+/// per verb are checked with the flags ([`super::config`]); here: UD through the CM (perftest
+/// connects UD QPs with SIDR, which Portverbs' CM does not speak), and duration mode of the
+/// ping-pong tests and of send_bw, whose two sides would each need their own clock.
 fn check(cfg: &PerfConfig) -> Result<(), CliError> {
-    let supported = matches!(
-        (cfg.test.verb, cfg.test.kind),
-        (Verb::Write | Verb::Send, _) | (Verb::Read, TestKind::Bw)
-    );
-    if !supported {
+    if cfg.rdma_cm && cfg.conn == QpType::Ud {
+        return Err(CliError::usage(
+            "-R with -c UD is not supported across processes (perftest's rdma_cm connects UD \
+             QPs with SIDR, which is not implemented); use UD without -R",
+        ));
+    }
+    let duration = matches!(cfg.mode, RunMode::Duration { .. });
+    let one_sided = matches!(cfg.test.verb, Verb::Write | Verb::Read | Verb::Atomic)
+        && (cfg.test.kind == TestKind::Bw || cfg.test.verb != Verb::Write);
+    if duration && !one_sided {
         return Err(CliError::usage(format_args!(
-            "{} is not supported across processes (write_bw, read_bw, send_bw, write_lat and \
-             send_lat are)",
+            "duration mode (-D) of {} is not supported across processes (write_bw, read_bw, \
+             atomic_bw, read_lat and atomic_lat run with -D)",
             cfg.test.name()
         )));
-    }
-    if cfg.conn != QpType::Rc {
-        return Err(CliError::usage(format_args!(
-            "only RC is supported across processes, not {}",
-            cfg.conn
-        )));
-    }
-    if matches!(cfg.mode, RunMode::Duration { .. }) {
-        return Err(CliError::usage(
-            "duration mode (-D) is not supported across processes",
-        ));
     }
     Ok(())
 }
@@ -121,6 +118,9 @@ pub(crate) fn run(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     check(&cfg)?;
+    if cfg.peak_warning {
+        emit(out, &format!("{PEAK_WARNING}\n"))?;
+    }
     let json_file = cfg.json.as_deref().map(JsonFile::open).transpose()?;
     let ctx = verbs::open(verbs::pick_device(cfg.device.as_deref())?)?;
     let port = verbs::port_info(&ctx, cfg.ib_port, cfg.gid_index)?;
@@ -247,8 +247,16 @@ fn run_on(
     chan.drive(&ctx);
     let params = chan.params(res.mtu as u8)?;
     res.mtu = Mtu::from_code(params.mtu_enum).unwrap_or(res.mtu);
+    if cfg.conn == QpType::Ud {
+        // A UD message is one packet: no size above the path MTU both sides agreed on.
+        let limit = u64::from(res.mtu.bytes());
+        res.sizes.retain(|&s| s <= limit);
+        if res.sizes.is_empty() {
+            res.sizes.push(limit);
+        }
+    }
     let slot = setup::slot_size(cfg, res, u64::from(params.cycle_buffer))?;
-    let side = setup::side(cfg, ctx, port, slot)?;
+    let mut side = setup::side(cfg, ctx, port, slot)?;
     let copts = setup::connect_options(cfg, res, &side.port);
     for qp in &side.qps {
         verbs::init(qp, &copts)?;
@@ -259,7 +267,8 @@ fn run_on(
         Some((dev, peer)) => {
             let nothing = Dest::default();
             chan.hand_shake(&nothing)?;
-            let outs = (cfg.test.verb == Verb::Read).then_some(res.outs);
+            // perftest's rdma_cm asks for responder resources for reads and atomics.
+            let outs = matches!(cfg.test.verb, Verb::Read | Verb::Atomic).then_some(res.outs);
             let param = cm::data_param(outs);
             let conns = match peer {
                 CmPeer::Server(dst) => DataConns::connect(dev, &side.qps, &copts, *dst, &param)?,
@@ -274,7 +283,7 @@ fn run_on(
     let r = run_test(
         cfg,
         res,
-        &side,
+        &mut side,
         &copts,
         client,
         chan,
@@ -294,7 +303,7 @@ fn run_on(
 fn run_test(
     cfg: &PerfConfig,
     res: &setup::Resolved,
-    side: &Side,
+    side: &mut Side,
     copts: &ConnectOptions,
     client: bool,
     chan: &mut Channel,
@@ -338,6 +347,19 @@ fn run_test(
     if !by_cm {
         connect_qps(side, copts, res, &mine[0], &remote)?;
     }
+    if cfg.conn == QpType::Ud {
+        // UD sends name the peer in every request: an address handle toward its GID (or LID),
+        // and the QPN it sent; the Q_Key is perftest's.
+        let r = &remote[0];
+        let endpoint = QpEndpoint {
+            lid: r.lid,
+            qpn: r.qpn,
+            psn: r.psn,
+            gid: r.gid.unwrap_or_default(),
+        };
+        side.ah = Some(setup::ah(side, copts, &endpoint)?);
+    }
+    let side = &*side;
     if send {
         chan.hand_shake(&mine[0])?;
     }
@@ -356,9 +378,14 @@ fn run_test(
     if !send {
         chan.hand_shake(&mine[0])?;
     }
-    text += &match kind {
-        TestKind::Bw => bw_header(cfg.units, false),
-        TestKind::Lat => lat_header(false),
+    // perftest's read and atomic latency servers post nothing and print no table.
+    let solo = kind == TestKind::Lat && matches!(verb, Verb::Read | Verb::Atomic);
+    let duration = matches!(cfg.mode, RunMode::Duration { .. });
+    text += &match (kind, duration) {
+        (TestKind::Lat, _) if solo && !client => String::new(),
+        (TestKind::Bw, _) => bw_header(cfg.units, false),
+        (TestKind::Lat, false) => lat_header(false),
+        (TestKind::Lat, true) => lat_duration_header(false),
     };
     emit(out, &text)?;
 
@@ -393,6 +420,7 @@ fn run_test(
     match (kind, verb) {
         (TestKind::Bw, Verb::Send) => run.send_bw(chan, &mut rows),
         (TestKind::Bw, _) => run.rdma_bw(chan, &mut rows),
+        (TestKind::Lat, Verb::Read | Verb::Atomic) => run.solo_lat(chan, &mut rows),
         (TestKind::Lat, _) => run.lat(chan, &mut rows),
     }
 }
@@ -473,7 +501,14 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn tracker(&self, per_size: u64) -> Tracker {
-        Tracker::new(self.cfg.test.name(), per_size * self.sizes.len() as u64)
+        match self.cfg.mode {
+            RunMode::Iters(_) => {
+                Tracker::new(self.cfg.test.name(), per_size * self.sizes.len() as u64)
+            }
+            RunMode::Duration { total, .. } => {
+                Tracker::timed(self.cfg.test.name(), total.as_millis() as u64)
+            }
+        }
     }
 
     fn iters(&self) -> u64 {
@@ -556,6 +591,46 @@ impl Run<'_> {
         chan.close(self.mine)
     }
 
+    /// Read and atomic latency: the client runs every size alone and prints its rows; the
+    /// server posts nothing, closes the connection at once (the close completes when the
+    /// client closes after its run) and prints the closing rule.
+    fn solo_lat(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        if !self.client {
+            chan.peer_runs();
+            chan.close(self.mine)?;
+            return rows.text(&result_rule());
+        }
+        let per_size = self.iters();
+        let mut tracker = self.tracker(per_size);
+        for &size in &self.sizes {
+            let outcome = lat::run_solo(self.cfg, self.side, self.peer, size, &mut tracker)?;
+            tracker.clear();
+            self.lat_row(rows, size, outcome)?;
+            tracker.next_size(per_size);
+        }
+        tracker.clear();
+        rows.text(&result_rule())?;
+        chan.close(self.mine)
+    }
+
+    /// The row of one latency size, iterations or duration mode.
+    fn lat_row(&self, rows: &mut Rows<'_>, size: u64, outcome: LatOutcome) -> Result<(), CliError> {
+        match outcome {
+            LatOutcome::Samples(samples) => {
+                let stats = latency_stats(&samples);
+                let iters = samples.len() as u64;
+                rows.row(
+                    &lat_row(size, iters, &stats, None),
+                    lat_results(size, iters, &stats, None),
+                )
+            }
+            LatOutcome::Duration(d) => rows.row(
+                &lat_duration_row(size, &d, None),
+                lat_duration_results(size, &d, None),
+            ),
+        }
+    }
+
     /// Latency: both sides ping-pong every size and print their rows; send tests post their
     /// receives and hand-shake before every size and close the connection at the end.
     fn lat(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
@@ -581,14 +656,7 @@ impl Run<'_> {
                 },
             )?;
             tracker.clear();
-            if let LatOutcome::Samples(samples) = outcome {
-                let stats = latency_stats(&samples);
-                let iters = samples.len() as u64;
-                rows.row(
-                    &lat_row(size, iters, &stats, None),
-                    lat_results(size, iters, &stats, None),
-                )?;
-            }
+            self.lat_row(rows, size, outcome)?;
             tracker.next_size(per_size);
         }
         tracker.clear();
@@ -772,7 +840,7 @@ mod tests {
     #[test]
     fn the_exchange_follows_perftests_order() {
         use Msg::{Dest as H, Done as D, Params as P, Report as R};
-        let cases: [(&[&str], &[Msg]); 5] = [
+        let cases: [(&[&str], &[Msg]); 8] = [
             // write_bw, read_bw: dests, dests (printed), the post-RTR hand shake; at the end a
             // hand shake, the report, the closing hand shake and done.
             (
@@ -788,6 +856,12 @@ mod tests {
             (&["write_lat", "-n", "20"], &[P, H, H, H, H]),
             // send_lat: as send_bw without the -a hand shakes.
             (&["send_lat", "-n", "20"], &[P, H, H, H, H, H, D]),
+            // atomic_bw: as read_bw.
+            (&["atomic_bw", "-n", "20"], &[P, H, H, H, H, R, H, D]),
+            // read_lat, atomic_lat: as write_lat, then the closing hand shake and done (the
+            // server's at once, the client's after its run).
+            (&["read_lat", "-n", "20"], &[P, H, H, H, H, H, D]),
+            (&["atomic_lat", "-n", "20"], &[P, H, H, H, H, H, D]),
         ];
         for (line, script) in cases {
             let (_, _, t) = pair_recorded(line, "soft1", "soft0");
@@ -869,6 +943,92 @@ mod tests {
         }
     }
 
+    /// Read and atomic tests: the client runs, the server posts nothing; BW servers print
+    /// the client's row, latency servers only the closing rule.
+    #[test]
+    fn read_and_atomic_tests_run_across_the_connection() {
+        for line in [
+            &["atomic_bw", "-n", "50"][..],
+            &["atomic_bw", "-n", "50", "-A", "CMP_AND_SWAP", "-q", "2"],
+        ] {
+            let (client, server) = pair(line);
+            let c = rows(&client);
+            assert_eq!(c.len(), 1, "{client}");
+            let qps = if line.contains(&"-q") { 2.0 } else { 1.0 };
+            assert_eq!(c[0][..2], [8.0, 50.0 * qps], "{client}");
+            assert_eq!(c, rows(&server), "{client}\n{server}");
+            assert!(client.contains("Atomic"), "{client}");
+        }
+        for line in [
+            &["read_lat", "-s", "64", "-n", "40"][..],
+            &["atomic_lat", "-n", "40"],
+            &["atomic_lat", "-n", "40", "-A", "CMP_AND_SWAP"],
+            &["read_lat", "-a", "-n", "5"],
+        ] {
+            let (client, server) = pair(line);
+            let c = rows(&client);
+            if line.contains(&"-a") {
+                assert_eq!(c.len(), 23, "{client}");
+            } else {
+                let size = if line[0] == "read_lat" { 64.0 } else { 8.0 };
+                assert_eq!(c.len(), 1, "{client}");
+                assert_eq!(c[0][..2], [size, 40.0], "{client}");
+            }
+            assert!(rows(&server).is_empty(), "{server}");
+            assert!(server.contains(" remote address: LID"), "{server}");
+        }
+    }
+
+    /// UC (write and send) and UD (send) across the connection.
+    #[test]
+    fn uc_and_ud_run_across_the_connection() {
+        for line in [
+            &["write_bw", "-c", "UC", "-s", "4096", "-n", "60"][..],
+            &["send_bw", "-c", "UC", "-s", "4096", "-n", "60"],
+            &["send_bw", "-c", "UD", "-s", "512", "-n", "60"],
+        ] {
+            let (client, server) = pair(line);
+            let size: f64 = line[4].parse().unwrap();
+            assert_eq!(rows(&client)[0][..2], [size, 60.0], "{client}");
+            assert_eq!(rows(&server)[0][..2], [size, 60.0], "{server}");
+            assert!(
+                client.contains(&format!("Connection type : {}", line[2])),
+                "{client}"
+            );
+        }
+        for line in [
+            &["write_lat", "-c", "UC", "-s", "64", "-n", "40"][..],
+            &["send_lat", "-c", "UC", "-s", "64", "-n", "40"],
+            &["send_lat", "-c", "UD", "-s", "64", "-n", "40"],
+        ] {
+            let (client, server) = pair(line);
+            for out in [&client, &server] {
+                assert_eq!(rows(out)[0][..2], [64.0, 40.0], "{out}");
+            }
+        }
+        // UD's default BW size is cut to the MTU, as perftest does.
+        let (client, _) = pair(&["send_bw", "-c", "UD", "-n", "20"]);
+        assert!(rows(&client)[0][0] <= 4096.0, "{client}");
+    }
+
+    /// Duration mode of the one-sided tests: the client runs for -D seconds.
+    #[test]
+    fn duration_mode_runs_one_sided_tests() {
+        let (client, server) = pair(&["write_bw", "-s", "1024", "-D", "1"]);
+        assert!(
+            client.contains("WARNING: BW peak won't be measured"),
+            "{client}"
+        );
+        let c = rows(&client);
+        assert_eq!(c.len(), 1, "{client}");
+        assert_eq!(c[0][0], 1024.0, "{client}");
+        assert!(c[0][1] > 0.0, "{client}");
+        assert_eq!(c, rows(&server), "{server}");
+        let (client, _) = pair(&["read_lat", "-s", "64", "-D", "1"]);
+        assert!(client.contains("#bytes        #iterations"), "{client}");
+        assert_eq!(rows(&client).len(), 1, "{client}");
+    }
+
     /// The emulated ConnectX-3s (the mlx4 driver over its model) run it too.
     #[test]
     fn mlx4_devices_run_across_the_connection() {
@@ -880,10 +1040,10 @@ mod tests {
     #[test]
     fn unsupported_cross_process_tests_are_refused() {
         for line in [
-            &["atomic_bw"][..],
-            &["read_lat"],
-            &["write_bw", "-c", "UC"],
-            &["write_bw", "-D", "5"],
+            &["send_bw", "-c", "UD", "-R"][..],
+            &["send_bw", "-D", "5"],
+            &["write_lat", "-D", "5"],
+            &["send_lat", "-D", "5"],
         ] {
             let never = AtomicBool::new(false);
             let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -956,6 +1116,18 @@ mod tests {
                 assert_eq!(r[0][..2], [64.0, 30.0], "{out}");
                 assert!(r[0][2] > 0.0, "{out}");
             }
+        }
+    }
+
+    #[test]
+    fn rdma_cm_runs_atomic_and_read_latency_tests() {
+        let (client, server) = cm_pair(&["atomic_bw", "-n", "30"], 18607);
+        assert_eq!(rows(&client)[0][..2], [8.0, 30.0], "{client}");
+        assert_eq!(rows(&client), rows(&server), "{server}");
+        for (test, port) in [("atomic_lat", 18608), ("read_lat", 18609)] {
+            let (client, server) = cm_pair(&[test, "-n", "30"], port);
+            assert_eq!(rows(&client)[0][1], 30.0, "{client}");
+            assert!(rows(&server).is_empty(), "{server}");
         }
     }
 
