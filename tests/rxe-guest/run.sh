@@ -100,6 +100,28 @@ checks=(
     "wlatR-hs|client|ib_write_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf write_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
     "slatR-gs|server|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F $guest_ip"
     "slatR-hs|client|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
+    # The rest of perftest across processes: atomics (8 bytes, both -A types), read latency,
+    # UC (write, send), UD (send: address handles from the exchanged GID and QPN, perftest's
+    # Q_Key, the GRH in front of every receive), duration mode, and -R for a few. Each runs
+    # a second or so under TCG.
+    "abw-gs|server|ib_atomic_bw -d rxe0 -x @GIDX@ -s 8 -n 200 -F|perf atomic_bw -d udp0 -x 0 -s 8 -n 200 -F $guest_ip"
+    "abw-hs|client|ib_atomic_bw -d rxe0 -x @GIDX@ -s 8 -n 200 -F -A CMP_AND_SWAP $host_ip|perf atomic_bw -d udp0 -x 0 -s 8 -n 200 -F -A CMP_AND_SWAP"
+    "alat-gs|server|ib_atomic_lat -d rxe0 -x @GIDX@ -s 8 -n 100 -F -A CMP_AND_SWAP|perf atomic_lat -d udp0 -x 0 -s 8 -n 100 -F -A CMP_AND_SWAP $guest_ip"
+    "alat-hs|client|ib_atomic_lat -d rxe0 -x @GIDX@ -s 8 -n 100 -F $host_ip|perf atomic_lat -d udp0 -x 0 -s 8 -n 100 -F"
+    "rlat-gs|server|ib_read_lat -d rxe0 -x @GIDX@ -s 64 -n 100 -F|perf read_lat -d udp0 -x 0 -s 64 -n 100 -F $guest_ip"
+    "rlat-hs|client|ib_read_lat -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -d udp0 -x 0 -s 64 -n 100 -F"
+    "wbwUC-gs|server|ib_write_bw -c UC -d rxe0 -x @GIDX@ -s 4096 -n 200 -F|perf write_bw -c UC -d udp0 -x 0 -s 4096 -n 200 -F $guest_ip"
+    "wbwUC-hs|client|ib_write_bw -c UC -d rxe0 -x @GIDX@ -s 4096 -n 200 -F $host_ip|perf write_bw -c UC -d udp0 -x 0 -s 4096 -n 200 -F"
+    "sbwUC-gs|server|ib_send_bw -c UC -d rxe0 -x @GIDX@ -s 1024 -n 100 -F|perf send_bw -c UC -d udp0 -x 0 -s 1024 -n 100 -F $guest_ip"
+    "sbwUC-hs|client|ib_send_bw -c UC -d rxe0 -x @GIDX@ -s 1024 -n 100 -F $host_ip|perf send_bw -c UC -d udp0 -x 0 -s 1024 -n 100 -F"
+    "sbwUD-gs|server|ib_send_bw -c UD -d rxe0 -x @GIDX@ -s 1024 -n 100 -F|perf send_bw -c UD -d udp0 -x 0 -s 1024 -n 100 -F $guest_ip"
+    "sbwUD-hs|client|ib_send_bw -c UD -d rxe0 -x @GIDX@ -s 1024 -n 100 -F $host_ip|perf send_bw -c UD -d udp0 -x 0 -s 1024 -n 100 -F"
+    "slatUD-gs|server|ib_send_lat -c UD -d rxe0 -x @GIDX@ -s 64 -n 100 -F|perf send_lat -c UD -d udp0 -x 0 -s 64 -n 100 -F $guest_ip"
+    "slatUD-hs|client|ib_send_lat -c UD -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf send_lat -c UD -d udp0 -x 0 -s 64 -n 100 -F"
+    "wbwD-gs|server|ib_write_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F|perf write_bw -d udp0 -x 0 -s 4096 -D 2 -F $guest_ip"
+    "wbwD-hs|client|ib_write_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F $host_ip|perf write_bw -d udp0 -x 0 -s 4096 -D 2 -F"
+    "abwR-gs|server|ib_atomic_bw -R -d rxe0 -x @GIDX@ -s 8 -n 100 -F|perf atomic_bw -R -d udp0 -x 0 -s 8 -n 100 -F $guest_ip"
+    "rlatR-hs|client|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F"
     # The Windows build of the CLI under Wine (IPv4: see the header for what this shows).
     "pp-4096-gs-win|server|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 4096 -n 50|pingpong -d udp0 -g 0 -c -s 4096 -n 50 $guest_ip|windows"
     "wbw-gs-win|server|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F $guest_ip|windows"
@@ -179,7 +201,8 @@ provider=$stage/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 cp "$provider" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
 tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
-    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma)
+    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma
+    usr/bin/ib_atomic_bw usr/bin/ib_atomic_lat usr/bin/ib_read_lat)
 for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
     cp "$stage/$t" "$root/usr/bin/"
@@ -301,9 +324,19 @@ output_ok() {
         grep -qE "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec" "$out" &&
             grep -qE "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter" "$out"
         ;;
-    write_bw | read_bw | send_bw)
-        # #bytes #iterations BW peak BW average MsgRate
+    write_bw | read_bw | send_bw | atomic_bw)
+        # #bytes #iterations BW peak BW average MsgRate (-D: as many iterations as ran)
+        [[ " $cmd " == *" -D "* ]] && iters='[0-9]+'
         grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){3}[[:space:]]*\$" "$out"
+        ;;
+    read_lat | atomic_lat)
+        # perftest's server of these posts nothing and prints no table: its addresses and
+        # the closing rule; the client's row is write_lat's.
+        if [[ " $cmd " != *" $host_ip "* && " $cmd " != *" $guest_ip "* ]]; then
+            grep -q ' remote address: LID' "$out" && grep -q '^-\{20,\}' "$out"
+            return
+        fi
+        output_ok "$out" write_lat "$size" "$iters" "$cmd"
         ;;
     write_lat | send_lat)
         # #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%

@@ -95,7 +95,7 @@ pub(crate) struct PerfArgs {
     pub(crate) duration: Option<u64>,
 
     /// Duration mode: seconds left out of the measurement at the start and at the end
-    /// (default 2, less for runs shorter than 5 s).
+    /// (default: a quarter of the duration, in whole seconds, as perftest).
     #[arg(short = 'f', long = "margin", value_name = "SECS")]
     pub(crate) margin: Option<u64>,
 

@@ -489,8 +489,9 @@ fn run_mode(a: &PerfArgs, test: Test) -> Result<RunMode, CliError> {
         )),
         (Some(0), None) => Err(CliError::usage("Duration period must be positive (-D 0)")),
         (Some(d), None) => {
-            // perftest's 2 s margin, shortened for runs too short to keep it.
-            let margin = a.margin.unwrap_or(if d > 4 { 2 } else { (d - 1) / 2 });
+            // perftest's default margin: a quarter of the duration, in whole seconds
+            // (perftest_parameters.c, force_dependecies).
+            let margin = a.margin.unwrap_or(d / 4);
             if 2 * margin >= d {
                 return Err(CliError::usage(format_args!(
                     "please check that DURATION > 2*MARGIN (-D {d}, -f {margin}): increase -D \
