@@ -173,3 +173,67 @@ fn ud_through_the_cm_is_refused() {
     assert_eq!(code, Some(2), "{out}\n{err}");
     assert!(err.contains("-R with -c UD"), "{err}");
 }
+
+#[test]
+fn bidirectional_bw_in_two_processes() {
+    for line in [
+        &["write_bw", "-b", "-s", "4096", "-n", "100"][..],
+        &["read_bw", "-b", "-s", "2048", "-n", "100"],
+        &["atomic_bw", "-b", "-n", "100"],
+    ] {
+        let (c, s) = pair(line, 157);
+        for out in [&c, &s] {
+            assert!(out.contains("Bidirectional BW Test"), "{out}");
+            assert_eq!(table_rows(out).len(), 1, "{out}");
+            assert_eq!(table_rows(out)[0][1], 100.0, "{out}");
+        }
+    }
+    // Duration mode, bidirectional.
+    let (c, s) = pair(&["write_bw", "-b", "-s", "1024", "-D", "2"], 157);
+    for out in [&c, &s] {
+        assert_eq!(table_rows(out).len(), 1, "{out}");
+        assert_eq!(table_rows(out)[0][0], 1024.0, "{out}");
+    }
+}
+
+/// `--run_infinitely -D 1`: a row every second until the client is stopped; the server
+/// waits for it for ever, as perftest's.
+#[test]
+fn run_infinitely_reports_every_interval() {
+    let (server_ip, client_ip) = ("127.0.158.1", "127.0.158.2");
+    let p = free_port();
+    let args = [
+        "perf",
+        "write_bw",
+        "-s",
+        "2048",
+        "--run_infinitely",
+        "-D",
+        "1",
+        "-d",
+        "udp0",
+        "-p",
+        &p,
+    ];
+    let mut server = spawn(&args, &[("PORTVERBS_UDP", server_ip)]);
+    std::thread::sleep(Duration::from_millis(400));
+    let mut client = spawn(
+        &[&args[..], &[server_ip]].concat(),
+        &[("PORTVERBS_UDP", client_ip)],
+    );
+    std::thread::sleep(Duration::from_millis(4500));
+    assert!(
+        client.try_wait().expect("the client's state").is_none(),
+        "the client runs until stopped"
+    );
+    let _ = client.kill();
+    let _ = server.kill();
+    let (_, out, err) = finish(client);
+    let _ = finish(server);
+    let rows = table_rows(&out);
+    assert!(rows.len() >= 2, "a row a second:\n{out}\n{err}");
+    for r in &rows {
+        assert_eq!(r[0], 2048.0, "{out}");
+        assert!(r[1] > 0.0, "{out}");
+    }
+}

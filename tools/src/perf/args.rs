@@ -170,6 +170,16 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'F', long = "CPU-freq")]
     pub(crate) cpu_freq: bool,
 
+    /// Bidirectional BW: both sides run the test toward each other at the same time, and
+    /// each prints the sum of both directions (across processes only).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub(crate) bidirectional: bool,
+
+    /// BW tests: run until stopped, printing a row for every -D seconds (default 5) of
+    /// traffic (across processes only; not send_bw).
+    #[arg(long = "run_infinitely")]
+    pub(crate) run_infinitely: bool,
+
     /// Report bandwidth in Gb/s instead of MiB/s.
     #[arg(long = "report_gbits")]
     pub(crate) report_gbits: bool,

@@ -147,6 +147,7 @@ pub(crate) fn run(
             tracker,
             &receiver_failed,
             Some(&arrivals),
+            None,
         );
         sender_failed.store(sent.is_err(), Ordering::Release);
         sender_done.store(true, Ordering::Release);
@@ -295,7 +296,36 @@ fn send_loop(
     t: &mut Tracker,
 ) -> Result<SenderRun, CliError> {
     let never = AtomicBool::new(false);
-    send_loop_watching(cfg, side, plan, t, &never, None)
+    send_loop_watching(cfg, side, plan, t, &never, None, None)
+}
+
+/// What [`run_sender_for_ever`] is told after every interval: its length and the requests
+/// completed in it.
+type IntervalReport<'r> = &'r mut dyn FnMut(Duration, u64) -> Result<(), CliError>;
+
+/// `--run_infinitely` on the sending side: posts toward `peer` until an error, calling
+/// `report` with the row of every interval of the duration `cfg.mode` gives (perftest's
+/// periodic reports: no peak, the interval's own average and message rate).
+pub(crate) fn run_sender_for_ever(
+    cfg: &PerfConfig,
+    side: &Side,
+    peer: &[PeerQp],
+    size: u64,
+    tracker: &mut Tracker,
+    report: &mut dyn FnMut(&BwResult) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let never = AtomicBool::new(false);
+    let mut every = |elapsed: Duration, messages: u64| {
+        let m = Measured {
+            messages,
+            elapsed,
+            marks: None,
+        };
+        report(&m.result(cfg.units, size))
+    };
+    send_loop_watching(cfg, side, &plan, tracker, &never, None, Some(&mut every))?;
+    Ok(())
 }
 
 /// One size of a cross-process BW test's sending side (the client): `side` posts toward
@@ -354,7 +384,8 @@ pub(crate) fn run_receiver(
 /// The sender: posts, polls, and measures (and gives up when `peer_failed` is set). With
 /// `arrivals` (send tests), the duration window counts the receiver's running total of
 /// arrived messages instead of the send completions, and no completion marks are kept (the
-/// receiver keeps them).
+/// receiver keeps them). With `every` (duration mode only) the loop never ends: each
+/// duration is an interval reported to it.
 fn send_loop_watching(
     cfg: &PerfConfig,
     side: &Side,
@@ -362,6 +393,7 @@ fn send_loop_watching(
     tracker: &mut Tracker,
     peer_failed: &AtomicBool,
     arrivals: Option<&AtomicU64>,
+    mut every: Option<IntervalReport<'_>>,
 ) -> Result<SenderRun, CliError> {
     let nqp = side.qps.len();
     let (limit, window) = match cfg.mode {
@@ -452,6 +484,14 @@ fn send_loop_watching(
                 // perftest's duration mode: traffic runs for the whole duration, the
                 // measurement leaves out the margin at both ends.
                 let now = Instant::now();
+                if let Some(report) = every.as_mut() {
+                    let (t0, d0) = *sample.get_or_insert((start, 0));
+                    if now - t0 >= total {
+                        report(now - t0, total_done - d0)?;
+                        sample = Some((now, total_done));
+                    }
+                    continue;
+                }
                 let elapsed = now - start;
                 tracker.update(elapsed.as_millis() as u64);
                 if sample.is_none() && elapsed >= margin {

@@ -53,6 +53,12 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
     if cross_process(args) {
         return run_cross_process(args, cfg);
     }
+    if cfg.bidirectional || cfg.infinite {
+        return Err(CliError::usage(
+            "-b and --run_infinitely run across processes only (a server and a client: give a \
+             HOST, or use a device other processes reach)",
+        ));
+    }
     if cfg.rdma_cm {
         // Both ends in this process, connected by the CM as two processes would be.
         let mut out = std::io::stdout().lock();

@@ -98,6 +98,12 @@ fn check(cfg: &PerfConfig) -> Result<(), CliError> {
              QPs with SIDR, which is not implemented); use UD without -R",
         ));
     }
+    if cfg.test.verb == Verb::Send && (cfg.bidirectional || cfg.infinite) {
+        return Err(CliError::usage(
+            "-b and --run_infinitely of send_bw are not supported across processes (write_bw, \
+             read_bw and atomic_bw run with them)",
+        ));
+    }
     let duration = matches!(cfg.mode, RunMode::Duration { .. });
     let one_sided = matches!(cfg.test.verb, Verb::Write | Verb::Read | Verb::Atomic)
         && (cfg.test.kind == TestKind::Bw || cfg.test.verb != Verb::Write);
@@ -329,6 +335,7 @@ fn run_test(
     } else {
         BannerRole::Server
     };
+    banner.bidirectional = cfg.bidirectional;
     banner.rdma_cm_qps = by_cm;
     banner.data_ex_rdma_cm = by_cm;
     emit(out, &format_banner(&banner))?;
@@ -518,8 +525,16 @@ impl Run<'_> {
         }
     }
 
-    /// Write and read BW: the client runs every size; the server waits for its last row.
+    /// Write, read and atomic BW: the client runs every size; the server waits for its last
+    /// row. With -b both run, as perftest's duplex mode: a hand shake before every size (and
+    /// after it with -a), then each side's report to the other, each printing the sum.
     fn rdma_bw(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        if self.cfg.infinite && (self.client || self.cfg.bidirectional) {
+            return self.bw_for_ever(rows);
+        }
+        if self.cfg.bidirectional {
+            return self.rdma_bw_both(chan, rows);
+        }
         if !self.client {
             // perftest's server posts nothing: it waits for the client's end, then prints the
             // client's last row.
@@ -551,14 +566,54 @@ impl Run<'_> {
         tracker.clear();
         rows.text(&result_rule())?;
         chan.hand_shake(self.mine)?;
-        let r = last.map_or_else(BwReport::default, |r| BwReport {
-            size: r.msg_size,
-            iters: r.iterations,
-            bw_peak: r.bw_peak,
-            bw_avg: r.bw_average,
-            msg_rate: r.msg_rate_mpps,
-        });
+        let r = last.as_ref().map_or_else(BwReport::default, report_of);
         chan.bw_reports(&r)?;
+        chan.close(self.mine)
+    }
+
+    /// `--run_infinitely`: one row per interval, until the process is stopped (or fails).
+    fn bw_for_ever(&self, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        let size = self.sizes.first().copied().unwrap_or(8);
+        // No progress line: the rows are the progress.
+        let mut tracker = Tracker::new(self.cfg.test.name(), 0);
+        bw::run_sender_for_ever(
+            self.cfg,
+            self.side,
+            self.peer,
+            size,
+            &mut tracker,
+            &mut |r| rows.text(&bw_row(r, None)),
+        )
+    }
+
+    /// -b of write, read and atomic BW: both sides run every size at once.
+    fn rdma_bw_both(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        let per_size = self.iters() * self.side.qps.len() as u64;
+        let mut tracker = self.tracker(per_size);
+        let every_size = matches!(self.cfg.sizes, Sizes::All);
+        for &size in &self.sizes {
+            chan.peer_runs();
+            chan.hand_shake(self.mine)?;
+            let r = bw::run_sender(self.cfg, self.side, self.peer, size, &mut tracker)?;
+            tracker.clear();
+            // perftest (4.6 and later) hand-shakes again after each size of -a.
+            if every_size {
+                chan.peer_runs();
+                chan.hand_shake(self.mine)?;
+            }
+            chan.peer_runs();
+            let theirs = chan.bw_reports(&report_of(&r))?;
+            let sum = BwResult {
+                bw_peak: r.bw_peak + theirs.bw_peak,
+                bw_average: r.bw_average + theirs.bw_avg,
+                msg_rate_mpps: r.msg_rate_mpps + theirs.msg_rate,
+                ..r
+            };
+            rows.row(&bw_row(&sum, None), bw_results(&sum, None))?;
+            tracker.next_size(per_size);
+        }
+        tracker.clear();
+        rows.text(&result_rule())?;
         chan.close(self.mine)
     }
 
@@ -665,6 +720,17 @@ impl Run<'_> {
             chan.close(self.mine)?;
         }
         Ok(())
+    }
+}
+
+/// The report message of a row.
+fn report_of(r: &BwResult) -> BwReport {
+    BwReport {
+        size: r.msg_size,
+        iters: r.iterations,
+        bw_peak: r.bw_peak,
+        bw_avg: r.bw_average,
+        msg_rate: r.msg_rate_mpps,
     }
 }
 
@@ -1027,6 +1093,32 @@ mod tests {
         let (client, _) = pair(&["read_lat", "-s", "64", "-D", "1"]);
         assert!(client.contains("#bytes        #iterations"), "{client}");
         assert_eq!(rows(&client).len(), 1, "{client}");
+    }
+
+    /// -b: both sides run and print the sum of both directions, after perftest's order of
+    /// exchanges (a hand shake before each size, and after it with -a; the reports).
+    #[test]
+    fn bidirectional_bw_runs_both_ways() {
+        use Msg::{Dest as H, Done as D, Params as P, Report as R};
+        let (_, _, t) = pair_recorded(&["write_bw", "-b", "-n", "30"], "soft1", "soft0");
+        for stream in [&t.to_server, &t.to_client] {
+            follows(stream, &[P, H, H, H, H, R, H, D]);
+        }
+        for line in [
+            &["write_bw", "-b", "-s", "4096", "-n", "50"][..],
+            &["read_bw", "-b", "-s", "1024", "-n", "50"],
+            &["atomic_bw", "-b", "-n", "50"],
+        ] {
+            let (client, server) = pair(line);
+            for out in [&client, &server] {
+                assert!(out.contains("Bidirectional BW Test"), "{out}");
+                assert_eq!(rows(out).len(), 1, "{out}");
+                assert_eq!(rows(out)[0][1], 50.0, "{out}");
+            }
+        }
+        let (client, server) = pair(&["read_bw", "-b", "-a", "-n", "5"]);
+        assert_eq!(rows(&client).len(), 23, "{client}");
+        assert_eq!(rows(&server).len(), 23, "{server}");
     }
 
     /// The emulated ConnectX-3s (the mlx4 driver over its model) run it too.
