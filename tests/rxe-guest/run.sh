@@ -103,7 +103,9 @@ checks=(
     # The rest of perftest across processes: atomics (8 bytes, both -A types), read latency,
     # UC (write, send), UD (send: address handles from the exchanged GID and QPN, perftest's
     # Q_Key, the GRH in front of every receive), duration mode, and -R for a few. Each runs
-    # a second or so under TCG.
+    # a second or so under TCG. (--run_infinitely has no row: neither side ever ends, and the
+    # guest's tool would be killed by its time limit; tools/tests/perf_tests_across.rs runs
+    # it between two Portverbs processes.)
     "abw-gs|server|ib_atomic_bw -d rxe0 -x @GIDX@ -s 8 -n 200 -F|perf atomic_bw -d udp0 -x 0 -s 8 -n 200 -F $guest_ip"
     "abw-hs|client|ib_atomic_bw -d rxe0 -x @GIDX@ -s 8 -n 200 -F -A CMP_AND_SWAP $host_ip|perf atomic_bw -d udp0 -x 0 -s 8 -n 200 -F -A CMP_AND_SWAP"
     "alat-gs|server|ib_atomic_lat -d rxe0 -x @GIDX@ -s 8 -n 100 -F -A CMP_AND_SWAP|perf atomic_lat -d udp0 -x 0 -s 8 -n 100 -F -A CMP_AND_SWAP $guest_ip"
@@ -120,6 +122,10 @@ checks=(
     "slatUD-hs|client|ib_send_lat -c UD -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf send_lat -c UD -d udp0 -x 0 -s 64 -n 100 -F"
     "wbwD-gs|server|ib_write_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F|perf write_bw -d udp0 -x 0 -s 4096 -D 2 -F $guest_ip"
     "wbwD-hs|client|ib_write_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F $host_ip|perf write_bw -d udp0 -x 0 -s 4096 -D 2 -F"
+    "wbwB-gs|server|ib_write_bw -b -d rxe0 -x @GIDX@ -s 65536 -n 100 -F|perf write_bw -b -d udp0 -x 0 -s 65536 -n 100 -F $guest_ip"
+    "wbwB-hs|client|ib_write_bw -b -d rxe0 -x @GIDX@ -s 65536 -n 100 -F $host_ip|perf write_bw -b -d udp0 -x 0 -s 65536 -n 100 -F"
+    "rbwB-gs|server|ib_read_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf read_bw -b -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
+    "abwB-hs|client|ib_atomic_bw -b -d rxe0 -x @GIDX@ -s 8 -n 100 -F $host_ip|perf atomic_bw -b -d udp0 -x 0 -s 8 -n 100 -F"
     "abwR-gs|server|ib_atomic_bw -R -d rxe0 -x @GIDX@ -s 8 -n 100 -F|perf atomic_bw -R -d udp0 -x 0 -s 8 -n 100 -F $guest_ip"
     "rlatR-hs|client|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F"
     # The Windows build of the CLI under Wine (IPv4: see the header for what this shows).
@@ -405,6 +411,8 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
             # A CM-connected run's capture must hold the connection's MADs.
             cm_flag=()
             [[ $tool == rping || " $hcmd " == *" -R "* ]] && cm_flag=(--cm)
+            # UC and UD BW: the receiver sends nothing back (no acknowledgements).
+            [[ $tool == *_bw && " $hcmd " == *" -c U"[CD]" "* ]] && cm_flag+=(--one-way)
             "$checker" "${cm_flag[@]}" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
         else
             fail "$name" "no capture at $work/$name.pcap"
