@@ -18,9 +18,12 @@ use clap::Args;
                   on a device of the embedded in-process fabric (soft0, soft1, mlx4_0, mlx4_1), \
                   both ends in this process: the client on the first device (or -d), the server \
                   on the other device, a server thread playing the peer where the test needs one \
-                  (ping-pong latency, receivers of send tests). Across processes the tests are \
-                  write_bw, read_bw, send_bw, write_lat and send_lat over RC, in iterations \
-                  mode; both sides must get the same flags, as with perftest.\n\n\
+                  (ping-pong latency, receivers of send tests). Across processes every test \
+                  runs, over the transports perftest allows (RC; UC for write and send; UD for \
+                  send), with -a, -q, -A, -R (not with UD), -b and --run_infinitely (write, read \
+                  and atomic BW) and -D (write, read and atomic BW, read and atomic latency); \
+                  both sides must get the same flags, as with perftest. -b and \
+                  --run_infinitely run across processes only.\n\n\
                   TEST is one of write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, \
                   atomic_bw, atomic_lat (perftest program names such as ib_write_bw work too).\n\n\
                   BW tests keep up to --tx-depth requests outstanding per QP, ask for a \
