@@ -190,6 +190,7 @@ fn bidirectional_bw_in_two_processes() {
         &["write_bw", "-b", "-s", "4096", "-n", "100"][..],
         &["read_bw", "-b", "-s", "2048", "-n", "100"],
         &["atomic_bw", "-b", "-n", "100"],
+        &["send_bw", "-b", "-s", "4096", "-n", "100"],
     ] {
         let (c, s) = pair(line, 157);
         for out in [&c, &s] {

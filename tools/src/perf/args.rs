@@ -20,8 +20,8 @@ use clap::Args;
                   on the other device, a server thread playing the peer where the test needs one \
                   (ping-pong latency, receivers of send tests). Across processes every test \
                   runs, over the transports perftest allows (RC; UC for write and send; UD for \
-                  send), with -a, -q, -A, -R (not with UD), -b and --run_infinitely (write, read \
-                  and atomic BW) and -D (every test but send_bw); \
+                  send), with -a, -q, -A, -R (not with UD), -b (BW tests), --run_infinitely (write, \
+                  read and atomic BW) and -D (every test but send_bw); \
                   both sides must get the same flags, as with perftest. -b and \
                   --run_infinitely run across processes only.\n\n\
                   TEST is one of write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, \

@@ -381,6 +381,59 @@ pub(crate) fn run_receiver(
         .result(cfg.units, size))
 }
 
+/// One size of a cross-process `send_bw -b` side: both directions at once, as perftest's
+/// duplex send test. Tops the receives up, calls `ready` (the hand shake after which both
+/// sides start), then sends toward `peer` while a scoped thread counts the peer's messages
+/// until all arrived (RC; UC and UD: until this side's sender is done and nothing more
+/// arrives). The row is the sender's, as perftest's duplex row is; the caller adds the peer's.
+pub(crate) fn run_both(
+    cfg: &PerfConfig,
+    side: &Side,
+    peer: &[PeerQp],
+    recv: &mut RecvState,
+    size: u64,
+    tracker: &mut Tracker,
+    ready: impl FnOnce() -> Result<(), CliError>,
+) -> Result<BwResult, CliError> {
+    let plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let recv_plan = RecvPlan::new(side)?;
+    let depth = cfg.rx_depth;
+    let batches: Vec<Vec<RecvWr<'_>>> = (0..side.qps.len())
+        .map(|i| vec![recv_plan.wr(i); depth as usize])
+        .collect();
+    recv.top_up(side, &batches, depth)?;
+    ready()?;
+    let goal = RecvGoal::new(cfg, side.qps.len());
+    let sender_done = AtomicBool::new(false);
+    let sender_failed = AtomicBool::new(false);
+    let receiver_failed = AtomicBool::new(false);
+    let arrivals = AtomicU64::new(0);
+    let (sent, received) = std::thread::scope(|s| {
+        let receiver = s.spawn(|| {
+            let r = receive_loop(
+                side,
+                recv,
+                &batches,
+                &goal,
+                &sender_done,
+                &sender_failed,
+                &arrivals,
+            );
+            receiver_failed.store(r.is_err(), Ordering::Release);
+            r
+        });
+        let sent = send_loop_watching(cfg, side, &plan, tracker, &receiver_failed, None, None);
+        sender_failed.store(sent.is_err(), Ordering::Release);
+        sender_done.store(true, Ordering::Release);
+        let received = receiver
+            .join()
+            .unwrap_or_else(|_| Err(CliError::Failed("the receiver thread panicked".into())));
+        (sent, received)
+    });
+    let (s, _) = both(sent, received)?;
+    Ok(s.measured().result(cfg.units, size))
+}
+
 /// The sender: posts, polls, and measures (and gives up when `peer_failed` is set). With
 /// `arrivals` (send tests), the duration window counts the receiver's running total of
 /// arrived messages instead of the send completions, and no completion marks are kept (the

@@ -89,7 +89,7 @@ pub(crate) enum PeerLink<'a> {
 
 /// Refuses what the cross-process mode does not run (yet). The transports perftest allows
 /// per verb are checked with the flags ([`super::config`]); here: UD through the CM (perftest
-/// connects UD QPs with SIDR, which is not implemented here), and duration mode, -b and
+/// connects UD QPs with SIDR, which is not implemented here), and duration mode and
 /// --run_infinitely of send_bw (its receiving server would need a clock of its own).
 fn check(cfg: &PerfConfig) -> Result<(), CliError> {
     if cfg.rdma_cm && cfg.conn == QpType::Ud {
@@ -98,10 +98,10 @@ fn check(cfg: &PerfConfig) -> Result<(), CliError> {
              QPs with SIDR, which is not implemented); use UD without -R",
         ));
     }
-    if cfg.test.verb == Verb::Send && (cfg.bidirectional || cfg.infinite) {
+    if cfg.test.verb == Verb::Send && cfg.infinite {
         return Err(CliError::usage(
-            "-b and --run_infinitely of send_bw are not supported across processes (write_bw, \
-             read_bw and atomic_bw run with them)",
+            "--run_infinitely of send_bw is not supported across processes (write_bw, read_bw \
+             and atomic_bw run with it)",
         ));
     }
     let duration = matches!(cfg.mode, RunMode::Duration { .. });
@@ -600,12 +600,7 @@ impl Run<'_> {
             }
             chan.peer_runs();
             let theirs = chan.bw_reports(&report_of(&r))?;
-            let sum = BwResult {
-                bw_peak: r.bw_peak + theirs.bw_peak,
-                bw_average: r.bw_average + theirs.bw_avg,
-                msg_rate_mpps: r.msg_rate_mpps + theirs.msg_rate,
-                ..r
-            };
+            let sum = summed(&r, &theirs);
             rows.row(&bw_row(&sum, None), bw_results(&sum, None))?;
             tracker.next_size(per_size);
         }
@@ -622,6 +617,30 @@ impl Run<'_> {
         let mut recv = RecvState::new(self.side.qps.len());
         let every_size = matches!(self.cfg.sizes, Sizes::All);
         for &size in &self.sizes {
+            if self.cfg.bidirectional {
+                // perftest's duplex send: both sides post receives, hand-shake, send and
+                // receive at once, then print the sum of both sides' rows.
+                let mine = self.mine;
+                let r = bw::run_both(
+                    self.cfg,
+                    self.side,
+                    self.peer,
+                    &mut recv,
+                    size,
+                    &mut tracker,
+                    || chan.hand_shake(mine).map(|_| ()),
+                )?;
+                tracker.clear();
+                chan.peer_runs();
+                let theirs = chan.bw_reports(&report_of(&r))?;
+                let sum = summed(&r, &theirs);
+                rows.row(&bw_row(&sum, None), bw_results(&sum, None))?;
+                tracker.next_size(per_size);
+                if every_size {
+                    chan.hand_shake(self.mine)?;
+                }
+                continue;
+            }
             let r = if self.client {
                 chan.hand_shake(self.mine)?;
                 bw::run_sender(self.cfg, self.side, self.peer, size, &mut tracker)?
@@ -717,6 +736,17 @@ impl Run<'_> {
             chan.close(self.mine)?;
         }
         Ok(())
+    }
+}
+
+/// A -b row: this side's size and iterations, both sides' bandwidths and message rates
+/// added, as perftest's `print_full_bw_report` adds the peer's report.
+fn summed(r: &BwResult, theirs: &BwReport) -> BwResult {
+    BwResult {
+        bw_peak: r.bw_peak + theirs.bw_peak,
+        bw_average: r.bw_average + theirs.bw_avg,
+        msg_rate_mpps: r.msg_rate_mpps + theirs.msg_rate,
+        ..*r
     }
 }
 
@@ -1111,6 +1141,7 @@ mod tests {
             &["write_bw", "-b", "-s", "4096", "-n", "50"][..],
             &["read_bw", "-b", "-s", "1024", "-n", "50"],
             &["atomic_bw", "-b", "-n", "50"],
+            &["send_bw", "-b", "-s", "2048", "-n", "50"],
         ] {
             let (client, server) = pair(line);
             for out in [&client, &server] {
@@ -1137,7 +1168,7 @@ mod tests {
         for line in [
             &["send_bw", "-c", "UD", "-R"][..],
             &["send_bw", "-D", "5"],
-            &["send_bw", "-b"],
+            &["send_bw", "--run_infinitely"],
         ] {
             let never = AtomicBool::new(false);
             let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
