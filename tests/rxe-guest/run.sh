@@ -126,6 +126,10 @@ checks=(
     "wbwB-hs|client|ib_write_bw -b -d rxe0 -x @GIDX@ -s 65536 -n 100 -F $host_ip|perf write_bw -b -d udp0 -x 0 -s 65536 -n 100 -F"
     "rbwB-gs|server|ib_read_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf read_bw -b -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
     "abwB-hs|client|ib_atomic_bw -b -d rxe0 -x @GIDX@ -s 8 -n 100 -F $host_ip|perf atomic_bw -b -d udp0 -x 0 -s 8 -n 100 -F"
+    "sbwB-gs|server|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf send_bw -b -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
+    "sbwB-hs|client|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf send_bw -b -d udp0 -x 0 -s 4096 -n 100 -F"
+    "wlatD-gs|server|ib_write_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F|perf write_lat -d udp0 -x 0 -s 64 -D 2 -F $guest_ip"
+    "slatD-hs|client|ib_send_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F $host_ip|perf send_lat -d udp0 -x 0 -s 64 -D 2 -F"
     "abwR-gs|server|ib_atomic_bw -R -d rxe0 -x @GIDX@ -s 8 -n 100 -F|perf atomic_bw -R -d udp0 -x 0 -s 8 -n 100 -F $guest_ip"
     "rlatR-hs|client|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F"
     # The Windows build of the CLI under Wine (IPv4: see the header for what this shows).
@@ -353,7 +357,10 @@ output_ok() {
         # a row taken: the row with the right size and count is still required, and the
         # capture check still counts the traffic.
         grep -q '^Correlation coefficient r^2: .* < 0.9' "$out" && figure='([0-9.]+|inf|-nan)'
-        grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+$figure){7}[[:space:]]*\$" "$out"
+        # -D: #bytes #iterations t_avg tps, as many iterations as ran.
+        local figures=7
+        [[ " $cmd " == *" -D "* ]] && { iters='[0-9]+'; figures=2; }
+        grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+$figure){$figures}[[:space:]]*\$" "$out"
         ;;
     esac
 }

@@ -143,6 +143,14 @@ fn duration_mode_in_two_processes() {
     let (c, _) = pair(&["read_lat", "-s", "64", "-D", "2"], 154);
     assert!(c.contains("t_avg[usec]"), "{c}");
     assert_eq!(table_rows(&c).len(), 1, "{c}");
+    // send_bw: the server's clock starts at its first arrival; each side prints its row.
+    let (c, s) = pair(&["send_bw", "-s", "1024", "-D", "2"], 154);
+    for out in [&c, &s] {
+        let rows = table_rows(out);
+        assert_eq!(rows.len(), 1, "{out}");
+        assert_eq!(rows[0][0], 1024.0, "{out}");
+        assert!(rows[0][1] > 0.0, "{out}");
+    }
     // Ping-pong: each side stops on its own clock and prints its own row.
     for test in ["write_lat", "send_lat"] {
         let (c, s) = pair(&[test, "-s", "32", "-D", "2"], 154);

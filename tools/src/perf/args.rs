@@ -21,7 +21,7 @@ use clap::Args;
                   (ping-pong latency, receivers of send tests). Across processes every test \
                   runs, over the transports perftest allows (RC; UC for write and send; UD for \
                   send), with -a, -q, -A, -R (not with UD), -b (BW tests), --run_infinitely (write, \
-                  read and atomic BW) and -D (every test but send_bw); \
+                  read and atomic BW) and -D; \
                   both sides must get the same flags, as with perftest. -b and \
                   --run_infinitely run across processes only.\n\n\
                   TEST is one of write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, \

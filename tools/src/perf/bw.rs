@@ -362,7 +362,10 @@ pub(crate) fn run_receiver(
         .collect();
     recv.top_up(side, &batches, depth)?;
     ready()?;
-    let goal = RecvGoal::new(cfg, side.qps.len());
+    let mut goal = RecvGoal::new(cfg, side.qps.len());
+    if let RunMode::Duration { total, margin } = cfg.mode {
+        goal.clock = Some((total, margin));
+    }
     let never = AtomicBool::new(false);
     let counter = AtomicU64::new(0);
     let a = receive_loop(side, recv, &batches, &goal, &never, &never, &counter)?;
@@ -373,7 +376,7 @@ pub(crate) fn run_receiver(
         posted: a.count,
         completed: a.count,
         marks: None,
-        window: None,
+        window: goal.clock.map(|_| a.window.unwrap_or_default()),
         iterations: true,
     };
     Ok(run
@@ -612,6 +615,9 @@ struct RecvGoal {
     marks: Option<(u64, usize)>,
     /// `--timeout`: how long nothing may arrive before the receiver gives up.
     limit: Option<Duration>,
+    /// A cross-process receiver in duration mode: perftest's server clock, which starts at
+    /// the first arrival, runs `(total, margin)` and counts the arrivals between the margins.
+    clock: Option<(Duration, Duration)>,
 }
 
 impl RecvGoal {
@@ -628,6 +634,7 @@ impl RecvGoal {
                 .filter(|_| cfg.peak)
                 .map(|e| (every, usize::try_from(e / every).unwrap_or(0) + 2)),
             limit: cfg.peer_timeout,
+            clock: None,
         }
     }
 }
@@ -643,6 +650,8 @@ struct Arrivals {
     last: Option<Instant>,
     /// Peak: `(when, arrived so far)` about every `cq_mod` arrivals.
     marks: Option<Vec<(Instant, u64)>>,
+    /// With [`RecvGoal::clock`]: the measured window and the arrivals in it.
+    window: Option<(Duration, u64)>,
 }
 
 /// The receiver: keeps receives posted and counts the messages that arrive, until every
@@ -668,7 +677,22 @@ fn receive_loop(
     let mut next_mark = mark_every;
     let mut quiet_since: Option<Instant> = None;
     let mut waiter = Waiter::new("waiting for receives", Some(sender_failed)).limit(goal.limit);
+    // The duration clock: the window's start, then the window.
+    let mut sample: Option<(Instant, u64)> = None;
+    let mut window = None;
     while goal.expected.is_none_or(|e| received < e) {
+        if let (Some((total, margin)), Some(t0)) = (goal.clock, first) {
+            let now = Instant::now();
+            if sample.is_none() && now - t0 >= margin {
+                sample = Some((now, received));
+            }
+            if window.is_none() && now - t0 >= total - margin {
+                window = sample.map(|(ts, r0)| (now - ts, received - r0));
+            }
+            if now - t0 >= total {
+                break;
+            }
+        }
         let n = side.recv_cq.poll(&mut wcs).ctx("polling the receive CQ")?;
         if n == 0 {
             if !goal.exact && sender_done.load(Ordering::Acquire) {
@@ -714,6 +738,7 @@ fn receive_loop(
         first,
         last,
         marks,
+        window,
     })
 }
 
@@ -769,6 +794,7 @@ mod tests {
             first: None,
             last: Some(last),
             marks,
+            window: None,
         };
         // UC: the sends completed at 10 ms, the 10 messages that arrived did by 20 ms.
         let m = sender(t0 + ms(10)).measured_arrivals(arrived(10, t0 + ms(20), None), 128);
@@ -789,6 +815,7 @@ mod tests {
             first: None,
             last: None,
             marks: Some(Vec::new()),
+            window: None,
         };
         let m = sender(t0 + ms(10)).measured_arrivals(none, 128);
         assert_eq!(m.messages, 0);

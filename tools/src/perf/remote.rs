@@ -89,8 +89,8 @@ pub(crate) enum PeerLink<'a> {
 
 /// Refuses what the cross-process mode does not run (yet). The transports perftest allows
 /// per verb are checked with the flags ([`super::config`]); here: UD through the CM (perftest
-/// connects UD QPs with SIDR, which is not implemented here), and duration mode and
-/// --run_infinitely of send_bw (its receiving server would need a clock of its own).
+/// connects UD QPs with SIDR, which is not implemented here), and --run_infinitely and -D
+/// with -b of send_bw.
 fn check(cfg: &PerfConfig) -> Result<(), CliError> {
     if cfg.rdma_cm && cfg.conn == QpType::Ud {
         return Err(CliError::usage(
@@ -105,10 +105,9 @@ fn check(cfg: &PerfConfig) -> Result<(), CliError> {
         ));
     }
     let duration = matches!(cfg.mode, RunMode::Duration { .. });
-    if duration && cfg.test.verb == Verb::Send && cfg.test.kind == TestKind::Bw {
+    if duration && cfg.test.verb == Verb::Send && cfg.bidirectional {
         return Err(CliError::usage(
-            "duration mode (-D) of send_bw is not supported across processes (every other \
-             test runs with -D)",
+            "-D with -b of send_bw is not supported across processes",
         ));
     }
     Ok(())
@@ -1117,6 +1116,12 @@ mod tests {
         assert_eq!(c[0][0], 1024.0, "{client}");
         assert!(c[0][1] > 0.0, "{client}");
         assert_eq!(c, rows(&server), "{server}");
+        // send_bw: the server's clock starts at the first arrival, as perftest's.
+        let (client, server) = pair(&["send_bw", "-s", "1024", "-D", "1"]);
+        for out in [&client, &server] {
+            assert_eq!(rows(out).len(), 1, "{out}");
+            assert!(rows(out)[0][1] > 0.0, "{out}");
+        }
         for test in ["read_lat", "write_lat", "send_lat"] {
             let (client, server) = pair(&[test, "-s", "64", "-D", "1"]);
             assert!(client.contains("t_avg[usec]"), "{client}");
@@ -1167,7 +1172,7 @@ mod tests {
     fn unsupported_cross_process_tests_are_refused() {
         for line in [
             &["send_bw", "-c", "UD", "-R"][..],
-            &["send_bw", "-D", "5"],
+            &["send_bw", "-D", "5", "-b"],
             &["send_bw", "--run_infinitely"],
         ] {
             let never = AtomicBool::new(false);
