@@ -215,44 +215,51 @@ fn bidirectional_bw_in_two_processes() {
     }
 }
 
-/// `--run_infinitely -D 1`: a row every second until the client is stopped; the server
-/// waits for it for ever, as perftest's.
+/// `--run_infinitely -D 1`: a row every second until stopped. The write_bw server waits for
+/// its client for ever, as perftest's; the send_bw server prints its own arrivals' rows.
 #[test]
 fn run_infinitely_reports_every_interval() {
-    let (server_ip, client_ip) = ("127.0.158.1", "127.0.158.2");
-    let p = free_port();
-    let args = [
-        "perf",
-        "write_bw",
-        "-s",
-        "2048",
-        "--run_infinitely",
-        "-D",
-        "1",
-        "-d",
-        "udp0",
-        "-p",
-        &p,
-    ];
-    let mut server = spawn(&args, &[("PORTVERBS_UDP", server_ip)]);
-    std::thread::sleep(Duration::from_millis(400));
-    let mut client = spawn(
-        &[&args[..], &[server_ip]].concat(),
-        &[("PORTVERBS_UDP", client_ip)],
-    );
-    std::thread::sleep(Duration::from_millis(4500));
-    assert!(
-        client.try_wait().expect("the client's state").is_none(),
-        "the client runs until stopped"
-    );
-    let _ = client.kill();
-    let _ = server.kill();
-    let (_, out, err) = finish(client);
-    let _ = finish(server);
-    let rows = table_rows(&out);
-    assert!(rows.len() >= 2, "a row a second:\n{out}\n{err}");
-    for r in &rows {
-        assert_eq!(r[0], 2048.0, "{out}");
-        assert!(r[1] > 0.0, "{out}");
+    for (test, net) in [("write_bw", 158u8), ("send_bw", 159)] {
+        let (server_ip, client_ip) = (format!("127.0.{net}.1"), format!("127.0.{net}.2"));
+        let p = free_port();
+        let args = [
+            "perf",
+            test,
+            "-s",
+            "2048",
+            "--run_infinitely",
+            "-D",
+            "1",
+            "-d",
+            "udp0",
+            "-p",
+            &p,
+        ];
+        let mut server = spawn(&args, &[("PORTVERBS_UDP", &server_ip)]);
+        std::thread::sleep(Duration::from_millis(400));
+        let mut client = spawn(
+            &[&args[..], &[server_ip.as_str()]].concat(),
+            &[("PORTVERBS_UDP", &client_ip)],
+        );
+        std::thread::sleep(Duration::from_millis(4500));
+        assert!(
+            client.try_wait().expect("the client's state").is_none(),
+            "{test}: the client runs until stopped"
+        );
+        let _ = client.kill();
+        let _ = server.kill();
+        let (_, out, err) = finish(client);
+        let (_, sout, serr) = finish(server);
+        let rows = table_rows(&out);
+        assert!(rows.len() >= 2, "{test}: a row a second:\n{out}\n{err}");
+        for r in &rows {
+            assert_eq!(r[0], 2048.0, "{out}");
+            assert!(r[1] > 0.0, "{out}");
+        }
+        if test == "send_bw" {
+            let rows = table_rows(&sout);
+            assert!(rows.len() >= 2, "{test}: a row a second:\n{sout}\n{serr}");
+            assert!(rows.iter().all(|r| r[0] == 2048.0 && r[1] > 0.0), "{sout}");
+        }
     }
 }

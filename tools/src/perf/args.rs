@@ -20,8 +20,8 @@ use clap::Args;
                   on the other device, a server thread playing the peer where the test needs one \
                   (ping-pong latency, receivers of send tests). Across processes every test \
                   runs, over the transports perftest allows (RC; UC for write and send; UD for \
-                  send), with -a, -q, -A, -R (not with UD), -b (BW tests), --run_infinitely (write, \
-                  read and atomic BW) and -D; \
+                  send), with -a, -q, -A, -R (not with UD), -b and --run_infinitely (BW tests) and \
+                  -D; \
                   both sides must get the same flags, as with perftest. -b and \
                   --run_infinitely run across processes only.\n\n\
                   TEST is one of write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, \
@@ -179,7 +179,7 @@ pub(crate) struct PerfArgs {
     pub(crate) bidirectional: bool,
 
     /// BW tests: run until stopped, printing a row for every -D seconds (default 5) of
-    /// traffic (across processes only; not send_bw).
+    /// traffic (across processes only).
     #[arg(long = "run_infinitely")]
     pub(crate) run_infinitely: bool,
 

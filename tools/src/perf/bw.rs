@@ -136,6 +136,7 @@ pub(crate) fn run(
                 &sender_done,
                 &sender_failed,
                 &arrivals,
+                None,
             );
             receiver_failed.store(r.is_err(), Ordering::Release);
             r
@@ -368,7 +369,7 @@ pub(crate) fn run_receiver(
     }
     let never = AtomicBool::new(false);
     let counter = AtomicU64::new(0);
-    let a = receive_loop(side, recv, &batches, &goal, &never, &never, &counter)?;
+    let a = receive_loop(side, recv, &batches, &goal, &never, &never, &counter, None)?;
     let start = a.first.unwrap_or_else(Instant::now);
     let run = SenderRun {
         start,
@@ -421,6 +422,7 @@ pub(crate) fn run_both(
                 &sender_done,
                 &sender_failed,
                 &arrivals,
+                None,
             );
             receiver_failed.store(r.is_err(), Ordering::Release);
             r
@@ -435,6 +437,51 @@ pub(crate) fn run_both(
     });
     let (s, _) = both(sent, received)?;
     Ok(s.measured().result(cfg.units, size))
+}
+
+/// `--run_infinitely` on a send test's receiving side (the server): tops the receives up,
+/// calls `ready`, then counts arrivals for ever, calling `report` with the row of every
+/// interval (`cfg.mode`'s duration) from the first arrival on, as perftest's server does.
+pub(crate) fn run_receiver_for_ever(
+    cfg: &PerfConfig,
+    side: &Side,
+    recv: &mut RecvState,
+    size: u64,
+    ready: impl FnOnce() -> Result<(), CliError>,
+    report: &mut dyn FnMut(&BwResult) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let recv_plan = RecvPlan::new(side)?;
+    let depth = cfg.rx_depth;
+    let batches: Vec<Vec<RecvWr<'_>>> = (0..side.qps.len())
+        .map(|i| vec![recv_plan.wr(i); depth as usize])
+        .collect();
+    recv.top_up(side, &batches, depth)?;
+    ready()?;
+    let mut goal = RecvGoal::new(cfg, side.qps.len());
+    if let RunMode::Duration { total, margin } = cfg.mode {
+        goal.clock = Some((total, margin));
+    }
+    let never = AtomicBool::new(false);
+    let counter = AtomicU64::new(0);
+    let mut every = |elapsed: Duration, messages: u64| {
+        let m = Measured {
+            messages,
+            elapsed,
+            marks: None,
+        };
+        report(&m.result(cfg.units, size))
+    };
+    receive_loop(
+        side,
+        recv,
+        &batches,
+        &goal,
+        &never,
+        &never,
+        &counter,
+        Some(&mut every),
+    )?;
+    Ok(())
 }
 
 /// The sender: posts, polls, and measures (and gives up when `peer_failed` is set). With
@@ -657,6 +704,7 @@ struct Arrivals {
 /// The receiver: keeps receives posted and counts the messages that arrive, until every
 /// expected message arrived or (`goal.exact` unset) the sender is done and nothing arrived for
 /// [`DRAIN_QUIET`]. `arrivals` mirrors the running count for the sender's duration window.
+#[allow(clippy::too_many_arguments)]
 fn receive_loop(
     side: &Side,
     state: &mut RecvState,
@@ -665,6 +713,7 @@ fn receive_loop(
     sender_done: &AtomicBool,
     sender_failed: &AtomicBool,
     arrivals: &AtomicU64,
+    mut every: Option<IntervalReport<'_>>,
 ) -> Result<Arrivals, CliError> {
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     let depth = batches.first().map_or(0, Vec::len) as u32;
@@ -683,14 +732,23 @@ fn receive_loop(
     while goal.expected.is_none_or(|e| received < e) {
         if let (Some((total, margin)), Some(t0)) = (goal.clock, first) {
             let now = Instant::now();
-            if sample.is_none() && now - t0 >= margin {
-                sample = Some((now, received));
-            }
-            if window.is_none() && now - t0 >= total - margin {
-                window = sample.map(|(ts, r0)| (now - ts, received - r0));
-            }
-            if now - t0 >= total {
-                break;
+            if let Some(report) = every.as_mut() {
+                // --run_infinitely: every interval reported, no end.
+                let (ts, r0) = *sample.get_or_insert((t0, 0));
+                if now - ts >= total {
+                    report(now - ts, received - r0)?;
+                    sample = Some((now, received));
+                }
+            } else {
+                if sample.is_none() && now - t0 >= margin {
+                    sample = Some((now, received));
+                }
+                if window.is_none() && now - t0 >= total - margin {
+                    window = sample.map(|(ts, r0)| (now - ts, received - r0));
+                }
+                if now - t0 >= total {
+                    break;
+                }
             }
         }
         let n = side.recv_cq.poll(&mut wcs).ctx("polling the receive CQ")?;

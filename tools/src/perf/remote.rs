@@ -89,19 +89,12 @@ pub(crate) enum PeerLink<'a> {
 
 /// Refuses what the cross-process mode does not run (yet). The transports perftest allows
 /// per verb are checked with the flags ([`super::config`]); here: UD through the CM (perftest
-/// connects UD QPs with SIDR, which is not implemented here), and --run_infinitely and -D
-/// with -b of send_bw.
+/// connects UD QPs with SIDR, which is not implemented here), and -D with -b of send_bw.
 fn check(cfg: &PerfConfig) -> Result<(), CliError> {
     if cfg.rdma_cm && cfg.conn == QpType::Ud {
         return Err(CliError::usage(
             "-R with -c UD is not supported across processes (perftest's rdma_cm connects UD \
              QPs with SIDR, which is not implemented); use UD without -R",
-        ));
-    }
-    if cfg.test.verb == Verb::Send && cfg.infinite {
-        return Err(CliError::usage(
-            "--run_infinitely of send_bw is not supported across processes (write_bw, read_bw \
-             and atomic_bw run with it)",
         ));
     }
     let duration = matches!(cfg.mode, RunMode::Duration { .. });
@@ -582,6 +575,35 @@ impl Run<'_> {
         )
     }
 
+    /// `send_bw --run_infinitely`: the server posts its receives, a hand shake starts the
+    /// client; both print a row every interval until stopped (perftest refuses it with -b).
+    fn send_for_ever(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        let size = self.sizes.first().copied().unwrap_or(8);
+        let mut tracker = Tracker::new(self.cfg.test.name(), 0);
+        let mine = self.mine;
+        let mut report = |r: &BwResult| rows.text(&bw_row(r, None));
+        if self.client {
+            chan.hand_shake(mine)?;
+            return bw::run_sender_for_ever(
+                self.cfg,
+                self.side,
+                self.peer,
+                size,
+                &mut tracker,
+                &mut report,
+            );
+        }
+        let mut recv = RecvState::new(self.side.qps.len());
+        bw::run_receiver_for_ever(
+            self.cfg,
+            self.side,
+            &mut recv,
+            size,
+            || chan.hand_shake(mine).map(|_| ()),
+            &mut report,
+        )
+    }
+
     /// -b of write, read and atomic BW: both sides run every size at once.
     fn rdma_bw_both(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
         let per_size = self.iters() * self.side.qps.len() as u64;
@@ -611,6 +633,9 @@ impl Run<'_> {
     /// Send BW: per size, the server posts its receives, a hand shake starts the client, each
     /// side prints its own row; with `-a` a hand shake after every size.
     fn send_bw(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        if self.cfg.infinite {
+            return self.send_for_ever(chan, rows);
+        }
         let per_size = self.iters() * self.side.qps.len() as u64;
         let mut tracker = self.tracker(per_size);
         let mut recv = RecvState::new(self.side.qps.len());
@@ -1173,7 +1198,6 @@ mod tests {
         for line in [
             &["send_bw", "-c", "UD", "-R"][..],
             &["send_bw", "-D", "5", "-b"],
-            &["send_bw", "--run_infinitely"],
         ] {
             let never = AtomicBool::new(false);
             let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
