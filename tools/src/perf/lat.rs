@@ -29,6 +29,9 @@ use crate::wait::Waiter;
 /// How long past its duration a ping-pong side keeps waiting for a peer that stopped first.
 const DEADLINE_SLACK: Duration = Duration::from_millis(100);
 
+/// How long a duration ping-pong side keeps its device answering after its run.
+const LINGER: Duration = Duration::from_millis(500);
+
 /// Runs one size.
 pub(crate) fn run(
     setup: &Setup,
@@ -154,6 +157,17 @@ pub(crate) fn run_remote(
         pingpong.ping(side, &mut plan, &rplan, &mut rec, tracker, &never)?;
     } else {
         pingpong.serve(side, &mut plan, &rplan, &never, Some(&mut rec))?;
+    }
+    if deadline.is_some() {
+        // The peer's clock ends after this side's: its answer to this side's last message
+        // may still be on its way, and its sender waits for that answer's acknowledgement
+        // (perftest polls for it with no time limit). Keep the device acknowledging for a
+        // while (a manual device only progresses when driven) before this side goes away.
+        let until = Instant::now() + LINGER;
+        while Instant::now() < until {
+            side.ctx.dispatch();
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     Ok(rec.outcome(true))
 }
