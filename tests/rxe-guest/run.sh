@@ -130,6 +130,9 @@ checks=(
     "sbwB-hs|client|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf send_bw -b -d udp0 -x 0 -s 4096 -n 100 -F"
     "wlatD-gs|server|ib_write_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F|perf write_lat -d udp0 -x 0 -s 64 -D 2 -F $guest_ip"
     "slatD-hs|client|ib_send_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F $host_ip|perf send_lat -d udp0 -x 0 -s 64 -D 2 -F"
+    "sbwD-gs|server|ib_send_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F|perf send_bw -d udp0 -x 0 -s 4096 -D 2 -F $guest_ip"
+    "sbwD-hs|client|ib_send_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F $host_ip|perf send_bw -d udp0 -x 0 -s 4096 -D 2 -F"
+    "rbwG-hs|client|ib_read_bw -d rxe0 -x @GIDX@ -s 16384 -n 100 -F --report_gbits $host_ip|perf read_bw -d udp0 -x 0 -s 16384 -n 100 -F --report_gbits"
     "abwR-gs|server|ib_atomic_bw -R -d rxe0 -x @GIDX@ -s 8 -n 100 -F|perf atomic_bw -R -d udp0 -x 0 -s 8 -n 100 -F $guest_ip"
     "rlatR-hs|client|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F"
     # The Windows build of the CLI under Wine (IPv4: see the header for what this shows).
