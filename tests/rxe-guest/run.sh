@@ -8,7 +8,8 @@
 #    Checks: ibv_rc_pingpong -c and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw,
 #    ib_read_bw, ib_send_bw, ib_write_lat and ib_send_lat with -R (connected by the CM;
 #    perftest's -R also runs its exchange over a CM-connected QP), each with the guest as
-#    server and with Portverbs as server; and ibv_rc_pingpong -c and ib_write_bw against the
+#    server and with Portverbs as server; perftest's other tests and modes (atomics, read
+#    latency, UC, UD, -b, -D, --report_gbits, -R of some), one role or both; and ibv_rc_pingpong -c and ib_write_bw against the
 #    Windows build of the CLI, run under Wine (built too, with the ProcessPrng stand-in Wine 8
 #    needs), both ways. Wine's sockets are the host's Linux sockets, so its IPv4 datagrams
 #    carry identification 0 as Linux's do and rxe's ICRC check passes: these rows test the
