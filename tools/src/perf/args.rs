@@ -22,8 +22,9 @@ use clap::Args;
                   runs, over the transports perftest allows (RC; UC for write and send; UD for \
                   send), with -a, -q, -A, -R (not with UD), -b and --run_infinitely (BW tests) and \
                   -D; \
-                  both sides must get the same flags, as with perftest. -b and \
-                  --run_infinitely run across processes only.\n\n\
+                  both sides must get the same flags, as with perftest. On the embedded \
+                  fabric, -b and --run_infinitely run the two sides as two processes would, \
+                  over loopback TCP.\n\n\
                   TEST is one of write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, \
                   atomic_bw, atomic_lat (perftest program names such as ib_write_bw work too).\n\n\
                   BW tests keep up to --tx-depth requests outstanding per QP, ask for a \
@@ -174,12 +175,12 @@ pub(crate) struct PerfArgs {
     pub(crate) cpu_freq: bool,
 
     /// Bidirectional BW: both sides run the test toward each other at the same time, and
-    /// each prints the sum of both directions (across processes only).
+    /// each prints the sum of both directions.
     #[arg(short = 'b', long = "bidirectional")]
     pub(crate) bidirectional: bool,
 
     /// BW tests: run until stopped, printing a row for every -D seconds (default 5) of
-    /// traffic (across processes only).
+    /// traffic.
     #[arg(long = "run_infinitely")]
     pub(crate) run_infinitely: bool,
 

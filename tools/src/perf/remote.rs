@@ -216,6 +216,48 @@ pub(crate) fn run_cm_pair(
     })
 }
 
+/// A cross-process run on the embedded fabric: a server thread on the other device of the
+/// pair, the client on `cfg`'s device, over a TCP connection on loopback as two processes
+/// would be (-b and --run_infinitely, which need both sides' own loops); the client's lines
+/// go to `out`, the server's to `server_out`.
+pub(crate) fn run_tcp_pair(
+    cfg: PerfConfig,
+    out: &mut dyn Write,
+    server_out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let (cdev, sdev) = verbs::pick_devices(cfg.device.as_deref())?;
+    let server_cfg = PerfConfig {
+        device: Some(sdev.info().name.clone()),
+        ib_port: 1,
+        json: None,
+        ..cfg.clone()
+    };
+    let client_cfg = PerfConfig {
+        device: Some(cdev.info().name.clone()),
+        ..cfg
+    };
+    let listener =
+        TcpListener::bind(("127.0.0.1", 0)).io_ctx("listening on a loopback TCP port")?;
+    let port = listener
+        .local_addr()
+        .io_ctx("reading the loopback port")?
+        .port();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| run(server_cfg, PeerLink::Accept(&listener, &done), server_out));
+        let link = PeerLink::Connect {
+            host: "127.0.0.1",
+            port,
+        };
+        let r = run(client_cfg, link, out);
+        done.store(true, Ordering::Release);
+        let served = server
+            .join()
+            .map_err(|_| CliError::Failed("the server thread panicked".into()))?;
+        CliError::merge(r, served)
+    })
+}
+
 /// Where the CM finds the peer's test QPs: the server's address (client role), or the
 /// listener their requests come to (server role).
 enum CmPeer {
@@ -1183,6 +1225,24 @@ mod tests {
         let (client, server) = pair(&["read_bw", "-b", "-a", "-n", "5"]);
         assert_eq!(rows(&client).len(), 23, "{client}");
         assert_eq!(rows(&server).len(), 23, "{server}");
+    }
+
+    /// In one process (-b needs both sides' loops): a server thread over loopback TCP.
+    #[test]
+    fn bidirectional_runs_in_one_process_over_loopback() {
+        let _alone = crate::perf::DEVICE_TRAFFIC
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        let r = run_tcp_pair(
+            cfg(&["atomic_bw", "-b", "-n", "40", "-d", "soft0"]),
+            &mut out,
+            &mut std::io::sink(),
+        );
+        let out = String::from_utf8(out).expect("UTF-8");
+        assert!(r.is_ok(), "{r:?}\n{out}");
+        assert!(out.contains("Bidirectional BW Test"), "{out}");
+        assert_eq!(rows(&out)[0][..2], [8.0, 40.0], "{out}");
     }
 
     /// The emulated ConnectX-3s (the mlx4 driver over its model) run it too.
