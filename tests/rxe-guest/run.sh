@@ -215,12 +215,18 @@ provider=$stage/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 cp "$provider" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
 tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
-    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma
-    usr/bin/ib_atomic_bw usr/bin/ib_atomic_lat usr/bin/ib_read_lat)
+    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma)
 for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
     cp "$stage/$t" "$root/usr/bin/"
 done
+# perftest's other programs, for the perf rows of atomics and read latency.
+perftest_more=(usr/bin/ib_atomic_bw usr/bin/ib_atomic_lat usr/bin/ib_read_lat)
+for t in "${perftest_more[@]}"; do
+    [[ -f $stage/$t ]] || die "the packages have no /$t"
+    cp "$stage/$t" "$root/usr/bin/"
+done
+tools+=("${perftest_more[@]}")
 # Every shared library the tools and the provider load, from the unpacked packages first,
 # else from the host (glibc: the host is the same Debian release).
 for f in "${tools[@]/#/$stage/}" "$provider"; do
