@@ -9,7 +9,8 @@
 #    and ib_write_bw (TCP exchange), rping -v -V and ib_write_bw,
 #    ib_read_bw, ib_send_bw, ib_write_lat and ib_send_lat with -R (connected by the CM;
 #    perftest's -R also runs its exchange over a CM-connected QP), each with the guest as
-#    server and with Portverbs as server; and ibv_rc_pingpong -c and ib_write_bw against the
+#    server and with Portverbs as server; perftest's other tests and modes (atomics, read
+#    latency, UC, UD, -b, -D, --report_gbits, -R of some), one role or both; and ibv_rc_pingpong -c and ib_write_bw against the
 #    Windows build of the CLI, run under Wine (built too, with the ProcessPrng stand-in Wine 8
 #    needs), both ways. Wine's sockets are the host's Linux sockets, so its IPv4 datagrams
 #    carry identification 0 as Linux's do and rxe's ICRC check passes: these rows test the
@@ -109,6 +110,41 @@ checks=(
     "wlatR-hs|client|ib_write_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf write_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
     "slatR-gs|server|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F $guest_ip"
     "slatR-hs|client|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
+    # The rest of perftest across processes: atomics (8 bytes, both -A types), read latency,
+    # UC (write, send), UD (send: address handles from the exchanged GID and QPN, perftest's
+    # Q_Key, the GRH in front of every receive), duration mode, and -R for a few. Each runs
+    # a second or so under TCG. (--run_infinitely has no row: neither side ever ends, and the
+    # guest's tool would be killed by its time limit; tools/tests/perf_tests_across.rs runs
+    # it between two Portverbs processes.)
+    "abw-gs|server|ib_atomic_bw -d rxe0 -x @GIDX@ -s 8 -n 200 -F|perf atomic_bw -d udp0 -x 0 -s 8 -n 200 -F $guest_ip"
+    "abw-hs|client|ib_atomic_bw -d rxe0 -x @GIDX@ -s 8 -n 200 -F -A CMP_AND_SWAP $host_ip|perf atomic_bw -d udp0 -x 0 -s 8 -n 200 -F -A CMP_AND_SWAP"
+    "alat-gs|server|ib_atomic_lat -d rxe0 -x @GIDX@ -s 8 -n 100 -F -A CMP_AND_SWAP|perf atomic_lat -d udp0 -x 0 -s 8 -n 100 -F -A CMP_AND_SWAP $guest_ip"
+    "alat-hs|client|ib_atomic_lat -d rxe0 -x @GIDX@ -s 8 -n 100 -F $host_ip|perf atomic_lat -d udp0 -x 0 -s 8 -n 100 -F"
+    "rlat-gs|server|ib_read_lat -d rxe0 -x @GIDX@ -s 64 -n 100 -F|perf read_lat -d udp0 -x 0 -s 64 -n 100 -F $guest_ip"
+    "rlat-hs|client|ib_read_lat -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -d udp0 -x 0 -s 64 -n 100 -F"
+    "wbwUC-gs|server|ib_write_bw -c UC -d rxe0 -x @GIDX@ -s 4096 -n 200 -F|perf write_bw -c UC -d udp0 -x 0 -s 4096 -n 200 -F $guest_ip"
+    "wbwUC-hs|client|ib_write_bw -c UC -d rxe0 -x @GIDX@ -s 4096 -n 200 -F $host_ip|perf write_bw -c UC -d udp0 -x 0 -s 4096 -n 200 -F"
+    "sbwUC-gs|server|ib_send_bw -c UC -d rxe0 -x @GIDX@ -s 1024 -n 100 -F|perf send_bw -c UC -d udp0 -x 0 -s 1024 -n 100 -F $guest_ip"
+    "sbwUC-hs|client|ib_send_bw -c UC -d rxe0 -x @GIDX@ -s 1024 -n 100 -F $host_ip|perf send_bw -c UC -d udp0 -x 0 -s 1024 -n 100 -F"
+    "sbwUD-gs|server|ib_send_bw -c UD -d rxe0 -x @GIDX@ -s 1024 -n 100 -F|perf send_bw -c UD -d udp0 -x 0 -s 1024 -n 100 -F $guest_ip"
+    "sbwUD-hs|client|ib_send_bw -c UD -d rxe0 -x @GIDX@ -s 1024 -n 100 -F $host_ip|perf send_bw -c UD -d udp0 -x 0 -s 1024 -n 100 -F"
+    "slatUD-gs|server|ib_send_lat -c UD -d rxe0 -x @GIDX@ -s 64 -n 100 -F|perf send_lat -c UD -d udp0 -x 0 -s 64 -n 100 -F $guest_ip"
+    "slatUD-hs|client|ib_send_lat -c UD -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf send_lat -c UD -d udp0 -x 0 -s 64 -n 100 -F"
+    "wbwD-gs|server|ib_write_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F|perf write_bw -d udp0 -x 0 -s 4096 -D 2 -F $guest_ip"
+    "wbwD-hs|client|ib_write_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F $host_ip|perf write_bw -d udp0 -x 0 -s 4096 -D 2 -F"
+    "wbwB-gs|server|ib_write_bw -b -d rxe0 -x @GIDX@ -s 65536 -n 100 -F|perf write_bw -b -d udp0 -x 0 -s 65536 -n 100 -F $guest_ip"
+    "wbwB-hs|client|ib_write_bw -b -d rxe0 -x @GIDX@ -s 65536 -n 100 -F $host_ip|perf write_bw -b -d udp0 -x 0 -s 65536 -n 100 -F"
+    "rbwB-gs|server|ib_read_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf read_bw -b -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
+    "abwB-hs|client|ib_atomic_bw -b -d rxe0 -x @GIDX@ -s 8 -n 100 -F $host_ip|perf atomic_bw -b -d udp0 -x 0 -s 8 -n 100 -F"
+    "sbwB-gs|server|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf send_bw -b -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
+    "sbwB-hs|client|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf send_bw -b -d udp0 -x 0 -s 4096 -n 100 -F"
+    "wlatD-gs|server|ib_write_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F|perf write_lat -d udp0 -x 0 -s 64 -D 2 -F $guest_ip"
+    "slatD-hs|client|ib_send_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F $host_ip|perf send_lat -d udp0 -x 0 -s 64 -D 2 -F"
+    "sbwD-gs|server|ib_send_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F|perf send_bw -d udp0 -x 0 -s 4096 -D 2 -F $guest_ip"
+    "sbwD-hs|client|ib_send_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F $host_ip|perf send_bw -d udp0 -x 0 -s 4096 -D 2 -F"
+    "rbwG-hs|client|ib_read_bw -d rxe0 -x @GIDX@ -s 16384 -n 100 -F --report_gbits $host_ip|perf read_bw -d udp0 -x 0 -s 16384 -n 100 -F --report_gbits"
+    "abwR-gs|server|ib_atomic_bw -R -d rxe0 -x @GIDX@ -s 8 -n 100 -F|perf atomic_bw -R -d udp0 -x 0 -s 8 -n 100 -F $guest_ip"
+    "rlatR-hs|client|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F"
     # The Windows build of the CLI under Wine (IPv4: see the header for what this shows).
     "pp-4096-gs-win|server|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 4096 -n 50|pingpong -d udp0 -g 0 -c -s 4096 -n 50 $guest_ip|windows"
     "wbw-gs-win|server|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F $guest_ip|windows"
@@ -194,6 +230,13 @@ for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
     cp "$stage/$t" "$root/usr/bin/"
 done
+# perftest's other programs, for the perf rows of atomics and read latency.
+perftest_more=(usr/bin/ib_atomic_bw usr/bin/ib_atomic_lat usr/bin/ib_read_lat)
+for t in "${perftest_more[@]}"; do
+    [[ -f $stage/$t ]] || die "the packages have no /$t"
+    cp "$stage/$t" "$root/usr/bin/"
+done
+tools+=("${perftest_more[@]}")
 # Every shared library the tools and the provider load, from the unpacked packages first,
 # else from the host (glibc: the host is the same Debian release).
 for f in "${tools[@]/#/$stage/}" "$provider"; do
@@ -323,9 +366,19 @@ output_ok() {
             (($(grep -c '^  remote address: LID ' "$out") == qps)) &&
             ! grep -q '^invalid data in page' "$out"
         ;;
-    write_bw | read_bw | send_bw)
-        # #bytes #iterations BW peak BW average MsgRate
+    write_bw | read_bw | send_bw | atomic_bw)
+        # #bytes #iterations BW peak BW average MsgRate (-D: as many iterations as ran)
+        [[ " $cmd " == *" -D "* ]] && iters='[0-9]+'
         grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){3}[[:space:]]*\$" "$out"
+        ;;
+    read_lat | atomic_lat)
+        # perftest's server of these posts nothing and prints no table: its addresses and
+        # the closing rule; the client's row is write_lat's.
+        if [[ " $cmd " != *" $host_ip "* && " $cmd " != *" $guest_ip "* ]]; then
+            grep -q ' remote address: LID' "$out" && grep -q '^-\{20,\}' "$out"
+            return
+        fi
+        output_ok "$out" write_lat "$size" "$iters" "$cmd"
         ;;
     write_lat | send_lat)
         # #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
@@ -336,7 +389,10 @@ output_ok() {
         # a row taken: the row with the right size and count is still required, and the
         # capture check still counts the traffic.
         grep -q '^Correlation coefficient r^2: .* < 0.9' "$out" && figure='([0-9.]+|inf|-nan)'
-        grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+$figure){7}[[:space:]]*\$" "$out"
+        # -D: #bytes #iterations t_avg tps, as many iterations as ran.
+        local figures=7
+        [[ " $cmd " == *" -D "* ]] && { iters='[0-9]+'; figures=2; }
+        grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+$figure){$figures}[[:space:]]*\$" "$out"
         ;;
     esac
 }
@@ -394,6 +450,8 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
             # A CM-connected run's capture must hold the connection's MADs.
             cm_flag=()
             [[ $tool == rping || " $hcmd " == *" -R "* ]] && cm_flag=(--cm)
+            # UC and UD BW: the receiver sends nothing back (no acknowledgements).
+            [[ $tool == *_bw && " $hcmd " == *" -c U"[CD]" "* ]] && cm_flag+=(--one-way)
             "$checker" "${cm_flag[@]}" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
         else
             fail "$name" "no capture at $work/$name.pcap"

@@ -18,9 +18,13 @@ use clap::Args;
                   on a device of the embedded in-process fabric (soft0, soft1, mlx4_0, mlx4_1), \
                   both ends in this process: the client on the first device (or -d), the server \
                   on the other device, a server thread playing the peer where the test needs one \
-                  (ping-pong latency, receivers of send tests). Across processes the tests are \
-                  write_bw, read_bw, send_bw, write_lat and send_lat over RC, in iterations \
-                  mode; both sides must get the same flags, as with perftest.\n\n\
+                  (ping-pong latency, receivers of send tests). Across processes every test \
+                  runs, over the transports perftest allows (RC; UC for write and send; UD for \
+                  send), with -a, -q, -A, -R (not with UD), -b and --run_infinitely (BW tests) and \
+                  -D; \
+                  both sides must get the same flags, as with perftest. On the embedded \
+                  fabric, -b and --run_infinitely run the two sides as two processes would, \
+                  over loopback TCP.\n\n\
                   TEST is one of write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, \
                   atomic_bw, atomic_lat (perftest program names such as ib_write_bw work too).\n\n\
                   BW tests keep up to --tx-depth requests outstanding per QP, ask for a \
@@ -95,7 +99,7 @@ pub(crate) struct PerfArgs {
     pub(crate) duration: Option<u64>,
 
     /// Duration mode: seconds left out of the measurement at the start and at the end
-    /// (default 2, less for runs shorter than 5 s).
+    /// (default: a quarter of the duration, in whole seconds, as perftest).
     #[arg(short = 'f', long = "margin", value_name = "SECS")]
     pub(crate) margin: Option<u64>,
 
@@ -169,6 +173,16 @@ pub(crate) struct PerfArgs {
     /// Accepted for perftest compatibility (there is no CPU-frequency check to silence).
     #[arg(short = 'F', long = "CPU-freq")]
     pub(crate) cpu_freq: bool,
+
+    /// Bidirectional BW: both sides run the test toward each other at the same time, and
+    /// each prints the sum of both directions.
+    #[arg(short = 'b', long = "bidirectional")]
+    pub(crate) bidirectional: bool,
+
+    /// BW tests: run until stopped, printing a row for every -D seconds (default 5) of
+    /// traffic.
+    #[arg(long = "run_infinitely")]
+    pub(crate) run_infinitely: bool,
 
     /// Report bandwidth in Gb/s instead of MiB/s.
     #[arg(long = "report_gbits")]

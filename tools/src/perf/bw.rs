@@ -136,6 +136,7 @@ pub(crate) fn run(
                 &sender_done,
                 &sender_failed,
                 &arrivals,
+                None,
             );
             receiver_failed.store(r.is_err(), Ordering::Release);
             r
@@ -147,6 +148,7 @@ pub(crate) fn run(
             tracker,
             &receiver_failed,
             Some(&arrivals),
+            None,
         );
         sender_failed.store(sent.is_err(), Ordering::Release);
         sender_done.store(true, Ordering::Release);
@@ -295,7 +297,36 @@ fn send_loop(
     t: &mut Tracker,
 ) -> Result<SenderRun, CliError> {
     let never = AtomicBool::new(false);
-    send_loop_watching(cfg, side, plan, t, &never, None)
+    send_loop_watching(cfg, side, plan, t, &never, None, None)
+}
+
+/// What [`run_sender_for_ever`] is told after every interval: its length and the requests
+/// completed in it.
+type IntervalReport<'r> = &'r mut dyn FnMut(Duration, u64) -> Result<(), CliError>;
+
+/// `--run_infinitely` on the sending side: posts toward `peer` until an error, calling
+/// `report` with the row of every interval of the duration `cfg.mode` gives (perftest's
+/// periodic reports: no peak, the interval's own average and message rate).
+pub(crate) fn run_sender_for_ever(
+    cfg: &PerfConfig,
+    side: &Side,
+    peer: &[PeerQp],
+    size: u64,
+    tracker: &mut Tracker,
+    report: &mut dyn FnMut(&BwResult) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let never = AtomicBool::new(false);
+    let mut every = |elapsed: Duration, messages: u64| {
+        let m = Measured {
+            messages,
+            elapsed,
+            marks: None,
+        };
+        report(&m.result(cfg.units, size))
+    };
+    send_loop_watching(cfg, side, &plan, tracker, &never, None, Some(&mut every))?;
+    Ok(())
 }
 
 /// One size of a cross-process BW test's sending side (the client): `side` posts toward
@@ -332,10 +363,13 @@ pub(crate) fn run_receiver(
         .collect();
     recv.top_up(side, &batches, depth)?;
     ready()?;
-    let goal = RecvGoal::new(cfg, side.qps.len());
+    let mut goal = RecvGoal::new(cfg, side.qps.len());
+    if let RunMode::Duration { total, margin } = cfg.mode {
+        goal.clock = Some((total, margin));
+    }
     let never = AtomicBool::new(false);
     let counter = AtomicU64::new(0);
-    let a = receive_loop(side, recv, &batches, &goal, &never, &never, &counter)?;
+    let a = receive_loop(side, recv, &batches, &goal, &never, &never, &counter, None)?;
     let start = a.first.unwrap_or_else(Instant::now);
     let run = SenderRun {
         start,
@@ -343,7 +377,7 @@ pub(crate) fn run_receiver(
         posted: a.count,
         completed: a.count,
         marks: None,
-        window: None,
+        window: goal.clock.map(|_| a.window.unwrap_or_default()),
         iterations: true,
     };
     Ok(run
@@ -351,10 +385,110 @@ pub(crate) fn run_receiver(
         .result(cfg.units, size))
 }
 
+/// One size of a cross-process `send_bw -b` side: both directions at once, as perftest's
+/// duplex send test. Tops the receives up, calls `ready` (the hand shake after which both
+/// sides start), then sends toward `peer` while a scoped thread counts the peer's messages
+/// until all arrived (RC; UC and UD: until this side's sender is done and nothing more
+/// arrives). The row is the sender's, as perftest's duplex row is; the caller adds the peer's.
+pub(crate) fn run_both(
+    cfg: &PerfConfig,
+    side: &Side,
+    peer: &[PeerQp],
+    recv: &mut RecvState,
+    size: u64,
+    tracker: &mut Tracker,
+    ready: impl FnOnce() -> Result<(), CliError>,
+) -> Result<BwResult, CliError> {
+    let plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let recv_plan = RecvPlan::new(side)?;
+    let depth = cfg.rx_depth;
+    let batches: Vec<Vec<RecvWr<'_>>> = (0..side.qps.len())
+        .map(|i| vec![recv_plan.wr(i); depth as usize])
+        .collect();
+    recv.top_up(side, &batches, depth)?;
+    ready()?;
+    let goal = RecvGoal::new(cfg, side.qps.len());
+    let sender_done = AtomicBool::new(false);
+    let sender_failed = AtomicBool::new(false);
+    let receiver_failed = AtomicBool::new(false);
+    let arrivals = AtomicU64::new(0);
+    let (sent, received) = std::thread::scope(|s| {
+        let receiver = s.spawn(|| {
+            let r = receive_loop(
+                side,
+                recv,
+                &batches,
+                &goal,
+                &sender_done,
+                &sender_failed,
+                &arrivals,
+                None,
+            );
+            receiver_failed.store(r.is_err(), Ordering::Release);
+            r
+        });
+        let sent = send_loop_watching(cfg, side, &plan, tracker, &receiver_failed, None, None);
+        sender_failed.store(sent.is_err(), Ordering::Release);
+        sender_done.store(true, Ordering::Release);
+        let received = receiver
+            .join()
+            .unwrap_or_else(|_| Err(CliError::Failed("the receiver thread panicked".into())));
+        (sent, received)
+    });
+    let (s, _) = both(sent, received)?;
+    Ok(s.measured().result(cfg.units, size))
+}
+
+/// `--run_infinitely` on a send test's receiving side (the server): tops the receives up,
+/// calls `ready`, then counts arrivals for ever, calling `report` with the row of every
+/// interval (`cfg.mode`'s duration) from the first arrival on, as perftest's server does.
+pub(crate) fn run_receiver_for_ever(
+    cfg: &PerfConfig,
+    side: &Side,
+    recv: &mut RecvState,
+    size: u64,
+    ready: impl FnOnce() -> Result<(), CliError>,
+    report: &mut dyn FnMut(&BwResult) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let recv_plan = RecvPlan::new(side)?;
+    let depth = cfg.rx_depth;
+    let batches: Vec<Vec<RecvWr<'_>>> = (0..side.qps.len())
+        .map(|i| vec![recv_plan.wr(i); depth as usize])
+        .collect();
+    recv.top_up(side, &batches, depth)?;
+    ready()?;
+    let mut goal = RecvGoal::new(cfg, side.qps.len());
+    if let RunMode::Duration { total, margin } = cfg.mode {
+        goal.clock = Some((total, margin));
+    }
+    let never = AtomicBool::new(false);
+    let counter = AtomicU64::new(0);
+    let mut every = |elapsed: Duration, messages: u64| {
+        let m = Measured {
+            messages,
+            elapsed,
+            marks: None,
+        };
+        report(&m.result(cfg.units, size))
+    };
+    receive_loop(
+        side,
+        recv,
+        &batches,
+        &goal,
+        &never,
+        &never,
+        &counter,
+        Some(&mut every),
+    )?;
+    Ok(())
+}
+
 /// The sender: posts, polls, and measures (and gives up when `peer_failed` is set). With
 /// `arrivals` (send tests), the duration window counts the receiver's running total of
 /// arrived messages instead of the send completions, and no completion marks are kept (the
-/// receiver keeps them).
+/// receiver keeps them). With `every` (duration mode only) the loop never ends: each
+/// duration is an interval reported to it.
 fn send_loop_watching(
     cfg: &PerfConfig,
     side: &Side,
@@ -362,6 +496,7 @@ fn send_loop_watching(
     tracker: &mut Tracker,
     peer_failed: &AtomicBool,
     arrivals: Option<&AtomicU64>,
+    mut every: Option<IntervalReport<'_>>,
 ) -> Result<SenderRun, CliError> {
     let nqp = side.qps.len();
     let (limit, window) = match cfg.mode {
@@ -452,6 +587,14 @@ fn send_loop_watching(
                 // perftest's duration mode: traffic runs for the whole duration, the
                 // measurement leaves out the margin at both ends.
                 let now = Instant::now();
+                if let Some(report) = every.as_mut() {
+                    let (t0, d0) = *sample.get_or_insert((start, 0));
+                    if now - t0 >= total {
+                        report(now - t0, total_done - d0)?;
+                        sample = Some((now, total_done));
+                    }
+                    continue;
+                }
                 let elapsed = now - start;
                 tracker.update(elapsed.as_millis() as u64);
                 if sample.is_none() && elapsed >= margin {
@@ -519,6 +662,9 @@ struct RecvGoal {
     marks: Option<(u64, usize)>,
     /// `--timeout`: how long nothing may arrive before the receiver gives up.
     limit: Option<Duration>,
+    /// A cross-process receiver in duration mode: perftest's server clock, which starts at
+    /// the first arrival, runs `(total, margin)` and counts the arrivals between the margins.
+    clock: Option<(Duration, Duration)>,
 }
 
 impl RecvGoal {
@@ -535,6 +681,7 @@ impl RecvGoal {
                 .filter(|_| cfg.peak)
                 .map(|e| (every, usize::try_from(e / every).unwrap_or(0) + 2)),
             limit: cfg.peer_timeout,
+            clock: None,
         }
     }
 }
@@ -550,11 +697,14 @@ struct Arrivals {
     last: Option<Instant>,
     /// Peak: `(when, arrived so far)` about every `cq_mod` arrivals.
     marks: Option<Vec<(Instant, u64)>>,
+    /// With [`RecvGoal::clock`]: the measured window and the arrivals in it.
+    window: Option<(Duration, u64)>,
 }
 
 /// The receiver: keeps receives posted and counts the messages that arrive, until every
 /// expected message arrived or (`goal.exact` unset) the sender is done and nothing arrived for
 /// [`DRAIN_QUIET`]. `arrivals` mirrors the running count for the sender's duration window.
+#[allow(clippy::too_many_arguments)]
 fn receive_loop(
     side: &Side,
     state: &mut RecvState,
@@ -563,6 +713,7 @@ fn receive_loop(
     sender_done: &AtomicBool,
     sender_failed: &AtomicBool,
     arrivals: &AtomicU64,
+    mut every: Option<IntervalReport<'_>>,
 ) -> Result<Arrivals, CliError> {
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     let depth = batches.first().map_or(0, Vec::len) as u32;
@@ -575,7 +726,31 @@ fn receive_loop(
     let mut next_mark = mark_every;
     let mut quiet_since: Option<Instant> = None;
     let mut waiter = Waiter::new("waiting for receives", Some(sender_failed)).limit(goal.limit);
+    // The duration clock: the window's start, then the window.
+    let mut sample: Option<(Instant, u64)> = None;
+    let mut window = None;
     while goal.expected.is_none_or(|e| received < e) {
+        if let (Some((total, margin)), Some(t0)) = (goal.clock, first) {
+            let now = Instant::now();
+            if let Some(report) = every.as_mut() {
+                // --run_infinitely: every interval reported, no end.
+                let (ts, r0) = *sample.get_or_insert((t0, 0));
+                if now - ts >= total {
+                    report(now - ts, received - r0)?;
+                    sample = Some((now, received));
+                }
+            } else {
+                if sample.is_none() && now - t0 >= margin {
+                    sample = Some((now, received));
+                }
+                if window.is_none() && now - t0 >= total - margin {
+                    window = sample.map(|(ts, r0)| (now - ts, received - r0));
+                }
+                if now - t0 >= total {
+                    break;
+                }
+            }
+        }
         let n = side.recv_cq.poll(&mut wcs).ctx("polling the receive CQ")?;
         if n == 0 {
             if !goal.exact && sender_done.load(Ordering::Acquire) {
@@ -621,6 +796,7 @@ fn receive_loop(
         first,
         last,
         marks,
+        window,
     })
 }
 
@@ -676,6 +852,7 @@ mod tests {
             first: None,
             last: Some(last),
             marks,
+            window: None,
         };
         // UC: the sends completed at 10 ms, the 10 messages that arrived did by 20 ms.
         let m = sender(t0 + ms(10)).measured_arrivals(arrived(10, t0 + ms(20), None), 128);
@@ -696,6 +873,7 @@ mod tests {
             first: None,
             last: None,
             marks: Some(Vec::new()),
+            window: None,
         };
         let m = sender(t0 + ms(10)).measured_arrivals(none, 128);
         assert_eq!(m.messages, 0);

@@ -170,6 +170,11 @@ pub(crate) struct PerfConfig {
     pub(crate) rdma_cm: bool,
     /// `--timeout`: how long the peer may show no sign of life (`None`: for ever).
     pub(crate) peer_timeout: Option<Duration>,
+    /// `-b`: both sides send at once.
+    pub(crate) bidirectional: bool,
+    /// `--run_infinitely`: `mode` is the report interval (a duration without margin),
+    /// repeated until the process is stopped.
+    pub(crate) infinite: bool,
 }
 
 impl PerfConfig {
@@ -200,7 +205,11 @@ impl PerfConfig {
             return Err(CliError::usage("IB Port can't be less than 1 (-i)"));
         }
         let sizes = sizes(a, test)?;
-        let mode = run_mode(a, test)?;
+        let mode = if a.run_infinitely {
+            infinite_mode(a, test)?
+        } else {
+            run_mode(a, test)?
+        };
         in_range("num of Qps", "-q", a.qps, 1, MAX_QPS)?;
         if a.post_list == 0 {
             return Err(CliError::usage("the post list (-l) must be at least 1"));
@@ -311,6 +320,8 @@ impl PerfConfig {
             ib_port: a.ib_port,
             rdma_cm: a.rdma_cm,
             peer_timeout: crate::wait::timeout_arg(a.peer_timeout),
+            bidirectional: a.bidirectional,
+            infinite: a.run_infinitely,
         })
     }
 }
@@ -349,6 +360,12 @@ fn check_flags_apply(a: &PerfArgs, test: Test) -> Result<(), CliError> {
     }
     if a.post_list > 1 && !bw {
         return refuse("-l/--post_list", "Post list is supported in BW tests only");
+    }
+    if a.bidirectional && !bw {
+        return refuse(
+            "-b/--bidirectional",
+            "Bidirectional is only available in BW test",
+        );
     }
     if a.no_peak && !bw {
         return refuse("-N/--noPeak", "NoPeak only valid for BW tests");
@@ -478,6 +495,35 @@ fn sizes(a: &PerfArgs, test: Test) -> Result<Sizes, CliError> {
     }
 }
 
+/// `--run_infinitely`: a row every `-D` seconds (perftest's default duration, 5 s), with no
+/// margin, for ever; BW tests only, as perftest's.
+fn infinite_mode(a: &PerfArgs, test: Test) -> Result<RunMode, CliError> {
+    if test.kind != TestKind::Bw {
+        return Err(CliError::usage(
+            "--run_infinitely: run_infinitely exists only in BW tests for now.",
+        ));
+    }
+    if a.bidirectional && test.verb == Verb::Send {
+        return Err(CliError::usage(
+            "--run_infinitely: run_infinitely mode is not supported in SEND Bidirectional BW \
+             test",
+        ));
+    }
+    if a.all || a.iters.is_some() {
+        return Err(CliError::usage(
+            "--run_infinitely cannot be combined with -a or -n (it runs one size until \
+             stopped; -D sets the report interval)",
+        ));
+    }
+    match a.duration {
+        Some(0) => Err(CliError::usage("Duration period must be positive (-D 0)")),
+        d => Ok(RunMode::Duration {
+            total: Duration::from_secs(d.unwrap_or(5)),
+            margin: Duration::ZERO,
+        }),
+    }
+}
+
 fn run_mode(a: &PerfArgs, test: Test) -> Result<RunMode, CliError> {
     match (a.duration, a.iters) {
         (Some(_), Some(_)) => Err(CliError::usage(
@@ -489,8 +535,9 @@ fn run_mode(a: &PerfArgs, test: Test) -> Result<RunMode, CliError> {
         )),
         (Some(0), None) => Err(CliError::usage("Duration period must be positive (-D 0)")),
         (Some(d), None) => {
-            // perftest's 2 s margin, shortened for runs too short to keep it.
-            let margin = a.margin.unwrap_or(if d > 4 { 2 } else { (d - 1) / 2 });
+            // perftest's default margin: a quarter of the duration, in whole seconds
+            // (perftest_parameters.c, force_dependecies).
+            let margin = a.margin.unwrap_or(d / 4);
             if 2 * margin >= d {
                 return Err(CliError::usage(format_args!(
                     "please check that DURATION > 2*MARGIN (-D {d}, -f {margin}): increase -D \

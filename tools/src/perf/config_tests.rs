@@ -108,7 +108,14 @@ fn duration_margins() {
         cfg(&["write_bw", "-D", "3"]).unwrap().mode,
         RunMode::Duration {
             total: secs(3),
-            margin: secs(1)
+            margin: secs(0)
+        }
+    );
+    assert_eq!(
+        cfg(&["write_bw", "-D", "20"]).unwrap().mode,
+        RunMode::Duration {
+            total: secs(20),
+            margin: secs(5)
         }
     );
     assert_eq!(

@@ -12,7 +12,7 @@
 //! the side that moves first is perftest's: the server in `write_lat`, the client in `send_lat`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use portverbs::prelude::*;
 
@@ -25,6 +25,12 @@ use super::tracker::Tracker;
 use crate::error::{CliError, Context as _};
 use crate::report::Verb;
 use crate::wait::Waiter;
+
+/// How long past its duration a ping-pong side keeps waiting for a peer that stopped first.
+const DEADLINE_SLACK: Duration = Duration::from_millis(100);
+
+/// How long a duration ping-pong side keeps its device answering after its run.
+const LINGER: Duration = Duration::from_millis(500);
 
 /// Runs one size.
 pub(crate) fn run(
@@ -49,6 +55,7 @@ pub(crate) fn run(
         size: size as usize,
         mode: cfg.mode,
         limit: cfg.peer_timeout,
+        deadline: None,
     };
     let (crecv, srecv) = (RecvPlan::new(client)?, RecvPlan::new(server)?);
     let [cstate, sstate] = recv;
@@ -122,11 +129,19 @@ pub(crate) fn run_remote(
         recv.top_up(side, &batches, cfg.rx_depth)?;
     }
     ready()?;
+    // Duration mode: each side stops on its own clock, as perftest's two do; a side whose
+    // peer stopped first gives up waiting at the end of its own duration.
+    let deadline = match cfg.mode {
+        // (A moment past the duration, so that the window has closed by then.)
+        RunMode::Duration { total, .. } => Some(Instant::now() + total + DEADLINE_SLACK),
+        RunMode::Iters(_) => None,
+    };
     let pingpong = Pingpong {
         verb: cfg.test.verb,
         size: size as usize,
         mode: cfg.mode,
         limit: cfg.peer_timeout,
+        deadline,
     };
     let mut rec = Recorder::new(cfg.mode);
     let never = AtomicBool::new(false);
@@ -143,7 +158,33 @@ pub(crate) fn run_remote(
     } else {
         pingpong.serve(side, &mut plan, &rplan, &never, Some(&mut rec))?;
     }
+    if deadline.is_some() {
+        // The peer's clock ends after this side's: its answer to this side's last message
+        // may still be on its way, and its sender waits for that answer's acknowledgement
+        // (perftest polls for it with no time limit). Keep the device acknowledging for a
+        // while (a manual device only progresses when driven) before this side goes away.
+        let until = Instant::now() + LINGER;
+        while Instant::now() < until {
+            side.ctx.dispatch();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     Ok(rec.outcome(true))
+}
+
+/// One size of a cross-process read or atomic latency test: the client alone, one operation
+/// at a time toward `peer`, each timed whole (perftest's server posts nothing).
+pub(crate) fn run_solo(
+    cfg: &PerfConfig,
+    side: &Side,
+    peer: &[PeerQp],
+    size: u64,
+    tracker: &mut Tracker,
+) -> Result<LatOutcome, CliError> {
+    let plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
+    let mut rec = Recorder::new(cfg.mode);
+    solo(side, &plan, &mut rec, tracker, cfg.peer_timeout)?;
+    Ok(rec.outcome(false))
 }
 
 /// One operation at a time from the client (read and atomic latency).
@@ -178,6 +219,8 @@ struct Pingpong {
     mode: RunMode,
     /// `--timeout`: how long the peer may not answer.
     limit: Option<Duration>,
+    /// Duration mode across processes: when waiting for the peer ends the run.
+    deadline: Option<Instant>,
 }
 
 impl Pingpong {
@@ -198,8 +241,13 @@ impl Pingpong {
         let mut k = 0u64;
         while rec.tick(k) {
             k += 1;
-            self.send(side, plan, k, &mut wc, &mut waiter)?;
-            self.receive(side, recv, k, &mut wc, &mut waiter)?;
+            if !self.send(side, plan, k, &mut wc, &mut waiter)?
+                || !self.receive(side, recv, k, &mut wc, &mut waiter)?
+            {
+                // The deadline: iteration k did not complete; the window closes here.
+                rec.tick(k - 1);
+                break;
+            }
             if k % 256 == 0 {
                 tracker.update(rec.units(k));
             }
@@ -231,16 +279,21 @@ impl Pingpong {
                 break;
             }
             k += 1;
-            match self.receive(side, recv, k, &mut wc, &mut waiter) {
+            let arrived = match self.receive(side, recv, k, &mut wc, &mut waiter) {
                 Err(CliError::PeerStopped(_)) => return Ok(()),
                 other => other?,
+            };
+            if !arrived || !self.send(side, plan, k, &mut wc, &mut waiter)? {
+                if let Some(r) = rec.as_deref_mut() {
+                    r.tick(k - 1);
+                }
+                break;
             }
-            self.send(side, plan, k, &mut wc, &mut waiter)?;
         }
         Ok(())
     }
 
-    /// Sends message `k` and reaps its completion.
+    /// Sends message `k` and reaps its completion; false when the deadline passed first.
     fn send(
         &self,
         side: &Side,
@@ -248,7 +301,7 @@ impl Pingpong {
         k: u64,
         wc: &mut [WorkCompletion; 1],
         waiter: &mut Waiter<'_>,
-    ) -> Result<(), CliError> {
+    ) -> Result<bool, CliError> {
         if self.verb == Verb::Write {
             let mark = k as u8;
             if plan.is_inline() {
@@ -262,10 +315,11 @@ impl Pingpong {
         side.qps[0]
             .post_send(&[plan.wr(0, k, true)])
             .ctx("posting a request")?;
-        poll_one(&side.send_cq, wc, waiter)
+        poll_until(&side.send_cq, wc, waiter, self.deadline)
     }
 
-    /// Waits for the peer's message `k` (and reposts the receive it used).
+    /// Waits for the peer's message `k` (and reposts the receive it used); false when the
+    /// deadline passed first.
     fn receive(
         &self,
         side: &Side,
@@ -273,12 +327,15 @@ impl Pingpong {
         k: u64,
         wc: &mut [WorkCompletion; 1],
         waiter: &mut Waiter<'_>,
-    ) -> Result<(), CliError> {
+    ) -> Result<bool, CliError> {
         if self.verb == Verb::Send {
-            poll_one(&side.recv_cq, wc, waiter)?;
-            return side.qps[0]
+            if !poll_until(&side.recv_cq, wc, waiter, self.deadline)? {
+                return Ok(false);
+            }
+            side.qps[0]
                 .post_recv(&[recv.wr(0)])
-                .ctx("reposting a receive");
+                .ctx("reposting a receive")?;
+            return Ok(true);
         }
         let at = side.recv_off(0) + self.size - 1;
         let want = k as u8;
@@ -290,10 +347,35 @@ impl Pingpong {
             side.buf.read(at, &mut byte).ctx("reading the buffer")?;
             if byte[0] == want {
                 waiter.progress();
-                return Ok(());
+                return Ok(true);
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
             }
             waiter.idle()?;
         }
+    }
+}
+
+/// [`poll_one`] that gives up (false) once `deadline` has passed.
+fn poll_until(
+    cq: &Cq,
+    wc: &mut [WorkCompletion; 1],
+    waiter: &mut Waiter<'_>,
+    deadline: Option<Instant>,
+) -> Result<bool, CliError> {
+    let Some(deadline) = deadline else {
+        return poll_one(cq, wc, waiter).map(|()| true);
+    };
+    loop {
+        if cq.poll(wc).ctx("polling a CQ")? == 1 {
+            waiter.progress();
+            return check_wc(&wc[0]).map(|()| true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        waiter.idle()?;
     }
 }
 

@@ -53,6 +53,16 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), CliError> {
     if cross_process(args) {
         return run_cross_process(args, cfg);
     }
+    if cfg.bidirectional || cfg.infinite {
+        // Both sides run as two processes would, over a TCP connection on loopback (or the
+        // CM with -R); the client's lines are printed.
+        let mut out = std::io::stdout().lock();
+        let mut sink = std::io::sink();
+        if cfg.rdma_cm {
+            return remote::run_cm_pair(cfg, args.port, &mut out, &mut sink);
+        }
+        return remote::run_tcp_pair(cfg, &mut out, &mut sink);
+    }
     if cfg.rdma_cm {
         // Both ends in this process, connected by the CM as two processes would be.
         let mut out = std::io::stdout().lock();

@@ -28,7 +28,7 @@ use portverbs::prelude::*;
 use super::bw::{self, RecvState};
 use super::channel::Channel;
 use super::cm::{self, CommQp, DataConns};
-use super::config::{PerfConfig, RunMode, Sizes};
+use super::config::{PEAK_WARNING, PerfConfig, RunMode, Sizes};
 use super::json_file::JsonFile;
 use super::lat;
 use super::ops::PeerQp;
@@ -40,7 +40,8 @@ use crate::error::{CliError, IoContext as _};
 use crate::report::perftest::{BannerRole, JsonResults, PerftestBanner};
 use crate::report::{
     AddressSide, BwResult, TestKind, Verb, bw_header, bw_results, bw_row, format_address,
-    format_banner, json_document, lat_header, lat_results, lat_row, latency_stats, result_rule,
+    format_banner, json_document, lat_duration_header, lat_duration_results, lat_duration_row,
+    lat_header, lat_results, lat_row, latency_stats, result_rule,
 };
 use crate::verbs;
 use crate::wait::PeerWatch;
@@ -86,29 +87,20 @@ pub(crate) enum PeerLink<'a> {
     },
 }
 
-/// Refuses what the cross-process mode does not run (yet): other transports than RC, read
-/// and atomic latency, atomics, duration mode.
+/// Refuses what the cross-process mode does not run (yet). The transports perftest allows
+/// per verb are checked with the flags ([`super::config`]); here: UD through the CM (perftest
+/// connects UD QPs with SIDR, which is not implemented here), and -D with -b of send_bw.
 fn check(cfg: &PerfConfig) -> Result<(), CliError> {
-    let supported = matches!(
-        (cfg.test.verb, cfg.test.kind),
-        (Verb::Write | Verb::Send, _) | (Verb::Read, TestKind::Bw)
-    );
-    if !supported {
-        return Err(CliError::usage(format_args!(
-            "{} is not supported across processes (write_bw, read_bw, send_bw, write_lat and \
-             send_lat are)",
-            cfg.test.name()
-        )));
-    }
-    if cfg.conn != QpType::Rc {
-        return Err(CliError::usage(format_args!(
-            "only RC is supported across processes, not {}",
-            cfg.conn
-        )));
-    }
-    if matches!(cfg.mode, RunMode::Duration { .. }) {
+    if cfg.rdma_cm && cfg.conn == QpType::Ud {
         return Err(CliError::usage(
-            "duration mode (-D) is not supported across processes",
+            "-R with -c UD is not supported across processes (perftest's rdma_cm connects UD \
+             QPs with SIDR, which is not implemented); use UD without -R",
+        ));
+    }
+    let duration = matches!(cfg.mode, RunMode::Duration { .. });
+    if duration && cfg.test.verb == Verb::Send && cfg.bidirectional {
+        return Err(CliError::usage(
+            "-D with -b of send_bw is not supported across processes",
         ));
     }
     Ok(())
@@ -121,6 +113,9 @@ pub(crate) fn run(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     check(&cfg)?;
+    if cfg.peak_warning {
+        emit(out, &format!("{PEAK_WARNING}\n"))?;
+    }
     let json_file = cfg.json.as_deref().map(JsonFile::open).transpose()?;
     let ctx = verbs::open(verbs::pick_device(cfg.device.as_deref())?)?;
     let port = verbs::port_info(&ctx, cfg.ib_port, cfg.gid_index)?;
@@ -221,6 +216,48 @@ pub(crate) fn run_cm_pair(
     })
 }
 
+/// A cross-process run on the embedded fabric: a server thread on the other device of the
+/// pair, the client on `cfg`'s device, over a TCP connection on loopback as two processes
+/// would be (-b and --run_infinitely, which need both sides' own loops); the client's lines
+/// go to `out`, the server's to `server_out`.
+pub(crate) fn run_tcp_pair(
+    cfg: PerfConfig,
+    out: &mut dyn Write,
+    server_out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let (cdev, sdev) = verbs::pick_devices(cfg.device.as_deref())?;
+    let server_cfg = PerfConfig {
+        device: Some(sdev.info().name.clone()),
+        ib_port: 1,
+        json: None,
+        ..cfg.clone()
+    };
+    let client_cfg = PerfConfig {
+        device: Some(cdev.info().name.clone()),
+        ..cfg
+    };
+    let listener =
+        TcpListener::bind(("127.0.0.1", 0)).io_ctx("listening on a loopback TCP port")?;
+    let port = listener
+        .local_addr()
+        .io_ctx("reading the loopback port")?
+        .port();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| run(server_cfg, PeerLink::Accept(&listener, &done), server_out));
+        let link = PeerLink::Connect {
+            host: "127.0.0.1",
+            port,
+        };
+        let r = run(client_cfg, link, out);
+        done.store(true, Ordering::Release);
+        let served = server
+            .join()
+            .map_err(|_| CliError::Failed("the server thread panicked".into()))?;
+        CliError::merge(r, served)
+    })
+}
+
 /// Where the CM finds the peer's test QPs: the server's address (client role), or the
 /// listener their requests come to (server role).
 enum CmPeer {
@@ -247,8 +284,16 @@ fn run_on(
     chan.drive(&ctx);
     let params = chan.params(res.mtu as u8)?;
     res.mtu = Mtu::from_code(params.mtu_enum).unwrap_or(res.mtu);
+    if cfg.conn == QpType::Ud {
+        // A UD message is one packet: no size above the path MTU both sides agreed on.
+        let limit = u64::from(res.mtu.bytes());
+        res.sizes.retain(|&s| s <= limit);
+        if res.sizes.is_empty() {
+            res.sizes.push(limit);
+        }
+    }
     let slot = setup::slot_size(cfg, res, u64::from(params.cycle_buffer))?;
-    let side = setup::side(cfg, ctx, port, slot)?;
+    let mut side = setup::side(cfg, ctx, port, slot)?;
     let copts = setup::connect_options(cfg, res, &side.port);
     for qp in &side.qps {
         verbs::init(qp, &copts)?;
@@ -259,7 +304,8 @@ fn run_on(
         Some((dev, peer)) => {
             let nothing = Dest::default();
             chan.hand_shake(&nothing)?;
-            let outs = (cfg.test.verb == Verb::Read).then_some(res.outs);
+            // perftest's rdma_cm asks for responder resources for reads and atomics.
+            let outs = matches!(cfg.test.verb, Verb::Read | Verb::Atomic).then_some(res.outs);
             let param = cm::data_param(outs);
             let conns = match peer {
                 CmPeer::Server(dst) => DataConns::connect(dev, &side.qps, &copts, *dst, &param)?,
@@ -274,7 +320,7 @@ fn run_on(
     let r = run_test(
         cfg,
         res,
-        &side,
+        &mut side,
         &copts,
         client,
         chan,
@@ -294,7 +340,7 @@ fn run_on(
 fn run_test(
     cfg: &PerfConfig,
     res: &setup::Resolved,
-    side: &Side,
+    side: &mut Side,
     copts: &ConnectOptions,
     client: bool,
     chan: &mut Channel,
@@ -320,6 +366,7 @@ fn run_test(
     } else {
         BannerRole::Server
     };
+    banner.bidirectional = cfg.bidirectional;
     banner.rdma_cm_qps = by_cm;
     banner.data_ex_rdma_cm = by_cm;
     emit(out, &format_banner(&banner))?;
@@ -338,6 +385,19 @@ fn run_test(
     if !by_cm {
         connect_qps(side, copts, res, &mine[0], &remote)?;
     }
+    if cfg.conn == QpType::Ud {
+        // UD sends name the peer in every request: an address handle toward its GID (or LID),
+        // and the QPN it sent; the Q_Key is perftest's.
+        let r = &remote[0];
+        let endpoint = QpEndpoint {
+            lid: r.lid,
+            qpn: r.qpn,
+            psn: r.psn,
+            gid: r.gid.unwrap_or_default(),
+        };
+        side.ah = Some(setup::ah(side, copts, &endpoint)?);
+    }
+    let side = &*side;
     if send {
         chan.hand_shake(&mine[0])?;
     }
@@ -356,9 +416,14 @@ fn run_test(
     if !send {
         chan.hand_shake(&mine[0])?;
     }
-    text += &match kind {
-        TestKind::Bw => bw_header(cfg.units, false),
-        TestKind::Lat => lat_header(false),
+    // perftest's read and atomic latency servers post nothing and print no table.
+    let solo = kind == TestKind::Lat && matches!(verb, Verb::Read | Verb::Atomic);
+    let duration = matches!(cfg.mode, RunMode::Duration { .. });
+    text += &match (kind, duration) {
+        (TestKind::Lat, _) if solo && !client => String::new(),
+        (TestKind::Bw, _) => bw_header(cfg.units, false),
+        (TestKind::Lat, false) => lat_header(false),
+        (TestKind::Lat, true) => lat_duration_header(false),
     };
     emit(out, &text)?;
 
@@ -393,6 +458,7 @@ fn run_test(
     match (kind, verb) {
         (TestKind::Bw, Verb::Send) => run.send_bw(chan, &mut rows),
         (TestKind::Bw, _) => run.rdma_bw(chan, &mut rows),
+        (TestKind::Lat, Verb::Read | Verb::Atomic) => run.solo_lat(chan, &mut rows),
         (TestKind::Lat, _) => run.lat(chan, &mut rows),
     }
 }
@@ -473,7 +539,14 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn tracker(&self, per_size: u64) -> Tracker {
-        Tracker::new(self.cfg.test.name(), per_size * self.sizes.len() as u64)
+        match self.cfg.mode {
+            RunMode::Iters(_) => {
+                Tracker::new(self.cfg.test.name(), per_size * self.sizes.len() as u64)
+            }
+            RunMode::Duration { total, .. } => {
+                Tracker::timed(self.cfg.test.name(), total.as_millis() as u64)
+            }
+        }
     }
 
     fn iters(&self) -> u64 {
@@ -483,8 +556,16 @@ impl Run<'_> {
         }
     }
 
-    /// Write and read BW: the client runs every size; the server waits for its last row.
+    /// Write, read and atomic BW: the client runs every size; the server waits for its last
+    /// row. With -b both run, as perftest's duplex mode: a hand shake before every size (and
+    /// after it with -a), then each side's report to the other, each printing the sum.
     fn rdma_bw(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        if self.cfg.infinite && (self.client || self.cfg.bidirectional) {
+            return self.bw_for_ever(rows);
+        }
+        if self.cfg.bidirectional {
+            return self.rdma_bw_both(chan, rows);
+        }
         if !self.client {
             // perftest's server posts nothing: it waits for the client's end, then prints the
             // client's last row.
@@ -516,25 +597,116 @@ impl Run<'_> {
         tracker.clear();
         rows.text(&result_rule())?;
         chan.hand_shake(self.mine)?;
-        let r = last.map_or_else(BwReport::default, |r| BwReport {
-            size: r.msg_size,
-            iters: r.iterations,
-            bw_peak: r.bw_peak,
-            bw_avg: r.bw_average,
-            msg_rate: r.msg_rate_mpps,
-        });
+        let r = last.as_ref().map_or_else(BwReport::default, report_of);
         chan.bw_reports(&r)?;
+        chan.close(self.mine)
+    }
+
+    /// `--run_infinitely`: one row per interval, until the process is stopped (or fails).
+    fn bw_for_ever(&self, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        let size = self.sizes.first().copied().unwrap_or(8);
+        // No progress line: the rows are the progress.
+        let mut tracker = Tracker::new(self.cfg.test.name(), 0);
+        bw::run_sender_for_ever(
+            self.cfg,
+            self.side,
+            self.peer,
+            size,
+            &mut tracker,
+            &mut |r| rows.text(&bw_row(r, None)),
+        )
+    }
+
+    /// `send_bw --run_infinitely`: the server posts its receives, a hand shake starts the
+    /// client; both print a row every interval until stopped (perftest refuses it with -b).
+    fn send_for_ever(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        let size = self.sizes.first().copied().unwrap_or(8);
+        let mut tracker = Tracker::new(self.cfg.test.name(), 0);
+        let mine = self.mine;
+        let mut report = |r: &BwResult| rows.text(&bw_row(r, None));
+        if self.client {
+            chan.hand_shake(mine)?;
+            return bw::run_sender_for_ever(
+                self.cfg,
+                self.side,
+                self.peer,
+                size,
+                &mut tracker,
+                &mut report,
+            );
+        }
+        let mut recv = RecvState::new(self.side.qps.len());
+        bw::run_receiver_for_ever(
+            self.cfg,
+            self.side,
+            &mut recv,
+            size,
+            || chan.hand_shake(mine).map(|_| ()),
+            &mut report,
+        )
+    }
+
+    /// -b of write, read and atomic BW: both sides run every size at once.
+    fn rdma_bw_both(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        let per_size = self.iters() * self.side.qps.len() as u64;
+        let mut tracker = self.tracker(per_size);
+        let every_size = matches!(self.cfg.sizes, Sizes::All);
+        for &size in &self.sizes {
+            chan.peer_runs();
+            chan.hand_shake(self.mine)?;
+            let r = bw::run_sender(self.cfg, self.side, self.peer, size, &mut tracker)?;
+            tracker.clear();
+            // perftest (4.6 and later) hand-shakes again after each size of -a.
+            if every_size {
+                chan.peer_runs();
+                chan.hand_shake(self.mine)?;
+            }
+            chan.peer_runs();
+            let theirs = chan.bw_reports(&report_of(&r))?;
+            let sum = summed(&r, &theirs);
+            rows.row(&bw_row(&sum, None), bw_results(&sum, None))?;
+            tracker.next_size(per_size);
+        }
+        tracker.clear();
+        rows.text(&result_rule())?;
         chan.close(self.mine)
     }
 
     /// Send BW: per size, the server posts its receives, a hand shake starts the client, each
     /// side prints its own row; with `-a` a hand shake after every size.
     fn send_bw(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        if self.cfg.infinite {
+            return self.send_for_ever(chan, rows);
+        }
         let per_size = self.iters() * self.side.qps.len() as u64;
         let mut tracker = self.tracker(per_size);
         let mut recv = RecvState::new(self.side.qps.len());
         let every_size = matches!(self.cfg.sizes, Sizes::All);
         for &size in &self.sizes {
+            if self.cfg.bidirectional {
+                // perftest's duplex send: both sides post receives, hand-shake, send and
+                // receive at once, then print the sum of both sides' rows.
+                let mine = self.mine;
+                let r = bw::run_both(
+                    self.cfg,
+                    self.side,
+                    self.peer,
+                    &mut recv,
+                    size,
+                    &mut tracker,
+                    || chan.hand_shake(mine).map(|_| ()),
+                )?;
+                tracker.clear();
+                chan.peer_runs();
+                let theirs = chan.bw_reports(&report_of(&r))?;
+                let sum = summed(&r, &theirs);
+                rows.row(&bw_row(&sum, None), bw_results(&sum, None))?;
+                tracker.next_size(per_size);
+                if every_size {
+                    chan.hand_shake(self.mine)?;
+                }
+                continue;
+            }
             let r = if self.client {
                 chan.hand_shake(self.mine)?;
                 bw::run_sender(self.cfg, self.side, self.peer, size, &mut tracker)?
@@ -554,6 +726,46 @@ impl Run<'_> {
         tracker.clear();
         rows.text(&result_rule())?;
         chan.close(self.mine)
+    }
+
+    /// Read and atomic latency: the client runs every size alone and prints its rows; the
+    /// server posts nothing, closes the connection at once (the close completes when the
+    /// client closes after its run) and prints the closing rule.
+    fn solo_lat(&self, chan: &mut Channel, rows: &mut Rows<'_>) -> Result<(), CliError> {
+        if !self.client {
+            chan.peer_runs();
+            chan.close(self.mine)?;
+            return rows.text(&result_rule());
+        }
+        let per_size = self.iters();
+        let mut tracker = self.tracker(per_size);
+        for &size in &self.sizes {
+            let outcome = lat::run_solo(self.cfg, self.side, self.peer, size, &mut tracker)?;
+            tracker.clear();
+            self.lat_row(rows, size, outcome)?;
+            tracker.next_size(per_size);
+        }
+        tracker.clear();
+        rows.text(&result_rule())?;
+        chan.close(self.mine)
+    }
+
+    /// The row of one latency size, iterations or duration mode.
+    fn lat_row(&self, rows: &mut Rows<'_>, size: u64, outcome: LatOutcome) -> Result<(), CliError> {
+        match outcome {
+            LatOutcome::Samples(samples) => {
+                let stats = latency_stats(&samples);
+                let iters = samples.len() as u64;
+                rows.row(
+                    &lat_row(size, iters, &stats, None),
+                    lat_results(size, iters, &stats, None),
+                )
+            }
+            LatOutcome::Duration(d) => rows.row(
+                &lat_duration_row(size, &d, None),
+                lat_duration_results(size, &d, None),
+            ),
+        }
     }
 
     /// Latency: both sides ping-pong every size and print their rows; send tests post their
@@ -581,14 +793,7 @@ impl Run<'_> {
                 },
             )?;
             tracker.clear();
-            if let LatOutcome::Samples(samples) = outcome {
-                let stats = latency_stats(&samples);
-                let iters = samples.len() as u64;
-                rows.row(
-                    &lat_row(size, iters, &stats, None),
-                    lat_results(size, iters, &stats, None),
-                )?;
-            }
+            self.lat_row(rows, size, outcome)?;
             tracker.next_size(per_size);
         }
         tracker.clear();
@@ -597,6 +802,28 @@ impl Run<'_> {
             chan.close(self.mine)?;
         }
         Ok(())
+    }
+}
+
+/// A -b row: this side's size and iterations, both sides' bandwidths and message rates
+/// added, as perftest's `print_full_bw_report` adds the peer's report.
+fn summed(r: &BwResult, theirs: &BwReport) -> BwResult {
+    BwResult {
+        bw_peak: r.bw_peak + theirs.bw_peak,
+        bw_average: r.bw_average + theirs.bw_avg,
+        msg_rate_mpps: r.msg_rate_mpps + theirs.msg_rate,
+        ..*r
+    }
+}
+
+/// The report message of a row.
+fn report_of(r: &BwResult) -> BwReport {
+    BwReport {
+        size: r.msg_size,
+        iters: r.iterations,
+        bw_peak: r.bw_peak,
+        bw_avg: r.bw_average,
+        msg_rate: r.msg_rate_mpps,
     }
 }
 
@@ -772,7 +999,7 @@ mod tests {
     #[test]
     fn the_exchange_follows_perftests_order() {
         use Msg::{Dest as H, Done as D, Params as P, Report as R};
-        let cases: [(&[&str], &[Msg]); 5] = [
+        let cases: [(&[&str], &[Msg]); 8] = [
             // write_bw, read_bw: dests, dests (printed), the post-RTR hand shake; at the end a
             // hand shake, the report, the closing hand shake and done.
             (
@@ -788,6 +1015,12 @@ mod tests {
             (&["write_lat", "-n", "20"], &[P, H, H, H, H]),
             // send_lat: as send_bw without the -a hand shakes.
             (&["send_lat", "-n", "20"], &[P, H, H, H, H, H, D]),
+            // atomic_bw: as read_bw.
+            (&["atomic_bw", "-n", "20"], &[P, H, H, H, H, R, H, D]),
+            // read_lat, atomic_lat: as write_lat, then the closing hand shake and done (the
+            // server's at once, the client's after its run).
+            (&["read_lat", "-n", "20"], &[P, H, H, H, H, H, D]),
+            (&["atomic_lat", "-n", "20"], &[P, H, H, H, H, H, D]),
         ];
         for (line, script) in cases {
             let (_, _, t) = pair_recorded(line, "soft1", "soft0");
@@ -869,6 +1102,149 @@ mod tests {
         }
     }
 
+    /// Read and atomic tests: the client runs, the server posts nothing; BW servers print
+    /// the client's row, latency servers only the closing rule.
+    #[test]
+    fn read_and_atomic_tests_run_across_the_connection() {
+        for line in [
+            &["atomic_bw", "-n", "50"][..],
+            &["atomic_bw", "-n", "50", "-A", "CMP_AND_SWAP", "-q", "2"],
+        ] {
+            let (client, server) = pair(line);
+            let c = rows(&client);
+            assert_eq!(c.len(), 1, "{client}");
+            let qps = if line.contains(&"-q") { 2.0 } else { 1.0 };
+            assert_eq!(c[0][..2], [8.0, 50.0 * qps], "{client}");
+            assert_eq!(c, rows(&server), "{client}\n{server}");
+            assert!(client.contains("Atomic"), "{client}");
+        }
+        for line in [
+            &["read_lat", "-s", "64", "-n", "40"][..],
+            &["atomic_lat", "-n", "40"],
+            &["atomic_lat", "-n", "40", "-A", "CMP_AND_SWAP"],
+            &["read_lat", "-a", "-n", "5"],
+        ] {
+            let (client, server) = pair(line);
+            let c = rows(&client);
+            if line.contains(&"-a") {
+                assert_eq!(c.len(), 23, "{client}");
+            } else {
+                let size = if line[0] == "read_lat" { 64.0 } else { 8.0 };
+                assert_eq!(c.len(), 1, "{client}");
+                assert_eq!(c[0][..2], [size, 40.0], "{client}");
+            }
+            assert!(rows(&server).is_empty(), "{server}");
+            assert!(server.contains(" remote address: LID"), "{server}");
+        }
+    }
+
+    /// UC (write and send) and UD (send) across the connection.
+    #[test]
+    fn uc_and_ud_run_across_the_connection() {
+        for line in [
+            &["write_bw", "-c", "UC", "-s", "4096", "-n", "60"][..],
+            &["send_bw", "-c", "UC", "-s", "4096", "-n", "60"],
+            &["send_bw", "-c", "UD", "-s", "512", "-n", "60"],
+        ] {
+            let (client, server) = pair(line);
+            let size: f64 = line[4].parse().unwrap();
+            assert_eq!(rows(&client)[0][..2], [size, 60.0], "{client}");
+            assert_eq!(rows(&server)[0][..2], [size, 60.0], "{server}");
+            assert!(
+                client.contains(&format!("Connection type : {}", line[2])),
+                "{client}"
+            );
+        }
+        for line in [
+            &["write_lat", "-c", "UC", "-s", "64", "-n", "40"][..],
+            &["send_lat", "-c", "UC", "-s", "64", "-n", "40"],
+            &["send_lat", "-c", "UD", "-s", "64", "-n", "40"],
+        ] {
+            let (client, server) = pair(line);
+            for out in [&client, &server] {
+                assert_eq!(rows(out)[0][..2], [64.0, 40.0], "{out}");
+            }
+        }
+        // UD's default BW size is cut to the MTU, as perftest does.
+        let (client, _) = pair(&["send_bw", "-c", "UD", "-n", "20"]);
+        assert!(rows(&client)[0][0] <= 4096.0, "{client}");
+    }
+
+    /// Duration mode of the one-sided tests: the client runs for -D seconds.
+    #[test]
+    fn duration_mode_runs_one_sided_tests() {
+        let (client, server) = pair(&["write_bw", "-s", "1024", "-D", "1"]);
+        assert!(
+            client.contains("WARNING: BW peak won't be measured"),
+            "{client}"
+        );
+        let c = rows(&client);
+        assert_eq!(c.len(), 1, "{client}");
+        assert_eq!(c[0][0], 1024.0, "{client}");
+        assert!(c[0][1] > 0.0, "{client}");
+        assert_eq!(c, rows(&server), "{server}");
+        // send_bw: the server's clock starts at the first arrival, as perftest's.
+        let (client, server) = pair(&["send_bw", "-s", "1024", "-D", "1"]);
+        for out in [&client, &server] {
+            assert_eq!(rows(out).len(), 1, "{out}");
+            assert!(rows(out)[0][1] > 0.0, "{out}");
+        }
+        for test in ["read_lat", "write_lat", "send_lat"] {
+            let (client, server) = pair(&[test, "-s", "64", "-D", "1"]);
+            assert!(client.contains("t_avg[usec]"), "{client}");
+            assert_eq!(rows(&client).len(), 1, "{client}");
+            assert!(rows(&client)[0][1] > 0.0, "{client}");
+            if test != "read_lat" {
+                assert_eq!(rows(&server).len(), 1, "{server}");
+            }
+        }
+    }
+
+    /// -b: both sides run and print the sum of both directions, after perftest's order of
+    /// exchanges (a hand shake before each size, and after it with -a; the reports).
+    #[test]
+    fn bidirectional_bw_runs_both_ways() {
+        use Msg::{Dest as H, Done as D, Params as P, Report as R};
+        let (_, _, t) = pair_recorded(&["write_bw", "-b", "-n", "30"], "soft1", "soft0");
+        for stream in [&t.to_server, &t.to_client] {
+            follows(stream, &[P, H, H, H, H, R, H, D]);
+        }
+        for line in [
+            &["write_bw", "-b", "-s", "4096", "-n", "50"][..],
+            &["read_bw", "-b", "-s", "1024", "-n", "50"],
+            &["atomic_bw", "-b", "-n", "50"],
+            &["send_bw", "-b", "-s", "2048", "-n", "50"],
+        ] {
+            let (client, server) = pair(line);
+            for out in [&client, &server] {
+                assert!(out.contains("Bidirectional BW Test"), "{out}");
+                assert_eq!(rows(out).len(), 1, "{out}");
+                assert_eq!(rows(out)[0][1], 50.0, "{out}");
+            }
+        }
+        let (client, server) = pair(&["read_bw", "-b", "-a", "-n", "5"]);
+        assert_eq!(rows(&client).len(), 23, "{client}");
+        assert_eq!(rows(&server).len(), 23, "{server}");
+    }
+
+    /// In one process (-b needs both sides' loops): a server thread over loopback TCP.
+    #[test]
+    fn bidirectional_runs_in_one_process_over_loopback() {
+        let _alone = crate::perf::DEVICE_TRAFFIC
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        let r = run_tcp_pair(
+            cfg(&["atomic_bw", "-b", "-n", "40", "-d", "soft0"]),
+            &mut out,
+            &mut std::io::sink(),
+        );
+        let out = String::from_utf8(out).expect("UTF-8");
+        assert!(r.is_ok(), "{r:?}\n{out}");
+        assert!(out.contains("Bidirectional BW Test"), "{out}");
+        assert_eq!(rows(&out)[0][..2], [8.0, 40.0], "{out}");
+    }
+
     /// The emulated ConnectX-3s (the mlx4 driver over its model) run it too.
     #[test]
     fn mlx4_devices_run_across_the_connection() {
@@ -880,10 +1256,8 @@ mod tests {
     #[test]
     fn unsupported_cross_process_tests_are_refused() {
         for line in [
-            &["atomic_bw"][..],
-            &["read_lat"],
-            &["write_bw", "-c", "UC"],
-            &["write_bw", "-D", "5"],
+            &["send_bw", "-c", "UD", "-R"][..],
+            &["send_bw", "-D", "5", "-b"],
         ] {
             let never = AtomicBool::new(false);
             let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -956,6 +1330,18 @@ mod tests {
                 assert_eq!(r[0][..2], [64.0, 30.0], "{out}");
                 assert!(r[0][2] > 0.0, "{out}");
             }
+        }
+    }
+
+    #[test]
+    fn rdma_cm_runs_atomic_and_read_latency_tests() {
+        let (client, server) = cm_pair(&["atomic_bw", "-n", "30"], 18607);
+        assert_eq!(rows(&client)[0][..2], [8.0, 30.0], "{client}");
+        assert_eq!(rows(&client), rows(&server), "{server}");
+        for (test, port) in [("atomic_lat", 18608), ("read_lat", 18609)] {
+            let (client, server) = cm_pair(&[test, "-n", "30"], port);
+            assert_eq!(rows(&client)[0][1], 30.0, "{client}");
+            assert!(rows(&server).is_empty(), "{server}");
         }
     }
 

@@ -188,7 +188,11 @@ pub(crate) fn slot_size(cfg: &PerfConfig, res: &Resolved, min: u64) -> Result<us
         .map_err(|_| CliError::usage("the message size does not fit in memory"))
 }
 
-fn ah(side: &Side, opts: &ConnectOptions, remote: &QpEndpoint) -> Result<AddressHandle, CliError> {
+pub(crate) fn ah(
+    side: &Side,
+    opts: &ConnectOptions,
+    remote: &QpEndpoint,
+) -> Result<AddressHandle, CliError> {
     side.pd
         .create_ah_blocking(opts.address_vector(remote, side.port.gid_index))
         .ctx("creating the address handle")
