@@ -8,6 +8,9 @@
 //! rdma_cm joins an IPv4 group on RoCEv2 as this does (no MAD on the wire: the port's IP
 //! group membership brings the datagrams).
 //!
+//! Flags of newer mckeys: `-o` joins as a send-only full member (the QPs are not attached);
+//! `-l` (a join without multicast loopback) is refused.
+//!
 //! Differences: `-M` (an unmapped `AF_IB` group address) is refused, there being no `AF_IB`
 //! on RoCE; so is `-p` with any port space but `RDMA_PS_UDP` (0x0111; mckey also takes
 //! `RDMA_PS_IPOIB`, which needs an IPoIB interface). The sender signals its last send and
@@ -71,6 +74,13 @@ pub(crate) struct MckeyArgs {
     /// Message size
     #[arg(short = 'S', default_value_t = 100)]
     size: u32,
+    /// Join as a send-only full member: the QPs are not attached to the group
+    #[arg(short = 'o')]
+    send_only: bool,
+    /// Join without multicast loopback: refused (a UDP-bound port's own datagrams to a group
+    /// never reach its own QPs anyway; other devices of the host do get them)
+    #[arg(short = 'l')]
+    no_loopback: bool,
     /// Port space: 0x0111 for UDP (the default and the only one here)
     #[arg(short = 'p', value_parser = parse_ps, default_value = "0x0111")]
     port_space: u32,
@@ -153,9 +163,12 @@ fn make_node(cm: &CmDevice<AnyDevice>, args: &MckeyArgs, group: IpAddr) -> Resul
             .map_err(|e| CliError::Failed(format!("failed to post receives: {e}")))?;
         }
     }
-    let join = cm
-        .join_multicast_blocking(&qp, group)
-        .map_err(|e| CliError::Failed(format!("mckey: failure joining: {e}")))?;
+    let join = if args.send_only {
+        cm.join_multicast_send_only(&qp, group)
+    } else {
+        cm.join_multicast_blocking(&qp, group)
+    }
+    .map_err(|e| CliError::Failed(format!("mckey: failure joining: {e}")))?;
     println!(
         "mckey: joined dgid: {} mlid 0x{:x} sl {}",
         std::net::Ipv6Addr::from(join.av.dgid.0),
@@ -295,7 +308,7 @@ fn run_test(args: &MckeyArgs, group: IpAddr, limit: Option<Duration>) -> Result<
         Ok(())
     };
     let mut left = Ok(());
-    for n in &nodes {
+    for n in nodes.iter().filter(|_| !args.send_only) {
         if let Err(e) = cm.leave_multicast_blocking(&n.qp, group) {
             left = Err(CliError::Failed(format!("mckey: failure leaving: {e}")));
         }
@@ -308,6 +321,11 @@ pub(crate) fn run(args: &MckeyArgs) -> Result<(), CliError> {
     if args.unmapped.is_some() {
         return Err(CliError::usage(
             "-M: an unmapped (AF_IB) multicast address needs an InfiniBand port; use -m",
+        ));
+    }
+    if args.no_loopback {
+        return Err(CliError::usage(
+            "-l: joining without multicast loopback is not supported",
         ));
     }
     if args.port_space != RDMA_PS_UDP {

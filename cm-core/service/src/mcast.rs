@@ -22,8 +22,7 @@
 //! of a C peer carry it) — a join does not change the QP's Q_Key.
 //!
 //! Where this differs from Linux: an IPv6 group is joined on a RoCEv2 port (Linux answers
-//! `ENOTSUPP` there); its address handle is as an IPv4 group's. A send-only join (which only
-//! skips the IGMP report) is not offered.
+//! `ENOTSUPP` there); its address handle is as an IPv4 group's.
 
 use std::net::IpAddr;
 
@@ -122,6 +121,21 @@ impl<D: Device> CmDevice<D> {
             qp.attach_mcast(join.mgid, 0).await?;
         }
         Ok(join)
+    }
+
+    /// A send-only join (`RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`): what sends to the group,
+    /// without attaching `qp` to it, so nothing sent to the group is received on it (librdmacm
+    /// attaches the QP only for a full join, and Linux sends no IGMP report for this one).
+    /// Nothing to wait for, and nothing to leave.
+    ///
+    /// # Errors
+    /// As [`CmDevice::join_multicast`] for the arguments.
+    pub fn join_multicast_send_only(
+        &self,
+        qp: &Qp<D>,
+        group: IpAddr,
+    ) -> Result<McastJoin, ServiceError> {
+        self.join_params(qp, group)
     }
 
     /// Blocking form of [`CmDevice::join_multicast`].
