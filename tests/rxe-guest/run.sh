@@ -16,6 +16,9 @@
 #    carry identification 0 as Linux's do and rxe's ICRC check passes: these rows test the
 #    Windows build's port, not what a real Windows stack puts in the identification (with
 #    which rxe would drop IPv4 datagrams; see the portverbs-udp crate docs: use IPv6 there).
+#    And UD multicast: librdmacm's mckey against `portverbs mckey`, each side once the
+#    sender, both joining the IPv4 group 239.77.0.1 through rdma_cm (no MAD: on RoCE the
+#    join is the port's IP group membership).
 # 2. Finds a Debian kernel with rdma_rxe (tests/guest-lib.sh: the one the VFIO guest test
 #    uses, fetched with apt-get download if none is installed).
 # 3. Fetches Debian's rdma-core, perftest and iproute2 packages (apt-get download, unpacked
@@ -38,7 +41,9 @@
 #    with -R two connections at least: the exchange's QP and the test's), and none of its CM
 #    MADs retransmitted (the same sender, attribute and TID twice): neither connecting nor
 #    the teardown, where perftest and Portverbs often send crossing DREQs, may wait for a
-#    CM timer. Each check runs twice, with the host's CLI in auto progress (one progress
+#    CM timer; the capture of an mckey run holds only UD SENDs to the group's QP 0xFFFFFF
+#    (rxe-check --mcast), and each side prints mckey's "data transfers complete" and
+#    "return status 0". Each check runs twice, with the host's CLI in auto progress (one progress
 #    thread per device) and in manual progress (PORTVERBS_PROGRESS=manual: no thread of
 #    Portverbs', the CLI's own calls drive the device and its CM), the second named
 #    <check>-manual.
@@ -48,7 +53,8 @@
 # $CARGO_TARGET_DIR/rxe-guest (default target/). Environment: RXE_GUEST_TIMEOUT (seconds for
 # the whole guest run, default 840), RXE_GUEST_PROGRESS (the modes to run, default
 # "auto manual"), RXE_GUEST_KERNEL and RXE_GUEST_MODULES (a kernel image
-# and its module directory, instead of finding one).
+# and its module directory, instead of finding one), RXE_GUEST_CHECKS (an extended regular
+# expression: only the checks whose names match, e.g. '^mckey').
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -58,6 +64,7 @@ work=$target_dir/rxe-guest
 timeout_s=${RXE_GUEST_TIMEOUT:-840}
 host_ip=10.77.0.1
 guest_ip=10.77.0.2
+mcast_group=239.77.0.1
 ns=portverbs-rxe-$$
 mkdir -p "$work"
 
@@ -150,7 +157,22 @@ checks=(
     "wbw-gs-win|server|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F $guest_ip|windows"
     "pp-10000-hs-win|client|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 10000 -n 50 $host_ip|pingpong -d udp0 -g 0 -c -s 10000 -n 50|windows"
     "wbw-hs-win|client|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F $host_ip|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F|windows"
+    # UD multicast joined through rdma_cm: the guest's mckey sending to an IPv4 group and
+    # Portverbs' receiving (role client: the guest's sender starts after the host's receiver
+    # joined), then the other way round (role server: the guest's receiver has joined once
+    # eth0 holds the group).
+    "mckey-gsend|client|mckey -m $mcast_group -s -C 10 -S 100 -b $guest_ip|mckey -m $mcast_group -C 10 -S 100 -b $host_ip --timeout 60"
+    "mckey-hsend|server|mckey -m $mcast_group -C 10 -S 100 -b $guest_ip|mckey -m $mcast_group -s -C 10 -S 100 -b $host_ip"
 )
+# RXE_GUEST_CHECKS: an extended regular expression; only the checks whose names match run.
+if [[ -n ${RXE_GUEST_CHECKS:-} ]]; then
+    picked=()
+    for c in "${checks[@]}"; do
+        [[ ${c%%|*} =~ $RXE_GUEST_CHECKS ]] && picked+=("$c")
+    done
+    ((${#picked[@]})) || die "RXE_GUEST_CHECKS=$RXE_GUEST_CHECKS matches no check"
+    checks=("${picked[@]}")
+fi
 # Every check runs in each progress mode of RXE_GUEST_PROGRESS (default both): auto, the
 # CLI's default (one progress thread per device), and manual (no thread of Portverbs': the
 # CLI's own posts, polls and waits drive the device and its CM), named <check>-manual.
@@ -175,13 +197,20 @@ checker=$target_dir/release/rxe-check
 [[ -x $cli && -x $checker ]] || die "no binaries in $target_dir/release"
 # The Windows build for the `windows` rows, and the bcryptprimitives.dll stand-in Rust's std
 # needs on Wine 8 (as .ci/run builds it).
-rustup target add x86_64-pc-windows-gnu >/dev/null 2>&1 || true
-cargo build --release --quiet --target x86_64-pc-windows-gnu -p portverbs-cli
+# (Only when a `windows` row runs: RXE_GUEST_CHECKS may leave them all out.)
+need_wine=0
+for c in "${checks[@]}"; do
+    [[ $c == *"|windows|"* ]] && need_wine=1
+done
 win_cli=$target_dir/x86_64-pc-windows-gnu/release/portverbs.exe
-[[ -f $win_cli ]] || die "no $win_cli"
-mkdir -p "$work/wine-stub"
-x86_64-w64-mingw32-gcc -shared -O2 -o "$work/wine-stub/bcryptprimitives.dll" \
-    .ci/wine/processprng.c .ci/wine/processprng.def -ladvapi32
+if ((need_wine)); then
+    rustup target add x86_64-pc-windows-gnu >/dev/null 2>&1 || true
+    cargo build --release --quiet --target x86_64-pc-windows-gnu -p portverbs-cli
+    [[ -f $win_cli ]] || die "no $win_cli"
+    mkdir -p "$work/wine-stub"
+    x86_64-w64-mingw32-gcc -shared -O2 -o "$work/wine-stub/bcryptprimitives.dll" \
+        .ci/wine/processprng.c .ci/wine/processprng.def -ladvapi32
+fi
 # Wine for the `windows` rows: a prefix of this run's own, so that its wineserver (which
 # makes the sockets) starts inside the namespace (section 4).
 wine_env=(WINEPREFIX="$work/wine" WINEDEBUG=-all
@@ -225,7 +254,8 @@ cp "$provider" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
 tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_ud_pingpong usr/bin/ibv_uc_pingpong
     usr/bin/ibv_srq_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
-    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma)
+    usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma
+    usr/bin/mckey)
 for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
     cp "$stage/$t" "$root/usr/bin/"
@@ -287,12 +317,16 @@ ip -n "$ns" link set lo up
 ip -n "$ns" tuntap add dev tap0 mode tap
 ip -n "$ns" addr add "$host_ip/24" dev tap0
 ip -n "$ns" link set tap0 up
+# IP multicast (the mckey rows) leaves through the tap.
+ip -n "$ns" route add 224.0.0.0/4 dev tap0
 
 # The Wine prefix, made inside the namespace before the guest boots (the first time takes a
 # while).
-echo "==> preparing a Wine prefix in the namespace"
-ip netns exec "$ns" env "${wine_env[@]}" timeout 300 wineboot -i >"$work/wineboot.log" 2>&1 ||
-    die "wineboot failed ($work/wineboot.log)"
+if ((need_wine)); then
+    echo "==> preparing a Wine prefix in the namespace"
+    ip netns exec "$ns" env "${wine_env[@]}" timeout 300 wineboot -i >"$work/wineboot.log" 2>&1 ||
+        die "wineboot failed ($work/wineboot.log)"
+fi
 
 log=$work/console.log
 : >"$log"
@@ -342,6 +376,12 @@ host_run() {
 output_ok() {
     local out=$1 tool=$2 size=$3 iters=$4 cmd=$5
     case $tool in
+    mckey)
+        # mckey's lines: the join of the group as rdma_cm maps it on RoCEv2, the transfers,
+        # and a clean exit.
+        grep -qF "mckey: joined dgid: ::ffff:$mcast_group mlid 0x0 sl 0" "$out" &&
+            grep -qx 'data transfers complete' "$out" && grep -qx 'return status 0' "$out"
+        ;;
     rping)
         # One line per ping, in order: "ping data: rdma-ping-<n>: ..." on the client,
         # "server ping data: ..." on the server.
@@ -411,7 +451,7 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
         read -r -a hargs <<<"$hcmd"
         tool=${hargs[0]}
         [[ $tool == perf ]] && tool=${hargs[1]}
-        if [[ $tool == rping ]]; then
+        if [[ $tool == rping || $tool == mckey ]]; then
             size=$(sed -E 's/.* -S ([0-9]+).*/\1/' <<<"$hcmd")
             iters=$(sed -E 's/.* -C ([0-9]+).*/\1/' <<<"$hcmd")
         else
@@ -452,6 +492,7 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
             [[ $tool == rping || " $hcmd " == *" -R "* ]] && cm_flag=(--cm)
             # UC and UD BW: the receiver sends nothing back (no acknowledgements).
             [[ $tool == *_bw && " $hcmd " == *" -c U"[CD]" "* ]] && cm_flag+=(--one-way)
+            [[ $tool == mckey ]] && cm_flag=(--mcast)
             "$checker" "${cm_flag[@]}" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
         else
             fail "$name" "no capture at $work/$name.pcap"

@@ -148,8 +148,9 @@ fn describe(
     Ok(model)
 }
 
-/// The `-v` device limits. Fields the HAL does not model (EE contexts, RDDs, raw QPs,
-/// multicast, FMRs, the timestamp mask, and the `ibv_query_device_ex` capabilities: ODP, TSO,
+/// The `-v` device limits, the multicast ones (`max_mcast_grp`, `max_mcast_qp_attach`,
+/// `max_total_mcast_qp_attach`) as the device reports them. Fields the HAL does not model (EE
+/// contexts, RDDs, raw QPs, FMRs, the timestamp mask, and the `ibv_query_device_ex` capabilities: ODP, TSO,
 /// RSS, packet pacing, tag matching, CQ moderation, device memory) are a device without the
 /// feature: they print as `ibv_devinfo` prints such a device (`0`, `NO SUPPORT`, `not
 /// supported`). `device_cap_flags_ex` is every capability bit the HAL reports.
@@ -172,6 +173,9 @@ fn limits(a: &DeviceAttr) -> DevinfoLimits {
         max_qp_init_rd_atom: a.max_qp_init_rd_atom,
         atomic_cap: a.atomic_cap as u32,
         max_mw: a.max_mw,
+        max_mcast_grp: a.max_mcast_grp,
+        max_mcast_qp_attach: a.max_mcast_qp_attach,
+        max_total_mcast_qp_attach: a.max_total_mcast_qp_attach,
         max_ah: a.max_ah,
         max_srq: a.max_srq,
         max_srq_wr: a.max_srq_wr,

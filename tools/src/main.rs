@@ -6,6 +6,8 @@
 //!   `ibv_uc_pingpong`, `ibv_ud_pingpong`, `ibv_srq_pingpong`.
 //! * `portverbs rping`: librdmacm's `rping`, connected through the connection manager.
 //! * `portverbs cmtime`: librdmacm's `cmtime`, the connection-setup benchmark.
+//! * `portverbs mckey`: librdmacm's `mckey`, UD multicast joined through the connection
+//!   manager.
 //!
 //! `perf` and `pingpong` run one end of the connection, as the C tools do — a client with a
 //! HOST/SERVERNAME, a server without one on a device other processes can reach (UDP-bound,
@@ -19,6 +21,7 @@ mod cmtime;
 mod devices;
 mod error;
 mod events;
+mod mckey;
 mod perf;
 mod pingpong;
 mod progress_mode;
@@ -71,6 +74,8 @@ enum Command {
     Rping(rping::RpingArgs),
     // `portverbs cmtime`.
     Cmtime(cmtime::CmtimeArgs),
+    // `portverbs mckey`.
+    Mckey(mckey::MckeyArgs),
 }
 
 fn print(text: &str) -> Result<(), CliError> {
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
         Command::SrqPingpong(a) => a.mode,
         Command::Rping(a) => a.mode,
         Command::Cmtime(a) => a.mode,
+        Command::Mckey(a) => a.mode,
     }
     .apply();
     // The flag overrides the variable; a malformed variable is refused all the same.
@@ -115,6 +121,7 @@ fn main() -> ExitCode {
         Command::SrqPingpong(args) => pingpong::run_srq(args).and_then(|t| print(&t)),
         Command::Rping(args) => rping::run(args),
         Command::Cmtime(args) => cmtime::run(args).and_then(|t| print(&t)),
+        Command::Mckey(args) => mckey::run(args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

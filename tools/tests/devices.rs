@@ -47,6 +47,10 @@ fn verbose_mode_prints_limits_and_the_gid_table() {
     assert!(!out.contains("soft1"), "{out}");
     assert!(out.contains("\tmax_qp:\t\t\t\t"), "{out}");
     assert!(out.contains("\tatomic_cap:\t\t\tATOMIC_HCA (1)\n"), "{out}");
+    // The multicast limits the soft device reports (16 groups, 8 QPs in each, 64 in all).
+    assert!(out.contains("\tmax_mcast_grp:\t\t\t16\n"), "{out}");
+    assert!(out.contains("\tmax_mcast_qp_attach:\t\t8\n"), "{out}");
+    assert!(out.contains("\tmax_total_mcast_qp_attach:\t64\n"), "{out}");
     assert!(out.contains("\t\t\t\t\tMEM_WINDOW\n"), "{out}");
     assert!(
         out.contains("\t\t\tGID[  0]:\t\t::ffff:10.0.0.1, RoCE v2\n"),

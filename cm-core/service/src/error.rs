@@ -77,6 +77,14 @@ pub enum ServiceError {
         /// Bytes that fit.
         max: usize,
     },
+    /// The address given to a multicast join is not an IP multicast group (224.0.0.0/4,
+    /// ff00::/8).
+    #[error("{0} is not a multicast address")]
+    NotMulticast(IpAddr),
+    /// Attaching the QP to the group or detaching it failed (the device has no multicast, a
+    /// device limit, a group the QP is not in).
+    #[error(transparent)]
+    Multicast(portverbs_verbs::McastError),
     /// Nothing arrived before the caller's timeout.
     #[error("timed out")]
     TimedOut,

@@ -105,6 +105,12 @@
 //! UD services (`RDMA_PS_UDP`): [`Listener::bind_udp`] and [`Listener::get_service_request`]
 //! on the passive side, [`Connector::resolve_service`] (SIDR) on the active side.
 //!
+//! Multicast (`RDMA_PS_UDP`): [`CmDevice::join_multicast`] attaches a UD QP to an IP
+//! multicast group and returns what sends to it ([`McastJoin`]: the MGID as rdma_cm maps the
+//! group on RoCEv2, the address handle's attributes, QPN 0xFFFFFF and [`RDMA_UDP_QKEY`]);
+//! [`CmDevice::leave_multicast`] detaches. Nothing goes on the wire for either: on Ethernet
+//! the IP group membership of the port is what brings a group's datagrams.
+//!
 //! Not here yet: the passive checks on a SIDR_REQ's CMA header (any SIDR_REQ on a UDP
 //! listener is offered to the application), IPv6 link-local scope handling, and choosing
 //! among several devices by IP ([`CmDevice::open`] takes the context whose GID table holds
@@ -125,6 +131,7 @@ mod api;
 mod engine;
 mod error;
 mod events;
+mod mcast;
 mod pacing;
 mod timer;
 mod transition;
@@ -136,6 +143,7 @@ pub use api::{
 pub use engine::{CmDevice, MAX_SLEEP, MadCounts};
 pub use error::ServiceError;
 pub use events::RdmaCmEvent;
+pub use mcast::{MCAST_HOP_LIMIT, MCAST_QPN, McastJoin, RDMA_UDP_QKEY, mgid_of};
 pub use timer::{CmTimer, Sleep};
 
 #[cfg(doc)]

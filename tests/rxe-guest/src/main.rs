@@ -1,5 +1,6 @@
-//! `rxe-check [--cm] [--one-way] CAPTURE.pcap...`: the capture check of the Soft-RoCE interop test
-//! (tests/rxe-guest/run.sh), also usable on any capture of RoCEv2 traffic.
+//! `rxe-check [--cm | --mcast] [--one-way] CAPTURE.pcap...`: the capture check of the
+//! Soft-RoCE interop test (tests/rxe-guest/run.sh), also usable on any capture of RoCEv2
+//! traffic.
 //!
 //! For every capture: every record is a whole Ethernet frame carrying a RoCEv2 packet whose
 //! ICRC is good (our own parser, `portverbs-wire`); tshark decodes every frame as InfiniBand
@@ -8,7 +9,12 @@
 //! (`portverbs-cm`) reads, and tshark reads as the same CM attribute. With `--cm`, the
 //! capture must hold a connection's MADs: REQ, REP, RTU, DREQ and DREP, and no CM MAD may be
 //! a retransmission (the same sender, attribute and transaction ID twice: a REQ, REP or DREQ
-//! whose answer came late, and what answers such a duplicate). One line per capture
+//! whose answer came late, and what answers such a duplicate). With `--mcast`, the capture of
+//! a UD multicast run (mckey): every frame is a UD SEND (with or without immediate data) to
+//! the multicast QP 0xFFFFFF at an IP multicast group, and there is no MAD at all (rdma_cm
+//! joins a group on RoCE without one: the IP group membership is IGMP's business, which
+//! the capture does not hold); one host sending is then enough, as multicast datagrams are
+//! not answered. One line per capture
 //! says what it held; any failure names the capture and the frame, and the exit status is 1.
 //! `--one-way` accepts frames from one host only: UC and UD bandwidth tests, whose receiver
 //! sends nothing (no acknowledgements on unreliable transports).
@@ -35,6 +41,37 @@ struct Summary {
     cm: Vec<Option<u16>>,
     /// Every CM MAD: (sender, attribute ID, transaction ID) and its frame number.
     cm_sent: Vec<(CmKey, usize)>,
+    /// Per frame: the destination IP and QP, and the opcode.
+    dests: Vec<(IpAddr, u32, u8)>,
+}
+
+/// How a capture is judged beyond every frame's own checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Unicast traffic between the two hosts.
+    Plain,
+    /// A CM-connected run: a connection's MADs, none retransmitted.
+    Cm,
+    /// UD multicast: every frame a SEND to a group's QP 0xFFFFFF, no MAD.
+    Mcast,
+}
+
+/// The destination QP of a datagram to a multicast group (IBA 10.5.2.4).
+const MCAST_QPN: u32 = 0x00FF_FFFF;
+
+/// What is wrong with a multicast run's frames, if anything: each must be a UD SEND ONLY
+/// (0x64) or SEND ONLY with immediate (0x65) to QP 0xFFFFFF at an IP multicast address.
+fn mcast_violation(dests: &[(IpAddr, u32, u8)]) -> Option<String> {
+    dests
+        .iter()
+        .enumerate()
+        .find(|(_, (ip, qp, op))| !ip.is_multicast() || *qp != MCAST_QPN || !matches!(op, 0x64 | 0x65))
+        .map(|(i, (ip, qp, op))| {
+            format!(
+                "frame {}: opcode {op:#04x} to QP {qp:#x} at {ip}: not a UD SEND to a multicast group",
+                i + 1
+            )
+        })
 }
 
 /// What makes a CM MAD unique unless it is retransmitted.
@@ -50,16 +87,22 @@ struct Tshark {
 
 fn main() -> ExitCode {
     let mut paths: Vec<String> = std::env::args().skip(1).collect();
-    let need_cm = paths.iter().any(|a| a == "--cm");
     let one_way = paths.iter().any(|a| a == "--one-way");
-    paths.retain(|a| a != "--cm" && a != "--one-way");
+    let mode = if paths.iter().any(|a| a == "--mcast") {
+        Mode::Mcast
+    } else if paths.iter().any(|a| a == "--cm") {
+        Mode::Cm
+    } else {
+        Mode::Plain
+    };
+    paths.retain(|a| !matches!(a.as_str(), "--cm" | "--mcast" | "--one-way"));
     if paths.is_empty() {
-        eprintln!("usage: rxe-check [--cm] [--one-way] CAPTURE.pcap...");
+        eprintln!("usage: rxe-check [--cm | --mcast] [--one-way] CAPTURE.pcap...");
         return ExitCode::from(2);
     }
     let mut failed = false;
     for path in &paths {
-        match check(Path::new(path), need_cm, one_way) {
+        match check(Path::new(path), mode, one_way) {
             Ok(line) => println!("rxe-check: {path}: {line}"),
             Err(e) => {
                 eprintln!("rxe-check: {path}: FAILED: {e}");
@@ -91,12 +134,16 @@ fn cm_name(attr: u16) -> &'static str {
     }
 }
 
-fn check(path: &Path, need_cm: bool, one_way: bool) -> Result<String, String> {
+fn check(path: &Path, mode: Mode, one_way: bool) -> Result<String, String> {
     let ours = read_capture(path)?;
     if ours.opcodes.is_empty() {
         return Err("the capture holds no frame".into());
     }
-    if ours.by_source.len() < 2 && !one_way {
+    if mode == Mode::Mcast {
+        if let Some(e) = mcast_violation(&ours.dests) {
+            return Err(e);
+        }
+    } else if ours.by_source.len() < 2 && !one_way {
         return Err(format!(
             "frames from one host only ({:?}): the peer never answered",
             ours.by_source
@@ -128,7 +175,7 @@ fn check(path: &Path, need_cm: bool, one_way: bool) -> Result<String, String> {
     for attr in ours.cm.iter().flatten() {
         *mads.entry(cm_name(*attr)).or_default() += 1;
     }
-    if need_cm {
+    if mode == Mode::Cm {
         let missing: Vec<&str> = ["REQ", "REP", "RTU", "DREQ", "DREP"]
             .into_iter()
             .filter(|m| !mads.contains_key(m))
@@ -153,6 +200,11 @@ fn check(path: &Path, need_cm: bool, one_way: bool) -> Result<String, String> {
     );
     for (ip, n) in &ours.by_source {
         let _ = write!(line, " {ip}: {n}");
+    }
+    if mode == Mode::Mcast {
+        let groups: std::collections::BTreeSet<IpAddr> =
+            ours.dests.iter().map(|(ip, _, _)| *ip).collect();
+        let _ = write!(line, "; to QP 0xffffff of {groups:?}");
     }
     line.push_str("; opcodes");
     for (op, n) in &counts {
@@ -228,6 +280,11 @@ fn read_capture(path: &Path) -> Result<Summary, String> {
             None
         };
         summary.cm.push(cm);
+        summary.dests.push((
+            view.dst,
+            parsed.hdr.bth.dest_qp,
+            parsed.hdr.bth.opcode.to_u8(),
+        ));
         *summary.by_source.entry(view.src).or_default() += 1;
     }
     Ok(summary)
@@ -290,6 +347,26 @@ fn tshark_frames(path: &Path) -> Result<Vec<Tshark>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_multicast_run_holds_only_sends_to_a_group() {
+        let group: IpAddr = "239.77.0.1".parse().unwrap();
+        let host: IpAddr = "10.77.0.1".parse().unwrap();
+        assert_eq!(
+            mcast_violation(&[(group, MCAST_QPN, 0x64), (group, MCAST_QPN, 0x65)]),
+            None
+        );
+        for bad in [
+            (host, MCAST_QPN, 0x64),
+            (group, 1, 0x64),
+            (group, MCAST_QPN, 0x04),
+        ] {
+            assert!(
+                mcast_violation(&[(group, MCAST_QPN, 0x65), bad])
+                    .is_some_and(|e| e.starts_with("frame 2: "))
+            );
+        }
+    }
 
     #[test]
     fn the_same_mad_twice_from_one_sender_is_a_retransmission() {
