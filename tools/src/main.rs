@@ -6,6 +6,8 @@
 //!   `ibv_uc_pingpong`, `ibv_ud_pingpong`, `ibv_srq_pingpong`.
 //! * `portverbs rping`: librdmacm's `rping`, connected through the connection manager.
 //! * `portverbs cmtime`: librdmacm's `cmtime`, the connection-setup benchmark.
+//! * `portverbs ucmatose`, `udaddy`, `rdma_server`, `rdma_client`: librdmacm's example
+//!   programs of those names (RC connections, UD through SIDR, the minimal pair).
 //!
 //! `perf` and `pingpong` run one end of the connection, as the C tools do — a client with a
 //! HOST/SERVERNAME, a server without one on a device other processes can reach (UDP-bound,
@@ -15,6 +17,7 @@
 //! Errors go to stderr with a non-zero exit code (2 for bad usage, 1 for failures while
 //! running).
 
+mod cmdev;
 mod cmtime;
 mod devices;
 mod error;
@@ -22,6 +25,7 @@ mod events;
 mod perf;
 mod pingpong;
 mod progress_mode;
+mod rdmacm;
 mod report;
 mod rping;
 mod verbs;
@@ -71,6 +75,16 @@ enum Command {
     Rping(rping::RpingArgs),
     // `portverbs cmtime`.
     Cmtime(cmtime::CmtimeArgs),
+    // `portverbs ucmatose`.
+    Ucmatose(rdmacm::ucmatose::UcmatoseArgs),
+    // `portverbs udaddy`.
+    Udaddy(rdmacm::udaddy::UdaddyArgs),
+    // `portverbs rdma_server`.
+    #[command(name = "rdma_server")]
+    RdmaServer(rdmacm::pair::ServerArgs),
+    // `portverbs rdma_client`.
+    #[command(name = "rdma_client")]
+    RdmaClient(rdmacm::pair::ClientArgs),
 }
 
 fn print(text: &str) -> Result<(), CliError> {
@@ -103,6 +117,10 @@ fn main() -> ExitCode {
         Command::SrqPingpong(a) => a.mode,
         Command::Rping(a) => a.mode,
         Command::Cmtime(a) => a.mode,
+        Command::Ucmatose(a) => a.mode,
+        Command::Udaddy(a) => a.mode,
+        Command::RdmaServer(a) => a.mode,
+        Command::RdmaClient(a) => a.mode,
     }
     .apply();
     // The flag overrides the variable; a malformed variable is refused all the same.
@@ -115,6 +133,10 @@ fn main() -> ExitCode {
         Command::SrqPingpong(args) => pingpong::run_srq(args).and_then(|t| print(&t)),
         Command::Rping(args) => rping::run(args),
         Command::Cmtime(args) => cmtime::run(args).and_then(|t| print(&t)),
+        Command::Ucmatose(args) => rdmacm::ucmatose::run(args),
+        Command::Udaddy(args) => rdmacm::udaddy::run(args),
+        Command::RdmaServer(args) => rdmacm::pair::run_server(args),
+        Command::RdmaClient(args) => rdmacm::pair::run_client(args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -130,8 +130,8 @@ mod timer;
 mod transition;
 
 pub use api::{
-    AcceptParams, ConnParam, ConnectParams, ConnectionRequest, Connector, Listener, REQ_USER_DATA,
-    ServiceRequest, UdService,
+    AcceptParams, ConnParam, ConnectParams, ConnectionRequest, Connector, Listener, RDMA_UDP_QKEY,
+    REQ_USER_DATA, ServiceRequest, UdService,
 };
 pub use engine::{CmDevice, MAX_SLEEP, MadCounts};
 pub use error::ServiceError;
