@@ -1,4 +1,4 @@
-//! `rxe-check [--cm] CAPTURE.pcap...`: the capture check of the Soft-RoCE interop test
+//! `rxe-check [--cm|--sidr] CAPTURE.pcap...`: the capture check of the Soft-RoCE interop test
 //! (tests/rxe-guest/run.sh), also usable on any capture of RoCEv2 traffic.
 //!
 //! For every capture: every record is a whole Ethernet frame carrying a RoCEv2 packet whose
@@ -8,7 +8,9 @@
 //! (`portverbs-cm`) reads, and tshark reads as the same CM attribute. With `--cm`, the
 //! capture must hold a connection's MADs: REQ, REP, RTU, DREQ and DREP, and no CM MAD may be
 //! a retransmission (the same sender, attribute and transaction ID twice: a REQ, REP or DREQ
-//! whose answer came late, and what answers such a duplicate). One line per capture
+//! whose answer came late, and what answers such a duplicate). With `--sidr`, the same for a
+//! UD service resolution (IBTA 12.11): a SIDR_REQ and its SIDR_REP, none retransmitted
+//! (`udaddy`: rdma_cm's UDP port space has no connection to tear down). One line per capture
 //! says what it held; any failure names the capture and the frame, and the exit status is 1.
 
 use std::collections::BTreeMap;
@@ -48,17 +50,21 @@ struct Tshark {
 
 fn main() -> ExitCode {
     let mut paths: Vec<String> = std::env::args().skip(1).collect();
-    let need_cm = paths.first().is_some_and(|a| a == "--cm");
-    if need_cm {
+    let need: &[&str] = match paths.first().map(String::as_str) {
+        Some("--cm") => &["REQ", "REP", "RTU", "DREQ", "DREP"],
+        Some("--sidr") => &["SIDR_REQ", "SIDR_REP"],
+        _ => &[],
+    };
+    if !need.is_empty() {
         paths.remove(0);
     }
     if paths.is_empty() {
-        eprintln!("usage: rxe-check [--cm] CAPTURE.pcap...");
+        eprintln!("usage: rxe-check [--cm|--sidr] CAPTURE.pcap...");
         return ExitCode::from(2);
     }
     let mut failed = false;
     for path in &paths {
-        match check(Path::new(path), need_cm) {
+        match check(Path::new(path), need) {
             Ok(line) => println!("rxe-check: {path}: {line}"),
             Err(e) => {
                 eprintln!("rxe-check: {path}: FAILED: {e}");
@@ -90,7 +96,8 @@ fn cm_name(attr: u16) -> &'static str {
     }
 }
 
-fn check(path: &Path, need_cm: bool) -> Result<String, String> {
+/// Checks one capture; `need` names the CM MADs it must hold (none: no CM check).
+fn check(path: &Path, need: &[&str]) -> Result<String, String> {
     let ours = read_capture(path)?;
     if ours.opcodes.is_empty() {
         return Err("the capture holds no frame".into());
@@ -127,9 +134,10 @@ fn check(path: &Path, need_cm: bool) -> Result<String, String> {
     for attr in ours.cm.iter().flatten() {
         *mads.entry(cm_name(*attr)).or_default() += 1;
     }
-    if need_cm {
-        let missing: Vec<&str> = ["REQ", "REP", "RTU", "DREQ", "DREP"]
-            .into_iter()
+    if !need.is_empty() {
+        let missing: Vec<&str> = need
+            .iter()
+            .copied()
             .filter(|m| !mads.contains_key(m))
             .collect();
         if !missing.is_empty() {
