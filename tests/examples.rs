@@ -147,6 +147,78 @@ fn mcast_join() {
     );
 }
 
+/// Runs example `name` as a server (`server`) on a UDP-bound device of `127.0.<net>.1`, then
+/// as its client (`client 127.0.<net>.1`) on `127.0.<net>.2` — again while the server is not
+/// listening yet — and returns both outputs, server first.
+#[cfg(target_os = "linux")]
+fn server_and_client(name: &str, net: u8) -> [String; 2] {
+    let (server_ip, client_ip) = (format!("127.0.{net}.1"), format!("127.0.{net}.2"));
+    let mut server = Command::new(example(name))
+        .arg("server")
+        .env("PORTVERBS_UDP", &server_ip)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the server starts");
+    let mut tries = 0;
+    let client = loop {
+        tries += 1;
+        let out = Command::new(example(name))
+            .args(["client", &server_ip])
+            .env("PORTVERBS_UDP", &client_ip)
+            .output()
+            .expect("the client runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // Refused (REJ 8, or a SIDR_REP without a service): nobody listens yet.
+        let refused = err.contains("Rejected") || err.contains("ServiceRejected");
+        if out.status.success() || !refused || tries == 40 {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    if !client.status.success() {
+        let _ = server.kill();
+    }
+    let server = server.wait_with_output().expect("the server ends");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    assert!(
+        client.status.success() && server.status.success(),
+        "{name}: client {}: {}{}\nserver {}: {}{}",
+        client.status,
+        text(&client.stdout),
+        text(&client.stderr),
+        server.status,
+        text(&server.stdout),
+        text(&server.stderr)
+    );
+    [text(&server.stdout), text(&client.stdout)]
+}
+
+/// librdmacm's `ucmatose`, `udaddy` and `rdma_server`/`rdma_client` as examples: each run as
+/// server and client in two processes (they interoperate with the C programs the same way).
+#[cfg(target_os = "linux")]
+#[test]
+fn librdmacm_examples_between_two_processes() {
+    let [s, c] = server_and_client("ucmatose", 150);
+    assert!(
+        s.starts_with("server: 10 messages of 100 bytes each way with 127.0.150.2:"),
+        "{s}"
+    );
+    assert_eq!(
+        c,
+        "client: 10 messages of 100 bytes each way, disconnected\n"
+    );
+    let [s, c] = server_and_client("udaddy", 151);
+    assert!(
+        s.starts_with("server: 10 datagrams from 127.0.151.2 QP 0x"),
+        "{s}"
+    );
+    assert!(c.starts_with("client: 10 datagrams to QP 0x"), "{c}");
+    let [s, c] = server_and_client("rdma_pair", 152);
+    assert!(s.starts_with("server: answered 127.0.152.2:"), "{s}");
+    assert_eq!(c, "client: sent 16 bytes, got 16 back\n");
+}
+
 /// Every file in `examples/` has a test here (a new example without one fails this).
 #[test]
 fn every_example_is_run() {
@@ -163,10 +235,13 @@ fn every_example_is_run() {
             "cm_connect",
             "mcast_join",
             "rc_write",
+            "rdma_pair",
             "send_recv_events",
             "srq_server",
             "tokio_echo",
-            "ud_send"
+            "ucmatose",
+            "ud_send",
+            "udaddy"
         ]
     );
 }

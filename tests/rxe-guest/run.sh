@@ -10,7 +10,9 @@
 #    ib_read_bw, ib_send_bw, ib_write_lat and ib_send_lat with -R (connected by the CM;
 #    perftest's -R also runs its exchange over a CM-connected QP), each with the guest as
 #    server and with Portverbs as server; perftest's other tests and modes (atomics, read
-#    latency, UC, UD, -b, -D, --report_gbits, -R of some), one role or both; and ibv_rc_pingpong -c and ib_write_bw against the
+#    latency, UC, UD, -b, -D, --report_gbits, -R of some), one role or both; librdmacm's
+#    ucmatose, udaddy (UD through SIDR), rdma_server/rdma_client and mckey, both ways; and
+#    ibv_rc_pingpong -c and ib_write_bw against the
 #    Windows build of the CLI, run under Wine (built too, with the ProcessPrng stand-in Wine 8
 #    needs), both ways. Wine's sockets are the host's Linux sockets, so its IPv4 datagrams
 #    carry identification 0 as Linux's do and rxe's ICRC check passes: these rows test the
@@ -33,11 +35,13 @@
 #    the other way round. Every run has a time limit; both sides' exit codes and outputs are
 #    checked (pingpong: the bytes and iterations lines with the right counts; the bandwidth
 #    tests: the result row of the size and iterations asked for; the latency tests: their
-#    own row so; rping: one line per ping, in order), and every
+#    own row so; rping: one line per ping, in order; librdmacm's examples: their last lines
+#    with status 0), and every
 #    host run's capture (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, tshark
 #    decodes every frame as InfiniBand over RoCEv2 with none malformed, every MAD to QP1 is
 #    a CM MAD that tshark and portverbs-cm read alike, and the capture of an rping or -R run
-#    holds REQ, REP, RTU, DREQ and DREP (Linux's rdma_cm and ib_cm against Portverbs' CM;
+#    (or ucmatose, rdma_server/rdma_client run) holds REQ, REP, RTU, DREQ and DREP, a udaddy
+#    run's SIDR_REQ and SIDR_REP (Linux's rdma_cm and ib_cm against Portverbs' CM;
 #    with -R two connections at least: the exchange's QP and the test's), and none of its CM
 #    MADs retransmitted (the same sender, attribute and TID twice): neither connecting nor
 #    the teardown, where perftest and Portverbs often send crossing DREQs, may wait for a
@@ -152,6 +156,14 @@ checks=(
     "rbwG-hs|client|ib_read_bw -d rxe0 -x @GIDX@ -s 16384 -n 100 -F --report_gbits $host_ip|perf read_bw -d udp0 -x 0 -s 16384 -n 100 -F --report_gbits"
     "abwR-gs|server|ib_atomic_bw -R -d rxe0 -x @GIDX@ -s 8 -n 100 -F|perf atomic_bw -R -d udp0 -x 0 -s 8 -n 100 -F $guest_ip"
     "rlatR-hs|client|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F"
+    # librdmacm's examples: ucmatose (RC, two connections), udaddy (UD through SIDR),
+    # rdma_server/rdma_client (one connection, one message each way).
+    "ucm-gs|server|ucmatose -b $guest_ip -c 2 -C 10 -S 100|ucmatose -s $guest_ip -c 2 -C 10 -S 100"
+    "ucm-hs|client|ucmatose -s $host_ip -c 2 -C 10 -S 100|ucmatose -b $host_ip -c 2 -C 10 -S 100"
+    "udaddy-gs|server|udaddy -b $guest_ip -C 10 -S 100|udaddy -s $guest_ip -C 10 -S 100"
+    "udaddy-hs|client|udaddy -s $host_ip -C 10 -S 100|udaddy -b $host_ip -C 10 -S 100"
+    "rdmasc-gs|server|rdma_server|rdma_client -s $guest_ip"
+    "rdmasc-hs|client|rdma_client -s $host_ip|rdma_server"
     # The Windows build of the CLI under Wine (IPv4: see the header for what this shows).
     "pp-4096-gs-win|server|ibv_rc_pingpong -d rxe0 -g @GIDX@ -c -s 4096 -n 50|pingpong -d udp0 -g 0 -c -s 4096 -n 50 $guest_ip|windows"
     "wbw-gs-win|server|ib_write_bw -d rxe0 -x @GIDX@ -s 65536 -n 200 -F|perf write_bw -d udp0 -x 0 -s 65536 -n 200 -F $guest_ip|windows"
@@ -255,7 +267,7 @@ stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
 tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_ud_pingpong usr/bin/ibv_uc_pingpong
     usr/bin/ibv_srq_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
     usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma
-    usr/bin/mckey)
+    usr/bin/mckey usr/bin/ucmatose usr/bin/udaddy usr/bin/rdma_server usr/bin/rdma_client)
 for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
     cp "$stage/$t" "$root/usr/bin/"
@@ -390,6 +402,14 @@ output_ok() {
         [[ $(grep -cE "^$prefix: rdma-ping-[0-9]+: " "$out") -eq $iters ]] &&
             grep -qE "^$prefix: rdma-ping-$((iters - 1)): " "$out"
         ;;
+    ucmatose | udaddy)
+        # The data phase finished and the program said so (the C programs' last lines).
+        grep -qx 'data transfers complete' "$out" && grep -qx 'return status 0' "$out"
+        ;;
+    rdma_server | rdma_client)
+        # Either program of the pair: its last line with status 0.
+        grep -qxE 'rdma_(server|client): end 0' "$out"
+        ;;
     pingpong | ud_pingpong | uc_pingpong | srq_pingpong)
         # Every ibv_*_pingpong counts size x iters x 2 bytes (-n counts srq_pingpong's QPs
         # together), and prints one local and one remote address line per QP (-q, 16 by
@@ -493,6 +513,8 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
             # UC and UD BW: the receiver sends nothing back (no acknowledgements).
             [[ $tool == *_bw && " $hcmd " == *" -c U"[CD]" "* ]] && cm_flag+=(--one-way)
             [[ $tool == mckey ]] && cm_flag=(--mcast)
+            [[ $tool == ucmatose || $tool == rdma_server || $tool == rdma_client ]] && cm_flag=(--cm)
+            [[ $tool == udaddy ]] && cm_flag=(--sidr)
             "$checker" "${cm_flag[@]}" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
         else
             fail "$name" "no capture at $work/$name.pcap"

@@ -8,6 +8,8 @@
 //! * `portverbs cmtime`: librdmacm's `cmtime`, the connection-setup benchmark.
 //! * `portverbs mckey`: librdmacm's `mckey`, UD multicast joined through the connection
 //!   manager.
+//! * `portverbs ucmatose`, `udaddy`, `rdma_server`, `rdma_client`: librdmacm's example
+//!   programs of those names (RC connections, UD through SIDR, the minimal pair).
 //!
 //! `perf` and `pingpong` run one end of the connection, as the C tools do — a client with a
 //! HOST/SERVERNAME, a server without one on a device other processes can reach (UDP-bound,
@@ -17,6 +19,7 @@
 //! Errors go to stderr with a non-zero exit code (2 for bad usage, 1 for failures while
 //! running).
 
+mod cmdev;
 mod cmtime;
 mod devices;
 mod error;
@@ -25,6 +28,7 @@ mod mckey;
 mod perf;
 mod pingpong;
 mod progress_mode;
+mod rdmacm;
 mod report;
 mod rping;
 mod verbs;
@@ -76,6 +80,16 @@ enum Command {
     Cmtime(cmtime::CmtimeArgs),
     // `portverbs mckey`.
     Mckey(mckey::MckeyArgs),
+    // `portverbs ucmatose`.
+    Ucmatose(rdmacm::ucmatose::UcmatoseArgs),
+    // `portverbs udaddy`.
+    Udaddy(rdmacm::udaddy::UdaddyArgs),
+    // `portverbs rdma_server`.
+    #[command(name = "rdma_server")]
+    RdmaServer(rdmacm::pair::ServerArgs),
+    // `portverbs rdma_client`.
+    #[command(name = "rdma_client")]
+    RdmaClient(rdmacm::pair::ClientArgs),
 }
 
 fn print(text: &str) -> Result<(), CliError> {
@@ -109,6 +123,10 @@ fn main() -> ExitCode {
         Command::Rping(a) => a.mode,
         Command::Cmtime(a) => a.mode,
         Command::Mckey(a) => a.mode,
+        Command::Ucmatose(a) => a.mode,
+        Command::Udaddy(a) => a.mode,
+        Command::RdmaServer(a) => a.mode,
+        Command::RdmaClient(a) => a.mode,
     }
     .apply();
     // The flag overrides the variable; a malformed variable is refused all the same.
@@ -122,6 +140,10 @@ fn main() -> ExitCode {
         Command::Rping(args) => rping::run(args),
         Command::Cmtime(args) => cmtime::run(args).and_then(|t| print(&t)),
         Command::Mckey(args) => mckey::run(args),
+        Command::Ucmatose(args) => rdmacm::ucmatose::run(args),
+        Command::Udaddy(args) => rdmacm::udaddy::run(args),
+        Command::RdmaServer(args) => rdmacm::pair::run_server(args),
+        Command::RdmaClient(args) => rdmacm::pair::run_client(args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

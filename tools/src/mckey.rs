@@ -257,17 +257,17 @@ fn completions(
 fn open_cm(args: &MckeyArgs) -> Result<CmDevice<AnyDevice>, CliError> {
     let dev = match (&args.device, args.bind) {
         (Some(name), _) => verbs::pick_device(Some(name))?,
-        (None, Some(ip)) => crate::rping::device_of(ip).ok_or_else(|| {
+        (None, Some(ip)) => crate::cmdev::device_of(ip).ok_or_else(|| {
             CliError::Failed(format!("mckey: addr bind failure: no device has {ip}"))
         })?,
-        (None, None) => crate::rping::reachable_device()?,
+        (None, None) => crate::cmdev::reachable_device()?,
     };
     match args.bind {
         Some(ip) => {
             let ctx = verbs::open(dev)?;
             CmDevice::open_blocking(&ctx, ip).ctx("mckey: addr bind failure")
         }
-        None => crate::rping::cm_device(dev),
+        None => crate::cmdev::cm_device(dev),
     }
 }
 

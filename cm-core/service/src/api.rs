@@ -340,6 +340,12 @@ impl<D: Device> Drop for ServiceRequest<D> {
     }
 }
 
+/// The Q_Key of rdma_cm's UD port space (`RDMA_UDP_QKEY`, Linux
+/// `include/rdma/rdma_cm.h`): a kernel rdma_cm gives its UD QPs of `RDMA_PS_UDP` this Q_Key
+/// and names it in its SIDR_REPs (Linux `drivers/infiniband/core/cma.c`, `cma_set_qkey`). A UD
+/// service that talks to librdmacm's tools (`udaddy`) receives with it and replies with it.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
 /// Where a UD service is: what [`Connector::resolve_service`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdService {

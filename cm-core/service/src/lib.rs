@@ -137,13 +137,13 @@ mod timer;
 mod transition;
 
 pub use api::{
-    AcceptParams, ConnParam, ConnectParams, ConnectionRequest, Connector, Listener, REQ_USER_DATA,
-    ServiceRequest, UdService,
+    AcceptParams, ConnParam, ConnectParams, ConnectionRequest, Connector, Listener, RDMA_UDP_QKEY,
+    REQ_USER_DATA, ServiceRequest, UdService,
 };
 pub use engine::{CmDevice, MAX_SLEEP, MadCounts};
 pub use error::ServiceError;
 pub use events::RdmaCmEvent;
-pub use mcast::{MCAST_HOP_LIMIT, MCAST_QPN, McastJoin, RDMA_UDP_QKEY, mgid_of};
+pub use mcast::{MCAST_HOP_LIMIT, MCAST_QPN, McastJoin, mgid_of};
 pub use timer::{CmTimer, Sleep};
 
 #[cfg(doc)]

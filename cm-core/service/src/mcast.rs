@@ -31,11 +31,7 @@ use portverbs_hal::Gid;
 use portverbs_hal::types::QpType;
 use portverbs_verbs::{AddressVector, McastError, Qp};
 
-use crate::{CmDevice, ServiceError};
-
-/// The Q_Key rdma_cm uses in the `RDMA_PS_UDP` port space, multicast groups included
-/// (`RDMA_UDP_QKEY` in librdmacm's `rdma_cma.h`).
-pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+use crate::{CmDevice, RDMA_UDP_QKEY, ServiceError};
 
 /// The destination QPN of a datagram to a multicast group (IBA 10.5.2.4).
 pub const MCAST_QPN: u32 = 0x00FF_FFFF;

@@ -1,4 +1,4 @@
-//! `rxe-check [--cm | --mcast] [--one-way] CAPTURE.pcap...`: the capture check of the
+//! `rxe-check [--cm | --sidr | --mcast] [--one-way] CAPTURE.pcap...`: the capture check of the
 //! Soft-RoCE interop test (tests/rxe-guest/run.sh), also usable on any capture of RoCEv2
 //! traffic.
 //!
@@ -9,12 +9,14 @@
 //! (`portverbs-cm`) reads, and tshark reads as the same CM attribute. With `--cm`, the
 //! capture must hold a connection's MADs: REQ, REP, RTU, DREQ and DREP, and no CM MAD may be
 //! a retransmission (the same sender, attribute and transaction ID twice: a REQ, REP or DREQ
-//! whose answer came late, and what answers such a duplicate). With `--mcast`, the capture of
-//! a UD multicast run (mckey): every frame is a UD SEND (with or without immediate data) to
-//! the multicast QP 0xFFFFFF at an IP multicast group, and there is no MAD at all (rdma_cm
-//! joins a group on RoCE without one: the IP group membership is IGMP's business, which
-//! the capture does not hold); one host sending is then enough, as multicast datagrams are
-//! not answered. One line per capture
+//! whose answer came late, and what answers such a duplicate). With `--sidr`, the same for a
+//! UD service resolution (IBTA 12.11): a SIDR_REQ and its SIDR_REP, none retransmitted
+//! (`udaddy`: rdma_cm's UDP port space has no connection to tear down). With `--mcast`, the
+//! capture of a UD multicast run (mckey): every frame is a UD SEND (with or without immediate
+//! data) to the multicast QP 0xFFFFFF at an IP multicast group, and there is no MAD at all
+//! (rdma_cm joins a group on RoCE without one: the IP group membership is IGMP's business,
+//! which the capture does not hold); one host sending is then enough, as multicast datagrams
+//! are not answered. One line per capture
 //! says what it held; any failure names the capture and the frame, and the exit status is 1.
 //! `--one-way` accepts frames from one host only: UC and UD bandwidth tests, whose receiver
 //! sends nothing (no acknowledgements on unreliable transports).
@@ -50,7 +52,7 @@ struct Summary {
 enum Mode {
     /// Unicast traffic between the two hosts.
     Plain,
-    /// A CM-connected run: a connection's MADs, none retransmitted.
+    /// A CM-connected run (or a SIDR exchange): the MADs it needs, none retransmitted.
     Cm,
     /// UD multicast: every frame a SEND to a group's QP 0xFFFFFF, no MAD.
     Mcast,
@@ -87,22 +89,30 @@ struct Tshark {
 
 fn main() -> ExitCode {
     let mut paths: Vec<String> = std::env::args().skip(1).collect();
-    let one_way = paths.iter().any(|a| a == "--one-way");
-    let mode = if paths.iter().any(|a| a == "--mcast") {
+    let has = |flag: &str| paths.iter().any(|a| a == flag);
+    let one_way = has("--one-way");
+    let mode = if has("--mcast") {
         Mode::Mcast
-    } else if paths.iter().any(|a| a == "--cm") {
+    } else if has("--cm") || has("--sidr") {
         Mode::Cm
     } else {
         Mode::Plain
     };
-    paths.retain(|a| !matches!(a.as_str(), "--cm" | "--mcast" | "--one-way"));
+    let need: &[&str] = if has("--cm") {
+        &["REQ", "REP", "RTU", "DREQ", "DREP"]
+    } else if has("--sidr") {
+        &["SIDR_REQ", "SIDR_REP"]
+    } else {
+        &[]
+    };
+    paths.retain(|a| !matches!(a.as_str(), "--cm" | "--sidr" | "--mcast" | "--one-way"));
     if paths.is_empty() {
-        eprintln!("usage: rxe-check [--cm | --mcast] [--one-way] CAPTURE.pcap...");
+        eprintln!("usage: rxe-check [--cm | --sidr | --mcast] [--one-way] CAPTURE.pcap...");
         return ExitCode::from(2);
     }
     let mut failed = false;
     for path in &paths {
-        match check(Path::new(path), mode, one_way) {
+        match check(Path::new(path), mode, need, one_way) {
             Ok(line) => println!("rxe-check: {path}: {line}"),
             Err(e) => {
                 eprintln!("rxe-check: {path}: FAILED: {e}");
@@ -134,7 +144,8 @@ fn cm_name(attr: u16) -> &'static str {
     }
 }
 
-fn check(path: &Path, mode: Mode, one_way: bool) -> Result<String, String> {
+/// Checks one capture; `need` names the CM MADs it must hold (with [`Mode::Cm`]).
+fn check(path: &Path, mode: Mode, need: &[&str], one_way: bool) -> Result<String, String> {
     let ours = read_capture(path)?;
     if ours.opcodes.is_empty() {
         return Err("the capture holds no frame".into());
@@ -176,8 +187,9 @@ fn check(path: &Path, mode: Mode, one_way: bool) -> Result<String, String> {
         *mads.entry(cm_name(*attr)).or_default() += 1;
     }
     if mode == Mode::Cm {
-        let missing: Vec<&str> = ["REQ", "REP", "RTU", "DREQ", "DREP"]
-            .into_iter()
+        let missing: Vec<&str> = need
+            .iter()
+            .copied()
             .filter(|m| !mads.contains_key(m))
             .collect();
         if !missing.is_empty() {

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use portverbs::AnyDevice;
 use portverbs::cm::service::{CmDevice, Connector};
 
+use crate::cmdev::{cm_device, device_of, reachable_device};
 use crate::error::{CliError, Context as _};
-use crate::rping::{cm_device, device_of, reachable_device};
 use crate::verbs;
 use report::{Step, Timings};
 use sides::{Await, Client, Server, micros, pd_cq, rc_qp};

@@ -20,6 +20,7 @@ use portverbs::cm::service::{
 use portverbs::oob::rping as proto;
 use portverbs::prelude::*;
 
+use crate::cmdev::{self, cm_device};
 use crate::error::{CliError, Context as _};
 use crate::events::{EventChannel, SLICE};
 use crate::verbs;
@@ -133,45 +134,6 @@ fn make_side(ctx: &Context, size: usize, client: bool) -> Result<Conn, CliError>
         qp,
         channel,
     })
-}
-
-/// The device's RoCEv2 address: the IP of its port 1's first GID.
-fn device_ip(ctx: &Context) -> Result<IpAddr, CliError> {
-    let table = ctx
-        .gid_table_blocking(1)
-        .ctx(format_args!("reading the GID table of {}", ctx.name()))?;
-    table
-        .first()
-        .map(|(_, e)| e.gid.to_ip())
-        .ok_or_else(|| CliError::Failed(format!("{} has no GID on port 1", ctx.name())))
-}
-
-/// The device whose port 1 has `ip`'s GID.
-pub(crate) fn device_of(ip: IpAddr) -> Option<AnyDevice> {
-    let gid = Gid::from_ip(ip);
-    portverbs::devices().into_iter().find(|d| {
-        portverbs::open(d.clone())
-            .ok()
-            .and_then(|ctx| ctx.gid_table_blocking(1).ok())
-            .is_some_and(|t| t.iter().any(|(_, e)| e.gid == gid))
-    })
-}
-
-/// The first device other processes can reach (UDP-bound, VFIO), else the first device.
-pub(crate) fn reachable_device() -> Result<AnyDevice, CliError> {
-    let all = portverbs::devices();
-    all.iter()
-        .find(|d| !verbs::in_process(d))
-        .or_else(|| all.first())
-        .cloned()
-        .ok_or_else(|| CliError::Failed("No IB devices found".into()))
-}
-
-/// Opens the CM on `dev`.
-pub(crate) fn cm_device(dev: AnyDevice) -> Result<CmDevice<AnyDevice>, CliError> {
-    let ctx = verbs::open(dev)?;
-    let ip = device_ip(&ctx)?;
-    CmDevice::open_blocking(&ctx, ip).ctx(format_args!("opening the CM on {}", ctx.name()))
 }
 
 /// rping's words for a failed connect.
@@ -432,40 +394,13 @@ fn check_size(size: usize) -> Result<(), CliError> {
 /// `portverbs rping`.
 pub(crate) fn run(args: &RpingArgs) -> Result<(), CliError> {
     check_size(args.size)?;
-    let explicit = args
-        .device
-        .as_deref()
-        .map(|n| verbs::pick_device(Some(n)))
-        .transpose()?;
     if args.server {
-        let dev = match (explicit, args.addr.filter(|a| !a.is_unspecified())) {
-            (Some(d), _) => d,
-            (None, Some(a)) => device_of(a).ok_or_else(|| {
-                CliError::usage(format_args!("rdma_bind_addr: no device has address {a}"))
-            })?,
-            (None, None) => reachable_device()?,
-        };
+        let dev = cmdev::server_device(args.device.as_deref(), args.addr)?;
         // Not locked: a persistent server's connections write from threads of their own.
         return serve(args, &cm_device(dev)?, None, &|| {}, &mut std::io::stdout());
     }
     let dst = args.addr;
-    let dev = match (explicit, args.source) {
-        (Some(d), _) => d,
-        (None, Some(src)) => device_of(src).ok_or_else(|| {
-            CliError::usage(format_args!(
-                "rdma_resolve_addr: no device has address {src}"
-            ))
-        })?,
-        // A destination of this process (a device of the embedded fabric): another device
-        // of it; any other destination: a device other processes can reach.
-        (None, None) => match dst.and_then(device_of) {
-            Some(theirs) => portverbs::devices()
-                .into_iter()
-                .find(|d| d.info().name != theirs.info().name)
-                .ok_or_else(|| CliError::Failed("No IB devices found".into()))?,
-            None => reachable_device()?,
-        },
-    };
+    let dev = cmdev::client_device(args.device.as_deref(), args.source, dst)?;
     if args.client {
         let dst = dst.ok_or_else(|| CliError::usage("rping -c needs the server's address (-a)"))?;
         ping(args, &cm_device(dev)?, dst, &mut std::io::stdout().lock())?;
