@@ -357,16 +357,8 @@ pub(crate) fn run_receiver(
     ready: impl FnOnce() -> Result<(), CliError>,
 ) -> Result<BwResult, CliError> {
     let recv_plan = RecvPlan::new(side)?;
-    let depth = cfg.rx_depth;
-    let batches: Vec<Vec<RecvWr<'_>>> = (0..side.qps.len())
-        .map(|i| vec![recv_plan.wr(i); depth as usize])
-        .collect();
-    recv.top_up(side, &batches, depth)?;
-    ready()?;
-    let mut goal = RecvGoal::new(cfg, side.qps.len());
-    if let RunMode::Duration { total, margin } = cfg.mode {
-        goal.clock = Some((total, margin));
-    }
+    let batches = post_receives(cfg, side, recv, &recv_plan, ready)?;
+    let goal = RecvGoal::with_server_clock(cfg, side.qps.len());
     let never = AtomicBool::new(false);
     let counter = AtomicU64::new(0);
     let a = receive_loop(side, recv, &batches, &goal, &never, &never, &counter, None)?;
@@ -401,12 +393,7 @@ pub(crate) fn run_both(
 ) -> Result<BwResult, CliError> {
     let plan = OpPlan::new(side, peer, cfg.test.verb, cfg.atomic, size, cfg.inline)?;
     let recv_plan = RecvPlan::new(side)?;
-    let depth = cfg.rx_depth;
-    let batches: Vec<Vec<RecvWr<'_>>> = (0..side.qps.len())
-        .map(|i| vec![recv_plan.wr(i); depth as usize])
-        .collect();
-    recv.top_up(side, &batches, depth)?;
-    ready()?;
+    let batches = post_receives(cfg, side, recv, &recv_plan, ready)?;
     let goal = RecvGoal::new(cfg, side.qps.len());
     let sender_done = AtomicBool::new(false);
     let sender_failed = AtomicBool::new(false);
@@ -451,16 +438,8 @@ pub(crate) fn run_receiver_for_ever(
     report: &mut dyn FnMut(&BwResult) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
     let recv_plan = RecvPlan::new(side)?;
-    let depth = cfg.rx_depth;
-    let batches: Vec<Vec<RecvWr<'_>>> = (0..side.qps.len())
-        .map(|i| vec![recv_plan.wr(i); depth as usize])
-        .collect();
-    recv.top_up(side, &batches, depth)?;
-    ready()?;
-    let mut goal = RecvGoal::new(cfg, side.qps.len());
-    if let RunMode::Duration { total, margin } = cfg.mode {
-        goal.clock = Some((total, margin));
-    }
+    let batches = post_receives(cfg, side, recv, &recv_plan, ready)?;
+    let goal = RecvGoal::with_server_clock(cfg, side.qps.len());
     let never = AtomicBool::new(false);
     let counter = AtomicU64::new(0);
     let mut every = |elapsed: Duration, messages: u64| {
@@ -649,6 +628,25 @@ fn thin_marks(marks: &mut Vec<CompletionMark>, window: u64) {
     }
 }
 
+/// Fills every QP's receive queue to `rx_depth` with `plan`'s receives, then calls `ready`
+/// (the peer may send from then on); returns the per-QP batches the receive loop tops up
+/// with.
+fn post_receives<'a>(
+    cfg: &PerfConfig,
+    side: &Side,
+    recv: &mut RecvState,
+    plan: &'a RecvPlan,
+    ready: impl FnOnce() -> Result<(), CliError>,
+) -> Result<Vec<Vec<RecvWr<'a>>>, CliError> {
+    let depth = cfg.rx_depth;
+    let batches: Vec<Vec<RecvWr<'a>>> = (0..side.qps.len())
+        .map(|i| vec![plan.wr(i); depth as usize])
+        .collect();
+    recv.top_up(side, &batches, depth)?;
+    ready()?;
+    Ok(batches)
+}
+
 /// When the receiver of a send test stops, and what it records.
 #[derive(Debug)]
 struct RecvGoal {
@@ -668,6 +666,16 @@ struct RecvGoal {
 }
 
 impl RecvGoal {
+    /// [`RecvGoal::new`] for a cross-process receiver, which in duration mode runs
+    /// perftest's server clock.
+    fn with_server_clock(cfg: &PerfConfig, qps: usize) -> Self {
+        let mut goal = Self::new(cfg, qps);
+        if let RunMode::Duration { total, margin } = cfg.mode {
+            goal.clock = Some((total, margin));
+        }
+        goal
+    }
+
     fn new(cfg: &PerfConfig, qps: usize) -> Self {
         let expected = match cfg.mode {
             RunMode::Iters(n) => Some(n * qps as u64),

@@ -16,12 +16,14 @@ pub(crate) mod ucmatose;
 pub(crate) mod udaddy;
 
 use std::io::Write as _;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use portverbs::AnyDevice;
 use portverbs::cm::service::{CmDevice, ServiceError};
 use portverbs::prelude::*;
 
+use crate::cmdev;
 use crate::error::{CliError, Context as _};
 use crate::events::{EventChannel, SLICE};
 use crate::verbs;
@@ -36,6 +38,38 @@ pub(crate) fn say(line: impl std::fmt::Display) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
+}
+
+/// Runs one end of a librdmacm example as the C programs do: `<name>: starting client` (a
+/// server address given) or `<name>: starting server`, the device picked as they pick it
+/// (`-b`, or the first device that reaches the server), the role, then `test complete` and
+/// `return status 0|1`.
+pub(crate) fn run_role(
+    name: &str,
+    device: Option<&str>,
+    bind: Option<IpAddr>,
+    server: Option<IpAddr>,
+    client: impl FnOnce(&CmDevice<AnyDevice>, IpAddr) -> Result<(), CliError>,
+    serve: impl FnOnce(&CmDevice<AnyDevice>) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let result = match server {
+        Some(dst) => {
+            say(format_args!("{name}: starting client"));
+            let dev = cmdev::client_device(device, bind, Some(dst))?;
+            client(&cmdev::cm_device(dev)?, dst)
+        }
+        None => {
+            say(format_args!("{name}: starting server"));
+            let dev = cmdev::server_device(device, bind)?;
+            serve(&cmdev::cm_device(dev)?)
+        }
+    };
+    say("test complete");
+    say(format_args!(
+        "return status {}",
+        if result.is_ok() { 0 } else { 1 }
+    ));
+    result
 }
 
 /// librdmacm's name of the event a failed connect or resolution ends with, and its status

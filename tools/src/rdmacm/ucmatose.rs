@@ -15,7 +15,6 @@ use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener};
 use portverbs::prelude::*;
 
 use super::{Node, NodeSpec, event_of, say};
-use crate::cmdev::{self, cm_device};
 use crate::error::{CliError, Context as _};
 use crate::wait::{DEFAULT_TIMEOUT, timeout_arg};
 
@@ -218,22 +217,12 @@ fn connect(args: &UcmatoseArgs, cm: &CmDevice<AnyDevice>, dst: IpAddr) -> Result
 
 /// `portverbs ucmatose`.
 pub(crate) fn run(args: &UcmatoseArgs) -> Result<(), CliError> {
-    let result = match args.server {
-        Some(dst) => {
-            say("cmatose: starting client");
-            let dev = cmdev::client_device(args.device.as_deref(), args.bind, Some(dst))?;
-            connect(args, &cm_device(dev)?, dst)
-        }
-        None => {
-            say("cmatose: starting server");
-            let dev = cmdev::server_device(args.device.as_deref(), args.bind)?;
-            serve(args, &cm_device(dev)?)
-        }
-    };
-    say("test complete");
-    say(format_args!(
-        "return status {}",
-        if result.is_ok() { 0 } else { 1 }
-    ));
-    result
+    super::run_role(
+        "cmatose",
+        args.device.as_deref(),
+        args.bind,
+        args.server,
+        |cm, dst| connect(args, cm, dst),
+        |cm| serve(args, cm),
+    )
 }

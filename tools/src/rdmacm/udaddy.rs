@@ -20,7 +20,6 @@ use portverbs::prelude::*;
 use portverbs::{AddressHandle, AnyDevice};
 
 use super::{GRH_LEN, Node, NodeSpec, event_of, say};
-use crate::cmdev::{self, cm_device};
 use crate::error::{CliError, Context as _};
 use crate::wait::{DEFAULT_TIMEOUT, timeout_arg};
 
@@ -255,22 +254,12 @@ fn connect(args: &UdaddyArgs, cm: &CmDevice<AnyDevice>, dst: IpAddr) -> Result<(
 
 /// `portverbs udaddy`.
 pub(crate) fn run(args: &UdaddyArgs) -> Result<(), CliError> {
-    let result = match args.server {
-        Some(dst) => {
-            say("udaddy: starting client");
-            let dev = cmdev::client_device(args.device.as_deref(), args.bind, Some(dst))?;
-            connect(args, &cm_device(dev)?, dst)
-        }
-        None => {
-            say("udaddy: starting server");
-            let dev = cmdev::server_device(args.device.as_deref(), args.bind)?;
-            serve(args, &cm_device(dev)?)
-        }
-    };
-    say("test complete");
-    say(format_args!(
-        "return status {}",
-        if result.is_ok() { 0 } else { 1 }
-    ));
-    result
+    super::run_role(
+        "udaddy",
+        args.device.as_deref(),
+        args.bind,
+        args.server,
+        |cm, dst| connect(args, cm, dst),
+        |cm| serve(args, cm),
+    )
 }
