@@ -77,19 +77,18 @@
 //!
 //! On Windows the requests, not a thread, are the unit: `RecvRing` (in
 //! `sys_windows/recv.rs`) separates posting a receive, completing one (bytes, sender,
-//! control messages, read after its packet was dequeued) and reposting it, and none of them
-//! cares which thread calls it or which port the socket is associated with. What manual
-//! progress does not do yet on Windows: no reactor watches the receive event, so a task
-//! awaiting a manual device wakes only when its event queue is raised (by another thread's
-//! call, or its own next poll), not for a datagram; and it does not join an application's
-//! completion port: a device associated
-//! with one (`portverbs-windows`' `Completions::associate`) rings its doorbell there, but its
-//! receives still complete to the port's own, so a thread that sleeps only on the
-//! application's port is not woken by a datagram (a blocking wait of the portable API, which
-//! sleeps on the receive event, is). Joining would mean associating the ring's socket with
-//! the application's port under the device's key (a socket belongs to one port for life, so
-//! at creation) and having the application's dispatch hand each packet whose OVERLAPPED is
-//! one of the ring's (`RecvRing::slot_of`, an address comparison) to the receive.
+//! control messages) and reposting it, and none of them cares which thread calls it or which
+//! port the socket is associated with. In auto progress the requests complete to the port's
+//! own completion port, which the progress thread sleeps on. In manual progress they belong
+//! to no port of ours: whichever thread drives the device takes the completed ones by their
+//! OVERLAPPEDs' status, in the order they were issued, and every request also signals an
+//! event that blocking waits and `portverbs-windows`' `block_on_port` sleep on. An
+//! application that runs its own completion port associates the device with it
+//! (`portverbs-windows`' `Completions::associate`), which joins the ring's socket to that
+//! port under the application's key for the device: each completed receive then queues a
+//! packet there that wakes the application's loop, and `Completions::dispatch` recognises it
+//! (the hal's `InputWait::owns`, an address comparison) and makes the device progress. See
+//! `sys_windows/port_io.rs`.
 //!
 //! ## Windows
 //! The same port on Winsock (Microsoft Learn: "IPPROTO_IP socket options", "IPPROTO_IPV6
