@@ -10,21 +10,25 @@
 //!   and `post` again to repost. [`RecvRing::slot_of`] tells whether a dequeued OVERLAPPED
 //!   is one of the ring's by comparing addresses only, so a ring can share a port with other
 //!   packets (the fabric's wake-ups, or an application's own I/O).
-//! * [`RecvBufs`] and [`recv_batch`] drive a ring on the port of the port's I/O
-//!   ([`super::port_io::RxPort`]) with the same shape as the Linux nonblocking `recvmmsg`: take the
-//!   completions a sleep already dequeued and those queued on the port, without waiting, up
-//!   to the number of buffers, hand the datagrams over in `bufs` and `got`, and repost at
-//!   once (the buffer just filled is swapped with the one the caller read last time, so the
-//!   caller reads without a copy and the request goes back out). Who sleeps is the port's
-//!   I/O's business (`port_io.rs` beside this file).
+//! * [`RecvBufs`] and [`recv_batch`] drive a ring with the same shape as the Linux
+//!   nonblocking `recvmmsg`: take the completions already there without waiting, up to the
+//!   number of buffers, hand the datagrams over in `bufs` and `got`, and repost at once (the
+//!   buffer just filled is swapped with the one the caller read last time, so the caller
+//!   reads without a copy and the request goes back out). In auto progress the completions
+//!   are the packets on the port of the port's I/O ([`super::port_io::RxPort`]: those a sleep
+//!   already dequeued, then those queued); in manual progress the ring belongs to no port of
+//!   ours and the completed requests are found by their status ([`RecvRing::done_in_order`]),
+//!   so an application's port may carry their packets (`port_io.rs` beside this file says who
+//!   sleeps where).
 //!
-//! Each request completes exactly once, through the port (the socket never gets
-//! `FILE_SKIP_COMPLETION_PORT_ON_SUCCESS`, so a receive that finishes at once still queues its
-//! packet); a request the call refuses is never announced and its slot stays idle until the
-//! next [`RecvRing::post_idle`]. A slot's memory is touched only while no request is in flight
-//! on it. Closing down cancels what is in flight (`CancelIoEx`) and waits for the cancelled
-//! packets on the port before the memory goes; a ring that cannot wait leaks its slots rather
-//! than free memory the system may still write.
+//! Each request completes exactly once — through the port when the socket has one (it never
+//! gets `FILE_SKIP_COMPLETION_PORT_ON_SUCCESS`, so a receive that finishes at once still
+//! queues its packet), and by its status word either way; a request the call refuses is never
+//! announced and its slot stays idle until the next [`RecvRing::post_idle`]. A slot's memory
+//! is touched only while no request is in flight on it. Closing down cancels what is in
+//! flight (`CancelIoEx`) and waits for the cancelled requests to complete before the memory
+//! goes; a ring that cannot wait leaks its slots rather than free memory the system may
+//! still write.
 
 use std::collections::VecDeque;
 use std::io;
