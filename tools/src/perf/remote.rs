@@ -1388,6 +1388,21 @@ mod tests {
         }
     }
 
+    /// UD through the CM on the soft pair: SIDR per QP, and for latency and -b the client's
+    /// QPN message that the server addresses its sends by.
+    #[test]
+    fn rdma_cm_resolves_ud_qps_by_sidr() {
+        let (client, server) = cm_pair(&["send_lat", "-c", "UD", "-s", "32", "-n", "30"], 18620);
+        for out in [&client, &server] {
+            assert_eq!(rows(out)[0][..2], [32.0, 30.0], "{out}");
+        }
+        let line = [
+            "send_bw", "-c", "UD", "-s", "256", "-n", "30", "-q", "2", "-b",
+        ];
+        let (client, _) = cm_pair(&line, 18621);
+        assert_eq!(rows(&client)[0][..2], [256.0, 60.0], "{client}");
+    }
+
     #[test]
     fn rdma_cm_client_without_a_server_is_refused() {
         let _alone = crate::perf::DEVICE_TRAFFIC
