@@ -49,12 +49,13 @@ use std::time::{Duration, Instant};
 use portverbs::cm::service::{
     CmDevice, ConnParam, Connector, Listener, RDMA_UDP_QKEY, ServiceError, addr,
 };
+use portverbs::oob::channel::{ChannelConfig, ChannelError, MessageChannel};
 use portverbs::prelude::*;
 use portverbs::{AddressHandle, AnyDevice};
 
 use super::setup::{GRH_BYTES, Side};
 use crate::error::{CliError, Context as _};
-use crate::events::{EventChannel, SLICE};
+use crate::events::SLICE;
 use crate::verbs;
 use crate::wait::{PeerWatch, Waiter};
 
@@ -117,76 +118,41 @@ fn cm_error(what: &str, e: ServiceError) -> CliError {
     }
 }
 
-/// The RC QP of perftest's side channel, connected by the CM. Its waits sleep in its CQs'
-/// completion channel between their looks at the CM (perftest spins on `ibv_poll_cq`).
+/// The RC QP of perftest's side channel, connected by the CM: the library's
+/// [`MessageChannel`], with this tool's policy around it. Its waits sleep in the channel's
+/// completion channel in slices, looking at the CM and the peer watch between them (perftest
+/// spins on `ibv_poll_cq`).
 #[derive(Debug)]
 pub(crate) struct CommQp {
     cm: CmDevice<AnyDevice>,
     conn: Option<Connector<AnyDevice>>,
-    qp: Qp,
-    send_cq: Cq,
-    recv_cq: Cq,
-    mr: Mr,
-    _pd: Pd,
-    channel: EventChannel,
+    chan: MessageChannel,
+}
+
+/// Words for a failed channel call.
+fn chan_error(what: &str, e: ChannelError) -> CliError {
+    CliError::Failed(format!("{what}: {e}"))
 }
 
 impl CommQp {
     /// The QP, in INIT with receives posted, ready for the CM.
     fn new(cm: &CmDevice<AnyDevice>) -> Result<Self, CliError> {
-        let ctx = cm.context();
-        let pd = ctx
-            .alloc_pd_blocking()
-            .ctx("allocating the side channel's PD")?;
-        let channel = EventChannel::new(ctx)?;
-        let cq = |n: usize| {
-            ctx.create_cq_blocking(CqInit {
-                entries: n as u32,
-                comp_vector: 0,
-                channel: Some(channel.channel()),
-            })
-            .ctx("creating the side channel's CQ")
+        let opts = ConnectOptions {
+            port: 1,
+            access: AccessFlags::empty(),
+            ..ConnectOptions::default()
         };
-        let (send_cq, recv_cq) = (cq(2)?, cq(RECVS)?);
-        let qp = pd
-            .create_qp_blocking(QpInit {
-                send_cq: &send_cq,
-                recv_cq: &recv_cq,
-                caps: QpCaps {
-                    max_send_wr: 2,
-                    max_recv_wr: RECVS as u32,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                ..QpInit::new(QpType::Rc, &send_cq)
-            })
-            .ctx("creating the side channel's QP")?;
-        let mr = pd
-            .reg_vec_blocking(vec![0u8; (RECVS + 1) * SLOT], AccessFlags::LOCAL_WRITE)
-            .ctx("registering the side channel's buffer")?;
-        verbs::init(
-            &qp,
-            &ConnectOptions {
-                port: 1,
-                access: AccessFlags::empty(),
-                ..ConnectOptions::default()
-            },
-        )?;
-        let comm = Self {
+        let config = ChannelConfig {
+            slot: SLOT,
+            ring: RECVS,
+        };
+        let chan = MessageChannel::new_blocking(cm.context(), &opts, config)
+            .map_err(|e| chan_error("creating the side channel", e))?;
+        Ok(Self {
             cm: cm.clone(),
             conn: None,
-            qp,
-            send_cq,
-            recv_cq,
-            mr,
-            _pd: pd,
-            channel,
-        };
-        for slot in 1..=RECVS {
-            comm.post_recv(slot)?;
-        }
-        Ok(comm)
+            chan,
+        })
     }
 
     /// Client: connects to perftest's server at `dst` (trying again while it is not listening).
@@ -198,7 +164,7 @@ impl CommQp {
             || {
                 let mut comm = Self::new(cm)?;
                 Ok(
-                    try_connect(cm, &comm.qp, dst, &ConnParam::default()).map(|conn| {
+                    try_connect(cm, comm.chan.qp(), dst, &ConnParam::default()).map(|conn| {
                         comm.conn = Some(conn);
                         comm
                     }),
@@ -219,85 +185,44 @@ impl CommQp {
         let peer = req.remote_addr().ip();
         let mut comm = Self::new(cm)?;
         let conn = req
-            .accept_blocking(&comm.qp, &ConnParam::default())
+            .accept_blocking(comm.chan.qp(), &ConnParam::default())
             .map_err(|e| cm_error("accepting the side channel", e))?;
         comm.conn = Some(conn);
         Ok((comm, peer))
     }
 
-    fn post_recv(&self, slot: usize) -> Result<(), CliError> {
-        let sge = self
-            .mr
-            .sge(slot * SLOT, SLOT)
-            .ctx("the side channel's receive buffer")?;
-        self.qp
-            .post_recv(&[RecvWr {
-                wr_id: slot as u64,
-                sges: &[sge],
-            }])
-            .ctx("posting a side channel receive")
-    }
-
     /// Sends `msg` as one SEND and waits for its completion (at most `watch`'s limit).
     pub(crate) fn send(&self, msg: &[u8], watch: &mut PeerWatch) -> Result<(), CliError> {
-        if msg.len() > SLOT {
-            return Err(CliError::Failed(format!(
-                "a side channel message of {} bytes is over {SLOT}",
-                msg.len()
-            )));
-        }
-        self.mr
-            .write(0, msg)
-            .ctx("writing the side channel message")?;
-        let sge = [self
-            .mr
-            .sge(0, msg.len())
-            .ctx("the side channel's send buffer")?];
-        self.qp
-            .post_send(&[SendWr::new(0, SendOp::Send)
-                .sges(&sge)
-                .flags(SendFlags::SIGNALED)])
-            .ctx("posting a side channel send")?;
-        let wc = self.wait(&self.send_cq, "sending on the side channel", watch, false)?;
-        check_wc(&wc, "sending on the side channel")
+        const WHAT: &str = "sending on the side channel";
+        self.chan
+            .post_message(msg)
+            .map_err(|e| chan_error(WHAT, e))?;
+        self.wait(WHAT, watch, false, || self.chan.wait_sent(Some(SLICE)))
     }
 
     /// Waits for the next message and returns its bytes; `long` while the peer runs its
     /// part of the test (see [`PeerWatch`]).
     pub(crate) fn recv(&self, watch: &mut PeerWatch, long: bool) -> Result<Vec<u8>, CliError> {
-        let wc = self.wait(&self.recv_cq, "reading the side channel", watch, long)?;
-        check_wc(&wc, "reading the side channel")?;
-        let slot = usize::try_from(wc.wr_id)
-            .ok()
-            .filter(|s| (1..=RECVS).contains(s))
-            .ok_or_else(|| CliError::Failed(format!("a receive of unknown id {}", wc.wr_id)))?;
-        let len = (wc.byte_len as usize).min(SLOT);
-        let mut bytes = vec![0u8; len];
-        self.mr
-            .read(slot * SLOT, &mut bytes)
-            .ctx("reading the side channel message")?;
-        self.post_recv(slot)?;
-        Ok(bytes)
+        self.wait("reading the side channel", watch, long, || {
+            self.chan.recv_blocking(Some(SLICE))
+        })
     }
 
-    /// Waits for a completion of `cq`, sleeping in the completion channel and driving the CM
-    /// between looks; the peer's disconnect, or no sign of it for `watch`'s limit, ends the
-    /// wait with an error.
-    fn wait(
+    /// Runs `slice` (a wait of the channel, one slice long) until it yields; between slices
+    /// the peer's disconnect, or no sign of it for `watch`'s limit, ends the wait with an
+    /// error.
+    fn wait<T>(
         &self,
-        cq: &Cq,
         what: &str,
         watch: &mut PeerWatch,
         long: bool,
-    ) -> Result<WorkCompletion, CliError> {
-        let poll = || -> Result<Option<WorkCompletion>, CliError> {
-            let mut wc = [WorkCompletion::default()];
-            let n = cq.poll(&mut wc).ctx(format_args!("{what}: polling"))?;
-            Ok((n == 1).then_some(wc[0]))
-        };
+        mut slice: impl FnMut() -> Result<T, ChannelError>,
+    ) -> Result<T, CliError> {
         loop {
-            if let Some(wc) = poll()? {
-                return Ok(wc);
+            match slice() {
+                Ok(t) => return Ok(t),
+                Err(ChannelError::TimedOut) => {}
+                Err(e) => return Err(chan_error(what, e)),
             }
             if let Some(conn) = &self.conn {
                 match conn.notify_disconnect_blocking(Some(Duration::ZERO)) {
@@ -311,13 +236,6 @@ impl CommQp {
                 }
             }
             watch.check(what, long)?;
-            // Arm, look once more (a completion before the arm raises no event), then sleep
-            // until one comes or it is time to look at the CM and the deadline again.
-            cq.req_notify(false);
-            if let Some(wc) = poll()? {
-                return Ok(wc);
-            }
-            self.channel.sleep(SLICE)?;
         }
     }
 
@@ -325,7 +243,7 @@ impl CommQp {
     /// a peer that stopped responding will not answer), and lets QP1's last MADs leave.
     pub(crate) fn close(mut self, linger: bool) {
         if let Some(conn) = self.conn.take() {
-            end_connection(&conn, &self.qp, false, linger);
+            end_connection(&conn, self.chan.qp(), false, linger);
         }
         let _ = self.cm.flush(Duration::from_secs(1));
     }
