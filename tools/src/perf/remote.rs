@@ -1301,17 +1301,16 @@ mod tests {
 
     #[test]
     fn unsupported_cross_process_tests_are_refused() {
-        for line in [&["send_bw", "-D", "5", "-b"][..]] {
-            let never = AtomicBool::new(false);
-            let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
-            let err = run(
-                cfg(line),
-                PeerLink::Accept(&listener, &never),
-                &mut Vec::new(),
-            )
-            .expect_err("refused");
-            assert!(matches!(err, CliError::Usage(_)), "{line:?}: {err}");
-        }
+        let line = ["send_bw", "-D", "5", "-b"];
+        let never = AtomicBool::new(false);
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let err = run(
+            cfg(&line),
+            PeerLink::Accept(&listener, &never),
+            &mut Vec::new(),
+        )
+        .expect_err("refused");
+        assert!(matches!(err, CliError::Usage(_)), "{line:?}: {err}");
     }
 
     /// `perf <line> -R` with the client on soft0 and the server on soft1, through the CM on
