@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | [`pingpong`] | one ASCII `LID:QPN:PSN:GID` message each way over TCP, then the client's `done`; 256 of them each way for `ibv_srq_pingpong` | `ibv_rc_pingpong`, and `ibv_uc_pingpong` and `ibv_ud_pingpong` with the same message; `ibv_srq_pingpong` (rdma-core's `libibverbs/examples/rc_pingpong.c`, `uc_pingpong.c`, `ud_pingpong.c`, `srq_pingpong.c`) |
 //! | [`perftest`] | versions, system data, MTU, then `struct pingpong_dest` per QP as text over TCP or, with `-R`, in binary over an RC QP the CM connected; bandwidth reports as big-endian numbers | perftest's `ib_write_bw`, `ib_read_lat`, … (its `src/perftest_communication.c`) |
+//! | [`channel`] | whole messages as SENDs over a connected RC QP, a ring of receives kept posted | perftest's `-R` side channel; any small exchange over a reliable connection |
 //! | [`rping`] | a 16-byte advertisement of a buffer (address, rkey, length) SENT over the connected QP; the ping text | `rping` (librdmacm's `librdmacm/examples/rping.c`) |
 //!
 //! GIDs travel in these messages in their text forms, which are methods of
@@ -62,6 +63,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod channel;
 mod io;
 pub mod perftest;
 pub mod pingpong;

@@ -121,6 +121,12 @@ checks=(
     "wlatR-hs|client|ib_write_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf write_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
     "slatR-gs|server|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F $guest_ip"
     "slatR-hs|client|ib_send_lat -R -d rxe0 -x @GIDX@ -s 64 -n 200 -F $host_ip|perf send_lat -R -d udp0 -x 0 -s 64 -n 200 -F"
+    # -R with UD: each test QP resolved by SIDR on rdma_cm's UDP port space (Q_Key
+    # 0x01234567); for latency the client's QPN travels in a SEND's immediate data.
+    "sbwUDR-gs|server|ib_send_bw -R -c UD -d rxe0 -x @GIDX@ -s 1024 -n 100 -F|perf send_bw -R -c UD -d udp0 -x 0 -s 1024 -n 100 -F $guest_ip"
+    "sbwUDR-hs|client|ib_send_bw -R -c UD -d rxe0 -x @GIDX@ -s 1024 -n 100 -F $host_ip|perf send_bw -R -c UD -d udp0 -x 0 -s 1024 -n 100 -F"
+    "slatUDR-gs|server|ib_send_lat -R -c UD -d rxe0 -x @GIDX@ -s 64 -n 100 -F|perf send_lat -R -c UD -d udp0 -x 0 -s 64 -n 100 -F $guest_ip"
+    "slatUDR-hs|client|ib_send_lat -R -c UD -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf send_lat -R -c UD -d udp0 -x 0 -s 64 -n 100 -F"
     # The rest of perftest across processes: atomics (8 bytes, both -A types), read latency,
     # UC (write, send), UD (send: address handles from the exchanged GID and QPN, perftest's
     # Q_Key, the GRH in front of every receive), duration mode, and -R for a few. Each runs

@@ -161,3 +161,22 @@ fn pingpong_and_rping_in_manual_progress() {
         "{sout}"
     );
 }
+
+#[test]
+fn perf_ud_over_the_cm_in_manual_progress() {
+    // SIDR on the UDP port space; latency adds the client's QPN message.
+    perf(
+        126,
+        "send_lat",
+        &["-R", "-c", "UD", "-s", "64", "-n", "100"],
+        64.0,
+        100.0,
+    );
+    perf(
+        126,
+        "send_bw",
+        &["-R", "-c", "UD", "-s", "1024", "-n", "100"],
+        1024.0,
+        100.0,
+    );
+}

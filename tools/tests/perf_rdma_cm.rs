@@ -92,3 +92,48 @@ fn rdma_cm_refuses_uc() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("UC is not supported in librdmacm"), "{err}");
 }
+
+/// UD through the CM: the client resolves each server QP with SIDR on the UDP port space;
+/// send_bw's server only receives, so no QPN message goes its way.
+#[test]
+fn ud_send_bw_over_the_cm_in_two_processes() {
+    let (cout, sout) = pair(
+        &["send_bw", "-c", "UD", "-s", "512", "-n", "100"],
+        97,
+        18615,
+    );
+    for out in [&cout, &sout] {
+        assert!(out.contains(" Connection type : UD"), "{out}");
+        let r = table_rows(out);
+        assert_eq!(r.len(), 1, "{out}");
+        assert_eq!(r[0][..2], [512.0, 100.0], "{out}");
+    }
+    // Several QPs: one SIDR exchange each.
+    let (cout, sout) = pair(
+        &["send_bw", "-c", "UD", "-s", "256", "-n", "40", "-q", "2"],
+        97,
+        18616,
+    );
+    assert_eq!(cout.matches(" local address: LID").count(), 2, "{cout}");
+    for out in [&cout, &sout] {
+        assert_eq!(table_rows(out)[0][..2], [256.0, 80.0], "{out}");
+    }
+}
+
+/// UD latency through the CM: the server learns the client's QP from its QPN message (SEND
+/// with immediate data) and answers every ping.
+#[test]
+fn ud_send_lat_over_the_cm_in_two_processes() {
+    let (cout, sout) = pair(
+        &["send_lat", "-c", "UD", "-s", "64", "-n", "100"],
+        98,
+        18617,
+    );
+    for out in [&cout, &sout] {
+        assert!(out.contains(" Connection type : UD"), "{out}");
+        let r = table_rows(out);
+        assert_eq!(r.len(), 1, "{out}");
+        assert_eq!(r[0][..2], [64.0, 100.0], "{out}");
+        assert!(r[0][2] > 0.0, "{out}");
+    }
+}

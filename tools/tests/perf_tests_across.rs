@@ -179,15 +179,15 @@ fn read_and_atomic_tests_over_the_cm_in_two_processes() {
 
 /// What still is refused across processes says so, as a usage error.
 #[test]
-fn ud_through_the_cm_is_refused() {
+fn send_bw_duration_with_both_directions_is_refused() {
     let p = free_port();
     let server = spawn(
-        &["perf", "send_bw", "-c", "UD", "-R", "-d", "udp0", "-p", &p],
+        &["perf", "send_bw", "-b", "-D", "2", "-d", "udp0", "-p", &p],
         &[("PORTVERBS_UDP", "127.0.156.1")],
     );
     let (code, out, err) = finish(server);
     assert_eq!(code, Some(2), "{out}\n{err}");
-    assert!(err.contains("-R with -c UD"), "{err}");
+    assert!(err.contains("-D with -b of send_bw"), "{err}");
 }
 
 #[test]

@@ -20,7 +20,7 @@ use clap::Args;
                   on the other device, a server thread playing the peer where the test needs one \
                   (ping-pong latency, receivers of send tests). Across processes every test \
                   runs, over the transports perftest allows (RC; UC for write and send; UD for \
-                  send), with -a, -q, -A, -R (not with UD), -b and --run_infinitely (BW tests) and \
+                  send), with -a, -q, -A, -R (UD by SIDR), -b and --run_infinitely (BW tests) and \
                   -D; \
                   both sides must get the same flags, as with perftest. On the embedded \
                   fabric, -b and --run_infinitely run the two sides as two processes would, \

@@ -34,6 +34,9 @@
 //!   lingers briefly for the answer. Against perftest as client our DREQ for a test QP often
 //!   crosses the one its kernel sends: that DREQ ends our disconnect (we answer it; the
 //!   kernel, its ID gone, does not answer ours), so no CM timer runs out.
+//! - UD test QPs (`-c UD`) are not connected: the client resolves the server's UD service once
+//!   per QP with SIDR on the RDMA_PS_UDP port space at the same port (see [`UdPeers`]);
+//!   nothing is disconnected at the end.
 //! - The server's test QPs get RNR timer code 12 once connected (the CM's is 0, 655 ms).
 //! - The REQ of a test QP asks for no RDMA read resources unless the test reads
 //!   (`responder_resources` = `initiator_depth` = `-o`'s outstanding reads), with 7 retries
@@ -43,14 +46,18 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs as _};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use portverbs::AnyDevice;
-use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
+use portverbs::cm::service::{
+    CmDevice, ConnParam, Connector, Listener, RDMA_UDP_QKEY, ServiceError, addr,
+};
+use portverbs::oob::channel::{ChannelConfig, ChannelError, MessageChannel};
 use portverbs::prelude::*;
+use portverbs::{AddressHandle, AnyDevice};
 
+use super::setup::{GRH_BYTES, Side};
 use crate::error::{CliError, Context as _};
-use crate::events::{EventChannel, SLICE};
+use crate::events::SLICE;
 use crate::verbs;
-use crate::wait::PeerWatch;
+use crate::wait::{PeerWatch, Waiter};
 
 /// Bytes of each side channel message slot (more than any message).
 const SLOT: usize = 1024;
@@ -111,76 +118,41 @@ fn cm_error(what: &str, e: ServiceError) -> CliError {
     }
 }
 
-/// The RC QP of perftest's side channel, connected by the CM. Its waits sleep in its CQs'
-/// completion channel between their looks at the CM (perftest spins on `ibv_poll_cq`).
+/// The RC QP of perftest's side channel, connected by the CM: the library's
+/// [`MessageChannel`], with this tool's policy around it. Its waits sleep in the channel's
+/// completion channel in slices, looking at the CM and the peer watch between them (perftest
+/// spins on `ibv_poll_cq`).
 #[derive(Debug)]
 pub(crate) struct CommQp {
     cm: CmDevice<AnyDevice>,
     conn: Option<Connector<AnyDevice>>,
-    qp: Qp,
-    send_cq: Cq,
-    recv_cq: Cq,
-    mr: Mr,
-    _pd: Pd,
-    channel: EventChannel,
+    chan: MessageChannel,
+}
+
+/// Words for a failed channel call.
+fn chan_error(what: &str, e: ChannelError) -> CliError {
+    CliError::Failed(format!("{what}: {e}"))
 }
 
 impl CommQp {
     /// The QP, in INIT with receives posted, ready for the CM.
     fn new(cm: &CmDevice<AnyDevice>) -> Result<Self, CliError> {
-        let ctx = cm.context();
-        let pd = ctx
-            .alloc_pd_blocking()
-            .ctx("allocating the side channel's PD")?;
-        let channel = EventChannel::new(ctx)?;
-        let cq = |n: usize| {
-            ctx.create_cq_blocking(CqInit {
-                entries: n as u32,
-                comp_vector: 0,
-                channel: Some(channel.channel()),
-            })
-            .ctx("creating the side channel's CQ")
+        let opts = ConnectOptions {
+            port: 1,
+            access: AccessFlags::empty(),
+            ..ConnectOptions::default()
         };
-        let (send_cq, recv_cq) = (cq(2)?, cq(RECVS)?);
-        let qp = pd
-            .create_qp_blocking(QpInit {
-                send_cq: &send_cq,
-                recv_cq: &recv_cq,
-                caps: QpCaps {
-                    max_send_wr: 2,
-                    max_recv_wr: RECVS as u32,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                ..QpInit::new(QpType::Rc, &send_cq)
-            })
-            .ctx("creating the side channel's QP")?;
-        let mr = pd
-            .reg_vec_blocking(vec![0u8; (RECVS + 1) * SLOT], AccessFlags::LOCAL_WRITE)
-            .ctx("registering the side channel's buffer")?;
-        verbs::init(
-            &qp,
-            &ConnectOptions {
-                port: 1,
-                access: AccessFlags::empty(),
-                ..ConnectOptions::default()
-            },
-        )?;
-        let comm = Self {
+        let config = ChannelConfig {
+            slot: SLOT,
+            ring: RECVS,
+        };
+        let chan = MessageChannel::new_blocking(cm.context(), &opts, config)
+            .map_err(|e| chan_error("creating the side channel", e))?;
+        Ok(Self {
             cm: cm.clone(),
             conn: None,
-            qp,
-            send_cq,
-            recv_cq,
-            mr,
-            _pd: pd,
-            channel,
-        };
-        for slot in 1..=RECVS {
-            comm.post_recv(slot)?;
-        }
-        Ok(comm)
+            chan,
+        })
     }
 
     /// Client: connects to perftest's server at `dst` (trying again while it is not listening).
@@ -192,7 +164,7 @@ impl CommQp {
             || {
                 let mut comm = Self::new(cm)?;
                 Ok(
-                    try_connect(cm, &comm.qp, dst, &ConnParam::default()).map(|conn| {
+                    try_connect(cm, comm.chan.qp(), dst, &ConnParam::default()).map(|conn| {
                         comm.conn = Some(conn);
                         comm
                     }),
@@ -213,85 +185,44 @@ impl CommQp {
         let peer = req.remote_addr().ip();
         let mut comm = Self::new(cm)?;
         let conn = req
-            .accept_blocking(&comm.qp, &ConnParam::default())
+            .accept_blocking(comm.chan.qp(), &ConnParam::default())
             .map_err(|e| cm_error("accepting the side channel", e))?;
         comm.conn = Some(conn);
         Ok((comm, peer))
     }
 
-    fn post_recv(&self, slot: usize) -> Result<(), CliError> {
-        let sge = self
-            .mr
-            .sge(slot * SLOT, SLOT)
-            .ctx("the side channel's receive buffer")?;
-        self.qp
-            .post_recv(&[RecvWr {
-                wr_id: slot as u64,
-                sges: &[sge],
-            }])
-            .ctx("posting a side channel receive")
-    }
-
     /// Sends `msg` as one SEND and waits for its completion (at most `watch`'s limit).
     pub(crate) fn send(&self, msg: &[u8], watch: &mut PeerWatch) -> Result<(), CliError> {
-        if msg.len() > SLOT {
-            return Err(CliError::Failed(format!(
-                "a side channel message of {} bytes is over {SLOT}",
-                msg.len()
-            )));
-        }
-        self.mr
-            .write(0, msg)
-            .ctx("writing the side channel message")?;
-        let sge = [self
-            .mr
-            .sge(0, msg.len())
-            .ctx("the side channel's send buffer")?];
-        self.qp
-            .post_send(&[SendWr::new(0, SendOp::Send)
-                .sges(&sge)
-                .flags(SendFlags::SIGNALED)])
-            .ctx("posting a side channel send")?;
-        let wc = self.wait(&self.send_cq, "sending on the side channel", watch, false)?;
-        check_wc(&wc, "sending on the side channel")
+        const WHAT: &str = "sending on the side channel";
+        self.chan
+            .post_message(msg)
+            .map_err(|e| chan_error(WHAT, e))?;
+        self.wait(WHAT, watch, false, || self.chan.wait_sent(Some(SLICE)))
     }
 
     /// Waits for the next message and returns its bytes; `long` while the peer runs its
     /// part of the test (see [`PeerWatch`]).
     pub(crate) fn recv(&self, watch: &mut PeerWatch, long: bool) -> Result<Vec<u8>, CliError> {
-        let wc = self.wait(&self.recv_cq, "reading the side channel", watch, long)?;
-        check_wc(&wc, "reading the side channel")?;
-        let slot = usize::try_from(wc.wr_id)
-            .ok()
-            .filter(|s| (1..=RECVS).contains(s))
-            .ok_or_else(|| CliError::Failed(format!("a receive of unknown id {}", wc.wr_id)))?;
-        let len = (wc.byte_len as usize).min(SLOT);
-        let mut bytes = vec![0u8; len];
-        self.mr
-            .read(slot * SLOT, &mut bytes)
-            .ctx("reading the side channel message")?;
-        self.post_recv(slot)?;
-        Ok(bytes)
+        self.wait("reading the side channel", watch, long, || {
+            self.chan.recv_blocking(Some(SLICE))
+        })
     }
 
-    /// Waits for a completion of `cq`, sleeping in the completion channel and driving the CM
-    /// between looks; the peer's disconnect, or no sign of it for `watch`'s limit, ends the
-    /// wait with an error.
-    fn wait(
+    /// Runs `slice` (a wait of the channel, one slice long) until it yields; between slices
+    /// the peer's disconnect, or no sign of it for `watch`'s limit, ends the wait with an
+    /// error.
+    fn wait<T>(
         &self,
-        cq: &Cq,
         what: &str,
         watch: &mut PeerWatch,
         long: bool,
-    ) -> Result<WorkCompletion, CliError> {
-        let poll = || -> Result<Option<WorkCompletion>, CliError> {
-            let mut wc = [WorkCompletion::default()];
-            let n = cq.poll(&mut wc).ctx(format_args!("{what}: polling"))?;
-            Ok((n == 1).then_some(wc[0]))
-        };
+        mut slice: impl FnMut() -> Result<T, ChannelError>,
+    ) -> Result<T, CliError> {
         loop {
-            if let Some(wc) = poll()? {
-                return Ok(wc);
+            match slice() {
+                Ok(t) => return Ok(t),
+                Err(ChannelError::TimedOut) => {}
+                Err(e) => return Err(chan_error(what, e)),
             }
             if let Some(conn) = &self.conn {
                 match conn.notify_disconnect_blocking(Some(Duration::ZERO)) {
@@ -305,13 +236,6 @@ impl CommQp {
                 }
             }
             watch.check(what, long)?;
-            // Arm, look once more (a completion before the arm raises no event), then sleep
-            // until one comes or it is time to look at the CM and the deadline again.
-            cq.req_notify(false);
-            if let Some(wc) = poll()? {
-                return Ok(wc);
-            }
-            self.channel.sleep(SLICE)?;
         }
     }
 
@@ -319,7 +243,7 @@ impl CommQp {
     /// a peer that stopped responding will not answer), and lets QP1's last MADs leave.
     pub(crate) fn close(mut self, linger: bool) {
         if let Some(conn) = self.conn.take() {
-            end_connection(&conn, &self.qp, false, linger);
+            end_connection(&conn, self.chan.qp(), false, linger);
         }
         let _ = self.cm.flush(Duration::from_secs(1));
     }
@@ -523,5 +447,201 @@ pub(crate) fn listen(cm: &CmDevice<AnyDevice>, port: u16) -> Result<Listener<Any
         .map_err(|e| cm_error(&format!("binding port {port}"), e))?;
     l.listen(16)
         .map_err(|e| cm_error(&format!("listening on port {port}"), e))?;
+    Ok(l)
+}
+
+/// How many times a client asks for the UD service before giving up (the server may not
+/// listen on `RDMA_PS_UDP` yet: its CM then answers "service not supported").
+const SIDR_TRIES: u32 = 50;
+
+/// Bytes of the QPN message's receive: the 40-byte GRH area and the 4-byte payload.
+const QPN_RECV: usize = GRH_BYTES as usize + 4;
+
+/// The UD test QPs' peers, found as perftest's rdma_cm finds them (its
+/// `src/perftest_communication.c`, `rdma_cm_establish_ud_connection` and
+/// `rdma_cm_initialize_ud_connection_parameters`): the client resolves the server's UD
+/// service on `RDMA_PS_UDP` at the `-p` port with one SIDR exchange per test QP (IBTA 12.11),
+/// which names the server QP's number and Q_Key; the server answers each SIDR_REQ with its
+/// QP and the Q_Key rdma_cm gives UD QPs of that port space ([`RDMA_UDP_QKEY`]). Where the
+/// server sends too (latency, `-b`), the client then sends one SEND with immediate data
+/// carrying its QPN to each server QP, and the server addresses its replies from that
+/// completion: the source GID in the GRH, the QPN in the immediate data, and its own QP's
+/// Q_Key.
+#[derive(Debug)]
+pub(crate) struct UdPeers {
+    /// Toward the peer's GID (`None`: a server that never sends).
+    pub(crate) ah: Option<AddressHandle>,
+    /// Per test QP: the peer QP's number and Q_Key.
+    pub(crate) qps: Vec<(u32, u32)>,
+    /// The client's IDs, kept while the test runs (SIDR leaves no connection to end).
+    _ids: Vec<Connector<AnyDevice>>,
+}
+
+/// An address handle toward `gid` from `side`'s PD, through the CM's GID.
+fn ah_toward(
+    cm: &CmDevice<AnyDevice>,
+    side: &Side,
+    opts: &ConnectOptions,
+    gid: Gid,
+) -> Result<AddressHandle, CliError> {
+    let to = QpEndpoint {
+        gid,
+        ..QpEndpoint::default()
+    };
+    side.pd
+        .create_ah_blocking(opts.address_vector(&to, Some(cm.gid_index())))
+        .ctx("creating the address handle")
+}
+
+/// Waits for one completion of `cq`, giving up after `limit` without one.
+fn next_wc(
+    cq: &Cq,
+    what: &'static str,
+    limit: Option<Duration>,
+) -> Result<WorkCompletion, CliError> {
+    let mut waiter = Waiter::new(what, None).limit(limit);
+    let mut wc = [WorkCompletion::default()];
+    loop {
+        if cq.poll(&mut wc).ctx(format_args!("{what}: polling"))? == 1 {
+            check_wc(&wc[0], what)?;
+            return Ok(wc[0]);
+        }
+        waiter.idle()?;
+    }
+}
+
+impl UdPeers {
+    /// Client: resolves the server's UD service at `dst` once per QP of `side` (all in RTS
+    /// with `opts`' Q_Key); with `send_qpn`, tells each server QP this side's QPN.
+    pub(crate) fn resolve(
+        cm: &CmDevice<AnyDevice>,
+        side: &Side,
+        opts: &ConnectOptions,
+        dst: SocketAddr,
+        send_qpn: bool,
+        limit: Option<Duration>,
+    ) -> Result<Self, CliError> {
+        let mut peers = Self {
+            ah: None,
+            qps: Vec::with_capacity(side.qps.len()),
+            _ids: Vec::with_capacity(side.qps.len()),
+        };
+        for (i, qp) in side.qps.iter().enumerate() {
+            let mut tries = 0;
+            let (id, svc) = loop {
+                tries += 1;
+                let mut id = Connector::new(cm).map_err(|e| cm_error("creating a CM ID", e))?;
+                match id.resolve_service_blocking(dst) {
+                    Ok(svc) => break (id, svc),
+                    Err(ServiceError::ServiceRejected(_)) if tries < SIDR_TRIES => {
+                        std::thread::sleep(RETRY_PAUSE);
+                    }
+                    Err(e) => {
+                        return Err(cm_error(
+                            &format!("resolving the UD service of test QP {i} at {dst}"),
+                            e,
+                        ));
+                    }
+                }
+            };
+            if peers.ah.is_none() {
+                peers.ah = Some(ah_toward(cm, side, opts, svc.gid)?);
+            }
+            if send_qpn && let Some(ah) = &peers.ah {
+                let qpn = qp.qp_num();
+                let off = side.send_off(i);
+                side.mr
+                    .write(off, &qpn.to_be_bytes())
+                    .ctx("writing the QPN message")?;
+                let sge = [side.mr.sge(off, 4).ctx("the QPN message's buffer")?];
+                qp.post_send(&[SendWr::new(0, SendOp::SendWithImm { imm: qpn })
+                    .sges(&sge)
+                    .flags(SendFlags::SIGNALED)
+                    .ud(ah.dest(svc.qpn, svc.qkey))])
+                    .ctx("posting the QPN message")?;
+                next_wc(&side.send_cq, "sending this side's QPN", limit)?;
+            }
+            peers.qps.push((svc.qpn, svc.qkey));
+            peers._ids.push(id);
+        }
+        Ok(peers)
+    }
+
+    /// Server: answers one SIDR_REQ per QP of `side` (all in RTS with [`RDMA_UDP_QKEY`]) on
+    /// `listener`, each within `limit`; with `recv_qpn`, learns each client QP from its QPN
+    /// message.
+    pub(crate) fn answer(
+        cm: &CmDevice<AnyDevice>,
+        listener: &Listener<AnyDevice>,
+        side: &Side,
+        opts: &ConnectOptions,
+        recv_qpn: bool,
+        limit: Option<Duration>,
+    ) -> Result<Self, CliError> {
+        let mut peers = Self {
+            ah: None,
+            qps: Vec::with_capacity(side.qps.len()),
+            _ids: Vec::new(),
+        };
+        for (i, qp) in side.qps.iter().enumerate() {
+            let deadline = limit.map(|l| Instant::now() + l);
+            let req = loop {
+                match listener.get_service_request_blocking(Some(Duration::from_millis(100))) {
+                    Ok(req) => break req,
+                    Err(ServiceError::TimedOut) if deadline.is_none_or(|d| Instant::now() < d) => {}
+                    Err(e) => {
+                        return Err(cm_error(
+                            &format!("waiting for the service request of test QP {i}"),
+                            e,
+                        ));
+                    }
+                }
+            };
+            let off = side.recv_off(i);
+            if recv_qpn {
+                let sge = side.mr.sge(off, QPN_RECV).ctx("the QPN message's buffer")?;
+                qp.post_recv(&[RecvWr {
+                    wr_id: 0,
+                    sges: &[sge],
+                }])
+                .ctx("posting the QPN message's receive")?;
+            }
+            req.reply(qp, RDMA_UDP_QKEY)
+                .map_err(|e| cm_error(&format!("answering test QP {i}'s service request"), e))?;
+            if !recv_qpn {
+                peers.qps.push((0, RDMA_UDP_QKEY));
+                continue;
+            }
+            let wc = next_wc(&side.recv_cq, "waiting for the client's QPN", limit)?;
+            if !wc.wc_flags.contains(WcFlags::GRH) || !wc.wc_flags.contains(WcFlags::WITH_IMM) {
+                return Err(CliError::Failed(
+                    "the client's QPN message came without a GRH or immediate data".into(),
+                ));
+            }
+            let mut grh = [0u8; GRH_BYTES as usize];
+            side.mr.read(off, &mut grh).ctx("reading the GRH")?;
+            if peers.ah.is_none() {
+                peers.ah = Some(ah_toward(cm, side, opts, addr::source_gid(&grh))?);
+            }
+            peers.qps.push((wc.imm_data & 0x00ff_ffff, RDMA_UDP_QKEY));
+        }
+        Ok(peers)
+    }
+}
+
+/// A server's `RDMA_PS_UDP` listener at `port`, where perftest's client resolves UD test QPs.
+pub(crate) fn listen_udp(
+    cm: &CmDevice<AnyDevice>,
+    port: u16,
+) -> Result<Listener<AnyDevice>, CliError> {
+    let any = if cm.local_ip().is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    };
+    let mut l = Listener::bind_udp(cm, SocketAddr::new(any, port))
+        .map_err(|e| cm_error(&format!("binding UDP port space port {port}"), e))?;
+    l.listen(16)
+        .map_err(|e| cm_error(&format!("listening on UDP port space port {port}"), e))?;
     Ok(l)
 }

@@ -36,6 +36,8 @@ pub(crate) struct PeerQp {
     pub(crate) write_to: RemoteAddr,
     /// Where RDMA reads read from.
     pub(crate) read_from: RemoteAddr,
+    /// UD: the Q_Key its QP receives with.
+    pub(crate) qkey: u32,
 }
 
 /// The peer view of every QP of an in-process side: writes and atomics into its receive
@@ -48,6 +50,7 @@ pub(crate) fn peer_of(side: &Side) -> Vec<PeerQp> {
             qpn: qp.qp_num(),
             write_to: side.remote(side.recv_off(i)),
             read_from: side.remote(side.send_off(i)),
+            qkey: QKEY,
         })
         .collect()
 }
@@ -58,6 +61,7 @@ pub(crate) struct OpPlan<'a> {
     sges: Vec<[Sge; 1]>,
     ops: Vec<SendOp>,
     remote_qpns: Vec<u32>,
+    remote_qkeys: Vec<u32>,
     av: Option<&'a AddressVector>,
     inline: Option<Vec<u8>>,
 }
@@ -122,6 +126,7 @@ impl<'a> OpPlan<'a> {
             sges,
             ops,
             remote_qpns: to.iter().take(n).map(|p| p.qpn).collect(),
+            remote_qkeys: to.iter().take(n).map(|p| p.qkey).collect(),
             av: from.ah.as_ref().map(AddressHandle::av),
             inline,
         })
@@ -157,7 +162,7 @@ impl<'a> OpPlan<'a> {
             ud: self.av.map(|av| UdDest {
                 av,
                 remote_qpn: self.remote_qpns[qp],
-                remote_qkey: QKEY,
+                remote_qkey: self.remote_qkeys[qp],
             }),
         }
     }

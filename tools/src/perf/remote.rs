@@ -22,6 +22,7 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use portverbs::cm::service::RDMA_UDP_QKEY;
 use portverbs::oob::perftest::{BwReport, Dest};
 use portverbs::prelude::*;
 
@@ -88,15 +89,8 @@ pub(crate) enum PeerLink<'a> {
 }
 
 /// Refuses what the cross-process mode does not run (yet). The transports perftest allows
-/// per verb are checked with the flags ([`super::config`]); here: UD through the CM (perftest
-/// connects UD QPs with SIDR, which is not implemented here), and -D with -b of send_bw.
+/// per verb are checked with the flags ([`super::config`]); here: -D with -b of send_bw.
 fn check(cfg: &PerfConfig) -> Result<(), CliError> {
-    if cfg.rdma_cm && cfg.conn == QpType::Ud {
-        return Err(CliError::usage(
-            "-R with -c UD is not supported across processes (perftest's rdma_cm connects UD \
-             QPs with SIDR, which is not implemented); use UD without -R",
-        ));
-    }
     let duration = matches!(cfg.mode, RunMode::Duration { .. });
     if duration && cfg.test.verb == Verb::Send && cfg.bidirectional {
         return Err(CliError::usage(
@@ -149,12 +143,16 @@ pub(crate) fn run(
         } => {
             let dev = cm::open(&ctx, port.gid)?;
             let listener = cm::listen(&dev, p)?;
+            // UD test QPs are resolved on the UDP port space at the same port (SIDR).
+            let ud = (cfg.conn == QpType::Ud)
+                .then(|| cm::listen_udp(&dev, p))
+                .transpose()?;
             if let Some(up) = listening {
                 up.store(true, Ordering::Release);
             }
             emit(out, WAITING)?;
             let (comm, peer) = CommQp::accept(&dev, &listener, abort)?;
-            cm_link = Some((dev, CmPeer::Client(listener)));
+            cm_link = Some((dev, CmPeer::Client(listener, ud)));
             Channel::over_cm(comm, false, peer.to_string(), gid_index, watch)
         }
     };
@@ -259,10 +257,13 @@ pub(crate) fn run_tcp_pair(
 }
 
 /// Where the CM finds the peer's test QPs: the server's address (client role), or the
-/// listener their requests come to (server role).
+/// listener their requests come to (server role), with the `RDMA_PS_UDP` one of UD tests.
 enum CmPeer {
     Server(std::net::SocketAddr),
-    Client(portverbs::cm::service::Listener<portverbs::AnyDevice>),
+    Client(
+        portverbs::cm::service::Listener<portverbs::AnyDevice>,
+        Option<portverbs::cm::service::Listener<portverbs::AnyDevice>>,
+    ),
 }
 
 /// [`run`] once the side channel is up.
@@ -294,11 +295,17 @@ fn run_on(
     }
     let slot = setup::slot_size(cfg, res, u64::from(params.cycle_buffer))?;
     let mut side = setup::side(cfg, ctx, port, slot)?;
-    let copts = setup::connect_options(cfg, res, &side.port);
+    let mut copts = setup::connect_options(cfg, res, &side.port);
+    let ud_by_cm = cm_link.is_some() && cfg.conn == QpType::Ud;
+    if ud_by_cm {
+        // rdma_cm's UD QPs of RDMA_PS_UDP receive with its Q_Key, which SIDR names.
+        copts.qkey = RDMA_UDP_QKEY;
+    }
     for qp in &side.qps {
         verbs::init(qp, &copts)?;
     }
     // -R: the test QPs' connections, between two hand shakes (perftest sends zeros in them).
+    let mut ud_peers = None;
     let data = match &cm_link {
         None => None,
         Some((dev, peer)) => {
@@ -307,14 +314,44 @@ fn run_on(
             // perftest's rdma_cm asks for responder resources for reads and atomics.
             let outs = matches!(cfg.test.verb, Verb::Read | Verb::Atomic).then_some(res.outs);
             let param = cm::data_param(outs);
-            let conns = match peer {
-                CmPeer::Server(dst) => DataConns::connect(dev, &side.qps, &copts, *dst, &param)?,
-                CmPeer::Client(listener) => {
-                    DataConns::accept(listener, &side.qps, &param, cfg.peer_timeout)?
+            let conns = if ud_by_cm {
+                // UD: ready to send and receive, then SIDR per QP; the server learns the
+                // client's QPs only where it sends too (latency, -b).
+                for qp in &side.qps {
+                    verbs::connect(qp, &QpEndpoint::default(), &copts)?;
                 }
+                let qpn_message = cfg.test.kind == TestKind::Lat || cfg.bidirectional;
+                let mut peers = match peer {
+                    CmPeer::Server(dst) => cm::UdPeers::resolve(
+                        dev,
+                        &side,
+                        &copts,
+                        *dst,
+                        qpn_message,
+                        cfg.peer_timeout,
+                    )?,
+                    CmPeer::Client(_, ud) => {
+                        let ud = ud.as_ref().ok_or_else(|| {
+                            CliError::Failed("no listener on the UDP port space".into())
+                        })?;
+                        cm::UdPeers::answer(dev, ud, &side, &copts, qpn_message, cfg.peer_timeout)?
+                    }
+                };
+                side.ah = peers.ah.take();
+                ud_peers = Some(peers);
+                None
+            } else {
+                Some(match peer {
+                    CmPeer::Server(dst) => {
+                        DataConns::connect(dev, &side.qps, &copts, *dst, &param)?
+                    }
+                    CmPeer::Client(listener, _) => {
+                        DataConns::accept(listener, &side.qps, &param, cfg.peer_timeout)?
+                    }
+                })
             };
             chan.hand_shake(&nothing)?;
-            Some(conns)
+            conns
         }
     };
     let r = run_test(
@@ -324,7 +361,8 @@ fn run_on(
         &copts,
         client,
         chan,
-        data.is_some(),
+        cm_link.is_some(),
+        ud_peers.as_ref().map(|p| &p.qps[..]),
         json_file,
         out,
     );
@@ -345,6 +383,7 @@ fn run_test(
     client: bool,
     chan: &mut Channel,
     by_cm: bool,
+    ud_by_cm: Option<&[(u32, u32)]>,
     json_file: Option<JsonFile>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -385,7 +424,7 @@ fn run_test(
     if !by_cm {
         connect_qps(side, copts, res, &mine[0], &remote)?;
     }
-    if cfg.conn == QpType::Ud {
+    if cfg.conn == QpType::Ud && ud_by_cm.is_none() {
         // UD sends name the peer in every request: an address handle toward its GID (or LID),
         // and the QPN it sent; the Q_Key is perftest's.
         let r = &remote[0];
@@ -429,15 +468,22 @@ fn run_test(
 
     let peer: Vec<PeerQp> = remote
         .iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(i, r)| {
             let at = RemoteAddr {
                 addr: r.vaddr,
                 rkey: r.rkey,
             };
+            // UD through the CM: the QPN and Q_Key SIDR (or the QPN message) named, as
+            // perftest's rdma_cm sends to.
+            let (qpn, qkey) = ud_by_cm
+                .and_then(|u| u.get(i).copied())
+                .unwrap_or((r.qpn, crate::verbs::QKEY));
             PeerQp {
-                qpn: r.qpn,
+                qpn,
                 write_to: at,
                 read_from: at,
+                qkey,
             }
         })
         .collect();
@@ -1255,20 +1301,16 @@ mod tests {
 
     #[test]
     fn unsupported_cross_process_tests_are_refused() {
-        for line in [
-            &["send_bw", "-c", "UD", "-R"][..],
-            &["send_bw", "-D", "5", "-b"],
-        ] {
-            let never = AtomicBool::new(false);
-            let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
-            let err = run(
-                cfg(line),
-                PeerLink::Accept(&listener, &never),
-                &mut Vec::new(),
-            )
-            .expect_err("refused");
-            assert!(matches!(err, CliError::Usage(_)), "{line:?}: {err}");
-        }
+        let line = ["send_bw", "-D", "5", "-b"];
+        let never = AtomicBool::new(false);
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let err = run(
+            cfg(&line),
+            PeerLink::Accept(&listener, &never),
+            &mut Vec::new(),
+        )
+        .expect_err("refused");
+        assert!(matches!(err, CliError::Usage(_)), "{line:?}: {err}");
     }
 
     /// `perf <line> -R` with the client on soft0 and the server on soft1, through the CM on
@@ -1343,6 +1385,21 @@ mod tests {
             assert_eq!(rows(&client)[0][1], 30.0, "{client}");
             assert!(rows(&server).is_empty(), "{server}");
         }
+    }
+
+    /// UD through the CM on the soft pair: SIDR per QP, and for latency and -b the client's
+    /// QPN message that the server addresses its sends by.
+    #[test]
+    fn rdma_cm_resolves_ud_qps_by_sidr() {
+        let (client, server) = cm_pair(&["send_lat", "-c", "UD", "-s", "32", "-n", "30"], 18620);
+        for out in [&client, &server] {
+            assert_eq!(rows(out)[0][..2], [32.0, 30.0], "{out}");
+        }
+        let line = [
+            "send_bw", "-c", "UD", "-s", "256", "-n", "30", "-q", "2", "-b",
+        ];
+        let (client, _) = cm_pair(&line, 18621);
+        assert_eq!(rows(&client)[0][..2], [256.0, 60.0], "{client}");
     }
 
     #[test]
