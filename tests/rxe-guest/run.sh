@@ -152,16 +152,25 @@ checks=(
     "wbwB-gs|server|ib_write_bw -b -d rxe0 -x @GIDX@ -s 65536 -n 100 -F|perf write_bw -b -d udp0 -x 0 -s 65536 -n 100 -F $guest_ip"
     "wbwB-hs|client|ib_write_bw -b -d rxe0 -x @GIDX@ -s 65536 -n 100 -F $host_ip|perf write_bw -b -d udp0 -x 0 -s 65536 -n 100 -F"
     "rbwB-gs|server|ib_read_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf read_bw -b -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
+    "rbwB-hs|client|ib_read_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf read_bw -b -d udp0 -x 0 -s 4096 -n 100 -F"
     "abwB-hs|client|ib_atomic_bw -b -d rxe0 -x @GIDX@ -s 8 -n 100 -F $host_ip|perf atomic_bw -b -d udp0 -x 0 -s 8 -n 100 -F"
+    "abwB-gs|server|ib_atomic_bw -b -d rxe0 -x @GIDX@ -s 8 -n 100 -F|perf atomic_bw -b -d udp0 -x 0 -s 8 -n 100 -F $guest_ip"
     "sbwB-gs|server|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf send_bw -b -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
     "sbwB-hs|client|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf send_bw -b -d udp0 -x 0 -s 4096 -n 100 -F"
     "wlatD-gs|server|ib_write_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F|perf write_lat -d udp0 -x 0 -s 64 -D 2 -F $guest_ip"
+    "wlatD-hs|client|ib_write_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F $host_ip|perf write_lat -d udp0 -x 0 -s 64 -D 2 -F"
     "slatD-hs|client|ib_send_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F $host_ip|perf send_lat -d udp0 -x 0 -s 64 -D 2 -F"
+    "slatD-gs|server|ib_send_lat -d rxe0 -x @GIDX@ -s 64 -D 2 -F|perf send_lat -d udp0 -x 0 -s 64 -D 2 -F $guest_ip"
     "sbwD-gs|server|ib_send_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F|perf send_bw -d udp0 -x 0 -s 4096 -D 2 -F $guest_ip"
     "sbwD-hs|client|ib_send_bw -d rxe0 -x @GIDX@ -s 4096 -D 2 -F $host_ip|perf send_bw -d udp0 -x 0 -s 4096 -D 2 -F"
     "rbwG-hs|client|ib_read_bw -d rxe0 -x @GIDX@ -s 16384 -n 100 -F --report_gbits $host_ip|perf read_bw -d udp0 -x 0 -s 16384 -n 100 -F --report_gbits"
+    "rbwG-gs|server|ib_read_bw -d rxe0 -x @GIDX@ -s 16384 -n 100 -F --report_gbits|perf read_bw -d udp0 -x 0 -s 16384 -n 100 -F --report_gbits $guest_ip"
     "abwR-gs|server|ib_atomic_bw -R -d rxe0 -x @GIDX@ -s 8 -n 100 -F|perf atomic_bw -R -d udp0 -x 0 -s 8 -n 100 -F $guest_ip"
+    "abwR-hs|client|ib_atomic_bw -R -d rxe0 -x @GIDX@ -s 8 -n 100 -F $host_ip|perf atomic_bw -R -d udp0 -x 0 -s 8 -n 100 -F"
     "rlatR-hs|client|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F $host_ip|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F"
+    "rlatR-gs|server|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F $guest_ip"
+    "wbwQ-gs|server|ib_write_bw -q 2 -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf write_bw -q 2 -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
+    "wbwQ-hs|client|ib_write_bw -q 2 -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf write_bw -q 2 -d udp0 -x 0 -s 4096 -n 100 -F"
     # librdmacm's examples: ucmatose (RC, two connections), udaddy (UD through SIDR),
     # rdma_server/rdma_client (one connection, one message each way).
     "ucm-gs|server|ucmatose -b $guest_ip -c 2 -C 10 -S 100|ucmatose -s $guest_ip -c 2 -C 10 -S 100"
@@ -440,7 +449,9 @@ output_ok() {
             ! grep -q '^invalid data in page' "$out"
         ;;
     write_bw | read_bw | send_bw | atomic_bw)
-        # #bytes #iterations BW peak BW average MsgRate (-D: as many iterations as ran)
+        # #bytes #iterations BW peak BW average MsgRate (-D: as many iterations as ran; -q N:
+        # perftest counts every QP's, N x -n)
+        [[ " $cmd " =~ \ -q\ ([0-9]+)\  ]] && iters=$((iters * BASH_REMATCH[1]))
         [[ " $cmd " == *" -D "* ]] && iters='[0-9]+'
         grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){3}[[:space:]]*\$" "$out"
         ;;
