@@ -1,6 +1,6 @@
 //! The rest of perftest's tests as a server process and a client process on UDP-bound soft
 //! devices (each on a loopback address of its own): atomics, read latency, UC and UD, duration
-//! mode, and some of them through the CM (`-R`). The rows' sizes and iteration counts are
+//! mode, `-a`, and some of them through the CM (`-R`). The rows' sizes and iteration counts are
 //! checked, never their timings.
 
 #![cfg(target_os = "linux")]
@@ -177,17 +177,47 @@ fn read_and_atomic_tests_over_the_cm_in_two_processes() {
     }
 }
 
-/// What still is refused across processes says so, as a usage error.
+/// `send_bw -b -D`: both sides send and receive for the duration; each prints its own row
+/// (perftest's send_bw.c exchanges the reports only in iterations mode).
 #[test]
-fn send_bw_duration_with_both_directions_is_refused() {
-    let p = free_port();
-    let server = spawn(
-        &["perf", "send_bw", "-b", "-D", "2", "-d", "udp0", "-p", &p],
-        &[("PORTVERBS_UDP", "127.0.156.1")],
-    );
-    let (code, out, err) = finish(server);
-    assert_eq!(code, Some(2), "{out}\n{err}");
-    assert!(err.contains("-D with -b of send_bw"), "{err}");
+fn bidirectional_send_for_a_duration_in_two_processes() {
+    let (c, s) = pair(&["send_bw", "-b", "-s", "2048", "-D", "2"], 156);
+    for out in [&c, &s] {
+        assert!(out.contains("Bidirectional BW Test"), "{out}");
+        let rows = table_rows(out);
+        assert_eq!(rows.len(), 1, "{out}");
+        assert_eq!(rows[0][0], 2048.0, "{out}");
+        assert!(rows[0][1] > 0.0, "iterations counted: {out}");
+    }
+}
+
+/// perftest's `-a`: every power of two from 2 bytes to 8 MiB.
+fn all_sizes() -> Vec<f64> {
+    (1..=23).map(|k| f64::from(1u32 << k)).collect()
+}
+
+/// `-a` of write_bw: the client prints a row per size; the server, which posts nothing,
+/// prints the client's last row, as perftest's write_bw server does.
+#[test]
+fn write_bw_every_size_in_two_processes() {
+    let (c, s) = pair(&["write_bw", "-a", "-n", "5"], 160);
+    let rows = table_rows(&c);
+    let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(sizes, all_sizes(), "{c}");
+    assert!(rows.iter().all(|r| r[1] == 5.0), "{c}");
+    assert_eq!(table_rows(&s), rows[rows.len() - 1..], "{c}\n{s}");
+}
+
+/// `-a` of send_lat: both sides ping-pong every size and print a row each.
+#[test]
+fn send_lat_every_size_in_two_processes() {
+    let (c, s) = pair(&["send_lat", "-a", "-n", "5"], 161);
+    for out in [&c, &s] {
+        let rows = table_rows(out);
+        let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
+        assert_eq!(sizes, all_sizes(), "{out}");
+        assert!(rows.iter().all(|r| r[1] == 5.0), "{out}");
+    }
 }
 
 #[test]
