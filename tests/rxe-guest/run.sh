@@ -171,6 +171,8 @@ checks=(
     "rlatR-gs|server|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F $guest_ip"
     "wbwQ-gs|server|ib_write_bw -q 2 -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf write_bw -q 2 -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
     "wbwQ-hs|client|ib_write_bw -q 2 -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf write_bw -q 2 -d udp0 -x 0 -s 4096 -n 100 -F"
+    "sbwBD-gs|server|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -D 2 -F|perf send_bw -b -d udp0 -x 0 -s 4096 -D 2 -F $guest_ip"
+    "sbwBD-hs|client|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -D 2 -F $host_ip|perf send_bw -b -d udp0 -x 0 -s 4096 -D 2 -F"
     # librdmacm's examples: ucmatose (RC, two connections), udaddy (UD through SIDR),
     # rdma_server/rdma_client (one connection, one message each way).
     "ucm-gs|server|ucmatose -b $guest_ip -c 2 -C 10 -S 100|ucmatose -s $guest_ip -c 2 -C 10 -S 100"
