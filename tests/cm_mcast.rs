@@ -7,7 +7,7 @@
 #![cfg(target_os = "linux")]
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use portverbs::cm::service::{CmDevice, MCAST_HOP_LIMIT, MCAST_QPN, RDMA_UDP_QKEY, ServiceError};
 use portverbs::hal::Progress;
@@ -15,6 +15,10 @@ use portverbs::prelude::*;
 use portverbs::udp_port::UdpConfig;
 use portverbs::verbs::McastError;
 use portverbs::{AnyDevice, UdpDevice, udp_device};
+
+mod mcast_util;
+
+use mcast_util::{Ud, completions};
 
 type Dev = CmDevice<AnyDevice>;
 
@@ -28,56 +32,9 @@ fn udp_cm(name: &str, ip: &str) -> (UdpDevice, Dev) {
     (dev, cm)
 }
 
-/// A UD QP brought up as rdma_cm brings up a `RDMA_PS_UDP` id's QP (Q_Key 0x01234567), with
-/// its CQ and a registered buffer.
-struct Ud {
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
+/// A UD QP brought up as rdma_cm brings up a `RDMA_PS_UDP` id's QP (Q_Key 0x01234567).
 fn ud(cm: &Dev) -> Ud {
-    let ctx = cm.context();
-    let pd = ctx.alloc_pd_blocking().unwrap();
-    let cq = ctx
-        .create_cq_blocking(CqInit {
-            entries: 16,
-            ..CqInit::default()
-        })
-        .unwrap();
-    let qp = pd.create_qp_blocking(QpInit::new(QpType::Ud, &cq)).unwrap();
-    qp.ready_ud_blocking(&ConnectOptions {
-        qkey: RDMA_UDP_QKEY,
-        ..ConnectOptions::default()
-    })
-    .unwrap();
-    let mr = pd
-        .reg_vec_blocking(vec![0u8; 1024], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    Ud { pd, cq, qp, mr }
-}
-
-impl Ud {
-    fn post_recv(&self, wr_id: u64) {
-        let sge = [self.mr.sge(0, 1024).unwrap()];
-        self.qp.post_recv(&[RecvWr { wr_id, sges: &sge }]).unwrap();
-    }
-}
-
-/// Up to `n` completions, polling for at most `patience`.
-fn completions(cq: &Cq, n: usize, patience: Duration) -> Vec<WorkCompletion> {
-    let deadline = Instant::now() + patience;
-    let mut out = Vec::new();
-    let mut wc = [WorkCompletion::default(); 8];
-    while out.len() < n && Instant::now() < deadline {
-        let got = cq.poll(&mut wc).unwrap();
-        out.extend_from_slice(&wc[..got]);
-        if got == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    out
+    mcast_util::ud(cm.context(), RDMA_UDP_QKEY)
 }
 
 #[test]

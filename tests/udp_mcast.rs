@@ -24,7 +24,13 @@ use portverbs::udp_port::UdpConfig;
 use portverbs::verbs::{ContextOptions, McastError};
 use portverbs::{UdpDevice, udp_device};
 
+mod mcast_util;
+
+use mcast_util::completions;
+
 const QKEY: u32 = 0x1111_2222;
+/// How long a wait for one completion may take.
+const PATIENCE: Duration = Duration::from_secs(10);
 const MCAST_QPN: u32 = 0x00ff_ffff;
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 91, 0, 1);
 
@@ -32,55 +38,6 @@ fn device(name: &str, ip: &str) -> UdpDevice {
     let mut config = UdpConfig::new(ip.parse::<IpAddr>().unwrap());
     config.progress = Progress::Auto;
     udp_device(name, config).unwrap_or_else(|e| panic!("{name} on {ip}: {e}"))
-}
-
-struct Ud {
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn ud(ctx: &Context) -> Ud {
-    let pd = ctx.alloc_pd_blocking().unwrap();
-    let cq = ctx
-        .create_cq_blocking(CqInit {
-            entries: 64,
-            ..CqInit::default()
-        })
-        .unwrap();
-    let qp = pd.create_qp_blocking(QpInit::new(QpType::Ud, &cq)).unwrap();
-    let opts = ConnectOptions {
-        qkey: QKEY,
-        ..ConnectOptions::default()
-    };
-    qp.ready_ud_blocking(&opts).unwrap();
-    let mr = pd
-        .reg_vec_blocking(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    Ud { pd, cq, qp, mr }
-}
-
-impl Ud {
-    fn post_recv(&self, wr_id: u64) {
-        let sge = [self.mr.sge(0, 4096).unwrap()];
-        self.qp.post_recv(&[RecvWr { wr_id, sges: &sge }]).unwrap();
-    }
-}
-
-/// Waits (at most 10 s) for `n` completions.
-fn completions(cq: &Cq, n: usize) -> Vec<WorkCompletion> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut out = Vec::new();
-    let mut wc = [WorkCompletion::default(); 8];
-    while out.len() < n && Instant::now() < deadline {
-        let got = cq.poll(&mut wc).unwrap();
-        out.extend_from_slice(&wc[..got]);
-        if got == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    out
 }
 
 /// Whether `lo` holds the IP group (as `/proc/net/igmp` lists it: the address's four bytes
@@ -105,8 +62,8 @@ fn udp_devices_deliver_multicast_through_an_ip_group_and_leave_it() {
     let open = |d: &UdpDevice| Context::open_blocking(d.any(), ContextOptions::default()).unwrap();
     let (ctx_a, ctx_b) = (open(&a), open(&b));
     let gid = Gid::from_ipv4(GROUP);
-    let sender = ud(&ctx_a);
-    let (r1, r2) = (ud(&ctx_b), ud(&ctx_b));
+    let sender = mcast_util::ud(&ctx_a, QKEY);
+    let (r1, r2) = (mcast_util::ud(&ctx_b, QKEY), mcast_util::ud(&ctx_b, QKEY));
     assert!(
         !lo_in_group(GROUP),
         "the group is not joined before the test"
@@ -137,12 +94,12 @@ fn udp_devices_deliver_multicast_through_an_ip_group_and_leave_it() {
     };
     let wr = SendWr::new(7, SendOp::Send).sges(&sge).ud(dest).signaled();
     sender.qp.post_send(&[wr]).unwrap();
-    let wc = completions(&sender.cq, 1);
+    let wc = completions(&sender.cq, 1, PATIENCE);
     assert_eq!(wc.len(), 1);
     assert_eq!(wc[0].status, WcStatus::Success);
 
     for (r, wr_id) in [(&r1, 1), (&r2, 2)] {
-        let wc = completions(&r.cq, 1);
+        let wc = completions(&r.cq, 1, PATIENCE);
         assert_eq!(wc.len(), 1, "one copy for each attached QP");
         assert_eq!(wc[0].wr_id, wr_id);
         assert_eq!(wc[0].status, WcStatus::Success);
@@ -175,7 +132,7 @@ fn udp_devices_deliver_multicast_through_an_ip_group_and_leave_it() {
 fn a_group_of_the_other_address_family_is_refused_by_a_udp_port() {
     let a = device("mc_v6", "127.0.92.1");
     let ctx = Context::open_blocking(a.any(), ContextOptions::default()).unwrap();
-    let s = ud(&ctx);
+    let s = mcast_util::ud(&ctx, QKEY);
     let v6 = Gid::from_ipv6("ff0e::91:1".parse().unwrap());
     let err = s.qp.attach_mcast_blocking(v6, 0).unwrap_err();
     assert!(
@@ -230,7 +187,7 @@ fn a_multicast_datagram_from_the_network_is_delivered_and_never_sent_back_out() 
     let dev = device("mc_net", "127.0.93.1");
     let ctx = Context::open_blocking(dev.any(), ContextOptions::default()).unwrap();
     let group = Ipv4Addr::new(239, 93, 0, 1);
-    let r = ud(&ctx);
+    let r = mcast_util::ud(&ctx, QKEY);
     r.qp.attach_mcast_blocking(Gid::from_ipv4(group), 0)
         .unwrap();
     r.post_recv(1);
@@ -242,7 +199,7 @@ fn a_multicast_datagram_from_the_network_is_delivered_and_never_sent_back_out() 
     let peer = std::net::UdpSocket::bind("127.0.93.7:0").unwrap();
     let d = forged_datagram(peer.local_addr().unwrap(), to, b"from the network");
     peer.send_to(&d, to).unwrap();
-    let wc = completions(&r.cq, 1);
+    let wc = completions(&r.cq, 1, PATIENCE);
     assert_eq!(wc.len(), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
     assert_eq!(wc[0].src_qp, 0x77);
@@ -264,7 +221,7 @@ fn a_multicast_datagram_from_the_network_is_delivered_and_never_sent_back_out() 
     // So the second receive is still there for the next datagram from the network.
     let d = forged_datagram(peer.local_addr().unwrap(), to, b"again from there");
     peer.send_to(&d, to).unwrap();
-    let wc = completions(&r.cq, 1);
+    let wc = completions(&r.cq, 1, PATIENCE);
     assert_eq!(wc.len(), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::Success));
     r.mr.read(0, &mut got).unwrap();
