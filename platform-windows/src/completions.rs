@@ -506,7 +506,8 @@ impl<D: Device> Completions<D> {
         }
     }
 
-    /// Waits on the doorbell event up to `timeout` (`None`: for ever), then makes progress.
+    /// Waits on the doorbell event (and a manual-progress device's input event) up to `timeout`
+    /// (`None`: for ever), then makes progress.
     /// An `alertable` wait also returns, with [`WaitOutcome::Alerted`], once APCs queued to
     /// this thread ran (those of [`notify_apc`](Self::notify_apc) among them). The wait ends
     /// early when a timer is due ([`next_timeout`](Self::next_timeout)): it fires, and the
