@@ -9,6 +9,7 @@ use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
 use portverbs_hal::wr::SendOp;
 
 use super::Core;
+use super::congestion;
 use super::hca::Hca;
 use super::modify::set_state;
 use super::packet::{Packet, psn};
@@ -62,7 +63,7 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
             // Keep comp <= tx: a WQE retired at the transmit point needs no more packets.
             qp.req.tx = qp.req.comp;
             qp.req.tx_offset = 0;
-            requester::passed(qp, c);
+            requester::passed(qp, core, c);
         }
         if lost {
             // The send CQ overran (or is in error): the QP goes to ERR (IBA 11.4.2.1).
@@ -297,6 +298,17 @@ fn wqe_of_psn(qp: &QpCtx, p: u32) -> Option<u32> {
     None
 }
 
+/// The oldest unacknowledged PSN moves forward to `una`: the path's window grows by what was
+/// acknowledged and the QP's packets in flight shrink; the retransmission timer's back-off ends.
+fn advance_una(qp: &mut QpCtx, core: &mut Core, una: u32) {
+    let acked = psn::diff(una, qp.req.una) as u32;
+    qp.req.una = una;
+    core.cc.on_ack(&qp.cc, acked);
+    let in_flight = congestion::in_flight(una, qp.req.next_psn);
+    core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
+    qp.cc.rto_backoff = 0;
+}
+
 /// Everything up to and including PSN `p` was received by the responder.
 fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
     if psn::diff(p, qp.req.una) < 0 {
@@ -332,7 +344,7 @@ fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
         }
     }
     if psn::diff(una, qp.req.una) > 0 {
-        qp.req.una = una;
+        advance_una(qp, core, una);
         qp.req.last_nak = None;
         qp.req.retries_left = qp.attr.retry_cnt;
         qp.req.rnr_left = qp.attr.rnr_retry;
@@ -416,7 +428,7 @@ fn on_read_response<H: Hca + ?Sized>(
         let last = psn::add(first_psn, npsn.saturating_sub(1));
         ack_through(qp, core, now, last);
     } else if psn::diff(psn::add(p, k as u32), qp.req.una) > 0 {
-        qp.req.una = psn::add(p, k as u32);
+        advance_una(qp, core, psn::add(p, k as u32));
         qp.req.retries_left = qp.attr.retry_cnt;
         requester::arm_retransmit(qp, core, now);
     }
@@ -545,6 +557,7 @@ fn retry<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: u6
         return;
     }
     qp.req.retries_left -= 1;
+    core.cc.on_loss(&qp.cc);
     rewind(qp, core, p);
     requester::arm_retransmit(qp, core, now);
 }
@@ -562,13 +575,14 @@ pub(crate) fn on_retransmit_timeout<H: Hca + ?Sized>(
         return;
     }
     core.stats.timeouts += 1;
+    qp.cc.rto_backoff = (qp.cc.rto_backoff + 1).min(congestion::MAX_RTO_BACKOFF);
     let una = qp.req.una;
     retry(qp, core, hca, now, una);
     requester::transmit(qp, core, hca, now, out);
 }
 
 /// Restarts transmission at PSN `p` (the WQE containing it, at the right offset).
-fn rewind(qp: &mut QpCtx, core: &Core, p: u32) {
+fn rewind(qp: &mut QpCtx, core: &mut Core, p: u32) {
     let Some(c) = wqe_of_psn(qp, p) else {
         return;
     };
@@ -584,6 +598,8 @@ fn rewind(qp: &mut QpCtx, core: &Core, p: u32) {
     qp.req.next_psn = psn::add(first_psn, (tx_offset / mtu) as u32);
     qp.req.since_ackreq = 0;
     qp.req.stalled = false;
+    let in_flight = congestion::in_flight(qp.req.una, qp.req.next_psn);
+    core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
 }
 
 /// Completes the WQE containing `p` with an error; earlier WQEs were acknowledged by the caller.

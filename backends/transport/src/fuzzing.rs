@@ -149,6 +149,12 @@ impl Settings {
             max_keys: 64,
             // Fixed key bytes: a run repeats from its input alone.
             seed: 0,
+            cc: crate::CcConfig {
+                enabled: inp.byte() % 4 != 0,
+                initial_window: inp.pick(&[1, 3, 16, 128]),
+                min_window: inp.pick(&[1, 2]),
+                ..crate::CcConfig::default()
+            },
         };
         let depth = |b: u8| 1 + b % 4;
         let (a, b, grant) = (inp.byte(), inp.byte(), inp.byte());

@@ -58,6 +58,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod congestion;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod hca;
@@ -80,6 +81,7 @@ use portverbs_hal::attr::{QpAttr, QpAttrMask};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::types::{Gid, Mtu, QpState, QpType};
 
+pub use congestion::{CcConfig, CcStats, PathInfo};
 pub use hca::{Hca, RecvSource, RecvWqe, SendWqe, UdTarget, WqeFault};
 pub use mcast::{MCAST_QPN, McastLimits, Membership};
 pub use memory::MemoryTable;
@@ -113,6 +115,8 @@ pub struct EngineConfig {
     /// Seed of the generator behind the key bytes of the MR/MW table: the device's seed
     /// (`portverbs_hal::rng`: from the OS, or pinned for a deterministic run).
     pub seed: u64,
+    /// Congestion control ([`congestion`]).
+    pub cc: CcConfig,
 }
 
 impl Default for EngineConfig {
@@ -124,6 +128,7 @@ impl Default for EngineConfig {
             ack_req_every: 64,
             burst: 64,
             seed: 0,
+            cc: CcConfig::default(),
         }
     }
 }
@@ -195,6 +200,10 @@ pub(crate) struct Core {
     pub(crate) timer_generation: u64,
     /// Packets of one message that may travel as one train (1 = no trains).
     pub(crate) max_train: u32,
+    /// The congestion state of every destination path.
+    pub(crate) cc: congestion::Paths,
+    /// QPs their path woke (it has room for them again): scheduled by [`Engine::settle`].
+    pub(crate) woken: Vec<u32>,
 }
 
 /// Most QPs of one multicast group a packet is delivered to: bounds the copy of the member
@@ -273,6 +282,8 @@ impl Engine {
                 violations: Vec::new(),
                 timer_generation: 0,
                 max_train: 1,
+                cc: congestion::Paths::new(cfg.cc),
+                woken: Vec::new(),
             },
             mcast: mcast::McastTable::default(),
         }
@@ -365,6 +376,16 @@ impl Engine {
         self.core.stats
     }
 
+    /// Congestion-control counters.
+    pub fn cc_stats(&self) -> CcStats {
+        self.core.cc.stats
+    }
+
+    /// The congestion state of every path in use.
+    pub fn paths(&self) -> Vec<PathInfo> {
+        self.core.cc.infos()
+    }
+
     /// `port`'s violation counters (zero for a port that never saw one).
     pub fn port_violations(&self, port: u8) -> PortViolations {
         self.core
@@ -383,6 +404,8 @@ impl Engine {
         self.core.timers = TimerHeap::default();
         self.core.work.clear();
         self.core.acks.clear();
+        self.core.woken.clear();
+        self.core.cc = congestion::Paths::new(self.core.cfg.cc);
     }
 
     /// Number of live QPs.
@@ -416,12 +439,14 @@ impl Engine {
     /// No such QP.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), CommandError> {
         match self.qps.remove(qpn) {
-            Some(_) => {
+            Some(mut qp) => {
+                self.core.cc.detach(qpn, &mut qp.cc, &mut self.core.woken);
                 self.mcast.forget_qp(qpn);
                 self.core.memory.unbind_qp(qpn);
                 self.core.timers.forget_qp(qpn);
                 self.core.work.retain(|&q| q != qpn);
                 self.core.acks.retain(|&q| q != qpn);
+                self.settle();
                 Ok(())
             }
             None => Err(no_qp(qpn)),
@@ -461,7 +486,9 @@ impl Engine {
         let Some(qp) = self.qps.get_mut(qpn).map(|q| &mut **q) else {
             return Err(no_qp(qpn));
         };
-        modify::modify(qp, &mut self.core, hca, now, attr, mask, out)
+        let done = modify::modify(qp, &mut self.core, hca, now, attr, mask, out);
+        self.settle();
+        done
     }
 
     /// The host rang the send doorbell of `qpn` (or posted receives to a QP in error).
@@ -487,6 +514,22 @@ impl Engine {
             _ => {}
         }
         requester::transmit(qp, &mut self.core, hca, now, out);
+        self.settle();
+    }
+
+    /// Schedules the QPs their path woke, each once (its `scheduled` flag keeps it from
+    /// being queued twice). Every entry point that may free room on a path ends with it.
+    fn settle(&mut self) {
+        if self.core.woken.is_empty() {
+            return;
+        }
+        let mut woken = std::mem::take(&mut self.core.woken);
+        for qpn in woken.drain(..) {
+            if let Some(qp) = self.qps.get_mut(qpn).map(|q| &mut **q) {
+                self.core.schedule(qp);
+            }
+        }
+        self.core.woken = woken;
     }
 
     /// True when some QP has work left over from a bounded turn.
@@ -508,6 +551,7 @@ impl Engine {
                 requester::transmit(qp, &mut self.core, hca, now, out);
             }
         }
+        self.settle();
     }
 
     /// A packet arrived on `port`.
@@ -525,11 +569,14 @@ impl Engine {
             return;
         }
         let qpn = pkt.hdr.bth.dest_qp;
-        if qpn == MCAST_QPN {
+        if pkt.hdr.bth.opcode == wire::Opcode::Cnp {
+            self.receive_cnp(port, pkt);
+        } else if qpn == MCAST_QPN {
             self.receive_mcast(now, port, pkt, hca, out);
-            return;
+        } else {
+            self.deliver(now, port, qpn, pkt, hca, out);
         }
-        self.deliver(now, port, qpn, pkt, hca, out);
+        self.settle();
     }
 
     /// A datagram to a multicast group (destination QP 0xFFFFFF, IBA 10.5.2.4): a copy to
@@ -554,6 +601,26 @@ impl Engine {
         }
         for qpn in members {
             self.deliver(now, port, qpn, pkt, hca, out);
+        }
+    }
+
+    /// A congestion notification (RoCEv2's CNP) for one of our QPs: its path slows down. Taken
+    /// only by a connected RC QP from its own path; anything else is dropped, so a spoofed
+    /// CNP from elsewhere cannot throttle a connection.
+    fn receive_cnp(&mut self, port: u8, pkt: &Packet) {
+        let qp = self.qps.get(pkt.hdr.bth.dest_qp).map(|q| &**q);
+        let ours = qp.is_some_and(|qp| {
+            qp.init.qp_type == QpType::Rc
+                && matches!(qp.state, QpState::Rts | QpState::Sqd)
+                && qp.attr.port_num == port
+                && pkt.src_gid == qp.attr.ah_attr.dgid
+        });
+        match qp {
+            Some(qp) if ours => self.core.cc.on_cnp(&qp.cc),
+            _ => {
+                self.core.stats.dropped += 1;
+                self.core.stats.misaddressed += u64::from(qp.is_some());
+            }
         }
     }
 
@@ -602,6 +669,12 @@ impl Engine {
             self.core.stats.bad_pkey += 1;
             self.core.violations_mut(port).bad_pkey += 1;
             return;
+        }
+        if pkt.traffic_class & congestion::ECN_MASK == congestion::ECN_CE
+            && !pkt.dst_gid.is_multicast()
+            && self.core.cc.should_notify(&mut qp.cc, now)
+        {
+            out.push(congestion::cnp(&self.core, qp, port, pkt));
         }
         if matches!(
             opcode.kind(),
@@ -672,6 +745,7 @@ impl Engine {
                 }
             }
         }
+        self.settle();
     }
 
     /// Moves every QP to ERR (device fatal error) and flushes them.
@@ -679,6 +753,7 @@ impl Engine {
         for (_, qp) in self.qps.iter_mut() {
             modify::set_state(qp, &mut self.core, hca, QpState::Err);
         }
+        self.settle();
     }
 
     /// Moves one QP to ERR with a catastrophic-error event (a malformed WQE, or injected).
@@ -691,6 +766,7 @@ impl Engine {
             kind: portverbs_hal::event::QpEventKind::Fatal,
         });
         modify::set_state(qp, &mut self.core, hca, QpState::Err);
+        self.settle();
     }
 }
 

@@ -47,6 +47,7 @@ pub(crate) fn set_state<H: Hca + ?Sized>(
     }
     match to {
         QpState::Reset => {
+            core.cc.detach(qp.qpn, &mut qp.cc, &mut core.woken);
             core.memory.unbind_qp(qp.qpn);
             qp.req.reset();
             qp.resp.reset();
@@ -55,6 +56,7 @@ pub(crate) fn set_state<H: Hca + ?Sized>(
             hca.reset_queues(qp.qpn, qp.init.qp_type);
         }
         QpState::Err => {
+            core.cc.detach(qp.qpn, &mut qp.cc, &mut core.woken);
             qp.state = QpState::Err;
             hca.qp_error(qp.qpn);
             qp.req.rto_armed = false;

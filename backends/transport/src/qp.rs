@@ -275,6 +275,8 @@ pub(crate) struct QpCtx {
     pub(crate) scheduled: bool,
     /// Queued for an ACK flush.
     pub(crate) ack_scheduled: bool,
+    /// Its part in its path's congestion control.
+    pub(crate) cc: crate::congestion::QpCc,
 }
 
 impl QpCtx {
@@ -292,6 +294,7 @@ impl QpCtx {
             draining: false,
             scheduled: false,
             ack_scheduled: false,
+            cc: crate::congestion::QpCc::default(),
         }
     }
 

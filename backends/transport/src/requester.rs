@@ -12,6 +12,7 @@ use portverbs_hal::wr::{SendFlags, SendOp, SendOps};
 use smallvec::SmallVec;
 
 use super::completer;
+use super::congestion::{self, Grant};
 use super::hca::Hca;
 use super::modify::set_state;
 use super::packet::{MemSeg, Packet, PayloadData, psn};
@@ -77,10 +78,12 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
 /// Transmission moved past WQE `c` without emitting its last packet (it was done already):
 /// the next PSN to assign follows its PSNs, if it has any, so that a WQE transmitted for the
 /// first time never reuses one.
-pub(crate) fn passed(qp: &mut QpCtx, c: u32) {
+pub(crate) fn passed(qp: &mut QpCtx, core: &mut Core, c: u32) {
     let s = qp.req.slot(c);
     if s.assigned {
         qp.req.next_psn = psn::add(s.first_psn, s.npsn);
+        let in_flight = congestion::in_flight(qp.req.una, qp.req.next_psn);
+        core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
     }
 }
 
@@ -137,7 +140,7 @@ fn step<H: Hca + ?Sized>(
         // Done already (a local operation, or acknowledged while a go-back was behind it).
         qp.req.tx = tx.wrapping_add(1);
         qp.req.tx_offset = 0;
-        passed(qp, tx);
+        passed(qp, core, tx);
         return Ok(Step::Progress);
     }
     let op = slot.wqe.op;
@@ -164,6 +167,22 @@ fn step<H: Hca + ?Sized>(
     {
         return Ok(Step::Blocked);
     }
+    // The path's congestion window: how many packets this QP may send now.
+    let mut room = u32::MAX;
+    if qp.init.qp_type == QpType::Rc {
+        let in_flight = congestion::in_flight(qp.req.una, qp.req.next_psn);
+        let (port, dgid) = (qp.attr.port_num, qp.attr.ah_attr.dgid);
+        match core.cc.grant(qp.qpn, &mut qp.cc, port, dgid, in_flight) {
+            Grant::Packets(n) => room = n,
+            Grant::Wait => {
+                if in_flight == 0 {
+                    // Nothing of its own is out: nothing to time until it sends again.
+                    qp.req.rto_armed = false;
+                }
+                return Ok(Step::Blocked);
+            }
+        }
+    }
     let mtu = qp.mtu(core.port_mtu(qp.attr.port_num));
     if !qp.req.slot(tx).assigned {
         if qp.init.qp_type == QpType::Rc
@@ -183,7 +202,7 @@ fn step<H: Hca + ?Sized>(
         slot.first_psn = first;
         slot.npsn = npsn;
     }
-    emit(qp, core, now, mtu, out);
+    emit(qp, core, now, mtu, room, out);
     Ok(Step::Progress)
 }
 
@@ -296,8 +315,9 @@ fn position(first: bool, last: bool) -> Position {
     }
 }
 
-/// Emits the next packet of WQE `tx` and advances the cursors.
-fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packet>) {
+/// Emits the next packet of WQE `tx` (a train of at most `room` packets) and advances the
+/// cursors.
+fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, room: u32, out: &mut Vec<Packet>) {
     let tx = qp.req.tx;
     let off = qp.req.tx_offset;
     let t = qp.init.qp_type;
@@ -377,7 +397,7 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
             // train.
             let left = u64::from(packets(len - off, mtu64));
             if left > 1 && core.max_train > 1 && t != QpType::Ud {
-                let mut room = u64::from(core.max_train);
+                let mut room = u64::from(core.max_train.min(room));
                 if t == QpType::Rc {
                     let in_flight = psn::diff(psn_now, qp.req.una).max(0) as u64;
                     room = room.min(
@@ -471,8 +491,9 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
                 // reached the peer twice while the first MAD was never seen). Copy now.
                 payload = payload.into_owned();
             }
-            hdr.bth.ack_req =
-                t == QpType::Rc && (last || qp.req.since_ackreq + train >= core.cfg.ack_req_every);
+            // AckReq also when the window is used up: the ACK is what opens it again.
+            hdr.bth.ack_req = t == QpType::Rc
+                && (last || qp.req.since_ackreq + train >= core.cfg.ack_req_every.min(room));
             next_psn = psn::add(psn_now, train);
         }
     }
@@ -502,7 +523,11 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
         src_gid: core.sgid(qp.attr.port_num, sgid_index),
         dst_gid: dgid,
         flow_label,
-        traffic_class: tclass,
+        traffic_class: if t == QpType::Rc {
+            core.cc.traffic_class(tclass)
+        } else {
+            tclass
+        },
         hop_limit,
         udp_sport: crate::wire::udp_source_port(flow_label, qp.qpn, hdr.bth.dest_qp),
         hdr,
@@ -536,7 +561,9 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
     }
     req.next_psn = next_psn;
     if t == QpType::Rc {
-        if !req.rto_armed {
+        let in_flight = congestion::in_flight(req.una, next_psn);
+        core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
+        if !qp.req.rto_armed {
             arm_retransmit(qp, core, now);
         }
     } else {
@@ -544,11 +571,12 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, out: &mut Vec<Packe
     }
 }
 
-/// (Re)arms the local ACK timeout (`timeout` 0 means none).
+/// (Re)arms the local ACK timeout (`timeout` 0 means none), lengthened by the QP's back-off
+/// after timeouts without progress.
 pub(crate) fn arm_retransmit(qp: &mut QpCtx, core: &mut Core, now: u64) {
     match ack_timeout_ns(qp.attr.timeout) {
         Some(ns) => {
-            let at = now + ns;
+            let at = now + (ns << qp.cc.rto_backoff);
             qp.req.rto_deadline = at;
             qp.req.rto_armed = true;
             // A queued entry due no later than `at` re-queues itself when it fires early; only

@@ -224,6 +224,11 @@ fn retry_exhaustion_completes_with_retry_exc_err_and_flushes() {
         [(Opcode::SendOnly, SQ_PSN), (Opcode::SendOnly, SQ_PSN + 1)]
     );
     assert!(s.take_cqes().is_empty());
+    // The timer backs off after a timeout without progress: the second one comes after
+    // twice the timeout, not once.
+    let at = s.now + rto;
+    assert!(s.advance_to(at).is_empty());
+    assert!(s.take_cqes().is_empty(), "timed out before its back-off");
     let at = s.now + rto;
     assert!(s.advance_to(at).is_empty());
     assert_eq!(

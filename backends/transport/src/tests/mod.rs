@@ -6,6 +6,7 @@
 mod harness;
 
 mod completer;
+mod congestion;
 mod modify;
 mod read;
 mod requester;

@@ -1,0 +1,635 @@
+//! Congestion control: one window per destination path, shared by every RC QP to it.
+//!
+//! A RoCE NIC relies on a lossless fabric (PFC) and on DCQCN's rate control; a software device
+//! on ordinary Ethernet has neither, and a go-back-N requester that keeps its whole PSN window
+//! in flight resends all of it into the queue that just overflowed. So the requester of every
+//! RC QP asks its path (the local port and the destination GID) before each packet:
+//!
+//! * the path keeps a **congestion window** in packets (`cwnd`) and the packets in flight of all
+//!   its QPs; a packet leaves only while the path is under its window, and a QP holding packets
+//!   in flight only while it is under its fair share (`cwnd` over the QPs that want to send, at
+//!   least one packet). A QP the path turns away waits in the path's FIFO and is woken, in turn,
+//!   as ACKs free the window: QPs to one peer share it fairly however many there are;
+//! * the window grows as ACKs arrive (slow start to `ssthresh`, then one packet per window,
+//!   additive increase) and is cut on loss — a PSN-sequence NAK or a retransmission timeout
+//!   halves it (multiplicative decrease), at most once per window of acknowledged packets, so
+//!   that one burst of loss is one cut — and on congestion notifications (CNPs), by a factor
+//!   that follows how often they come (DCQCN's reaction point: `alpha`, an average of the
+//!   windows that saw a CNP, and a cut of `cwnd · alpha / 2`);
+//! * a QP waiting for the window has nothing of its own in flight and its retransmission
+//!   timer does not run: only packets that really left are timed, so a path-wide stall is not
+//!   charged to the retry budget of every QP behind it. The timer itself backs off (doubling,
+//!   up to 8×) while timeouts follow each other without progress.
+//!
+//! Nothing on the wire changes for the peer: it sees go-back-N, ACK requests and PSNs exactly
+//! as IBTA chapter 9 defines them, only fewer at a time. The notification point is the
+//! receiver's: a request or response that arrives marked Congestion Experienced (ECN `11` in the
+//! IP traffic class, RFC 3168) makes the QP send a CNP (BTH opcode 0x81, BECN set, the RoCEv2
+//! annex's congestion notification packet) to the QP that sent it, at most one per QP per
+//! [`CcConfig::cnp_interval_ns`]. With [`CcConfig::ecn`] the RC requests leave ECN-capable
+//! (ECT(0)), as a DCQCN NIC sends them.
+//!
+//! UC and UD have no acknowledgements to clock a window with: they are not throttled, and so
+//! they leave Not-ECT (RFC 3168 section 5: only a transport that slows down on marks may ask
+//! switches to mark instead of drop; and the traffic class a UD application set reaches the
+//! receiver's GRH unchanged). They answer CE marks with CNPs all the same, so that a peer's
+//! rate controller can act on them. An RC responder's ACKs and READ responses leave Not-ECT
+//! too: a READ's responses are paced by the requester's window, which counts their PSNs.
+
+use std::collections::{HashMap, VecDeque};
+
+use portverbs_hal::types::{Gid, QpType};
+
+use crate::Core;
+use crate::packet::{Packet, PayloadData, psn};
+use crate::qp::QpCtx;
+use crate::wire::{Bth, Opcode, TransportHdr};
+
+/// Congestion-control settings of an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CcConfig {
+    /// Throttle RC requesters by a window per path. Off: every QP keeps up to its PSN window
+    /// in flight, as before congestion control existed.
+    pub enabled: bool,
+    /// Window of a new path, in packets.
+    pub initial_window: u32,
+    /// Smallest window a cut leaves, in packets.
+    pub min_window: u32,
+    /// Largest window, in packets.
+    pub max_window: u32,
+    /// Send RC requests ECN-capable (ECT(0)) and answer CE-marked packets with CNPs.
+    pub ecn: bool,
+    /// Least time between two CNPs of one QP (DCQCN's notification point sends at most one
+    /// per interval; 50 µs is the interval of the DCQCN paper).
+    pub cnp_interval_ns: u64,
+}
+
+impl Default for CcConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            initial_window: 128,
+            min_window: 2,
+            max_window: 8192,
+            ecn: true,
+            cnp_interval_ns: 50_000,
+        }
+    }
+}
+
+/// Fixed-point scale of `alpha` (1.0).
+const ALPHA_ONE: u32 = 1024;
+/// Weight of a new sample in `alpha` (DCQCN's g = 1/16).
+const ALPHA_G_SHIFT: u32 = 4;
+/// Largest back-off of the retransmission timer, as a shift (8×).
+pub(crate) const MAX_RTO_BACKOFF: u8 = 3;
+
+/// Counters of congestion control, for tests and tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CcStats {
+    /// Window cuts on loss (sequence NAK or timeout).
+    pub loss_cuts: u64,
+    /// Window cuts on CNPs.
+    pub cnp_cuts: u64,
+    /// CNPs received (for a QP of this device, from its path).
+    pub cnps_received: u64,
+    /// CNPs sent.
+    pub cnps_sent: u64,
+    /// Packets received marked Congestion Experienced.
+    pub ce_received: u64,
+    /// Times a QP waited for its path's window.
+    pub waits: u64,
+}
+
+/// A path's congestion state, as tests and tools see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathInfo {
+    /// Local port.
+    pub port: u8,
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Congestion window, in packets.
+    pub cwnd: u32,
+    /// Slow-start threshold, in packets.
+    pub ssthresh: u32,
+    /// Packets in flight of all its QPs.
+    pub in_flight: u32,
+    /// QPs using it.
+    pub qps: u32,
+    /// QPs waiting for its window.
+    pub waiting: u32,
+}
+
+/// Congestion state of one QP.
+#[derive(Debug, Default)]
+pub(crate) struct QpCc {
+    /// Index of its path in [`Paths`], once its requester first asked.
+    path: Option<u32>,
+    /// Packets in flight this QP counts in its path's total.
+    charged: u32,
+    /// Back-off shift of its retransmission timer.
+    pub(crate) rto_backoff: u8,
+    /// When it last sent a CNP.
+    last_cnp: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Path {
+    port: u8,
+    dgid: Gid,
+    qps: u32,
+    cwnd: u32,
+    ssthresh: u32,
+    /// Acknowledged packets towards the next additive increase.
+    acc: u32,
+    in_flight: u32,
+    /// QPs with packets in flight.
+    busy: u32,
+    /// QPs waiting for room, in turn, each with whether it was woken (scheduled to run) and
+    /// has not run since.
+    waiting: VecDeque<(u32, bool)>,
+    /// Packets acknowledged since the last cut (one cut per window).
+    since_cut: u32,
+    /// DCQCN's alpha, scaled by [`ALPHA_ONE`].
+    alpha: u32,
+    /// A CNP arrived in the current window.
+    cnp_this_window: bool,
+}
+
+impl Path {
+    fn info(&self) -> PathInfo {
+        PathInfo {
+            port: self.port,
+            dgid: self.dgid,
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            in_flight: self.in_flight,
+            qps: self.qps,
+            waiting: self.waiting.len() as u32,
+        }
+    }
+
+    /// Cuts the window to `to` (not below `min`) unless it was cut within the last window.
+    fn cut(&mut self, to: u32, min: u32) -> bool {
+        if self.since_cut < self.cwnd {
+            return false;
+        }
+        self.cwnd = to.max(min);
+        self.ssthresh = self.cwnd;
+        self.acc = 0;
+        self.since_cut = 0;
+        true
+    }
+}
+
+/// The paths of one engine: as many as there are distinct destinations of its RC QPs (a path
+/// lives while a QP uses it, so a peer cannot make the engine keep more).
+#[derive(Debug, Default)]
+pub(crate) struct Paths {
+    pub(crate) cfg: CcConfig,
+    index: HashMap<(u8, Gid), u32>,
+    slots: Vec<Option<Path>>,
+    free: Vec<u32>,
+    pub(crate) stats: CcStats,
+}
+
+/// What the requester may send now.
+pub(crate) enum Grant {
+    /// Up to this many packets (at least one).
+    Packets(u32),
+    /// Nothing: the QP waits (for its path's window, or for its own ACKs).
+    Wait,
+}
+
+impl Paths {
+    pub(crate) fn new(cfg: CcConfig) -> Self {
+        Self {
+            cfg,
+            ..Self::default()
+        }
+    }
+
+    /// Every path's state.
+    pub(crate) fn infos(&self) -> Vec<PathInfo> {
+        self.slots.iter().flatten().map(Path::info).collect()
+    }
+
+    fn attach(&mut self, cc: &mut QpCc, port: u8, dgid: Gid) -> u32 {
+        if let Some(i) = cc.path {
+            return i;
+        }
+        let i = match self.index.get(&(port, dgid)) {
+            Some(&i) => i,
+            None => {
+                let w = self.cfg.initial_window.clamp(1, self.cfg.max_window.max(1));
+                let path = Path {
+                    port,
+                    dgid,
+                    qps: 0,
+                    cwnd: w,
+                    ssthresh: self.cfg.max_window,
+                    acc: 0,
+                    in_flight: 0,
+                    busy: 0,
+                    waiting: VecDeque::new(),
+                    since_cut: w,
+                    alpha: ALPHA_ONE,
+                    cnp_this_window: false,
+                };
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.slots[i as usize] = Some(path);
+                        i
+                    }
+                    None => {
+                        self.slots.push(Some(path));
+                        (self.slots.len() - 1) as u32
+                    }
+                };
+                self.index.insert((port, dgid), i);
+                i
+            }
+        };
+        if let Some(p) = self.path_mut(i) {
+            p.qps += 1;
+        }
+        cc.path = Some(i);
+        i
+    }
+
+    fn path_mut(&mut self, i: u32) -> Option<&mut Path> {
+        self.slots.get_mut(i as usize).and_then(Option::as_mut)
+    }
+
+    /// The QP leaves its path (it went to RESET or ERR, or is destroyed): its packets in
+    /// flight no longer count and it waits no more.
+    pub(crate) fn detach(&mut self, qpn: u32, cc: &mut QpCc, woken: &mut Vec<u32>) {
+        let Some(i) = cc.path.take() else {
+            return;
+        };
+        let charged = std::mem::take(&mut cc.charged);
+        let Some(p) = self.path_mut(i) else {
+            return;
+        };
+        p.in_flight = p.in_flight.saturating_sub(charged);
+        if charged > 0 {
+            p.busy = p.busy.saturating_sub(1);
+        }
+        p.waiting.retain(|&(q, _)| q != qpn);
+        p.qps = p.qps.saturating_sub(1);
+        Self::wake(p, woken);
+        if p.qps == 0 {
+            let key = (p.port, p.dgid);
+            self.slots[i as usize] = None;
+            self.index.remove(&key);
+            self.free.push(i);
+        }
+    }
+
+    /// How many packets QP `qpn` (with `in_flight` packets out, on `port` towards `dgid`) may
+    /// send now: what the path's window has room for beyond the QPs waiting ahead of it, and
+    /// at most its fair share. Turned away by a full window, the QP is queued to be woken.
+    pub(crate) fn grant(
+        &mut self,
+        qpn: u32,
+        cc: &mut QpCc,
+        port: u8,
+        dgid: Gid,
+        in_flight: u32,
+    ) -> Grant {
+        if !self.cfg.enabled {
+            return Grant::Packets(u32::MAX);
+        }
+        let i = self.attach(cc, port, dgid);
+        let Some(p) = self.path_mut(i) else {
+            return Grant::Packets(u32::MAX);
+        };
+        let path_room = p.cwnd.saturating_sub(p.in_flight);
+        // QPs that wait go first: a newcomer queues behind them unless there is room for all.
+        let queued = p.waiting.iter().position(|&(q, _)| q == qpn);
+        let ahead = queued.unwrap_or(p.waiting.len()) as u32;
+        if path_room <= ahead {
+            match queued {
+                // It ran and is turned away again: no longer scheduled.
+                Some(at) => p.waiting[at].1 = false,
+                None => {
+                    p.waiting.push_back((qpn, false));
+                    self.stats.waits += 1;
+                }
+            }
+            return Grant::Wait;
+        }
+        if let Some(at) = queued {
+            p.waiting.remove(at);
+        }
+        // Its fair share: the window over the QPs that hold packets or wait for room (itself
+        // included: counted as busy when it has packets out).
+        let wanting = p.busy + p.waiting.len() as u32 + u32::from(in_flight == 0);
+        let share = (p.cwnd / wanting.max(1)).max(1);
+        if in_flight >= share {
+            // It has packets out: its own ACKs bring it back.
+            return Grant::Wait;
+        }
+        Grant::Packets((path_room - ahead).min(share - in_flight))
+    }
+
+    /// Brings the QP's count in its path's total to `in_flight` packets; room it frees wakes
+    /// waiting QPs (added to `woken`).
+    pub(crate) fn charge(&mut self, cc: &mut QpCc, in_flight: u32, woken: &mut Vec<u32>) {
+        let Some(i) = cc.path else {
+            return;
+        };
+        let before = cc.charged;
+        if before == in_flight {
+            return;
+        }
+        cc.charged = in_flight;
+        let Some(p) = self.path_mut(i) else {
+            return;
+        };
+        p.in_flight = p.in_flight.saturating_sub(before).saturating_add(in_flight);
+        match (before, in_flight) {
+            (0, _) => p.busy += 1,
+            (_, 0) => p.busy = p.busy.saturating_sub(1),
+            _ => {}
+        }
+        if in_flight < before {
+            Self::wake(p, woken);
+        }
+    }
+
+    /// `acked` packets of the QP were acknowledged: the window grows (the QP's count in the
+    /// path's total is brought down by [`Paths::charge`], which wakes waiting QPs).
+    pub(crate) fn on_ack(&mut self, cc: &QpCc, acked: u32) {
+        let Some(i) = cc.path else {
+            return;
+        };
+        let max = self.cfg.max_window;
+        let Some(p) = self.path_mut(i) else {
+            return;
+        };
+        let before = p.since_cut;
+        p.since_cut = p.since_cut.saturating_add(acked);
+        if before < p.cwnd && p.since_cut >= p.cwnd {
+            // A whole window went by: DCQCN lowers alpha for a window without a CNP.
+            if !p.cnp_this_window {
+                p.alpha -= p.alpha >> ALPHA_G_SHIFT;
+            }
+            p.cnp_this_window = false;
+        }
+        if p.cwnd < p.ssthresh {
+            p.cwnd = p.cwnd.saturating_add(acked).min(p.ssthresh).min(max);
+        } else {
+            p.acc = p.acc.saturating_add(acked);
+            while p.acc >= p.cwnd && p.cwnd < max {
+                p.acc -= p.cwnd;
+                p.cwnd += 1;
+            }
+        }
+    }
+
+    /// Wakes (adds to `woken`, for the engine to schedule) as many waiting QPs as the window
+    /// has room for: each is woken once and keeps its place in the queue until its requester
+    /// is granted room.
+    fn wake(p: &mut Path, woken: &mut Vec<u32>) {
+        let room = p.cwnd.saturating_sub(p.in_flight) as usize;
+        for (q, was_woken) in p.waiting.iter_mut().take(room) {
+            if !*was_woken {
+                *was_woken = true;
+                woken.push(*q);
+            }
+        }
+    }
+
+    /// The QP saw a loss (a PSN-sequence NAK it acted on, or a retransmission timeout).
+    pub(crate) fn on_loss(&mut self, cc: &QpCc) {
+        let Some(i) = cc.path else {
+            return;
+        };
+        let min = self.cfg.min_window;
+        let Some(p) = self.path_mut(i) else {
+            return;
+        };
+        let half = p.cwnd / 2;
+        if p.cut(half, min) {
+            self.stats.loss_cuts += 1;
+        }
+    }
+
+    /// A CNP arrived for the QP (its peer saw our packets marked Congestion Experienced).
+    pub(crate) fn on_cnp(&mut self, cc: &QpCc) {
+        self.stats.cnps_received += 1;
+        let Some(i) = cc.path else {
+            return;
+        };
+        let min = self.cfg.min_window;
+        let Some(p) = self.path_mut(i) else {
+            return;
+        };
+        p.alpha = p.alpha - (p.alpha >> ALPHA_G_SHIFT) + (ALPHA_ONE >> ALPHA_G_SHIFT);
+        p.cnp_this_window = true;
+        let cut = (u64::from(p.cwnd) * u64::from(p.alpha) / u64::from(2 * ALPHA_ONE)) as u32;
+        let to = p.cwnd - cut.max(1).min(p.cwnd);
+        if p.cut(to, min) {
+            self.stats.cnp_cuts += 1;
+        }
+    }
+
+    /// Whether the QP, which received a packet marked Congestion Experienced at `now`, sends a
+    /// CNP for it (at most one per [`CcConfig::cnp_interval_ns`]).
+    pub(crate) fn should_notify(&mut self, cc: &mut QpCc, now: u64) -> bool {
+        self.stats.ce_received += 1;
+        if !self.cfg.ecn {
+            return false;
+        }
+        if cc
+            .last_cnp
+            .is_some_and(|t| now.saturating_sub(t) < self.cfg.cnp_interval_ns)
+        {
+            return false;
+        }
+        cc.last_cnp = Some(now);
+        self.stats.cnps_sent += 1;
+        true
+    }
+
+    /// The traffic class a packet leaves with: ECT(0) in its ECN bits when ECN is on.
+    #[inline]
+    pub(crate) fn traffic_class(&self, tclass: u8) -> u8 {
+        if self.cfg.ecn {
+            (tclass & !ECN_MASK) | ECN_ECT0
+        } else {
+            tclass
+        }
+    }
+}
+
+/// The ECN bits of the IP traffic class (RFC 3168).
+pub const ECN_MASK: u8 = 0b11;
+/// ECN-Capable Transport, codepoint ECT(0).
+pub const ECN_ECT0: u8 = 0b10;
+/// Congestion Experienced.
+pub const ECN_CE: u8 = 0b11;
+
+/// Packets in flight of a requester: from its oldest unacknowledged PSN to the next it sends.
+#[inline]
+pub(crate) fn in_flight(una: u32, next_psn: u32) -> u32 {
+    psn::diff(next_psn, una).max(0) as u32
+}
+
+/// The CNP QP `qp` sends for `pkt`, which arrived on `port` marked Congestion Experienced: to
+/// the QP that sent it (the connected peer, or a datagram's source QP), from the address it
+/// arrived at. Its BTH has BECN set, P_Key 0xFFFF, PSN 0; 16 reserved bytes follow (the wire
+/// format adds them). It leaves Not-ECT, so that no switch marks a notification.
+pub(crate) fn cnp(core: &Core, qp: &QpCtx, port: u8, pkt: &Packet) -> Packet {
+    let dest_qp = match (qp.init.qp_type, pkt.hdr.deth) {
+        (QpType::Ud, Some(deth)) => deth.src_qp,
+        _ => qp.attr.dest_qp_num,
+    };
+    let hdr = TransportHdr::new(Bth {
+        opcode: Opcode::Cnp,
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        tver: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: true,
+        dest_qp,
+        ack_req: false,
+        psn: 0,
+    });
+    let src = if pkt.dst_gid == Gid::default() {
+        core.sgid(port, qp.attr.ah_attr.sgid_index)
+    } else {
+        pkt.dst_gid
+    };
+    let mut out = Packet::new(src, pkt.src_gid, hdr, PayloadData::Empty);
+    out.traffic_class = pkt.traffic_class & !ECN_MASK;
+    out.hop_limit = qp.attr.ah_attr.hop_limit.max(1);
+    out.udp_sport = crate::wire::udp_source_port(0, qp.qpn, dest_qp);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dgid() -> Gid {
+        Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2])
+    }
+
+    fn paths(window: u32) -> Paths {
+        Paths::new(CcConfig {
+            initial_window: window,
+            ..CcConfig::default()
+        })
+    }
+
+    fn granted(g: Grant) -> u32 {
+        match g {
+            Grant::Packets(n) => n,
+            Grant::Wait => 0,
+        }
+    }
+
+    #[test]
+    fn qps_wait_in_turn_and_are_woken_as_the_window_frees() {
+        let mut p = paths(4);
+        let mut cc: Vec<QpCc> = (0..4).map(|_| QpCc::default()).collect();
+        let mut woken = Vec::new();
+        // The first QP alone: the whole window is its share.
+        assert_eq!(granted(p.grant(0, &mut cc[0], 1, dgid(), 0)), 4);
+        p.charge(&mut cc[0], 4, &mut woken);
+        // Three more find it full and queue in order.
+        for q in 1..4 {
+            assert!(matches!(
+                p.grant(q, &mut cc[q as usize], 1, dgid(), 0),
+                Grant::Wait
+            ));
+        }
+        assert_eq!(p.infos()[0].waiting, 3);
+        // Two of the first QP's packets are acknowledged: slow start makes the window 6,
+        // with 2 in flight there is room for four, so all three waiting QPs are woken once.
+        p.on_ack(&cc[0], 2);
+        p.charge(&mut cc[0], 2, &mut woken);
+        assert_eq!(woken, [1, 2, 3]);
+        p.charge(&mut cc[0], 1, &mut woken);
+        assert_eq!(woken, [1, 2, 3], "woken once until they run");
+        // Each gets its share of the window (7 over four QPs: one each), the first QP none
+        // until its own packet is answered.
+        for q in 1..4 {
+            assert_eq!(granted(p.grant(q, &mut cc[q as usize], 1, dgid(), 0)), 1);
+            p.charge(&mut cc[q as usize], 1, &mut woken);
+        }
+        assert!(matches!(p.grant(0, &mut cc[0], 1, dgid(), 1), Grant::Wait));
+        let info = p.infos()[0];
+        assert_eq!((info.in_flight, info.waiting, info.qps), (4, 0, 4));
+    }
+
+    #[test]
+    fn a_newcomer_queues_behind_waiting_qps() {
+        let mut p = paths(2);
+        let mut cc: Vec<QpCc> = (0..3).map(|_| QpCc::default()).collect();
+        let mut woken = Vec::new();
+        assert_eq!(granted(p.grant(0, &mut cc[0], 1, dgid(), 0)), 2);
+        p.charge(&mut cc[0], 2, &mut woken);
+        assert!(matches!(p.grant(1, &mut cc[1], 1, dgid(), 0), Grant::Wait));
+        // One packet no longer counts (its QP went back N), the window is still 2: room for
+        // one, which is QP 1's.
+        p.charge(&mut cc[0], 1, &mut woken);
+        assert_eq!(woken, [1]);
+        assert!(matches!(p.grant(2, &mut cc[2], 1, dgid(), 0), Grant::Wait));
+        assert!(granted(p.grant(1, &mut cc[1], 1, dgid(), 0)) >= 1);
+    }
+
+    #[test]
+    fn a_path_lives_while_a_qp_uses_it_and_leaving_frees_its_room() {
+        let mut p = paths(2);
+        let mut a = QpCc::default();
+        let mut b = QpCc::default();
+        let mut woken = Vec::new();
+        assert_eq!(granted(p.grant(7, &mut a, 1, dgid(), 0)), 2);
+        p.charge(&mut a, 2, &mut woken);
+        assert!(matches!(p.grant(8, &mut b, 1, dgid(), 0), Grant::Wait));
+        // The first QP goes to ERR with its packets out: they no longer count, and the QP
+        // waiting behind it is woken.
+        p.detach(7, &mut a, &mut woken);
+        assert_eq!(woken, [8]);
+        assert_eq!(p.infos()[0].in_flight, 0);
+        p.detach(8, &mut b, &mut woken);
+        assert!(p.infos().is_empty(), "no QP, no path");
+    }
+
+    #[test]
+    fn cnps_cut_by_alpha_which_decays_over_quiet_windows() {
+        let mut p = paths(100);
+        let mut cc = QpCc::default();
+        let mut woken = Vec::new();
+        p.grant(1, &mut cc, 1, dgid(), 0);
+        p.on_cnp(&cc);
+        let first = p.infos()[0].cwnd;
+        assert_eq!(first, 50, "alpha starts at 1: the first cut halves");
+        // Quiet windows lower alpha: a later CNP cuts less.
+        for _ in 0..40 {
+            p.charge(&mut cc, 50, &mut woken);
+            p.on_ack(&cc, 50);
+            p.charge(&mut cc, 0, &mut woken);
+        }
+        let before = p.infos()[0].cwnd;
+        p.on_cnp(&cc);
+        let after = p.infos()[0].cwnd;
+        assert!(after > before / 2 && after < before, "{before} -> {after}");
+    }
+
+    #[test]
+    fn disabled_grants_everything() {
+        let mut p = Paths::new(CcConfig {
+            enabled: false,
+            ..CcConfig::default()
+        });
+        let mut cc = QpCc::default();
+        assert_eq!(granted(p.grant(1, &mut cc, 1, dgid(), 1000)), u32::MAX);
+        assert!(p.infos().is_empty());
+    }
+}
