@@ -566,6 +566,7 @@ mod tests {
             seed: 3,
             faults: LinkFaults::NONE,
             capture: None,
+            bottleneck: None,
         });
         let (a, _) = probe(&fabric, "a", "10.0.2.1");
         a.try_with(|c| c.add_route(2, gid("10.0.2.9")).unwrap())
