@@ -632,3 +632,25 @@ fn jain_index_of_equal_and_skewed_shares() {
     assert!((jain(&[1, 0, 0, 0]) - 0.25).abs() < 1e-12);
     assert!(jain(&[0, 0]) == 0.0);
 }
+
+/// The control experiment: with a queue that holds every WRITE the senders can have
+/// outstanding, nothing is dropped and the same checks pass today, so a failure of the tests
+/// above is the transport's, not the harness's.
+#[test]
+fn a_queue_that_holds_every_outstanding_write_passes_the_same_checks() {
+    let configs: Vec<Config> = SEEDS
+        .iter()
+        .flat_map(|&s| {
+            let big = Config::new(s, 2, 8, 64 << 10, Mtu::Mtu4096);
+            let small = Config {
+                depth: 8,
+                ..Config::new(s, 4, 32, 4 << 10, Mtu::Mtu1024)
+            };
+            [big, small].map(|c| Config {
+                queue_bytes: 2 * (c.qps as u64) * u64::from(c.depth * c.msg_bytes),
+                ..c
+            })
+        })
+        .collect();
+    check("control", &configs);
+}
