@@ -449,6 +449,31 @@ mod tests {
     }
 
     #[test]
+    fn a_free_running_fabric_queues_on_the_real_clock() {
+        let len = Bottleneck::frame_len(&write(0, 996, 0));
+        let fabric = Fabric::threaded();
+        fabric.set_bottleneck(Some(plain(GBPS10, 4 * len + 100)));
+        let a = sink(&fabric, "10.7.0.1");
+        let rx = sink(&fabric, "10.7.0.2");
+        assert_eq!(a.with(|c| c.node.max_train), 1);
+        // Routed together at one instant: 4 fit, whatever the clock says.
+        a.with(|c| c.out.extend((0..10).map(|i| write(i, 996, 0))));
+        let patience = std::time::Instant::now();
+        while rx.with(|c| c.node.got.len()) < 4 && patience.elapsed().as_secs() < 20 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let got: Vec<(u64, u32)> =
+            rx.with(|c| c.node.got.iter().map(|g| (g.0, g.1.hdr.bth.psn)).collect());
+        assert_eq!(
+            got.iter().map(|g| g.1).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
+        assert!(got.windows(2).all(|w| w[1].0 >= w[0].0), "{got:?}");
+        let s = fabric.stats();
+        assert_eq!((s.queue_drops, s.max_queue_bytes), (6, 4 * len));
+    }
+
+    #[test]
     fn removing_the_bottleneck_lets_trains_form_again() {
         let (fabric, a, _rx) = fabric(plain(GBPS10, 1 << 20));
         assert_eq!(a.with(|c| c.node.max_train), 1);

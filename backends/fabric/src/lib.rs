@@ -21,6 +21,12 @@
 //!   seeded loss, duplication, reordering, corruption and delay — what tests use, reproducible
 //!   from the seed.
 //!
+//! Bottleneck ([`Bottleneck`], [`FabricConfig::bottleneck`], [`Fabric::set_bottleneck`]): an
+//! output queue of bounded size in front of every destination port, drained at a fixed bit
+//! rate, that drops what does not fit and may CE-mark ECN-capable packets by its depth (RFC
+//! 3168) — the congested switch port that congestion control is tested against, on virtual
+//! time in stepped mode and on the real clock when free-running.
+//!
 //! Agents ([`Fabric::attach_agent`], [`progress`]): work of the layers above a device (the
 //! connection manager) that whoever progresses the fabric runs — the engine thread, or the
 //! dispatching caller — after rounds with work and at the agents' deadlines, never with the
