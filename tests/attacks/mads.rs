@@ -65,6 +65,7 @@ impl Rig {
                     seed: u64::from(tag),
                     faults: LinkFaults::NONE,
                     capture: None,
+                    bottleneck: None,
                 });
                 let ips: [IpAddr; 2] = [[10, 70, tag, 1].into(), [10, 70, tag, 2].into()];
                 let ctxs: Vec<Context> = ips

@@ -146,6 +146,7 @@ impl Env {
                     seed,
                     faults,
                     capture: None,
+                    bottleneck: None,
                 });
                 let devs: Vec<SoftDevice> = DEFAULT_IPS
                     .iter()
@@ -178,6 +179,7 @@ impl Env {
                     seed,
                     faults,
                     capture: None,
+                    bottleneck: None,
                 });
                 let mut devs = Vec::new();
                 let mut ctxs = Vec::new();
@@ -263,6 +265,7 @@ impl Env {
                     seed: seed + 1000 * i,
                     faults,
                     capture: None,
+                    bottleneck: None,
                 })
             })
             .collect();

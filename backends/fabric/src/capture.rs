@@ -522,6 +522,7 @@ mod tests {
                 ..crate::LinkFaults::NONE
             },
             capture: Some(path.clone()),
+            bottleneck: None,
         });
         assert!(fabric.is_capturing());
         let a = wire(&fabric, "10.9.0.1");

@@ -70,4 +70,13 @@ pub struct FabricStats {
     pub icrc_drops: u64,
     /// Packets whose destination GID no port owns.
     pub unroutable: u64,
+    /// Packets dropped because their destination port's queue was full
+    /// ([`crate::Bottleneck`]).
+    pub queue_drops: u64,
+    /// ECN-capable packets the bottleneck marked Congestion Experienced
+    /// ([`crate::EcnMarking`]).
+    pub ce_marked: u64,
+    /// The most bytes any port's queue held (the packet that joined included): never more
+    /// than [`crate::Bottleneck::queue_bytes`].
+    pub max_queue_bytes: u64,
 }

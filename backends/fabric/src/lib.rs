@@ -21,6 +21,12 @@
 //!   seeded loss, duplication, reordering, corruption and delay — what tests use, reproducible
 //!   from the seed.
 //!
+//! Bottleneck ([`Bottleneck`], [`FabricConfig::bottleneck`], [`Fabric::set_bottleneck`]): an
+//! output queue of bounded size in front of every destination port, drained at a fixed bit
+//! rate, that drops what does not fit and may CE-mark ECN-capable packets by its depth (RFC
+//! 3168) — the congested switch port that congestion control is tested against, on virtual
+//! time in stepped mode and on the real clock when free-running.
+//!
 //! Agents ([`Fabric::attach_agent`], [`progress`]): work of the layers above a device (the
 //! connection manager) that whoever progresses the fabric runs — the engine thread, or the
 //! dispatching caller — after rounds with work and at the agents' deadlines, never with the
@@ -64,6 +70,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bottleneck;
 pub mod capture;
 mod faults;
 mod kick;
@@ -83,6 +90,7 @@ use crossbeam_channel::{Receiver, Sender};
 use portverbs_hal::types::Gid;
 use thiserror::Error;
 
+pub use bottleneck::{Bottleneck, EcnMarking};
 pub use capture::{CaptureError, CaptureStats, PcapCapture};
 pub use faults::{FabricStats, LinkFaults};
 pub use kick::Kicker;
@@ -143,6 +151,9 @@ pub struct FabricConfig {
     /// cannot be created leaves the fabric running without a capture; [`Fabric::capture_error`]
     /// says why.
     pub capture: Option<PathBuf>,
+    /// An output queue of bounded size and fixed rate in front of every destination port
+    /// ([`Bottleneck`]); `None`: packets go as fast as the links' delay lets them.
+    pub bottleneck: Option<Bottleneck>,
 }
 
 impl Default for FabricConfig {
@@ -152,6 +163,7 @@ impl Default for FabricConfig {
             seed: 1,
             faults: LinkFaults::NONE,
             capture: None,
+            bottleneck: None,
         }
     }
 }
@@ -386,6 +398,7 @@ impl Fabric {
     pub fn new(config: FabricConfig) -> Self {
         let (kicks_tx, kicks_rx) = crossbeam_channel::bounded(1 << 16);
         let mut sim = Sim::new(config.seed, config.faults);
+        sim.set_bottleneck(config.bottleneck);
         // Stepped runs are reproducible from their seed, the devices' keys and QP numbers
         // included; free-running devices draw theirs from the OS.
         sim.node_seed = (config.mode == Mode::Stepped).then_some(config.seed);
@@ -464,6 +477,17 @@ impl Fabric {
     /// Changes the link behaviour.
     pub fn set_faults(&self, faults: LinkFaults) {
         self.shared.lock().set_faults(faults);
+    }
+
+    /// Puts a bottleneck in front of every destination port, or removes it (`None`); see
+    /// [`Bottleneck`]. The ports' queues start empty.
+    pub fn set_bottleneck(&self, bottleneck: Option<Bottleneck>) {
+        self.shared.lock().set_bottleneck(bottleneck);
+    }
+
+    /// The bottleneck in front of the ports, if any.
+    pub fn bottleneck(&self) -> Option<Bottleneck> {
+        self.shared.lock().bottleneck
     }
 
     /// Packet statistics.

@@ -54,7 +54,8 @@ pub trait Node: Send + Debug + 'static {
     fn next_deadline(&self) -> Option<u64>;
 
     /// Packets of one message that may travel as one train on this fabric's links (1 when
-    /// the links have faults); the fabric calls it at attach time and when faults change.
+    /// the links have faults or a bottleneck); the fabric calls it at attach time and when
+    /// faults or the bottleneck change.
     fn set_max_train(&mut self, n: u32);
 
     /// Sends what the node batched for a wire of its own (a port's datagrams). The fabric
@@ -566,6 +567,7 @@ mod tests {
             seed: 3,
             faults: LinkFaults::NONE,
             capture: None,
+            bottleneck: None,
         });
         let (a, _) = probe(&fabric, "a", "10.0.2.1");
         a.try_with(|c| c.add_route(2, gid("10.0.2.9")).unwrap())

@@ -23,6 +23,7 @@ use portverbs_hal::types::Gid;
 use portverbs_transport::Packet;
 use smallvec::SmallVec;
 
+use crate::bottleneck::{self, Bottleneck, PortQueue};
 use crate::capture::{CaptureError, PcapCapture};
 use crate::faults::{FabricStats, LinkFaults};
 use crate::kick::Kick;
@@ -144,6 +145,10 @@ pub(crate) struct Sim {
     delayed: BinaryHeap<Reverse<Timed>>,
     seq: u64,
     pub(crate) faults: LinkFaults,
+    /// The output queue model in front of every destination port, if any.
+    pub(crate) bottleneck: Option<Bottleneck>,
+    /// The output queue of every destination port a packet went to under the bottleneck.
+    queues: HashMap<(NodeId, u8), PortQueue>,
     rng: SplitMix64,
     /// The seed the nodes' identifier seeds derive from (a stepped fabric's own seed), or
     /// `None`: each node's is drawn from the OS.
@@ -175,6 +180,8 @@ impl Sim {
             delayed: BinaryHeap::new(),
             seq: 0,
             faults,
+            bottleneck: None,
+            queues: HashMap::new(),
             rng: SplitMix64::new(seed),
             node_seed: None,
             out: Vec::with_capacity(256),
@@ -207,7 +214,7 @@ impl Sim {
         if self.capture.is_some() {
             self.capture_out();
         }
-        if self.faults == LinkFaults::NONE && self.ready.is_empty() {
+        if self.faults == LinkFaults::NONE && self.bottleneck.is_none() && self.ready.is_empty() {
             if self.batch.is_empty() {
                 std::mem::swap(&mut self.batch, &mut self.out);
             } else {
@@ -280,12 +287,12 @@ impl Sim {
 
     fn route_to(&mut self, dev: NodeId, port: u8, pkt: Packet) {
         let f = self.faults;
-        if f == LinkFaults::NONE {
+        if f == LinkFaults::NONE && self.bottleneck.is_none() {
             self.ready.push_back(Delivery { dev, port, pkt });
             return;
         }
         if pkt.train > 1 {
-            // Faults hit real packets: take the train apart first.
+            // Faults and queues hit real packets: take the train apart first.
             for part in pkt.split() {
                 self.route_to(dev, port, part);
             }
@@ -323,18 +330,51 @@ impl Sim {
                 self.stats.reordered += 1;
                 delay += self.rng.below(f.reorder_window_ns.max(1));
             }
-            let delivery = Delivery { dev, port, pkt };
-            if delay == 0 {
-                self.ready.push_back(delivery);
-            } else {
-                self.seq += 1;
-                self.delayed.push(Reverse(Timed {
-                    at: self.now + delay,
-                    seq: self.seq,
-                    delivery,
-                }));
-            }
+            self.schedule(Delivery { dev, port, pkt }, delay);
         }
+    }
+
+    /// Delivers a packet the links' faults let through after `delay` ns: at once, later, or —
+    /// behind a bottleneck — through its destination port's output queue, where it may be
+    /// dropped (tail drop) or CE-marked, and leaves once the link has serialised it.
+    fn schedule(&mut self, mut delivery: Delivery, delay: u64) {
+        let at = match self.bottleneck {
+            None if delay == 0 => {
+                self.ready.push_back(delivery);
+                return;
+            }
+            None => self.now + delay,
+            Some(b) => {
+                let now = self.now;
+                let len = Bottleneck::frame_len(&delivery.pkt);
+                let queue = self
+                    .queues
+                    .entry((delivery.dev, delivery.port))
+                    .or_default();
+                let queued = queue.backlog(now, &b);
+                if queued.saturating_add(len) > b.queue_bytes {
+                    self.stats.queue_drops += 1;
+                    return;
+                }
+                let done = queue.push(now, len, &b);
+                self.stats.max_queue_bytes = self.stats.max_queue_bytes.max(queued + len);
+                if let Some(ecn) = b.ecn {
+                    if bottleneck::ecn_capable(&delivery.pkt)
+                        && self.rng.chance(ecn.probability(queued))
+                    {
+                        delivery.pkt.traffic_class |= bottleneck::CE;
+                        self.stats.ce_marked += 1;
+                    }
+                }
+                done + delay
+            }
+        };
+        self.seq += 1;
+        self.delayed.push(Reverse(Timed {
+            at,
+            seq: self.seq,
+            delivery,
+        }));
     }
 
     /// Serialises the packet to a RoCEv2 frame, flips one bit, and parses it back as the
@@ -511,7 +551,7 @@ impl Sim {
 
     /// Packets of one message that may travel as one train on this fabric's links.
     pub(crate) fn max_train(&self) -> u32 {
-        if self.faults == LinkFaults::NONE {
+        if self.faults == LinkFaults::NONE && self.bottleneck.is_none() {
             MAX_TRAIN
         } else {
             1
@@ -521,6 +561,18 @@ impl Sim {
     /// Changes the link behaviour (and whether engines may form trains).
     pub(crate) fn set_faults(&mut self, faults: LinkFaults) {
         self.faults = faults;
+        self.tell_max_train();
+    }
+
+    /// Sets or removes the bottleneck (and whether engines may form trains). The queues start
+    /// empty; packets already on their way arrive as scheduled.
+    pub(crate) fn set_bottleneck(&mut self, bottleneck: Option<Bottleneck>) {
+        self.bottleneck = bottleneck;
+        self.queues.clear();
+        self.tell_max_train();
+    }
+
+    fn tell_max_train(&self) {
         let n = self.max_train();
         for s in self.nodes.iter().flatten() {
             lock(&*s.node).set_max_train(n);

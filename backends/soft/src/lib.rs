@@ -44,6 +44,7 @@ pub use device::{
 };
 pub use dma::SoftDma;
 pub use portverbs_fabric::{
-    CaptureError, CaptureStats, Fabric, FabricConfig, FabricError, FabricStats, LinkFaults, Mode,
+    Bottleneck, CaptureError, CaptureStats, EcnMarking, Fabric, FabricConfig, FabricError,
+    FabricStats, LinkFaults, Mode,
 };
 pub use portverbs_transport::EngineStats;

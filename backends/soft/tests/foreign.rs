@@ -321,6 +321,7 @@ fn rc_with_a_foreign_device_survives_loss_and_reordering() {
                 ..LinkFaults::NONE
             },
             capture: None,
+            bottleneck: None,
         });
         rc_exchange(&fabric);
         let st = fabric.stats();
