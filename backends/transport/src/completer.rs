@@ -300,13 +300,20 @@ fn wqe_of_psn(qp: &QpCtx, p: u32) -> Option<u32> {
 
 /// The oldest unacknowledged PSN moves forward to `una`: the path's window grows by what was
 /// acknowledged and the QP's packets in flight shrink; the retransmission timer's back-off ends.
-fn advance_una(qp: &mut QpCtx, core: &mut Core, una: u32) {
+fn advance_una(qp: &mut QpCtx, core: &mut Core, now: u64, una: u32) {
     let acked = psn::diff(una, qp.req.una) as u32;
     qp.req.una = una;
     core.cc.on_ack(&qp.cc, acked);
+    core.cc.acked_to(&mut qp.cc, una, now);
     let in_flight = congestion::in_flight(una, qp.req.next_psn);
     core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
     qp.cc.rto_backoff = 0;
+    qp.cc.pto_shift = 0;
+    if in_flight > 0 {
+        requester::arm_probe(qp, core, now);
+    } else {
+        qp.cc.pto.armed = false;
+    }
 }
 
 /// Everything up to and including PSN `p` was received by the responder.
@@ -344,7 +351,7 @@ fn ack_through(qp: &mut QpCtx, core: &mut Core, now: u64, p: u32) {
         }
     }
     if psn::diff(una, qp.req.una) > 0 {
-        advance_una(qp, core, una);
+        advance_una(qp, core, now, una);
         qp.req.last_nak = None;
         qp.req.retries_left = qp.attr.retry_cnt;
         qp.req.rnr_left = qp.attr.rnr_retry;
@@ -428,7 +435,7 @@ fn on_read_response<H: Hca + ?Sized>(
         let last = psn::add(first_psn, npsn.saturating_sub(1));
         ack_through(qp, core, now, last);
     } else if psn::diff(psn::add(p, k as u32), qp.req.una) > 0 {
-        advance_una(qp, core, psn::add(p, k as u32));
+        advance_una(qp, core, now, psn::add(p, k as u32));
         qp.req.retries_left = qp.attr.retry_cnt;
         requester::arm_retransmit(qp, core, now);
     }
@@ -581,6 +588,29 @@ pub(crate) fn on_retransmit_timeout<H: Hca + ?Sized>(
     requester::transmit(qp, core, hca, now, out);
 }
 
+/// No ACK for a few of the path's round trips (the probe timeout): the packets in flight
+/// were lost, most likely the last of a burst, which no later packet would make the responder
+/// NAK. Go back N now instead of at the local ACK timeout, and cut the path's window, but
+/// charge no retry: only the local ACK timeout does (IBTA 9.7.6.1.3).
+pub(crate) fn on_probe_timeout<H: Hca + ?Sized>(
+    qp: &mut QpCtx,
+    core: &mut Core,
+    hca: &mut H,
+    now: u64,
+    out: &mut Vec<Packet>,
+) {
+    if !qp.can_send() || qp.req.rnr_wait || congestion::in_flight(qp.req.una, qp.req.next_psn) == 0
+    {
+        return;
+    }
+    core.cc.stats.probe_timeouts += 1;
+    qp.cc.pto_shift = (qp.cc.pto_shift + 1).min(congestion::MAX_PTO_BACKOFF);
+    core.cc.on_loss(&qp.cc);
+    let una = qp.req.una;
+    rewind(qp, core, una);
+    requester::transmit(qp, core, hca, now, out);
+}
+
 /// Restarts transmission at PSN `p` (the WQE containing it, at the right offset).
 fn rewind(qp: &mut QpCtx, core: &mut Core, p: u32) {
     let Some(c) = wqe_of_psn(qp, p) else {
@@ -600,6 +630,7 @@ fn rewind(qp: &mut QpCtx, core: &mut Core, p: u32) {
     qp.req.stalled = false;
     let in_flight = congestion::in_flight(qp.req.una, qp.req.next_psn);
     core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
+    core.cc.went_back(&mut qp.cc);
 }
 
 /// Completes the WQE containing `p` with an error; earlier WQEs were acknowledged by the caller.

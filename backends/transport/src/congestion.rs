@@ -62,17 +62,24 @@ pub struct CcConfig {
     /// Least time between two CNPs of one QP (DCQCN's notification point sends at most one
     /// per interval; 50 µs is the interval of the DCQCN paper).
     pub cnp_interval_ns: u64,
+    /// Queueing delay the path may build before its window is cut, at least: the target
+    /// round trip is the path's base one plus the larger of this and a quarter of it.
+    pub target_delay_ns: u64,
+    /// Probe timeout of a path without a round-trip sample yet (its first packets were lost).
+    pub initial_pto_ns: u64,
 }
 
 impl Default for CcConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            initial_window: 128,
+            initial_window: 16,
             min_window: 2,
             max_window: 8192,
             ecn: true,
             cnp_interval_ns: 50_000,
+            target_delay_ns: 20_000,
+            initial_pto_ns: 500_000,
         }
     }
 }
@@ -83,6 +90,11 @@ const ALPHA_ONE: u32 = 1024;
 const ALPHA_G_SHIFT: u32 = 4;
 /// Largest back-off of the retransmission timer, as a shift (8×).
 pub(crate) const MAX_RTO_BACKOFF: u8 = 3;
+/// Smoothed round trips per epoch of the base round trip (see `Paths::acked_to`).
+const EPOCH_RTTS: u64 = 16;
+/// Largest back-off of the probe timeout, as a shift (it stops earlier, at the local ACK
+/// timeout: `requester::arm_probe`).
+pub(crate) const MAX_PTO_BACKOFF: u8 = 30;
 
 /// Counters of congestion control, for tests and tools.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,6 +107,10 @@ pub struct CcStats {
     pub cnps_received: u64,
     /// CNPs sent.
     pub cnps_sent: u64,
+    /// Window cuts on round trips above the delay target.
+    pub delay_cuts: u64,
+    /// Probe timeouts: no ACK for a few round trips, gone back N without charging a retry.
+    pub probe_timeouts: u64,
     /// Packets received marked Congestion Experienced.
     pub ce_received: u64,
     /// Times a QP waited for its path's window.
@@ -118,6 +134,10 @@ pub struct PathInfo {
     pub qps: u32,
     /// QPs waiting for its window.
     pub waiting: u32,
+    /// Smoothed round trip, in nanoseconds (0 before the first sample).
+    pub srtt_ns: u64,
+    /// Lowest round trip seen, in nanoseconds (0 before the first sample).
+    pub min_rtt_ns: u64,
 }
 
 /// Congestion state of one QP.
@@ -131,6 +151,13 @@ pub(crate) struct QpCc {
     pub(crate) rto_backoff: u8,
     /// When it last sent a CNP.
     last_cnp: Option<u64>,
+    /// The PSN whose acknowledgement times the path's round trip, and when it left (one
+    /// at a time; forgotten when the QP goes back, so a retransmission is never timed).
+    probe: Option<(u32, u64)>,
+    /// The probe timeout: no ACK for a few round trips.
+    pub(crate) pto: crate::timers::Lazy,
+    /// Back-off shift of the probe timeout.
+    pub(crate) pto_shift: u8,
 }
 
 #[derive(Debug)]
@@ -148,12 +175,26 @@ struct Path {
     /// QPs waiting for room, in turn, each with whether it was woken (scheduled to run) and
     /// has not run since.
     waiting: VecDeque<(u32, bool)>,
-    /// Packets acknowledged since the last cut (one cut per window).
+    /// Packets acknowledged since the last cut (one cut per round trip: see [`Path::cut`]).
     since_cut: u32,
+    /// Packets in flight (or the window, if larger) at the last cut.
+    guard: u32,
+    /// Packets acknowledged in the current window (for `alpha`).
+    window_acked: u32,
     /// DCQCN's alpha, scaled by [`ALPHA_ONE`].
     alpha: u32,
     /// A CNP arrived in the current window.
     cnp_this_window: bool,
+    /// Smoothed round trip and its mean deviation (RFC 6298's estimators), 0 when unknown.
+    srtt: u64,
+    rttvar: u64,
+    /// Lowest round trip seen.
+    min_rtt: u64,
+    /// When the current epoch of round-trip samples began, the lowest of them, and the lowest
+    /// of the epoch before.
+    epoch_start: u64,
+    epoch_min: u64,
+    prev_epoch_min: u64,
 }
 
 impl Path {
@@ -166,14 +207,19 @@ impl Path {
             in_flight: self.in_flight,
             qps: self.qps,
             waiting: self.waiting.len() as u32,
+            srtt_ns: self.srtt,
+            min_rtt_ns: self.min_rtt,
         }
     }
 
-    /// Cuts the window to `to` (not below `min`) unless it was cut within the last window.
+    /// Cuts the window to `to` (not below `min`) unless it was cut within the last round
+    /// trip: until every packet in flight at the last cut was acknowledged, the signals that
+    /// arrive are still about the window before it.
     fn cut(&mut self, to: u32, min: u32) -> bool {
-        if self.since_cut < self.cwnd {
+        if self.since_cut < self.guard {
             return false;
         }
+        self.guard = self.in_flight.max(self.cwnd);
         self.cwnd = to.max(min);
         self.ssthresh = self.cwnd;
         self.acc = 0;
@@ -232,9 +278,17 @@ impl Paths {
                     in_flight: 0,
                     busy: 0,
                     waiting: VecDeque::new(),
-                    since_cut: w,
+                    since_cut: 0,
+                    guard: 0,
+                    window_acked: 0,
                     alpha: ALPHA_ONE,
                     cnp_this_window: false,
+                    srtt: 0,
+                    rttvar: 0,
+                    min_rtt: 0,
+                    epoch_start: 0,
+                    epoch_min: u64::MAX,
+                    prev_epoch_min: u64::MAX,
                 };
                 let i = match self.free.pop() {
                     Some(i) => {
@@ -264,6 +318,8 @@ impl Paths {
     /// The QP leaves its path (it went to RESET or ERR, or is destroyed): its packets in
     /// flight no longer count and it waits no more.
     pub(crate) fn detach(&mut self, qpn: u32, cc: &mut QpCc, woken: &mut Vec<u32>) {
+        cc.pto.armed = false;
+        cc.probe = None;
         let Some(i) = cc.path.take() else {
             return;
         };
@@ -368,14 +424,15 @@ impl Paths {
         let Some(p) = self.path_mut(i) else {
             return;
         };
-        let before = p.since_cut;
         p.since_cut = p.since_cut.saturating_add(acked);
-        if before < p.cwnd && p.since_cut >= p.cwnd {
+        p.window_acked = p.window_acked.saturating_add(acked);
+        if p.window_acked >= p.cwnd {
             // A whole window went by: DCQCN lowers alpha for a window without a CNP.
             if !p.cnp_this_window {
                 p.alpha -= p.alpha >> ALPHA_G_SHIFT;
             }
             p.cnp_this_window = false;
+            p.window_acked = 0;
         }
         if p.cwnd < p.ssthresh {
             p.cwnd = p.cwnd.saturating_add(acked).min(p.ssthresh).min(max);
@@ -433,6 +490,85 @@ impl Paths {
         if p.cut(to, min) {
             self.stats.cnp_cuts += 1;
         }
+    }
+
+    /// The QP sent PSNs up to `last` at `now`: unless one is being timed, time this one.
+    pub(crate) fn sent(&mut self, cc: &mut QpCc, last: u32, now: u64) {
+        if cc.probe.is_none() && cc.path.is_some() {
+            cc.probe = Some((last, now));
+        }
+    }
+
+    /// The QP goes back N: what it sends next may be a retransmission, which is never timed
+    /// (Karn's rule).
+    pub(crate) fn went_back(&mut self, cc: &mut QpCc) {
+        cc.probe = None;
+    }
+
+    /// Everything before `una` was acknowledged at `now`: a round-trip sample when the timed
+    /// PSN is among it; a round trip above the path's target cuts its window (once per
+    /// window, by how far above it is: the delay-based decrease of Swift and TIMELY).
+    pub(crate) fn acked_to(&mut self, cc: &mut QpCc, una: u32, now: u64) {
+        let Some((p, at)) = cc.probe else {
+            return;
+        };
+        if psn::diff(una, p) <= 0 {
+            return;
+        }
+        cc.probe = None;
+        let (Some(i), sample) = (cc.path, now.saturating_sub(at).max(1)) else {
+            return;
+        };
+        let (min, floor) = (self.cfg.min_window, self.cfg.target_delay_ns);
+        let Some(p) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if p.srtt == 0 {
+            p.srtt = sample;
+            p.rttvar = sample / 2;
+        } else {
+            p.rttvar = p.rttvar - p.rttvar / 4 + p.srtt.abs_diff(sample) / 4;
+            p.srtt = p.srtt - p.srtt / 8 + sample / 8;
+        }
+        // The base round trip is the lowest of the last two epochs of samples, not of all
+        // time: a path that started behind another sender's standing queue measured that
+        // queue into its base, and would hold it (and the link) for ever; with epochs every
+        // path's base follows what the queue drains to now, the same for all of them.
+        p.epoch_min = p.epoch_min.min(sample);
+        if now.saturating_sub(p.epoch_start) >= EPOCH_RTTS * p.srtt {
+            p.prev_epoch_min = p.epoch_min;
+            p.epoch_min = u64::MAX;
+            p.epoch_start = now;
+        }
+        p.min_rtt = p.epoch_min.min(p.prev_epoch_min);
+        // The queueing the target allows is small beside the round trip (a quarter of it),
+        // so that a cut to 0.7 drains the queue of every path through it: the next epoch
+        // then sees the real base.
+        let target = p.min_rtt + floor.max(p.min_rtt / 4);
+        if sample > target {
+            // A fixed cut (to 0.7), not one in proportion to the excess: every path through
+            // the queue sees the excess at once and cuts by the same factor (AIMD's
+            // convergence to fair shares), and the queue drains each time.
+            let to = (u64::from(p.cwnd) * 7 / 10) as u32;
+            if p.cut(to, min) {
+                self.stats.delay_cuts += 1;
+            }
+        }
+    }
+
+    /// How long the QP waits for an ACK before it goes back N on its own (a probe timeout):
+    /// RFC 6298's retransmission timeout from its path's round trips (twice the smoothed one
+    /// plus four deviations, at least twice the lowest; [`CcConfig::initial_pto_ns`] before
+    /// the first sample), doubled for each probe timeout in a row; `None` for a QP without a
+    /// path.
+    pub(crate) fn pto_ns(&self, cc: &QpCc) -> Option<u64> {
+        let p = self.slots.get(cc.path? as usize)?.as_ref()?;
+        let base = if p.srtt == 0 {
+            self.cfg.initial_pto_ns
+        } else {
+            (2 * p.srtt + 4 * p.rttvar).max(2 * p.min_rtt).max(1_000)
+        };
+        Some(base.saturating_mul(1 << cc.pto_shift))
     }
 
     /// Whether the QP, which received a packet marked Congestion Experienced at `now`, sends a

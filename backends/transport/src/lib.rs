@@ -737,6 +737,16 @@ impl Engine {
                         completer::on_retransmit_timeout(qp, &mut self.core, hca, now, out);
                     }
                 }
+                TimerKind::Probe => {
+                    let core = &mut self.core;
+                    if qp
+                        .cc
+                        .pto
+                        .due(&mut core.timers, &mut core.timer_generation, &t, now)
+                    {
+                        completer::on_probe_timeout(qp, core, hca, now, out);
+                    }
+                }
                 TimerKind::Rnr => {
                     if qp.req.rnr_wait && qp.req.rnr_generation == t.generation {
                         qp.req.rnr_wait = false;

@@ -563,6 +563,10 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, room: u32, out: &mu
     if t == QpType::Rc {
         let in_flight = congestion::in_flight(req.una, next_psn);
         core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
+        core.cc.sent(&mut qp.cc, psn::add(next_psn, psn::MASK), now);
+        if !qp.cc.pto.armed {
+            arm_probe(qp, core, now);
+        }
         if !qp.req.rto_armed {
             arm_retransmit(qp, core, now);
         }
@@ -587,6 +591,24 @@ pub(crate) fn arm_retransmit(qp: &mut QpCtx, core: &mut Core, now: u64) {
             }
         }
         None => qp.req.rto_armed = false,
+    }
+}
+
+/// (Re)arms the probe timeout from the path's round trips. Once it has backed off to the
+/// local ACK timeout it stays off: that timer covers the rest (a peer that answers nothing
+/// is not probed for ever).
+pub(crate) fn arm_probe(qp: &mut QpCtx, core: &mut Core, now: u64) {
+    let pto = core.cc.pto_ns(&qp.cc);
+    let ack_timeout = ack_timeout_ns(qp.attr.timeout).map(|ns| ns << qp.cc.rto_backoff);
+    match pto.filter(|&p| ack_timeout.is_none_or(|t| p < t)) {
+        Some(ns) => qp.cc.pto.arm(
+            &mut core.timers,
+            &mut core.timer_generation,
+            qp.qpn,
+            TimerKind::Probe,
+            now + ns,
+        ),
+        None => qp.cc.pto.armed = false,
     }
 }
 

@@ -13,6 +13,71 @@ pub enum TimerKind {
     Retransmit,
     /// RNR back-off: resume sending after an RNR NAK.
     Rnr,
+    /// Probe timeout: no ACK for a few round trips of the path; go back N early
+    /// (`congestion`), without charging a retry.
+    Probe,
+}
+
+/// A per-QP timer whose deadline moves often (every ACK) but fires rarely: moving it later
+/// costs no heap operation. The queued heap entry, when it comes due before the deadline,
+/// queues itself again for it ([`Lazy::due`]); only an earlier deadline pushes a new entry.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Lazy {
+    pub(crate) armed: bool,
+    pub(crate) deadline: u64,
+    queued: Option<u64>,
+    generation: u64,
+}
+
+impl Lazy {
+    /// Arms (or moves) the timer to `at`.
+    pub(crate) fn arm(
+        &mut self,
+        heap: &mut TimerHeap,
+        generation: &mut u64,
+        qpn: u32,
+        kind: TimerKind,
+        at: u64,
+    ) {
+        self.deadline = at;
+        self.armed = true;
+        if self.queued.is_none_or(|q| q > at) {
+            *generation += 1;
+            self.generation = *generation;
+            heap.push(TimerEntry {
+                at,
+                qpn,
+                kind,
+                generation: self.generation,
+            });
+            self.queued = Some(at);
+        }
+    }
+
+    /// Whether heap entry `e` (of this timer's kind) fires it now: false for a stale entry,
+    /// a disarmed timer, or a deadline moved later (the entry is queued again for it).
+    pub(crate) fn due(
+        &mut self,
+        heap: &mut TimerHeap,
+        generation: &mut u64,
+        e: &TimerEntry,
+        now: u64,
+    ) -> bool {
+        if e.generation != self.generation {
+            return false;
+        }
+        self.queued = None;
+        if !self.armed {
+            return false;
+        }
+        if self.deadline > now {
+            let at = self.deadline;
+            self.arm(heap, generation, e.qpn, e.kind, at);
+            return false;
+        }
+        self.armed = false;
+        true
+    }
 }
 
 /// One armed timer.

@@ -174,21 +174,62 @@ fn a_cnp_from_the_peer_cuts_the_window_and_a_spoofed_one_is_dropped() {
 }
 
 #[test]
-fn a_qp_waiting_for_its_path_runs_no_retransmission_timer() {
-    // Window 1 and a lost packet: the timeout goes back N, the window halves to the minimum
-    // and the QP re-sends; a timer runs only while its packet is out.
+fn a_lost_tail_is_probed_before_the_local_ack_timeout_without_charging_a_retry() {
+    // Window 1 and a lost packet, which no later packet would make the responder NAK.
     let mut s = side_with_window(1);
     let first = s.post(s.wqe(SendOp::Send, 0, 16));
     assert_eq!(summary(&first), [(Opcode::SendOnly, SQ_PSN)]);
     assert!(s.post(s.wqe(SendOp::Send, 0, 16)).is_empty());
+    let retries = s.retries_left();
+    // The path has no round trip yet: the initial probe timeout, far below the local ACK
+    // timeout, goes back N.
+    let pto = CcConfig::default().initial_pto_ns;
     let rto = portverbs_hal::attr::ack_timeout_ns(TIMEOUT).unwrap();
-    let at = s.now + rto;
+    assert!(pto < rto);
+    let at = s.now + pto;
     let again = s.advance_to(at);
     assert_eq!(summary(&again), [(Opcode::SendOnly, SQ_PSN)]);
-    assert_eq!(s.engine.stats().timeouts, 1);
+    assert_eq!(s.engine.cc_stats().probe_timeouts, 1);
+    assert_eq!(s.engine.stats().timeouts, 0);
+    assert_eq!(s.retries_left(), retries, "a probe costs no retry");
+    // The next probe waits twice as long.
+    assert!(s.advance_to(at + pto).is_empty());
     // Answered: the second goes, and both complete.
     let next = s.feed(ack(SQ_PSN));
     assert_eq!(summary(&next), [(Opcode::SendOnly, SQ_PSN + 1)]);
     s.feed(ack(SQ_PSN + 1));
     assert_eq!(s.take_cqes().len(), 2);
+}
+
+#[test]
+fn a_peer_that_answers_nothing_is_probed_less_and_less_then_left_to_the_ack_timeout() {
+    let mut s = side_with_window(4);
+    s.post(s.wqe(SendOp::Send, 0, 16));
+    let rto = portverbs_hal::attr::ack_timeout_ns(TIMEOUT).unwrap();
+    let mut probes = Vec::new();
+    let start = s.now;
+    while s.now < start + rto {
+        let next = s.engine.poll_timeout().unwrap();
+        let before = s.engine.cc_stats().probe_timeouts;
+        s.advance_to(next);
+        if s.engine.cc_stats().probe_timeouts > before {
+            probes.push(next - start);
+        }
+    }
+    assert_eq!(
+        s.engine.stats().timeouts,
+        1,
+        "the local ACK timeout still fires"
+    );
+    let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.windows(2).all(|g| g[1] == 2 * g[0]),
+        "each probe waits twice as long as the one before: {probes:?}"
+    );
+    assert!(probes.iter().all(|&p| p < rto));
+    assert!(
+        probes.len() < 16,
+        "probes stop once they reach the ACK timeout: {}",
+        probes.len()
+    );
 }

@@ -72,7 +72,15 @@ impl Setup {
     pub(super) fn rc() -> Self {
         Self {
             qp_type: QpType::Rc,
-            cfg: EngineConfig::default(),
+            // The machines as IBTA defines them; congestion control (its window, its probe
+            // timeout before the local ACK timeout) has tests of its own (`congestion.rs`).
+            cfg: EngineConfig {
+                cc: crate::CcConfig {
+                    enabled: false,
+                    ..crate::CcConfig::default()
+                },
+                ..EngineConfig::default()
+            },
             max_rd_atomic: 4,
             max_dest_rd_atomic: 4,
             retry_cnt: 3,

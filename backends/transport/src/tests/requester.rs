@@ -295,7 +295,7 @@ fn an_ack_covering_wqes_the_go_back_has_not_reached_again_completes_them() {
     let mut setup = Setup::rc();
     setup.cfg = EngineConfig {
         burst: 2,
-        ..EngineConfig::default()
+        ..setup.cfg
     };
     let mut s = Side::with(setup);
     for _ in 0..4 {
