@@ -173,13 +173,13 @@ rows_ok() {
         [[ $side == server ]] && first=23
         for ((n = first; n <= 23; n++)); do
             size=$((1 << n))
-            grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+$figure){3}[[:space:]]*\$" "$out" || return 1
+            grep -qE "^[[:space:]]*${size}[[:space:]]+${iters}([[:space:]]+$figure){3}[[:space:]]*\$" "$out" || return 1
         done
         return 0
     fi
     [[ $flags =~ \ -s\ ([0-9]+)\  ]] || return 1
     size=${BASH_REMATCH[1]}
-    grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+$figure){3}[[:space:]]*\$" "$out"
+    grep -qE "^[[:space:]]*${size}[[:space:]]+${iters}([[:space:]]+$figure){3}[[:space:]]*\$" "$out"
 }
 
 # The BW average column (MiB/sec, as perf labels it) of the client's result rows in $1: the one row, or with -a
@@ -222,7 +222,7 @@ run_one() {
     echo "==> $name: server $ip_s, client $ip_c (data $ip_c -> $ip_s), queue $queue${kind:+ ($kind)}, progress $mode: perf write_bw -d udp0 $flags"
     local t1 server_rc=0 client_rc=0 ok=1
     t1=$(now_ms)
-    ip netns exec "$ns_s" env PORTVERBS_UDP=$ip_s PORTVERBS_PROGRESS=$mode \
+    ip netns exec "$ns_s" env PORTVERBS_UDP="$ip_s" PORTVERBS_PROGRESS="$mode" \
         timeout -k 5 "$run_limit" "$cli" perf write_bw -d udp0 "${args[@]}" </dev/null >"$sout" 2>&1 &
     server_pid=$!
     # The server listens on TCP port 18515 once its device is up.
@@ -238,7 +238,7 @@ run_one() {
         ok=0
         kill "$server_pid" 2>/dev/null || true
     else
-        ip netns exec "$ns_c" env PORTVERBS_UDP=$ip_c PORTVERBS_PROGRESS=$mode \
+        ip netns exec "$ns_c" env PORTVERBS_UDP="$ip_c" PORTVERBS_PROGRESS="$mode" \
             timeout -k 5 "$run_limit" "$cli" perf write_bw -d udp0 "${args[@]}" "$ip_s" \
             </dev/null >"$cout" 2>&1 || client_rc=$?
     fi
