@@ -40,6 +40,11 @@
 //! for the rest. A QP's memory does not grow with what its peer asks for: a READ of any size
 //! is a resource and a cursor.
 //!
+//! Congestion control ([`congestion`]) sits between the requester and the wire: before each
+//! packet an RC requester asks its path (local port, destination GID) for room in the
+//! window all QPs to that peer share; ACKs, round trips, sequence NAKs, probe timeouts and
+//! CNPs move the window. A CE-marked packet draws a CNP from the QP it reached.
+//!
 //! A QP's state changes in one place, `modify::set_state`, whether a modify command, the
 //! completer, the responder or a device error asks for it: it does the work entering each
 //! state implies (flushing both queues on ERR, the send queue on SQE, the drain on SQD,
