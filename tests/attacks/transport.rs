@@ -31,6 +31,9 @@ const READ_LEN: usize = 0x2000;
 const RECV_AT: usize = 0xA000; // b: the SEND's receive buffer; a: the SEND's source
 const SEND_LEN: usize = 3000;
 const MR_LEN: usize = 1 << 16;
+/// More PSNs than the transfer uses at any path MTU (at 1024 bytes: 32 for the WRITEs, 8 for
+/// the READ, 3 for the SEND).
+const TRANSFER_PSNS: u32 = 64;
 
 /// A connected pair under attack.
 struct Scene {
@@ -274,6 +277,11 @@ fn a_delayed_duplicate_nak_costs_nothing(backend: Backend) {
 /// sequence NAK per gap, behind is a duplicate (SEND and WRITE re-acknowledged, never
 /// executed again; a READ or atomic answered only from a saved resource that matches). No
 /// byte of b's MR may change: without the exact PSN, key and address, RoCE lets nothing in.
+///
+/// "Ahead" starts past the whole transfer's PSNs: a requester under congestion control sends
+/// the transfer over several round trips, so a PSN inside its range may be exactly the one b
+/// expects when the forgery lands — a correct guess, which RoCE cannot tell from the real
+/// packet.
 fn requests_outside_the_window_change_no_byte(backend: Backend) {
     let _turn = turn();
     let mut s = Scene::new(backend);
@@ -283,7 +291,10 @@ fn requests_outside_the_window_change_no_byte(backend: Backend) {
     let (qpn, va, rkey) = (b.qp.qp_num(), b.mr.addr(), b.mr.rkey().unwrap());
     let mut pkts = Vec::new();
     for d in 1..=16u32 {
-        for p in [psn_add(PSN0, d), PSN0.wrapping_sub(d) & 0xFF_FFFF] {
+        for p in [
+            psn_add(PSN0, TRANSFER_PSNS + d),
+            PSN0.wrapping_sub(d) & 0xFF_FFFF,
+        ] {
             pkts.push(f.write(qpn, p, va + 0xC000, rkey, b"hostile write!!!"));
             pkts.push(f.fetch_add(qpn, p, va + 0xC000, rkey, 0x4242));
             pkts.push(f.read(qpn, p, va, rkey, 4096));
