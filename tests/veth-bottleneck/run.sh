@@ -222,7 +222,13 @@ run_one() {
     echo "==> $name: server $ip_s, client $ip_c (data $ip_c -> $ip_s), queue $queue${kind:+ ($kind)}, progress $mode: perf write_bw -d udp0 $flags"
     local t1 server_rc=0 client_rc=0 ok=1
     t1=$(now_ms)
-    ip netns exec "$ns_s" env PORTVERBS_UDP="$ip_s" PORTVERBS_PROGRESS="$mode" \
+    local -a cap_s=() cap_c=()
+    if [[ -n ${VETH_BOTTLENECK_PCAP:-} ]]; then
+        mkdir -p "$VETH_BOTTLENECK_PCAP"
+        cap_s=("PORTVERBS_PCAP=$VETH_BOTTLENECK_PCAP/$name-server.pcap")
+        cap_c=("PORTVERBS_PCAP=$VETH_BOTTLENECK_PCAP/$name-client.pcap")
+    fi
+    ip netns exec "$ns_s" env PORTVERBS_UDP="$ip_s" PORTVERBS_PROGRESS="$mode" "${cap_s[@]}" \
         timeout -k 5 "$run_limit" "$cli" perf write_bw -d udp0 "${args[@]}" </dev/null >"$sout" 2>&1 &
     server_pid=$!
     # The server listens on TCP port 18515 once its device is up.
@@ -238,7 +244,7 @@ run_one() {
         ok=0
         kill "$server_pid" 2>/dev/null || true
     else
-        ip netns exec "$ns_c" env PORTVERBS_UDP="$ip_c" PORTVERBS_PROGRESS="$mode" \
+        ip netns exec "$ns_c" env PORTVERBS_UDP="$ip_c" PORTVERBS_PROGRESS="$mode" "${cap_c[@]}" \
             timeout -k 5 "$run_limit" "$cli" perf write_bw -d udp0 "${args[@]}" "$ip_s" \
             </dev/null >"$cout" 2>&1 || client_rc=$?
     fi

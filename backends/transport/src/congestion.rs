@@ -158,6 +158,8 @@ pub(crate) struct QpCc {
     pub(crate) pto: crate::timers::Lazy,
     /// Back-off shift of the probe timeout.
     pub(crate) pto_shift: u8,
+    /// In its path's queue of QPs waiting for room.
+    queued: bool,
 }
 
 #[derive(Debug)]
@@ -331,7 +333,9 @@ impl Paths {
         if charged > 0 {
             p.busy = p.busy.saturating_sub(1);
         }
-        p.waiting.retain(|&(q, _)| q != qpn);
+        if std::mem::take(&mut cc.queued) {
+            p.waiting.retain(|&(q, _)| q != qpn);
+        }
         p.qps = p.qps.saturating_sub(1);
         Self::wake(p, woken);
         if p.qps == 0 {
@@ -370,6 +374,7 @@ impl Paths {
                 Some(at) => p.waiting[at].1 = false,
                 None => {
                     p.waiting.push_back((qpn, false));
+                    cc.queued = true;
                     self.stats.waits += 1;
                 }
             }
@@ -377,6 +382,7 @@ impl Paths {
         }
         if let Some(at) = queued {
             p.waiting.remove(at);
+            cc.queued = false;
         }
         // Its fair share: the window over the QPs that hold packets or wait for room (itself
         // included: counted as busy when it has packets out).
@@ -387,6 +393,20 @@ impl Paths {
             return Grant::Wait;
         }
         Grant::Packets((path_room - ahead).min(share - in_flight))
+    }
+
+    /// The QP stopped wanting room (it has nothing to send, or cannot send: a go-back whose
+    /// packets were acknowledged after all, an error, an RNR wait): it leaves its path's
+    /// queue, or it would hold its place there, and with it room the QPs behind it wait for.
+    pub(crate) fn withdraw(&mut self, qpn: u32, cc: &mut QpCc, woken: &mut Vec<u32>) {
+        if !std::mem::take(&mut cc.queued) {
+            return;
+        }
+        let Some(p) = cc.path.and_then(|i| self.path_mut(i)) else {
+            return;
+        };
+        p.waiting.retain(|&(q, _)| q != qpn);
+        Self::wake(p, woken);
     }
 
     /// Brings the QP's count in its path's total to `in_flight` packets; room it frees wakes
@@ -717,6 +737,35 @@ mod tests {
         assert_eq!(woken, [1]);
         assert!(matches!(p.grant(2, &mut cc[2], 1, dgid(), 0), Grant::Wait));
         assert!(granted(p.grant(1, &mut cc[1], 1, dgid(), 0)) >= 1);
+    }
+
+    #[test]
+    fn a_qp_that_stops_wanting_room_leaves_the_queue_and_wakes_the_next() {
+        let mut p = paths(2);
+        let mut cc: Vec<QpCc> = (0..4).map(|_| QpCc::default()).collect();
+        let mut woken = Vec::new();
+        assert_eq!(granted(p.grant(0, &mut cc[0], 1, dgid(), 0)), 2);
+        p.charge(&mut cc[0], 2, &mut woken);
+        for q in 1..4 {
+            assert!(matches!(
+                p.grant(q, &mut cc[q as usize], 1, dgid(), 0),
+                Grant::Wait
+            ));
+        }
+        // Room for two: QPs 1 and 2 are woken; both find they have nothing to send any more
+        // (their go-back was acknowledged after all) and withdraw. QP 3, behind them, must
+        // not wait for places nobody will take.
+        p.charge(&mut cc[0], 0, &mut woken);
+        assert_eq!(woken, [1, 2]);
+        woken.clear();
+        p.withdraw(1, &mut cc[1], &mut woken);
+        p.withdraw(2, &mut cc[2], &mut woken);
+        assert_eq!(woken, [3]);
+        assert!(granted(p.grant(3, &mut cc[3], 1, dgid(), 0)) >= 1);
+        assert_eq!(p.infos()[0].waiting, 0);
+        // Withdrawing when not queued changes nothing.
+        p.withdraw(1, &mut cc[1], &mut woken);
+        assert_eq!(woken, [3]);
     }
 
     #[test]

@@ -27,8 +27,10 @@ const MAX_MSG: u64 = 1 << 31;
 enum Step {
     /// A packet went out or a WQE was retired locally; keep going.
     Progress,
-    /// Blocked (window, fence, depth, nothing posted); stop until something changes.
+    /// Blocked (PSN window, fence, depth, nothing posted); stop until something changes.
     Blocked,
+    /// Waiting for room in the path's congestion window.
+    Throttled,
 }
 
 /// Sends as much as the QP's state, window and budget allow, then delivers any completions
@@ -41,6 +43,7 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
     out: &mut Vec<Packet>,
 ) {
     let mut budget = core.cfg.burst;
+    let mut throttled = false;
     loop {
         let mut blocked = false;
         if qp.can_send() && !qp.req.rnr_wait && !qp.req.stalled {
@@ -49,6 +52,10 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
                     Ok(Step::Progress) => budget -= 1,
                     Ok(Step::Blocked) => {
                         blocked = true;
+                        break;
+                    }
+                    Ok(Step::Throttled) => {
+                        throttled = true;
                         break;
                     }
                     Err(fault) => {
@@ -72,6 +79,10 @@ pub(crate) fn transmit<H: Hca + ?Sized>(
         if !(blocked && retired > 0 && budget > 0) {
             break;
         }
+    }
+    if !throttled && budget > 0 {
+        // Not waiting for its path's window (any more): out of its queue.
+        core.cc.withdraw(qp.qpn, &mut qp.cc, &mut core.woken);
     }
 }
 
@@ -179,7 +190,7 @@ fn step<H: Hca + ?Sized>(
                     // Nothing of its own is out: nothing to time until it sends again.
                     qp.req.rto_armed = false;
                 }
-                return Ok(Step::Blocked);
+                return Ok(Step::Throttled);
             }
         }
     }
