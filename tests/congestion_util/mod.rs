@@ -61,6 +61,10 @@ pub struct Config {
     pub retry_cnt: u8,
     /// How often (virtual ns) the application polls its CQs and refills the send queues.
     pub poll_ns: u64,
+    /// Virtual time the drain waits, at most, for outstanding WRITEs to complete or fail
+    /// (2 s; the local ACK timer backs off up to 8× while retries make no progress, so a QP
+    /// that runs out of retries at timeout 14 may need about 3.2 s to say so).
+    pub drain_ns: u64,
     /// Congestion control of every device of the run (senders, receiver, probe).
     pub cc: CcConfig,
     /// Run the latency probe ([`PROBE_BYTES`]-byte SEND ping-pong on a device of its own)
@@ -102,6 +106,7 @@ impl Config {
             timeout: 14,
             retry_cnt: 7,
             poll_ns: 5_000,
+            drain_ns: 2_000_000_000,
             cc: CcConfig::default(),
             probe: false,
             probe_poll_ns: 500,
@@ -158,7 +163,7 @@ pub struct Figures {
     /// The first unsuccessful completion of every QP that had one: (QP index, status).
     pub failures: Vec<(usize, WcStatus)>,
     /// QPs with WRITEs still outstanding when the drain gave up (neither completed nor
-    /// failed after 2 s of virtual time).
+    /// failed after [`Config::drain_ns`] of virtual time).
     pub incomplete: Vec<usize>,
     /// QPs whose written data did not match their source on the receiver.
     pub bad_data: Vec<usize>,
@@ -166,14 +171,18 @@ pub struct Figures {
     pub unchecked: usize,
     /// Round trips of the latency probe that ended after the warm-up, virtual ns, in the
     /// order taken (empty without the probe). Pings leave until `duration_ns`; one still out
-    /// then is timed when its answer comes in the drain, to the drain's 1 ms steps (such a
-    /// ping waited for a retransmission timeout), so that a stalled ping counts in full.
+    /// then is timed when its answer comes in the drain (to within about 2 % of its length),
+    /// so that a ping stalled behind a retransmission timeout counts in full.
     pub probe_rtts_ns: Vec<u64>,
     /// The median, 99th percentile (nearest rank) and largest of `probe_rtts_ns` (0 when
     /// there are none).
     pub probe_p50_ns: u64,
     pub probe_p99_ns: u64,
     pub probe_max_ns: u64,
+    /// Packets the probe's pinging device retransmitted, and its local ACK timeouts, over the
+    /// whole run.
+    pub probe_retransmits: u64,
+    pub probe_timeouts: u64,
     /// Round trips the probe completed over the whole run.
     pub probe_round_trips: u64,
     /// Probe messages lost: SENDs of either end that completed in error, plus the ping
@@ -224,12 +233,15 @@ impl Figures {
             self.wall,
             if c.probe {
                 format!(
-                    " probe {} samples p50 {:.1} us p99 {:.1} us max {:.1} us lost {}",
+                    " probe {} samples p50 {:.1} us p99 {:.1} us max {:.1} us lost {} \
+                     retrans {} timeouts {}",
                     self.probe_rtts_ns.len(),
                     self.probe_p50_ns as f64 / 1e3,
                     self.probe_p99_ns as f64 / 1e3,
                     self.probe_max_ns as f64 / 1e3,
                     self.probe_lost,
+                    self.probe_retransmits,
+                    self.probe_timeouts,
                 )
             } else {
                 String::new()
@@ -451,10 +463,10 @@ pub fn run_bottleneck(c: &Config) -> Figures {
             failed: false,
         });
     }
-    let mut probe = c.probe.then(|| {
-        let dev = attach("10.0.3.1".into());
-        Probe::new(&open(&dev), &rx_ctx, c)
-    });
+    let probe_dev = c.probe.then(|| attach("10.0.3.1".into()));
+    let mut probe = probe_dev
+        .as_ref()
+        .map(|dev| Probe::new(&open(dev), &rx_ctx, c));
     fabric.run_until_idle().unwrap();
 
     let remote_base = rx_mr.addr();
@@ -548,13 +560,19 @@ pub fn run_bottleneck(c: &Config) -> Figures {
     }
     let window_drops = fabric.stats().queue_drops - drops_at_warmup.unwrap_or(0);
     // Drain: no new WRITEs; what is outstanding completes, or fails (retries run out after
-    // 8 × 67 ms at timeout 14).
-    let drain_until = fabric.now_ns() + 2_000_000_000;
+    // 8 timeouts of 67 ms at timeout 14, each backed off up to 8×).
+    let drain_until = fabric.now_ns() + c.drain_ns;
     let probe_busy = |p: &Option<Probe>| p.as_ref().is_some_and(Probe::busy);
     while (flows.iter().any(|f| f.outstanding > 0) || probe_busy(&probe))
         && fabric.now_ns() < drain_until
     {
-        fabric.run_for(1_000_000).unwrap();
+        // 1 ms steps; while a ping is out, steps of a 64th of its wait so far (at least the
+        // probe's poll interval), so that its round trip is timed to within about 2 %.
+        let step = match probe.as_ref().and_then(|p| p.sent_at) {
+            Some(t) => ((fabric.now_ns() - t) / 64).clamp(c.probe_poll_ns.max(1), 1_000_000),
+            None => 1_000_000,
+        };
+        fabric.run_for(step).unwrap();
         poll(&mut flows, false);
         if let Some(p) = probe.as_mut() {
             p.poll(fabric.now_ns(), start + c.warmup_ns, end);
@@ -631,6 +649,10 @@ pub fn run_bottleneck(c: &Config) -> Figures {
         probe_rtts_ns,
         probe_round_trips,
         probe_lost,
+        probe_retransmits: probe_dev
+            .as_ref()
+            .map_or(0, |d| d.engine_stats().retransmits),
+        probe_timeouts: probe_dev.as_ref().map_or(0, |d| d.engine_stats().timeouts),
         end_ns: fabric.now_ns(),
         wall: wall.elapsed(),
     }
