@@ -51,6 +51,16 @@ pub enum EnvError {
         /// The value found.
         value: String,
     },
+    /// `PORTVERBS_CC` is neither `on` nor `off`.
+    #[error(
+        "PORTVERBS_CC={value:?} is not a congestion-control setting: set it to on (a \
+         congestion window per path, ECN, the default) or off (every RC QP keeps its whole \
+         PSN window in flight), or unset it"
+    )]
+    Cc {
+        /// The value found.
+        value: String,
+    },
     /// `PORTVERBS_MLX4_IP` is not an IPv4 or IPv6 address.
     #[error(
         "PORTVERBS_MLX4_IP={value:?} is not an IP address: set it to the IPv4 or IPv6 address \
@@ -133,6 +143,28 @@ fn parse_progress_env(value: Option<&OsStr>) -> Result<Option<portverbs_hal::Pro
         .ok_or(EnvError::Progress { value: v })
 }
 
+/// `PORTVERBS_CC=off|on`: whether the devices `PORTVERBS_UDP` makes run congestion control
+/// ([`crate::soft::CcConfig::enabled`]); `None` when unset or empty (on then).
+///
+/// # Errors
+/// A value that is neither `on` nor `off` (any case): [`crate::devices`] then makes the
+/// devices with congestion control on, and an application calls this to tell its user why.
+pub fn cc_env() -> Result<Option<bool>, EnvError> {
+    parse_cc_env(std::env::var_os("PORTVERBS_CC").as_deref())
+}
+
+fn parse_cc_env(value: Option<&OsStr>) -> Result<Option<bool>, EnvError> {
+    let Some(v) = value.map(|v| v.to_string_lossy().into_owned()) else {
+        return Ok(None);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" => Ok(None),
+        "on" => Ok(Some(true)),
+        "off" => Ok(Some(false)),
+        _ => Err(EnvError::Cc { value: v }),
+    }
+}
+
 /// `PORTVERBS_PCAP=<path>`: the pcap file the embedded fabric ([`crate::embedded_fabric`])
 /// writes every packet to, from its start (see [`crate::soft::Fabric::start_capture`] for what
 /// is captured). `None` when unset or empty.
@@ -210,6 +242,23 @@ mod tests {
             err.to_string()
                 .starts_with("PORTVERBS_PROGRESS=\"threaded\"")
         );
+    }
+
+    #[test]
+    fn cc_is_on_or_off() {
+        let p = |v: Option<&str>| parse_cc_env(v.map(OsStr::new));
+        assert_eq!(p(None).unwrap(), None);
+        assert_eq!(p(Some(" ")).unwrap(), None);
+        assert_eq!(p(Some("on")).unwrap(), Some(true));
+        assert_eq!(p(Some(" OFF ")).unwrap(), Some(false));
+        let err = p(Some("dcqcn")).unwrap_err();
+        assert_eq!(
+            err,
+            EnvError::Cc {
+                value: "dcqcn".into()
+            }
+        );
+        assert!(err.to_string().starts_with("PORTVERBS_CC=\"dcqcn\""));
     }
 
     #[test]

@@ -80,6 +80,9 @@
 //! caller's thread (polling any CQ of a device makes the whole device progress). Choose it
 //! with `udp_port::UdpConfig::progress`, or for [`devices`] with `PORTVERBS_PROGRESS`
 //! ([`progress_env`]) or `set_udp_progress`. The embedded fabric's devices are auto.
+//! Congestion control (a window per destination path, ECN) is on unless
+//! `udp_port::UdpConfig::congestion` or, for [`devices`], `PORTVERBS_CC=off` ([`cc_env`])
+//! turns it off.
 //! * **mlx4** — the mlx4 driver ([`mlx4`]). On the embedded fabric it drives two emulated
 //!   ConnectX-3s ([`mlx4_model`]), `mlx4_0` at 10.0.0.3 and `mlx4_1` at 10.0.0.4; on Linux,
 //!   functions bound to vfio-pci are listed too ([`hardware_env`] tells how the scan is
@@ -116,7 +119,7 @@ pub use devices::{
     EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, EmulatedMlx4Error, SkipReason, SkippedDevice, device,
     devices, embedded_fabric, embedded_mlx4_models, emulated_mlx4, skipped_devices,
 };
-pub use env::{EnvError, HardwareEnv, capture_env, hardware_env, progress_env};
+pub use env::{EnvError, HardwareEnv, capture_env, cc_env, hardware_env, progress_env};
 pub use open::{context_options, open, platform_sinks};
 /// The connection manager: the sans-IO protocol core (`portverbs-cm`) and, as
 /// [`cm::service`], the IB CM over QP1 with rdma_cm's IP addressing (`Listener`, `Connector`;

@@ -91,7 +91,7 @@ pub fn udp_device_on(
     name: &str,
     config: UdpConfig,
 ) -> Result<UdpDevice, UdpDeviceError> {
-    let addr = config.addr;
+    let (addr, congestion) = (config.addr, config.congestion);
     let port = UdpPort::attach(fabric, config)?;
     let device = SoftDevice::attach(
         fabric,
@@ -102,6 +102,7 @@ pub fn udp_device_on(
                 mtu: port.ib_mtu(),
             }],
             seed: None,
+            congestion,
         },
     )?;
     Ok(UdpDevice { device, port })
@@ -155,16 +156,20 @@ pub fn udp_progress() -> Progress {
 }
 
 /// The devices `PORTVERBS_UDP` asks for, made once per process: `udp0`, `udp1` … in the
-/// order of the addresses, in the progress mode of [`udp_progress`]; an address that would
+/// order of the addresses, in the progress mode of [`udp_progress`], with congestion control
+/// unless `PORTVERBS_CC=off` ([`crate::cc_env`]); an address that would
 /// not bind is kept apart with the reason.
 pub(crate) fn env_devices() -> &'static (Vec<UdpDevice>, Vec<SkippedDevice>) {
     DEVS.get_or_init(|| {
         let (mut made, mut failed) = (Vec::new(), Vec::new());
         let progress = udp_progress();
+        // PORTVERBS_CC: on unless it says off (a bad value is the CLI's to report).
+        let cc = crate::env::cc_env().ok().flatten().unwrap_or(true);
         for (i, ip) in udp_env().unwrap_or_default().into_iter().enumerate() {
             let name = format!("udp{i}");
             let mut config = UdpConfig::new(ip);
             config.progress = progress;
+            config.congestion.enabled = cc;
             match udp_device(&name, config) {
                 Ok(d) => {
                     if let Some(path) = crate::env::capture_env() {

@@ -108,6 +108,7 @@ fn check_environment() -> Result<(), CliError> {
     #[cfg(any(target_os = "linux", windows))]
     portverbs::udp_env().map_err(CliError::usage)?;
     portverbs::progress_env().map_err(CliError::usage)?;
+    portverbs::cc_env().map_err(CliError::usage)?;
     Ok(())
 }
 

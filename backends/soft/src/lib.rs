@@ -47,4 +47,4 @@ pub use portverbs_fabric::{
     Bottleneck, CaptureError, CaptureStats, EcnMarking, Fabric, FabricConfig, FabricError,
     FabricStats, LinkFaults, Mode,
 };
-pub use portverbs_transport::EngineStats;
+pub use portverbs_transport::{CcConfig, CcStats, EngineStats};

@@ -174,4 +174,6 @@ pub use lockstep::Lockstep;
 #[cfg(any(target_os = "linux", windows))]
 pub use port::{PortFaults, UdpConfig, UdpError, UdpPort};
 #[cfg(any(target_os = "linux", windows))]
+pub use portverbs_transport::CcConfig;
+#[cfg(any(target_os = "linux", windows))]
 pub use stats::UdpStats;

@@ -16,7 +16,7 @@ use portverbs_fabric::{
 };
 use portverbs_hal::Progress;
 use portverbs_hal::types::{Gid, Mtu};
-use portverbs_transport::Packet;
+use portverbs_transport::{CcConfig, Packet};
 use thiserror::Error;
 
 use crate::io::UdpIo;
@@ -62,6 +62,10 @@ pub struct UdpConfig {
     /// ([`Progress`]). Read by the facade's `udp_device`, which makes the fabric of that
     /// mode; a port joining a fabric of the caller's follows the fabric's mode.
     pub progress: Progress,
+    /// Congestion control of the software device on this address ([`CcConfig`]; on by
+    /// default). Read by the facade's `udp_device`, which makes the device; the port itself
+    /// carries packets as they come.
+    pub congestion: CcConfig,
 }
 
 impl UdpConfig {
@@ -76,6 +80,7 @@ impl UdpConfig {
             socket_buffer: 8 << 20,
             faults: PortFaults::default(),
             progress: Progress::default(),
+            congestion: CcConfig::default(),
         }
     }
 }

@@ -122,6 +122,7 @@ impl SoftDevice {
                 EngineConfig {
                     max_qp: state::limits::MAX_QP,
                     seed: rng.next_u64(),
+                    cc: config.congestion,
                     ..EngineConfig::default()
                 },
                 engine_ports,

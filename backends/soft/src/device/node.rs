@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use portverbs_fabric::Node;
 use portverbs_hal::types::Mtu;
+use portverbs_transport::CcConfig;
 
 use super::doorbell::KickKind;
 use super::hw::Hw;
@@ -33,6 +34,10 @@ pub struct DeviceConfig {
     /// on a free-running fabric, derived from a stepped fabric's seed). `Some` pins it, so that
     /// a test can repeat the device's identifiers exactly.
     pub seed: Option<u64>,
+    /// Congestion control of the device's transport ([`CcConfig`]; on by default, with ECN).
+    /// `CcConfig { enabled: false, .. }` lets every RC QP keep its whole PSN window in
+    /// flight, as the transport did before it had a congestion window.
+    pub congestion: CcConfig,
 }
 
 impl DeviceConfig {
@@ -45,6 +50,7 @@ impl DeviceConfig {
                 mtu: Mtu::Mtu4096,
             }],
             seed: None,
+            congestion: CcConfig::default(),
         }
     }
 }
