@@ -305,6 +305,9 @@ fn advance_una(qp: &mut QpCtx, core: &mut Core, now: u64, una: u32) {
     qp.req.una = una;
     core.cc.on_ack(&qp.cc, acked);
     core.cc.acked_to(&mut qp.cc, una, now);
+    if psn::diff(qp.req.next_psn, una) < 0 {
+        skip_acknowledged(qp, core, una);
+    }
     let in_flight = congestion::in_flight(una, qp.req.next_psn);
     core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
     qp.cc.rto_backoff = 0;
@@ -631,6 +634,29 @@ fn rewind(qp: &mut QpCtx, core: &mut Core, p: u32) {
     let in_flight = congestion::in_flight(qp.req.una, qp.req.next_psn);
     core.cc.charge(&mut qp.cc, in_flight, &mut core.woken);
     core.cc.went_back(&mut qp.cc);
+}
+
+/// A go-back restarted transmission behind `una`, and the responder has since acknowledged
+/// past it (the original packets were late, not lost): move the transmit point up to `una`
+/// instead of sending again what the responder has. Besides the bandwidth, resending them
+/// would go unanswered by anything that counts — their ACKs are behind `una` — while the
+/// path's window counts nothing in flight for the QP.
+fn skip_acknowledged(qp: &mut QpCtx, core: &Core, una: u32) {
+    let Some(c) = wqe_of_psn(qp, una) else {
+        // Everything sent is acknowledged: the next PSN is `una`, and the WQEs before it are
+        // done (transmission steps over them).
+        qp.req.next_psn = una;
+        return;
+    };
+    let s = qp.req.slot(c);
+    if matches!(s.wqe.op, SendOp::RdmaRead { .. }) && una != s.first_psn {
+        return; // a READ resumes from its responses (`rewind`), never from its middle PSNs
+    }
+    let mtu = u64::from(qp.mtu(core.port_mtu(qp.attr.port_num)));
+    let first_psn = s.first_psn;
+    qp.req.tx = c;
+    qp.req.tx_offset = u64::from(psn::diff(una, first_psn) as u32) * mtu;
+    qp.req.next_psn = una;
 }
 
 /// Completes the WQE containing `p` with an error; earlier WQEs were acknowledged by the caller.

@@ -356,12 +356,13 @@ impl Paths {
         port: u8,
         dgid: Gid,
         in_flight: u32,
+        woken: &mut Vec<u32>,
     ) -> Grant {
         if !self.cfg.enabled {
             return Grant::Packets(u32::MAX);
         }
         let i = self.attach(cc, port, dgid);
-        let Some(p) = self.path_mut(i) else {
+        let Some(p) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return Grant::Packets(u32::MAX);
         };
         let path_room = p.cwnd.saturating_sub(p.in_flight);
@@ -377,6 +378,10 @@ impl Paths {
                     cc.queued = true;
                     self.stats.waits += 1;
                 }
+            }
+            if p.in_flight == 0 {
+                // Nothing is out to bring an ACK that would wake the QPs ahead: wake them now.
+                Self::wake(p, woken);
             }
             return Grant::Wait;
         }
@@ -682,6 +687,20 @@ mod tests {
         })
     }
 
+    impl Paths {
+        fn grant_t(
+            &mut self,
+            qpn: u32,
+            cc: &mut QpCc,
+            port: u8,
+            dgid: Gid,
+            in_flight: u32,
+        ) -> Grant {
+            let mut woken = Vec::new();
+            self.grant(qpn, cc, port, dgid, in_flight, &mut woken)
+        }
+    }
+
     fn granted(g: Grant) -> u32 {
         match g {
             Grant::Packets(n) => n,
@@ -695,12 +714,12 @@ mod tests {
         let mut cc: Vec<QpCc> = (0..4).map(|_| QpCc::default()).collect();
         let mut woken = Vec::new();
         // The first QP alone: the whole window is its share.
-        assert_eq!(granted(p.grant(0, &mut cc[0], 1, dgid(), 0)), 4);
+        assert_eq!(granted(p.grant_t(0, &mut cc[0], 1, dgid(), 0)), 4);
         p.charge(&mut cc[0], 4, &mut woken);
         // Three more find it full and queue in order.
         for q in 1..4 {
             assert!(matches!(
-                p.grant(q, &mut cc[q as usize], 1, dgid(), 0),
+                p.grant_t(q, &mut cc[q as usize], 1, dgid(), 0),
                 Grant::Wait
             ));
         }
@@ -715,10 +734,13 @@ mod tests {
         // Each gets its share of the window (7 over four QPs: one each), the first QP none
         // until its own packet is answered.
         for q in 1..4 {
-            assert_eq!(granted(p.grant(q, &mut cc[q as usize], 1, dgid(), 0)), 1);
+            assert_eq!(granted(p.grant_t(q, &mut cc[q as usize], 1, dgid(), 0)), 1);
             p.charge(&mut cc[q as usize], 1, &mut woken);
         }
-        assert!(matches!(p.grant(0, &mut cc[0], 1, dgid(), 1), Grant::Wait));
+        assert!(matches!(
+            p.grant_t(0, &mut cc[0], 1, dgid(), 1),
+            Grant::Wait
+        ));
         let info = p.infos()[0];
         assert_eq!((info.in_flight, info.waiting, info.qps), (4, 0, 4));
     }
@@ -728,15 +750,21 @@ mod tests {
         let mut p = paths(2);
         let mut cc: Vec<QpCc> = (0..3).map(|_| QpCc::default()).collect();
         let mut woken = Vec::new();
-        assert_eq!(granted(p.grant(0, &mut cc[0], 1, dgid(), 0)), 2);
+        assert_eq!(granted(p.grant_t(0, &mut cc[0], 1, dgid(), 0)), 2);
         p.charge(&mut cc[0], 2, &mut woken);
-        assert!(matches!(p.grant(1, &mut cc[1], 1, dgid(), 0), Grant::Wait));
+        assert!(matches!(
+            p.grant_t(1, &mut cc[1], 1, dgid(), 0),
+            Grant::Wait
+        ));
         // One packet no longer counts (its QP went back N), the window is still 2: room for
         // one, which is QP 1's.
         p.charge(&mut cc[0], 1, &mut woken);
         assert_eq!(woken, [1]);
-        assert!(matches!(p.grant(2, &mut cc[2], 1, dgid(), 0), Grant::Wait));
-        assert!(granted(p.grant(1, &mut cc[1], 1, dgid(), 0)) >= 1);
+        assert!(matches!(
+            p.grant_t(2, &mut cc[2], 1, dgid(), 0),
+            Grant::Wait
+        ));
+        assert!(granted(p.grant_t(1, &mut cc[1], 1, dgid(), 0)) >= 1);
     }
 
     #[test]
@@ -744,11 +772,11 @@ mod tests {
         let mut p = paths(2);
         let mut cc: Vec<QpCc> = (0..4).map(|_| QpCc::default()).collect();
         let mut woken = Vec::new();
-        assert_eq!(granted(p.grant(0, &mut cc[0], 1, dgid(), 0)), 2);
+        assert_eq!(granted(p.grant_t(0, &mut cc[0], 1, dgid(), 0)), 2);
         p.charge(&mut cc[0], 2, &mut woken);
         for q in 1..4 {
             assert!(matches!(
-                p.grant(q, &mut cc[q as usize], 1, dgid(), 0),
+                p.grant_t(q, &mut cc[q as usize], 1, dgid(), 0),
                 Grant::Wait
             ));
         }
@@ -761,7 +789,7 @@ mod tests {
         p.withdraw(1, &mut cc[1], &mut woken);
         p.withdraw(2, &mut cc[2], &mut woken);
         assert_eq!(woken, [3]);
-        assert!(granted(p.grant(3, &mut cc[3], 1, dgid(), 0)) >= 1);
+        assert!(granted(p.grant_t(3, &mut cc[3], 1, dgid(), 0)) >= 1);
         assert_eq!(p.infos()[0].waiting, 0);
         // Withdrawing when not queued changes nothing.
         p.withdraw(1, &mut cc[1], &mut woken);
@@ -774,9 +802,9 @@ mod tests {
         let mut a = QpCc::default();
         let mut b = QpCc::default();
         let mut woken = Vec::new();
-        assert_eq!(granted(p.grant(7, &mut a, 1, dgid(), 0)), 2);
+        assert_eq!(granted(p.grant_t(7, &mut a, 1, dgid(), 0)), 2);
         p.charge(&mut a, 2, &mut woken);
-        assert!(matches!(p.grant(8, &mut b, 1, dgid(), 0), Grant::Wait));
+        assert!(matches!(p.grant_t(8, &mut b, 1, dgid(), 0), Grant::Wait));
         // The first QP goes to ERR with its packets out: they no longer count, and the QP
         // waiting behind it is woken.
         p.detach(7, &mut a, &mut woken);
@@ -791,7 +819,7 @@ mod tests {
         let mut p = paths(100);
         let mut cc = QpCc::default();
         let mut woken = Vec::new();
-        p.grant(1, &mut cc, 1, dgid(), 0);
+        p.grant_t(1, &mut cc, 1, dgid(), 0);
         p.on_cnp(&cc);
         let first = p.infos()[0].cwnd;
         assert_eq!(first, 50, "alpha starts at 1: the first cut halves");
@@ -814,7 +842,7 @@ mod tests {
             ..CcConfig::default()
         });
         let mut cc = QpCc::default();
-        assert_eq!(granted(p.grant(1, &mut cc, 1, dgid(), 1000)), u32::MAX);
+        assert_eq!(granted(p.grant_t(1, &mut cc, 1, dgid(), 1000)), u32::MAX);
         assert!(p.infos().is_empty());
     }
 }

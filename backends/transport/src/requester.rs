@@ -183,7 +183,10 @@ fn step<H: Hca + ?Sized>(
     if qp.init.qp_type == QpType::Rc {
         let in_flight = congestion::in_flight(qp.req.una, qp.req.next_psn);
         let (port, dgid) = (qp.attr.port_num, qp.attr.ah_attr.dgid);
-        match core.cc.grant(qp.qpn, &mut qp.cc, port, dgid, in_flight) {
+        match core
+            .cc
+            .grant(qp.qpn, &mut qp.cc, port, dgid, in_flight, &mut core.woken)
+        {
             Grant::Packets(n) => room = n,
             Grant::Wait => {
                 if in_flight == 0 {

@@ -233,3 +233,27 @@ fn a_peer_that_answers_nothing_is_probed_less_and_less_then_left_to_the_ack_time
         probes.len()
     );
 }
+
+#[test]
+fn a_late_ack_past_a_probes_go_back_moves_transmission_up_instead_of_resending() {
+    let mut s = side_with_window(4);
+    s.post_recv(0, 64);
+    let first = s.post(s.wqe(SendOp::Send, 0, 4096));
+    assert_eq!(first.len(), 4);
+    // No ACK within the probe timeout: back to the first PSN, under a halved window.
+    let again = s.advance_to(s.now + CcConfig::default().initial_pto_ns);
+    assert_eq!(summary(&again)[0], (Opcode::SendFirst, SQ_PSN));
+    assert_eq!(again.len(), 2);
+    // The original packets were only late: an ACK covers three of them, past where the
+    // go-back got to.
+    let after = s.feed(ack(SQ_PSN + 2));
+    assert_eq!(
+        summary(&after),
+        [(Opcode::SendLast, SQ_PSN + 3)],
+        "nothing acknowledged is sent again"
+    );
+    s.feed(ack(SQ_PSN + 3));
+    assert_eq!(s.take_cqes().len(), 1);
+    let next = s.post(s.wqe(SendOp::Send, 0, 16));
+    assert_eq!(summary(&next), [(Opcode::SendOnly, SQ_PSN + 4)]);
+}
