@@ -585,6 +585,7 @@ pub(crate) fn on_retransmit_timeout<H: Hca + ?Sized>(
         return;
     }
     core.stats.timeouts += 1;
+    core.cc.on_timeout(&qp.cc);
     qp.cc.rto_backoff = (qp.cc.rto_backoff + 1).min(congestion::MAX_RTO_BACKOFF);
     let una = qp.req.una;
     retry(qp, core, hca, now, una);
@@ -608,7 +609,7 @@ pub(crate) fn on_probe_timeout<H: Hca + ?Sized>(
     }
     core.cc.stats.probe_timeouts += 1;
     qp.cc.pto_shift = (qp.cc.pto_shift + 1).min(congestion::MAX_PTO_BACKOFF);
-    core.cc.on_loss(&qp.cc);
+    core.cc.on_timeout(&qp.cc);
     let una = qp.req.una;
     rewind(qp, core, una);
     requester::transmit(qp, core, hca, now, out);

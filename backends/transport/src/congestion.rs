@@ -483,7 +483,8 @@ impl Paths {
         }
     }
 
-    /// The QP saw a loss (a PSN-sequence NAK it acted on, or a retransmission timeout).
+    /// The QP saw a loss (a PSN-sequence NAK it acted on; after a timeout, [`Paths::on_timeout`]
+    /// has cut already).
     pub(crate) fn on_loss(&mut self, cc: &QpCc) {
         let Some(i) = cc.path else {
             return;
@@ -492,6 +493,25 @@ impl Paths {
         let Some(p) = self.path_mut(i) else {
             return;
         };
+        let half = p.cwnd / 2;
+        if p.cut(half, min) {
+            self.stats.loss_cuts += 1;
+        }
+    }
+
+    /// The QP's packets went unanswered until a timeout (the probe timeout or the local ACK
+    /// timeout): its path's window halves whatever the last cut was — with no ACK coming
+    /// back, the once-per-round-trip rule would never let it shrink to what the path can take
+    /// (a burst bigger than a shallow queue, dropped whole every time).
+    pub(crate) fn on_timeout(&mut self, cc: &QpCc) {
+        let Some(i) = cc.path else {
+            return;
+        };
+        let min = self.cfg.min_window;
+        let Some(p) = self.path_mut(i) else {
+            return;
+        };
+        p.since_cut = p.guard;
         let half = p.cwnd / 2;
         if p.cut(half, min) {
             self.stats.loss_cuts += 1;

@@ -257,3 +257,25 @@ fn a_late_ack_past_a_probes_go_back_moves_transmission_up_instead_of_resending()
     let next = s.post(s.wqe(SendOp::Send, 0, 16));
     assert_eq!(summary(&next), [(Opcode::SendOnly, SQ_PSN + 4)]);
 }
+
+#[test]
+fn timeouts_in_a_row_keep_halving_the_window_with_no_ack_between() {
+    // A burst bigger than the path's queue, dropped whole every time: without ACKs the
+    // once-per-round-trip rule must not keep the window from shrinking to what fits.
+    let mut s = side_with_window(16);
+    for _ in 0..16 {
+        s.post(s.wqe(SendOp::Send, 0, 16));
+    }
+    let mut windows = vec![cwnd(&s)];
+    for _ in 0..3 {
+        let next = s.engine.poll_timeout().unwrap();
+        let resent = s.advance_to(next);
+        windows.push(cwnd(&s));
+        assert_eq!(
+            resent.len() as u32,
+            cwnd(&s),
+            "the go-back sends what the window holds"
+        );
+    }
+    assert_eq!(windows, [16, 8, 4, 2]);
+}
