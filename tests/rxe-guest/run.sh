@@ -20,12 +20,17 @@
 #    which rxe would drop IPv4 datagrams; see the portverbs-udp crate docs: use IPv6 there).
 #    And UD multicast: librdmacm's mckey against `portverbs mckey`, each side once the
 #    sender, both joining the IPv4 group 239.77.0.1 through rdma_cm (no MAD: on RoCE the
-#    join is the port's IP group membership).
+#    join is the port's IP group membership). Under congestion: ib_write_bw -q 32 and -a
+#    (2 B to 8 MiB), both ways, which need the requester's congestion window; and ECN, with
+#    the guest as client: its rxe sends ECT(0) (perftest's -R -T 2) through
+#    tests/rxe-guest/shaped, a 20 Mbit/s tbf queue on eth0 with a RED child that marks CE,
+#    and Portverbs, the server, must answer the marks with CNPs.
 # 2. Finds a Debian kernel with rdma_rxe (tests/guest-lib.sh: the one the VFIO guest test
 #    uses, fetched with apt-get download if none is installed).
 # 3. Fetches Debian's rdma-core, perftest and iproute2 packages (apt-get download, unpacked
 #    with dpkg-deb -x, never installed) and packs an initramfs: busybox-static, the modules
-#    rdma_rxe and virtio-net need, the tools with the shared libraries ldd finds for them, and
+#    rdma_rxe and virtio-net need (and sch_tbf and sch_red for the ECN row), the tools (tc
+#    and tests/rxe-guest/shaped among them) with the shared libraries ldd finds for them, and
 #    tests/rxe-guest/init with the list of checks.
 # 4. Makes a network namespace with a tap device (host 10.77.0.1/24) and boots
 #    qemu-system-x86_64 under TCG inside it, the guest's virtio NIC on the tap (guest
@@ -34,9 +39,10 @@
 #    device udp0) against the guest's tool: the guest as server and Portverbs as client, then
 #    the other way round. Every run has a time limit; both sides' exit codes and outputs are
 #    checked (pingpong: the bytes and iterations lines with the right counts; the bandwidth
-#    tests: the result row of the size and iterations asked for; the latency tests: their
-#    own row so; rping: one line per ping, in order; librdmacm's examples: their last lines
-#    with status 0), and every
+#    tests: the result row of the size and iterations asked for, with -a every size's row on
+#    the client and the last size's on the server, which prints only the client's final
+#    report; the latency tests: their own row so; rping: one line per ping, in order;
+#    librdmacm's examples: their last lines with status 0), and every
 #    host run's capture (PORTVERBS_PCAP) goes through rxe-check: every frame's ICRC, tshark
 #    decodes every frame as InfiniBand over RoCEv2 with none malformed, every MAD to QP1 is
 #    a CM MAD that tshark and portverbs-cm read alike, and the capture of an rping or -R run
@@ -47,8 +53,11 @@
 #    the teardown, where perftest and Portverbs often send crossing DREQs, may wait for a
 #    CM timer; the capture of an mckey run holds only UD SENDs to the group's QP 0xFFFFFF
 #    (rxe-check --mcast), and each side prints mckey's "data transfers complete" and
-#    "return status 0". Each check runs twice, with the host's CLI in auto progress (one progress
-#    thread per device) and in manual progress (PORTVERBS_PROGRESS=manual: no thread of
+#    "return status 0"; the ECN row's guest queue must count marked packets (`tc -s qdisc`,
+#    printed) and its capture must hold CE-marked frames from the guest and CNPs (opcode
+#    0x81, BECN) from Portverbs to the guest's QP, tshark reading the same opcode
+#    (rxe-check --cnp). Each check runs twice, with the host's CLI in auto progress (one
+#    progress thread per device) and in manual progress (PORTVERBS_PROGRESS=manual: no thread of
 #    Portverbs', the CLI's own calls drive the device and its CM), the second named
 #    <check>-manual.
 #
@@ -171,6 +180,22 @@ checks=(
     "rlatR-gs|server|ib_read_lat -R -d rxe0 -x @GIDX@ -s 64 -n 100 -F|perf read_lat -R -d udp0 -x 0 -s 64 -n 100 -F $guest_ip"
     "wbwQ-gs|server|ib_write_bw -q 2 -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf write_bw -q 2 -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
     "wbwQ-hs|client|ib_write_bw -q 2 -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf write_bw -q 2 -d udp0 -x 0 -s 4096 -n 100 -F"
+    # Many QPs and every size: -q 32 puts 32 QPs' windows on one path at once, and -a runs
+    # every size from 2 B to 8 MiB (the sizes of 2 MiB and over are 2048 packets and more
+    # per message); both need the requester's congestion window, without which a path
+    # holding every QP's PSN window in flight overran rxe and ran out of retries.
+    "wbwQ32-gs|server|ib_write_bw -q 32 -d rxe0 -x @GIDX@ -s 4096 -n 100 -F|perf write_bw -q 32 -d udp0 -x 0 -s 4096 -n 100 -F $guest_ip"
+    "wbwQ32-hs|client|ib_write_bw -q 32 -d rxe0 -x @GIDX@ -s 4096 -n 100 -F $host_ip|perf write_bw -q 32 -d udp0 -x 0 -s 4096 -n 100 -F"
+    "wbwA-gs|server|ib_write_bw -a -d rxe0 -x @GIDX@ -n 5 -F|perf write_bw -a -d udp0 -x 0 -n 5 -F $guest_ip"
+    "wbwA-hs|client|ib_write_bw -a -d rxe0 -x @GIDX@ -n 5 -F $host_ip|perf write_bw -a -d udp0 -x 0 -n 5 -F"
+    # ECN: the guest's rxe sends with traffic class 2 (ECT(0), perftest's -T, which perftest
+    # takes only with -R: rdma_cm puts the ToS into the path, rxe the path's traffic class
+    # into the IP header) through tests/rxe-guest/shaped, a 20 Mbit/s queue on eth0 that
+    # marks CE as it fills; Portverbs, the server, must answer the marks with CNPs to the
+    # guest's QP (rxe-check --cnp) and the queue must have marked some (its statistics in the
+    # guest's output). rxe drops the CNPs (it has no reaction point), so the run itself is an
+    # ordinary one.
+    "wbwECN-hs|client|shaped ib_write_bw -R -d rxe0 -x @GIDX@ -T 2 -s 65536 -n 100 -F $host_ip|perf write_bw -R -d udp0 -x 0 -s 65536 -n 100 -F"
     "sbwBD-gs|server|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -D 2 -F|perf send_bw -b -d udp0 -x 0 -s 4096 -D 2 -F $guest_ip"
     "sbwBD-hs|client|ib_send_bw -b -d rxe0 -x @GIDX@ -s 4096 -D 2 -F $host_ip|perf send_bw -b -d udp0 -x 0 -s 4096 -D 2 -F"
     # librdmacm's examples: ucmatose (RC, two connections), udaddy (UD through SIDR),
@@ -261,7 +286,8 @@ echo "==> kernel $kernel"
 echo "==> packing the initramfs"
 t0=$(now_ms)
 pkgs=(ibverbs-utils perftest ibverbs-providers libibverbs1 librdmacm1 libibumad3 rdmacm-utils
-    iproute2 libnl-3-200 libnl-route-3-200 libpci3 libmnl0 libbsd0 libmd0 libcap2 libudev1)
+    iproute2 libnl-3-200 libnl-route-3-200 libpci3 libmnl0 libbsd0 libmd0 libcap2 libudev1
+    libbpf1 libelf1 libxtables12)
 debs=$work/debs
 stage=$work/userland
 # (.complete names the packages unpacked: a changed list unpacks them again.)
@@ -283,6 +309,9 @@ mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs"
 cp "$busybox" "$root/bin/busybox"
 cp tests/rxe-guest/init "$root/init"
 chmod 755 "$root/init"
+# The ECN row's wrapper: eth0 behind a marking queue for one command.
+cp tests/rxe-guest/shaped "$root/usr/bin/shaped"
+chmod 755 "$root/usr/bin/shaped"
 cp "$stage/etc/libibverbs.d/rxe.driver" "$root/etc/libibverbs.d/"
 provider=$stage/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 [[ -f $provider ]] || die "ibverbs-providers has no librxe-rdmav34.so"
@@ -291,7 +320,8 @@ stage_libs=$stage/usr/lib/x86_64-linux-gnu:$stage/lib/x86_64-linux-gnu
 tools=(usr/bin/ibv_rc_pingpong usr/bin/ibv_ud_pingpong usr/bin/ibv_uc_pingpong
     usr/bin/ibv_srq_pingpong usr/bin/ibv_devinfo usr/bin/ib_write_bw usr/bin/ib_read_bw
     usr/bin/ib_send_bw usr/bin/ib_write_lat usr/bin/ib_send_lat usr/bin/rping usr/bin/rdma
-    usr/bin/mckey usr/bin/ucmatose usr/bin/udaddy usr/bin/rdma_server usr/bin/rdma_client)
+    usr/bin/mckey usr/bin/ucmatose usr/bin/udaddy usr/bin/rdma_server usr/bin/rdma_client
+    sbin/tc)
 for t in "${tools[@]}"; do
     [[ -f $stage/$t ]] || die "the packages have no /$t"
     cp "$stage/$t" "$root/usr/bin/"
@@ -326,8 +356,10 @@ while read -r lib; do
     *) cp -L "$lib" "$root/lib/x86_64-linux-gnu/" ;;
     esac
 done <"$work/libs.txt"
-# rdma_ucm brings rdma_cm, ib_cm and iw_cm: rping and ib_write_bw -R connect through them.
-guest_pack_modules "$moddir" "$root" crc32_generic rdma_rxe rdma_ucm virtio_net virtio_pci
+# rdma_ucm brings rdma_cm, ib_cm and iw_cm: rping and ib_write_bw -R connect through them;
+# sch_tbf and sch_red make the ECN row's marking queue (tests/rxe-guest/shaped).
+guest_pack_modules "$moddir" "$root" crc32_generic rdma_rxe rdma_ucm virtio_net virtio_pci \
+    sch_tbf sch_red
 : >"$root/checks"
 for c in "${checks[@]}"; do
     IFS='|' read -r name role gcmd _ <<<"$c"
@@ -455,6 +487,18 @@ output_ok() {
         # perftest counts every QP's, N x -n)
         [[ " $cmd " =~ \ -q\ ([0-9]+)\  ]] && iters=$((iters * BASH_REMATCH[1]))
         [[ " $cmd " == *" -D "* ]] && iters='[0-9]+'
+        if [[ " $cmd " == *" -a "* ]]; then
+            # -a: the client prints one row per size, 2 B to 8 MiB; the server (perftest's and
+            # the CLI's alike: tools/src/perf/remote.rs) waits for the client's report of the
+            # last size only and prints that row.
+            local n first=23
+            [[ " $cmd " == *" $host_ip "* || " $cmd " == *" $guest_ip "* ]] && first=1
+            for ((n = first; n <= 23; n++)); do
+                grep -qE "^[[:space:]]*$((1 << n))[[:space:]]+$iters([[:space:]]+[0-9.]+){3}[[:space:]]*\$" "$out" ||
+                    return 1
+            done
+            return 0
+        fi
         grep -qE "^[[:space:]]*$size[[:space:]]+$iters([[:space:]]+[0-9.]+){3}[[:space:]]*\$" "$out"
         ;;
     read_lat | atomic_lat)
@@ -504,6 +548,8 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
             size=$(sed -E 's/.* -s ([0-9]+).*/\1/' <<<"$hcmd")
             iters=$(sed -E 's/.* -n ([0-9]+).*/\1/' <<<"$hcmd")
         fi
+        # (-a: every size; output_ok reads the command line.)
+        [[ " $hcmd " == *" -a "* ]] && size=2..8388608
         t1=$(now_ms)
         if ! wait_for "^\\[rxe\\] BEGIN $name " 120; then
             fail "$name" "the guest never began it"
@@ -532,6 +578,13 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
             { fail "$name" "Portverbs printed no result for $size B x $iters"; ok=0; }
         output_ok "$work/guest-$name.out" "$tool" "$size" "$iters" "$gcmd" ||
             { fail "$name" "the guest's tool printed no result for $size B x $iters"; ok=0; }
+        if [[ $gcmd == "shaped "* ]]; then
+            # The ECN row: the guest's queue must have marked packets CE (RED's "marked", or
+            # fq_codel's "ecn_mark" where shaped fell back to it).
+            sed -n '/^\[shaped\]/,$p' "$work/guest-$name.out"
+            grep -qE '(^|[[:space:]])(marked|ecn_mark) [1-9]' "$work/guest-$name.out" ||
+                { fail "$name" "the guest's queue marked no packet CE"; ok=0; }
+        fi
         if [[ -f $work/$name.pcap ]]; then
             # A CM-connected run's capture must hold the connection's MADs.
             cm_flag=()
@@ -541,6 +594,8 @@ if wait_for '^\[rxe\] (UP|FATAL)' 120 && ! grep -q '^\[rxe\] FATAL' "$log"; then
             [[ $tool == mckey ]] && cm_flag=(--mcast)
             [[ $tool == ucmatose || $tool == rdma_server || $tool == rdma_client ]] && cm_flag=(--cm)
             [[ $tool == udaddy ]] && cm_flag=(--sidr)
+            # The ECN row: CE marks arrived and Portverbs answered them with CNPs.
+            [[ $gcmd == "shaped "* ]] && cm_flag+=(--cnp)
             "$checker" "${cm_flag[@]}" "$work/$name.pcap" || { fail "$name" "capture check"; ok=0; }
         else
             fail "$name" "no capture at $work/$name.pcap"

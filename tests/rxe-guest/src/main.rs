@@ -1,4 +1,4 @@
-//! `rxe-check [--cm | --sidr | --mcast] [--one-way] CAPTURE.pcap...`: the capture check of the
+//! `rxe-check [--cm | --sidr | --mcast] [--one-way] [--cnp] CAPTURE.pcap...`: the capture check of the
 //! Soft-RoCE interop test (tests/rxe-guest/run.sh), also usable on any capture of RoCEv2
 //! traffic.
 //!
@@ -19,7 +19,14 @@
 //! are not answered. One line per capture
 //! says what it held; any failure names the capture and the frame, and the exit status is 1.
 //! `--one-way` accepts frames from one host only: UC and UD bandwidth tests, whose receiver
-//! sends nothing (no acknowledgements on unreliable transports).
+//! sends nothing (no acknowledgements on unreliable transports). With `--cnp` (the ECN run,
+//! whose sender's packets cross a queue that marks them), the capture must hold frames marked
+//! Congestion Experienced (ECN `11` in the IP traffic class, RFC 3168) and at least one CNP
+//! (BTH opcode 0x81, the RoCEv2 annex's congestion notification packet), which tshark must
+//! read as the same opcode (tshark 4.0 shows no FECN/BECN field: the BECN bit is our parser's
+//! reading); every CNP must have BECN set, come from a host that had received a CE-marked
+//! frame from its destination before it, and go to a QP that the same host addressed with
+//! other packets too (the QP whose packets were marked, not some QP number made up).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -45,6 +52,81 @@ struct Summary {
     cm_sent: Vec<(CmKey, usize)>,
     /// Per frame: the destination IP and QP, and the opcode.
     dests: Vec<(IpAddr, u32, u8)>,
+    /// Per frame: the source IP, whether it arrived marked CE, and the BTH's BECN bit.
+    ecn: Vec<(IpAddr, bool, bool)>,
+}
+
+/// BTH opcode of a RoCEv2 congestion notification packet.
+const CNP_OPCODE: u8 = 0x81;
+
+/// The ECN field's Congestion Experienced codepoint (RFC 3168), in the low two bits of the IP
+/// traffic class.
+const ECN_CE: u8 = 0b11;
+
+/// What the CNPs of an ECN run (`--cnp`) say, or what is wrong with them: at least one; each
+/// with BECN set, from a host that received a CE-marked frame from the CNP's destination
+/// before it (frames are in capture order), to a QP that host addressed with other packets.
+fn cnp_check(ecn: &[(IpAddr, bool, bool)], dests: &[(IpAddr, u32, u8)]) -> Result<String, String> {
+    let mut first_ce: BTreeMap<IpAddr, usize> = BTreeMap::new();
+    for (i, (src, ce, _)) in ecn.iter().enumerate() {
+        if *ce {
+            first_ce.entry(*src).or_insert(i);
+        }
+    }
+    if first_ce.is_empty() {
+        return Err("no frame arrived marked CE (ECN 11): nothing for a CNP to answer".into());
+    }
+    // (sender, destination, QP) of every packet but a CNP.
+    let addressed: std::collections::BTreeSet<(IpAddr, IpAddr, u32)> = ecn
+        .iter()
+        .zip(dests)
+        .filter(|(_, (_, _, op))| *op != CNP_OPCODE)
+        .map(|((src, _, _), (dst, qp, _))| (*src, *dst, *qp))
+        .collect();
+    let mut cnps: BTreeMap<(IpAddr, IpAddr, u32), usize> = BTreeMap::new();
+    for (i, ((src, _, becn), (dst, qp, op))) in ecn.iter().zip(dests).enumerate() {
+        if *op != CNP_OPCODE {
+            continue;
+        }
+        let frame = i + 1;
+        if !becn {
+            return Err(format!("frame {frame}: a CNP without BECN"));
+        }
+        if first_ce.get(dst).is_none_or(|&ce| ce > i) {
+            return Err(format!(
+                "frame {frame}: a CNP from {src} to {dst} before any CE-marked frame from {dst}"
+            ));
+        }
+        if !addressed.contains(&(*src, *dst, *qp)) {
+            return Err(format!(
+                "frame {frame}: a CNP from {src} to QP {qp:#x} at {dst}, a QP it sent nothing else to"
+            ));
+        }
+        *cnps.entry((*src, *dst, *qp)).or_default() += 1;
+    }
+    if cnps.is_empty() {
+        let marked: Vec<String> = first_ce
+            .keys()
+            .map(|ip| {
+                let n = ecn.iter().filter(|(s, ce, _)| s == ip && *ce).count();
+                format!("{n} from {ip}")
+            })
+            .collect();
+        return Err(format!(
+            "CE-marked frames ({}) but no CNP answered them",
+            marked.join(", ")
+        ));
+    }
+    let mut line = String::from("CE-marked");
+    for ip in first_ce.keys() {
+        let n = ecn.iter().filter(|(s, ce, _)| s == ip && *ce).count();
+        let _ = write!(line, " from {ip}: {n}");
+    }
+    line.push_str("; CNPs (BECN)");
+    for ((src, dst, qp), n) in &cnps {
+        let _ = write!(line, " {src} to QP {qp:#x} at {dst}: {n}");
+    }
+    Ok(line)
 }
 
 /// How a capture is judged beyond every frame's own checks.
@@ -91,6 +173,7 @@ fn main() -> ExitCode {
     let mut paths: Vec<String> = std::env::args().skip(1).collect();
     let has = |flag: &str| paths.iter().any(|a| a == flag);
     let one_way = has("--one-way");
+    let cnp = has("--cnp");
     let mode = if has("--mcast") {
         Mode::Mcast
     } else if has("--cm") || has("--sidr") {
@@ -105,14 +188,19 @@ fn main() -> ExitCode {
     } else {
         &[]
     };
-    paths.retain(|a| !matches!(a.as_str(), "--cm" | "--sidr" | "--mcast" | "--one-way"));
+    paths.retain(|a| {
+        !matches!(
+            a.as_str(),
+            "--cm" | "--sidr" | "--mcast" | "--one-way" | "--cnp"
+        )
+    });
     if paths.is_empty() {
-        eprintln!("usage: rxe-check [--cm | --sidr | --mcast] [--one-way] CAPTURE.pcap...");
+        eprintln!("usage: rxe-check [--cm | --sidr | --mcast] [--one-way] [--cnp] CAPTURE.pcap...");
         return ExitCode::from(2);
     }
     let mut failed = false;
     for path in &paths {
-        match check(Path::new(path), mode, need, one_way) {
+        match check(Path::new(path), mode, need, one_way, cnp) {
             Ok(line) => println!("rxe-check: {path}: {line}"),
             Err(e) => {
                 eprintln!("rxe-check: {path}: FAILED: {e}");
@@ -145,7 +233,13 @@ fn cm_name(attr: u16) -> &'static str {
 }
 
 /// Checks one capture; `need` names the CM MADs it must hold (with [`Mode::Cm`]).
-fn check(path: &Path, mode: Mode, need: &[&str], one_way: bool) -> Result<String, String> {
+fn check(
+    path: &Path,
+    mode: Mode,
+    need: &[&str],
+    one_way: bool,
+    cnp: bool,
+) -> Result<String, String> {
     let ours = read_capture(path)?;
     if ours.opcodes.is_empty() {
         return Err("the capture holds no frame".into());
@@ -202,6 +296,11 @@ fn check(path: &Path, mode: Mode, need: &[&str], one_way: bool) -> Result<String
             return Err(e);
         }
     }
+    let cnps = if cnp {
+        Some(cnp_check(&ours.ecn, &ours.dests)?)
+    } else {
+        None
+    };
     let mut counts: BTreeMap<u8, usize> = BTreeMap::new();
     for op in &ours.opcodes {
         *counts.entry(*op).or_default() += 1;
@@ -227,6 +326,9 @@ fn check(path: &Path, mode: Mode, need: &[&str], one_way: bool) -> Result<String
         for (m, n) in &mads {
             let _ = write!(line, " {m}: {n}");
         }
+    }
+    if let Some(cnps) = cnps {
+        let _ = write!(line, "; {cnps}");
     }
     Ok(line)
 }
@@ -296,6 +398,11 @@ fn read_capture(path: &Path) -> Result<Summary, String> {
             view.dst,
             parsed.hdr.bth.dest_qp,
             parsed.hdr.bth.opcode.to_u8(),
+        ));
+        summary.ecn.push((
+            view.src,
+            view.traffic_class & ECN_CE == ECN_CE,
+            parsed.hdr.bth.becn,
         ));
         *summary.by_source.entry(view.src).or_default() += 1;
     }
@@ -378,6 +485,72 @@ mod tests {
                     .is_some_and(|e| e.starts_with("frame 2: "))
             );
         }
+    }
+
+    #[test]
+    fn a_cnp_answers_ce_marks_on_a_qp_of_the_connection() {
+        let (h, g): (IpAddr, IpAddr) = ("10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap());
+        // The guest's WRITEs to the host's QP 0x11 (the second marked CE), the host's ACK and
+        // then its CNP to the guest's QP 0x22.
+        let ecn = [
+            (g, false, false),
+            (g, true, false),
+            (h, false, false),
+            (h, false, true),
+        ];
+        let dests = [
+            (h, 0x11, 0x0a),
+            (h, 0x11, 0x0a),
+            (g, 0x22, 0x11),
+            (g, 0x22, CNP_OPCODE),
+        ];
+        let line = cnp_check(&ecn, &dests).expect("a good CNP");
+        assert!(line.contains("from 10.77.0.2: 1"), "{line}");
+        assert!(
+            line.contains("10.77.0.1 to QP 0x22 at 10.77.0.2: 1"),
+            "{line}"
+        );
+        // No CNP at all, or none marked.
+        let e = cnp_check(&ecn[..3], &dests[..3]).unwrap_err();
+        assert!(e.contains("no CNP"), "{e}");
+        let unmarked = [
+            (g, false, false),
+            (g, false, false),
+            (h, false, false),
+            (h, false, true),
+        ];
+        assert!(
+            cnp_check(&unmarked, &dests)
+                .unwrap_err()
+                .contains("no frame arrived marked")
+        );
+        // Without BECN; to another QP; before the mark.
+        let mut no_becn = ecn;
+        no_becn[3].2 = false;
+        assert!(
+            cnp_check(&no_becn, &dests)
+                .unwrap_err()
+                .contains("without BECN")
+        );
+        let mut other_qp = dests;
+        other_qp[3].1 = 0x23;
+        assert!(
+            cnp_check(&ecn, &other_qp)
+                .unwrap_err()
+                .contains("sent nothing else to")
+        );
+        let early = [
+            (g, false, false),
+            (h, false, false),
+            (h, false, true),
+            (g, true, false),
+        ];
+        let early_dests = [dests[0], dests[2], dests[3], dests[1]];
+        assert!(
+            cnp_check(&early, &early_dests)
+                .unwrap_err()
+                .contains("before any CE-marked")
+        );
     }
 
     #[test]
