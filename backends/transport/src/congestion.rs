@@ -63,7 +63,8 @@ pub struct CcConfig {
     /// per interval; 50 µs is the interval of the DCQCN paper).
     pub cnp_interval_ns: u64,
     /// Queueing delay the path may build before its window is cut, at least: the target
-    /// round trip is the path's base one plus the larger of this and a quarter of it.
+    /// round trip is the path's base one plus the larger of this and a quarter of it. 0: no
+    /// delay target (the window reacts to loss and CNPs only; [`CcConfig::host_sockets`]).
     pub target_delay_ns: u64,
     /// Probe timeout of a path without a round-trip sample yet (its first packets were lost).
     pub initial_pto_ns: u64,
@@ -80,6 +81,23 @@ impl Default for CcConfig {
             cnp_interval_ns: 50_000,
             target_delay_ns: 20_000,
             initial_pto_ns: 500_000,
+        }
+    }
+}
+
+impl CcConfig {
+    /// For a device whose packets go through the host's sockets (the UDP-bound device): no
+    /// delay target. Its round trips are measured in userspace and carry the host's own
+    /// delays — GSO and GRO batches, a progress thread's wake-ups, the scheduler — tens to
+    /// hundreds of microseconds that come and go with no queue behind them: a target tight
+    /// enough to keep a switch queue short cuts on that noise (on loopback it halved
+    /// `perf write_bw`), and one loose enough not to never fires before the queue drops or
+    /// marks. So such a device reacts to loss (sequence NAKs, probe and ACK timeouts) and to
+    /// ECN; a device with exact timing (the in-process fabric) uses the target as well.
+    pub fn host_sockets() -> Self {
+        Self {
+            target_delay_ns: 0,
+            ..Self::default()
         }
     }
 }
@@ -586,6 +604,9 @@ impl Paths {
             p.epoch_start = now;
         }
         p.min_rtt = p.epoch_min.min(p.prev_epoch_min);
+        if floor == 0 {
+            return; // no delay target: the samples serve the probe timeout only
+        }
         // The queueing the target allows is small beside the round trip (a quarter of it),
         // so that a cut to 0.7 drains the queue of every path through it: the next epoch
         // then sees the real base.

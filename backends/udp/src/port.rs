@@ -63,8 +63,9 @@ pub struct UdpConfig {
     /// mode; a port joining a fabric of the caller's follows the fabric's mode.
     pub progress: Progress,
     /// Congestion control of the software device on this address ([`CcConfig`]; on by
-    /// default). Read by the facade's `udp_device`, which makes the device; the port itself
-    /// carries packets as they come.
+    /// default, reacting to loss and ECN but not to round trips:
+    /// [`CcConfig::host_sockets`]). Read by the facade's `udp_device`, which makes the
+    /// device; the port itself carries packets as they come.
     pub congestion: CcConfig,
 }
 
@@ -80,7 +81,7 @@ impl UdpConfig {
             socket_buffer: 8 << 20,
             faults: PortFaults::default(),
             progress: Progress::default(),
-            congestion: CcConfig::default(),
+            congestion: CcConfig::host_sockets(),
         }
     }
 }
