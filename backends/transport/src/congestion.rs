@@ -11,11 +11,22 @@
 //!   least one packet). A QP the path turns away waits in the path's FIFO and is woken, in turn,
 //!   as ACKs free the window: QPs to one peer share it fairly however many there are;
 //! * the window grows as ACKs arrive (slow start to `ssthresh`, then one packet per window,
-//!   additive increase) and is cut on loss — a PSN-sequence NAK or a retransmission timeout
-//!   halves it (multiplicative decrease), at most once per window of acknowledged packets, so
-//!   that one burst of loss is one cut — and on congestion notifications (CNPs), by a factor
-//!   that follows how often they come (DCQCN's reaction point: `alpha`, an average of the
-//!   windows that saw a CNP, and a cut of `cwnd · alpha / 2`);
+//!   additive increase) and is cut: on a PSN-sequence NAK, by half, at most once per round
+//!   trip (until the packets in flight at the last cut are acknowledged), so that one burst
+//!   of loss is one cut; on every timeout, by half (with no ACK coming back, nothing else
+//!   would shrink a burst that a shallow queue drops whole); on congestion notifications
+//!   (CNPs), by a factor that follows how often they come (DCQCN's reaction point: `alpha`,
+//!   an average of the windows that saw a CNP, and a cut of `cwnd · alpha / 2`); and, where
+//!   [`CcConfig::target_delay_ns`] is set, to 0.7 when a round trip exceeds the path's base
+//!   by more than the target (the delay signal of Swift and TIMELY; the base is the lowest
+//!   round trip of the last two epochs of 16 round trips, so that every sender through a
+//!   queue converges on the same base). A device behind the host's sockets has no target
+//!   ([`CcConfig::host_sockets`]);
+//! * round trips come from one timed PSN per QP at a time (never a retransmission: Karn's
+//!   rule); from them a **probe timeout** (RFC 6298's estimator) goes back N when no ACK
+//!   came for a few round trips — a lost tail, which no later packet would make the responder
+//!   NAK — without charging a retry, doubling each time and stopping at the local ACK
+//!   timeout, which alone counts against `retry_cnt` (IBTA 9.7.6.1.3);
 //! * a QP waiting for the window has nothing of its own in flight and its retransmission
 //!   timer does not run: only packets that really left are timed, so a path-wide stall is not
 //!   charged to the retry budget of every QP behind it. The timer itself backs off (doubling,
