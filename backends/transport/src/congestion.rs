@@ -700,17 +700,8 @@ pub(crate) fn cnp(core: &Core, qp: &QpCtx, port: u8, pkt: &Packet) -> Packet {
         _ => qp.attr.dest_qp_num,
     };
     let hdr = TransportHdr::new(Bth {
-        opcode: Opcode::Cnp,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        tver: 0,
-        pkey: 0xffff,
-        fecn: false,
         becn: true,
-        dest_qp,
-        ack_req: false,
-        psn: 0,
+        ..Bth::new(Opcode::Cnp, dest_qp, 0)
     });
     let src = if pkt.dst_gid == Gid::default() {
         core.sgid(port, qp.attr.ah_attr.sgid_index)
@@ -753,6 +744,18 @@ mod tests {
         }
     }
 
+    /// QP 0 takes the whole window (`paths(window)`), QPs 1..n find it full and queue.
+    fn first_fills_the_rest_queue(p: &mut Paths, n: usize, window: u32) -> Vec<QpCc> {
+        let mut cc: Vec<QpCc> = (0..n).map(|_| QpCc::default()).collect();
+        assert_eq!(granted(p.grant_t(0, &mut cc[0], 1, dgid(), 0)), window);
+        p.charge(&mut cc[0], window, &mut Vec::new());
+        for (q, c) in cc.iter_mut().enumerate().skip(1) {
+            let g = p.grant_t(q as u32, c, 1, dgid(), 0);
+            assert!(matches!(g, Grant::Wait), "QP {q} queues");
+        }
+        cc
+    }
+
     fn granted(g: Grant) -> u32 {
         match g {
             Grant::Packets(n) => n,
@@ -763,18 +766,9 @@ mod tests {
     #[test]
     fn qps_wait_in_turn_and_are_woken_as_the_window_frees() {
         let mut p = paths(4);
-        let mut cc: Vec<QpCc> = (0..4).map(|_| QpCc::default()).collect();
+        // The first QP alone: the whole window is its share; three more queue in order.
+        let mut cc = first_fills_the_rest_queue(&mut p, 4, 4);
         let mut woken = Vec::new();
-        // The first QP alone: the whole window is its share.
-        assert_eq!(granted(p.grant_t(0, &mut cc[0], 1, dgid(), 0)), 4);
-        p.charge(&mut cc[0], 4, &mut woken);
-        // Three more find it full and queue in order.
-        for q in 1..4 {
-            assert!(matches!(
-                p.grant_t(q, &mut cc[q as usize], 1, dgid(), 0),
-                Grant::Wait
-            ));
-        }
         assert_eq!(p.infos()[0].waiting, 3);
         // Two of the first QP's packets are acknowledged: slow start makes the window 6,
         // with 2 in flight there is room for four, so all three waiting QPs are woken once.
@@ -800,14 +794,9 @@ mod tests {
     #[test]
     fn a_newcomer_queues_behind_waiting_qps() {
         let mut p = paths(2);
-        let mut cc: Vec<QpCc> = (0..3).map(|_| QpCc::default()).collect();
+        let mut cc = first_fills_the_rest_queue(&mut p, 2, 2);
+        cc.push(QpCc::default());
         let mut woken = Vec::new();
-        assert_eq!(granted(p.grant_t(0, &mut cc[0], 1, dgid(), 0)), 2);
-        p.charge(&mut cc[0], 2, &mut woken);
-        assert!(matches!(
-            p.grant_t(1, &mut cc[1], 1, dgid(), 0),
-            Grant::Wait
-        ));
         // One packet no longer counts (its QP went back N), the window is still 2: room for
         // one, which is QP 1's.
         p.charge(&mut cc[0], 1, &mut woken);
@@ -822,16 +811,8 @@ mod tests {
     #[test]
     fn a_qp_that_stops_wanting_room_leaves_the_queue_and_wakes_the_next() {
         let mut p = paths(2);
-        let mut cc: Vec<QpCc> = (0..4).map(|_| QpCc::default()).collect();
+        let mut cc = first_fills_the_rest_queue(&mut p, 4, 2);
         let mut woken = Vec::new();
-        assert_eq!(granted(p.grant_t(0, &mut cc[0], 1, dgid(), 0)), 2);
-        p.charge(&mut cc[0], 2, &mut woken);
-        for q in 1..4 {
-            assert!(matches!(
-                p.grant_t(q, &mut cc[q as usize], 1, dgid(), 0),
-                Grant::Wait
-            ));
-        }
         // Room for two: QPs 1 and 2 are woken; both find they have nothing to send any more
         // (their go-back was acknowledged after all) and withdraw. QP 3, behind them, must
         // not wait for places nobody will take.

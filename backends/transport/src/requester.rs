@@ -345,19 +345,7 @@ fn emit(qp: &mut QpCtx, core: &mut Core, now: u64, mtu: u32, room: u32, out: &mu
         (off / u64::from(mtu)) as u32
     };
     let psn_now = psn::add(slot.first_psn, pkt_index);
-    let mut hdr = TransportHdr::new(Bth {
-        opcode: Opcode::from_u8(0),
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        tver: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: qp.attr.dest_qp_num,
-        ack_req: false,
-        psn: psn_now,
-    });
+    let mut hdr = TransportHdr::new(Bth::new(Opcode::from_u8(0), qp.attr.dest_qp_num, psn_now));
     let mut payload = PayloadData::Empty;
     let mut train = 1u32;
     let mut train_last = Opcode::from_u8(0xff);

@@ -109,19 +109,7 @@ pub(super) fn nak_fatal<H: Hca + ?Sized>(
 }
 
 pub(super) fn bth(qp: &QpCtx, opcode: Opcode, p: u32) -> Bth {
-    Bth {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        tver: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: qp.attr.dest_qp_num,
-        ack_req: false,
-        psn: p,
-    }
+    Bth::new(opcode, qp.attr.dest_qp_num, p)
 }
 
 pub(super) fn send_aeth(

@@ -139,14 +139,10 @@ fn a_marked_packet_draws_one_cnp_per_interval_to_the_sending_qp() {
 }
 
 fn cnp_from(src: Packet) -> Packet {
-    let mut hdr = TransportHdr::new(Bth {
-        opcode: Opcode::Cnp,
+    let hdr = TransportHdr::new(Bth {
         becn: true,
-        psn: 0,
-        ack_req: false,
         ..bth(Opcode::Cnp, 0, false)
     });
-    hdr.bth.dest_qp = QPN;
     Packet::new(src.src_gid, src.dst_gid, hdr, PayloadData::Empty)
 }
 

@@ -386,17 +386,8 @@ pub(super) fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// A BTH from the peer to the QP under test.
 pub(super) fn bth(opcode: Opcode, psn: u32, ack_req: bool) -> Bth {
     Bth {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        tver: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: QPN,
         ack_req,
-        psn,
+        ..Bth::new(opcode, QPN, psn)
     }
 }
 
