@@ -79,6 +79,8 @@ pub struct CcConfig {
     pub target_delay_ns: u64,
     /// Probe timeout of a path without a round-trip sample yet (its first packets were lost).
     pub initial_pto_ns: u64,
+    /// Shortest probe timeout, however short the round trips.
+    pub min_pto_ns: u64,
 }
 
 impl Default for CcConfig {
@@ -92,6 +94,7 @@ impl Default for CcConfig {
             cnp_interval_ns: 50_000,
             target_delay_ns: 20_000,
             initial_pto_ns: 500_000,
+            min_pto_ns: 1_000,
         }
     }
 }
@@ -105,9 +108,16 @@ impl CcConfig {
     /// `perf write_bw`), and one loose enough not to never fires before the queue drops or
     /// marks. So such a device reacts to loss (sequence NAKs, probe and ACK timeouts) and to
     /// ECN; a device with exact timing (the in-process fabric) uses the target as well.
+    ///
+    /// For the same reason its probe timeout is never under 500 µs, and 5 ms before the first
+    /// round trip is measured: a probe that fires while a slow host (a debug build, a busy
+    /// machine) is still answering resends what was not lost, and every such duplicate costs
+    /// the responder work and the peer an answer (an extra RNR NAK, a duplicate ACK).
     pub fn host_sockets() -> Self {
         Self {
             target_delay_ns: 0,
+            initial_pto_ns: 5_000_000,
+            min_pto_ns: 500_000,
             ..Self::default()
         }
     }
@@ -635,7 +645,8 @@ impl Paths {
 
     /// How long the QP waits for an ACK before it goes back N on its own (a probe timeout):
     /// RFC 6298's retransmission timeout from its path's round trips (twice the smoothed one
-    /// plus four deviations, at least twice the lowest; [`CcConfig::initial_pto_ns`] before
+    /// plus four deviations, at least twice the lowest and [`CcConfig::min_pto_ns`];
+    /// [`CcConfig::initial_pto_ns`] before
     /// the first sample), doubled for each probe timeout in a row; `None` for a QP without a
     /// path.
     pub(crate) fn pto_ns(&self, cc: &QpCc) -> Option<u64> {
@@ -643,7 +654,9 @@ impl Paths {
         let base = if p.srtt == 0 {
             self.cfg.initial_pto_ns
         } else {
-            (2 * p.srtt + 4 * p.rttvar).max(2 * p.min_rtt).max(1_000)
+            (2 * p.srtt + 4 * p.rttvar)
+                .max(2 * p.min_rtt)
+                .max(self.cfg.min_pto_ns)
         };
         Some(base.saturating_mul(1 << cc.pto_shift))
     }
