@@ -102,7 +102,7 @@ pub fn udp_device_on(
                 mtu: port.ib_mtu(),
             }],
             seed: None,
-            congestion,
+            congestion: Some(congestion),
         },
     )?;
     Ok(UdpDevice { device, port })

@@ -182,7 +182,7 @@ fn gid_table_lists_exactly_the_configured_entries(_backend: Backend) {
                 },
             ],
             seed: None,
-            congestion: portverbs::soft::CcConfig::default(),
+            congestion: None,
         },
     )
     .unwrap();

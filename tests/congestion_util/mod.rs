@@ -342,7 +342,7 @@ pub fn run_bottleneck(c: &Config) -> Figures {
     });
     let attach = |ip: String| {
         let config = DeviceConfig {
-            congestion: c.cc,
+            congestion: Some(c.cc),
             ..DeviceConfig::with_ip(ip.parse().unwrap())
         };
         SoftDevice::attach(&fabric, config).unwrap()

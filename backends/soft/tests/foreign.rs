@@ -485,7 +485,7 @@ fn routes_change_at_run_time_and_detach_takes_the_device_off() {
         name: None,
         ports: vec![],
         seed: None,
-        congestion: portverbs_soft::CcConfig::default(),
+        congestion: None,
     };
     assert_eq!(
         SoftDevice::attach(&fabric, no_ports).unwrap_err(),

@@ -25,7 +25,7 @@ use portverbs_hal::types::{Gid, PortState};
 
 use portverbs_fabric::{Fabric, FabricError, NodeConfig, NodeHandle};
 
-use crate::engine::{Engine, EngineConfig, EngineStats, Hca, Packet, PortInfo};
+use crate::engine::{CcConfig, Engine, EngineConfig, EngineStats, Hca, Packet, PortInfo};
 use doorbell::Kicker;
 use hw::Hw;
 pub(crate) use node::SimDevice;
@@ -103,6 +103,13 @@ impl SoftDevice {
             .flat_map(|(i, (gids, _))| gids.iter().map(move |g| ((i + 1) as u8, *g)))
             .collect();
         let progress = fabric.mode().progress();
+        let cc = config.congestion.unwrap_or_else(|| {
+            if fabric.mode() == portverbs_fabric::Mode::Stepped {
+                CcConfig::default()
+            } else {
+                CcConfig::host_sockets()
+            }
+        });
         let node = fabric.attach("soft", |joining| {
             let index = joining.ordinal;
             let name = config.name.unwrap_or_else(|| format!("soft{index}"));
@@ -122,7 +129,7 @@ impl SoftDevice {
                 EngineConfig {
                     max_qp: state::limits::MAX_QP,
                     seed: rng.next_u64(),
-                    cc: config.congestion,
+                    cc,
                     ..EngineConfig::default()
                 },
                 engine_ports,

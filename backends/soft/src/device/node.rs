@@ -34,10 +34,13 @@ pub struct DeviceConfig {
     /// on a free-running fabric, derived from a stepped fabric's seed). `Some` pins it, so that
     /// a test can repeat the device's identifiers exactly.
     pub seed: Option<u64>,
-    /// Congestion control of the device's transport ([`CcConfig`]; on by default, with ECN).
-    /// `CcConfig { enabled: false, .. }` lets every RC QP keep its whole PSN window in
-    /// flight, as the transport did before it had a congestion window.
-    pub congestion: CcConfig,
+    /// Congestion control of the device's transport ([`CcConfig`]). `None`, the default: on,
+    /// with ECN — [`CcConfig::default`] on a stepped fabric, whose virtual clock is exact,
+    /// and [`CcConfig::host_sockets`] on a free-running or manual one, which runs on the
+    /// host's clock and its scheduling noise (no delay target, probe timeouts of at least
+    /// 500 µs). `Some(CcConfig { enabled: false, .. })` lets every RC QP keep its whole PSN
+    /// window in flight, as the transport did before it had a congestion window.
+    pub congestion: Option<CcConfig>,
 }
 
 impl DeviceConfig {
@@ -50,7 +53,7 @@ impl DeviceConfig {
                 mtu: Mtu::Mtu4096,
             }],
             seed: None,
-            congestion: CcConfig::default(),
+            congestion: None,
         }
     }
 }
