@@ -100,14 +100,16 @@ impl Default for CcConfig {
 }
 
 impl CcConfig {
-    /// For a device whose packets go through the host's sockets (the UDP-bound device): no
+    /// For a device on the host's clock (the UDP-bound device, a soft device on a free-running
+    /// fabric), whose packets go through the host's sockets or threads: no
     /// delay target. Its round trips are measured in userspace and carry the host's own
     /// delays — GSO and GRO batches, a progress thread's wake-ups, the scheduler — tens to
     /// hundreds of microseconds that come and go with no queue behind them: a target tight
     /// enough to keep a switch queue short cuts on that noise (on loopback it halved
     /// `perf write_bw`), and one loose enough not to never fires before the queue drops or
     /// marks. So such a device reacts to loss (sequence NAKs, probe and ACK timeouts) and to
-    /// ECN; a device with exact timing (the in-process fabric) uses the target as well.
+    /// ECN; a device with exact timing (on a stepped fabric's virtual clock) uses the target
+    /// as well.
     ///
     /// For the same reason its probe timeout is never under 500 µs, and 5 ms before the first
     /// round trip is measured: a probe that fires while a slow host (a debug build, a busy
