@@ -567,7 +567,7 @@ fn retry<H: Hca + ?Sized>(qp: &mut QpCtx, core: &mut Core, _hca: &mut H, now: u6
         return;
     }
     qp.req.retries_left -= 1;
-    core.cc.on_loss(&qp.cc);
+    core.cc.on_loss(&qp.cc, false);
     rewind(qp, core, p);
     requester::arm_retransmit(qp, core, now);
 }
@@ -585,7 +585,7 @@ pub(crate) fn on_retransmit_timeout<H: Hca + ?Sized>(
         return;
     }
     core.stats.timeouts += 1;
-    core.cc.on_timeout(&qp.cc);
+    core.cc.on_loss(&qp.cc, true);
     qp.cc.rto_backoff = (qp.cc.rto_backoff + 1).min(congestion::MAX_RTO_BACKOFF);
     let una = qp.req.una;
     retry(qp, core, hca, now, una);
@@ -609,7 +609,7 @@ pub(crate) fn on_probe_timeout<H: Hca + ?Sized>(
     }
     core.cc.stats.probe_timeouts += 1;
     qp.cc.pto_shift = (qp.cc.pto_shift + 1).min(congestion::MAX_PTO_BACKOFF);
-    core.cc.on_timeout(&qp.cc);
+    core.cc.on_loss(&qp.cc, true);
     let una = qp.req.una;
     rewind(qp, core, una);
     requester::transmit(qp, core, hca, now, out);

@@ -524,9 +524,13 @@ impl Paths {
         }
     }
 
-    /// The QP saw a loss (a PSN-sequence NAK it acted on; after a timeout, [`Paths::on_timeout`]
-    /// has cut already).
-    pub(crate) fn on_loss(&mut self, cc: &QpCc) {
+    /// The QP saw a loss: a PSN-sequence NAK it acted on (`timeout` false), halving the
+    /// path's window at most once per round trip; or its packets went unanswered until a
+    /// timeout, the probe timeout or the local ACK timeout (`timeout` true), halving it every
+    /// time — with no ACK coming back, the once-per-round-trip rule would never let the window
+    /// shrink to what the path can take (a burst bigger than a shallow queue, dropped whole
+    /// every time).
+    pub(crate) fn on_loss(&mut self, cc: &QpCc, timeout: bool) {
         let Some(i) = cc.path else {
             return;
         };
@@ -534,25 +538,9 @@ impl Paths {
         let Some(p) = self.path_mut(i) else {
             return;
         };
-        let half = p.cwnd / 2;
-        if p.cut(half, min) {
-            self.stats.loss_cuts += 1;
+        if timeout {
+            p.since_cut = p.guard;
         }
-    }
-
-    /// The QP's packets went unanswered until a timeout (the probe timeout or the local ACK
-    /// timeout): its path's window halves whatever the last cut was — with no ACK coming
-    /// back, the once-per-round-trip rule would never let it shrink to what the path can take
-    /// (a burst bigger than a shallow queue, dropped whole every time).
-    pub(crate) fn on_timeout(&mut self, cc: &QpCc) {
-        let Some(i) = cc.path else {
-            return;
-        };
-        let min = self.cfg.min_window;
-        let Some(p) = self.path_mut(i) else {
-            return;
-        };
-        p.since_cut = p.guard;
         let half = p.cwnd / 2;
         if p.cut(half, min) {
             self.stats.loss_cuts += 1;
