@@ -52,6 +52,7 @@ use std::collections::{HashMap, VecDeque};
 use portverbs_hal::types::{Gid, QpType};
 
 use crate::Core;
+use crate::pacing::{PaceTimers, Pacer, Rate};
 use crate::packet::{Packet, PayloadData, psn};
 use crate::qp::QpCtx;
 use crate::wire::{Bth, Opcode, TransportHdr};
@@ -81,6 +82,12 @@ pub struct CcConfig {
     pub initial_pto_ns: u64,
     /// Shortest probe timeout, however short the round trips.
     pub min_pto_ns: u64,
+    /// Most packets a path sends back to back (its pacing bucket; see the crate's `pacing`
+    /// module docs). 0: no pacing, a path sends what its window grants at once.
+    pub pace_burst: u32,
+    /// The finest wake-up the device can count on, in nanoseconds: the bucket holds at least
+    /// what accrues in one, and a paced path is woken once per tick, not once per packet.
+    pub pace_tick_ns: u64,
 }
 
 impl Default for CcConfig {
@@ -95,6 +102,8 @@ impl Default for CcConfig {
             target_delay_ns: 20_000,
             initial_pto_ns: 500_000,
             min_pto_ns: 1_000,
+            pace_burst: 4,
+            pace_tick_ns: 1_000,
         }
     }
 }
@@ -115,15 +124,42 @@ impl CcConfig {
     /// round trip is measured: a probe that fires while a slow host (a debug build, a busy
     /// machine) is still answering resends what was not lost, and every such duplicate costs
     /// the responder work and the peer an answer (an extra RNR NAK, a duplicate ACK).
+    ///
+    /// Its pacing tick is 100 µs on Linux, where a thread sleeping in poll(2) wakes within
+    /// tens of microseconds of its deadline: a tick's worth of packets per wake-up keeps the
+    /// bursts short without a wake-up per packet. On Windows, whose waits (a completion
+    /// port's, a condition variable's) are counted in milliseconds and end on the system
+    /// timer's tick (15.6 ms unless an application raised its resolution), the tick is that
+    /// period ([`CcConfig::with_timer_period`]): pacing then never waits for a wake-up the
+    /// device cannot have, and in effect leaves the window alone.
     pub fn host_sockets() -> Self {
-        Self {
+        let cc = Self {
             target_delay_ns: 0,
             initial_pto_ns: 5_000_000,
             min_pto_ns: 500_000,
+            pace_tick_ns: 100_000,
             ..Self::default()
+        };
+        if cfg!(windows) {
+            cc.with_timer_period(WINDOWS_TIMER_PERIOD_NS)
+        } else {
+            cc
+        }
+    }
+
+    /// These settings for a device that can only be woken every `period_ns` (its timer's
+    /// resolution): the pacing tick is that period, so that a paced path never waits for a
+    /// wake-up finer than the device can have, and the bucket holds what a period accrues.
+    pub fn with_timer_period(self, period_ns: u64) -> Self {
+        Self {
+            pace_tick_ns: self.pace_tick_ns.max(period_ns),
+            ..self
         }
     }
 }
+
+/// The Windows system timer's default period (64 Hz).
+const WINDOWS_TIMER_PERIOD_NS: u64 = 15_625_000;
 
 /// Fixed-point scale of `alpha` (1.0).
 const ALPHA_ONE: u32 = 1024;
@@ -156,6 +192,8 @@ pub struct CcStats {
     pub ce_received: u64,
     /// Times a QP waited for its path's window.
     pub waits: u64,
+    /// Times a path's pacing bucket ran dry with room left in its window.
+    pub pace_waits: u64,
 }
 
 /// A path's congestion state, as tests and tools see it.
@@ -205,6 +243,9 @@ pub(crate) struct QpCc {
 
 #[derive(Debug)]
 struct Path {
+    /// Unique among the engine's paths, past and present (tells a pace timer of a path that
+    /// left its slot from one of the path there now).
+    id: u64,
     port: u8,
     dgid: Gid,
     qps: u32,
@@ -238,9 +279,20 @@ struct Path {
     epoch_start: u64,
     epoch_min: u64,
     prev_epoch_min: u64,
+    /// The pacing bucket, and the deadline of its pace timer while one is queued.
+    pacer: Pacer,
+    pace_at: Option<u64>,
 }
 
 impl Path {
+    fn rate(&self) -> Rate {
+        Rate {
+            cwnd: self.cwnd,
+            srtt_ns: self.srtt,
+            slow_start: self.cwnd < self.ssthresh,
+        }
+    }
+
     fn info(&self) -> PathInfo {
         PathInfo {
             port: self.port,
@@ -280,6 +332,8 @@ pub(crate) struct Paths {
     slots: Vec<Option<Path>>,
     free: Vec<u32>,
     pub(crate) stats: CcStats,
+    pace_timers: PaceTimers,
+    next_id: u64,
 }
 
 /// What the requester may send now.
@@ -311,7 +365,9 @@ impl Paths {
             Some(&i) => i,
             None => {
                 let w = self.cfg.initial_window.clamp(1, self.cfg.max_window.max(1));
+                self.next_id += 1;
                 let path = Path {
+                    id: self.next_id,
                     port,
                     dgid,
                     qps: 0,
@@ -332,6 +388,8 @@ impl Paths {
                     epoch_start: 0,
                     epoch_min: u64::MAX,
                     prev_epoch_min: u64::MAX,
+                    pacer: Pacer::default(),
+                    pace_at: None,
                 };
                 let i = match self.free.pop() {
                     Some(i) => {
@@ -378,8 +436,9 @@ impl Paths {
             p.waiting.retain(|&(q, _)| q != qpn);
         }
         p.qps = p.qps.saturating_sub(1);
-        Self::wake(p, woken);
-        if p.qps == 0 {
+        if p.qps > 0 {
+            self.wake(i, woken);
+        } else {
             let key = (p.port, p.dgid);
             self.slots[i as usize] = None;
             self.index.remove(&key);
@@ -394,9 +453,9 @@ impl Paths {
         &mut self,
         qpn: u32,
         cc: &mut QpCc,
-        port: u8,
-        dgid: Gid,
+        (port, dgid): (u8, Gid),
         in_flight: u32,
+        now: u64,
         woken: &mut Vec<u32>,
     ) -> Grant {
         if !self.cfg.enabled {
@@ -406,7 +465,13 @@ impl Paths {
         let Some(p) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return Grant::Packets(u32::MAX);
         };
-        let path_room = p.cwnd.saturating_sub(p.in_flight);
+        let window_room = p.cwnd.saturating_sub(p.in_flight);
+        let rate = p.rate();
+        let path_room = if Pacer::active(&self.cfg, rate) {
+            window_room.min(p.pacer.available(&self.cfg, rate, now))
+        } else {
+            window_room
+        };
         // QPs that wait go first: a newcomer queues behind them unless there is room for all.
         let queued = p.waiting.iter().position(|&(q, _)| q == qpn);
         let ahead = queued.unwrap_or(p.waiting.len()) as u32;
@@ -420,9 +485,14 @@ impl Paths {
                     self.stats.waits += 1;
                 }
             }
-            if p.in_flight == 0 {
-                // Nothing is out to bring an ACK that would wake the QPs ahead: wake them now.
-                Self::wake(p, woken);
+            let paced = path_room < window_room;
+            if paced {
+                self.stats.pace_waits += 1;
+            }
+            if paced || p.in_flight == 0 {
+                // Nothing is out to bring an ACK that would wake the QPs ahead, or the
+                // bucket is what holds them: wake them now, or when it has refilled.
+                self.wake(i, woken);
             }
             return Grant::Wait;
         }
@@ -448,11 +518,16 @@ impl Paths {
         if !std::mem::take(&mut cc.queued) {
             return;
         }
-        let Some(p) = cc.path.and_then(|i| self.path_mut(i)) else {
+        let Some(p) = cc
+            .path
+            .and_then(|i| self.slots.get_mut(i as usize)?.as_mut())
+        else {
             return;
         };
         p.waiting.retain(|&(q, _)| q != qpn);
-        Self::wake(p, woken);
+        if let Some(i) = cc.path {
+            self.wake(i, woken);
+        }
     }
 
     /// Brings the QP's count in its path's total to `in_flight` packets; room it frees wakes
@@ -466,7 +541,7 @@ impl Paths {
             return;
         }
         cc.charged = in_flight;
-        let Some(p) = self.path_mut(i) else {
+        let Some(p) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return;
         };
         p.in_flight = p.in_flight.saturating_sub(before).saturating_add(in_flight);
@@ -475,8 +550,11 @@ impl Paths {
             (_, 0) => p.busy = p.busy.saturating_sub(1),
             _ => {}
         }
-        if in_flight < before {
-            Self::wake(p, woken);
+        if in_flight > before {
+            // Packets left (new or sent again): each spends a token of the bucket.
+            p.pacer.spend(&self.cfg, in_flight - before);
+        } else {
+            self.wake(i, woken);
         }
     }
 
@@ -511,16 +589,62 @@ impl Paths {
         }
     }
 
-    /// Wakes (adds to `woken`, for the engine to schedule) as many waiting QPs as the window
-    /// has room for: each is woken once and keeps its place in the queue until its requester
-    /// is granted room.
-    fn wake(p: &mut Path, woken: &mut Vec<u32>) {
-        let room = p.cwnd.saturating_sub(p.in_flight) as usize;
-        for (q, was_woken) in p.waiting.iter_mut().take(room) {
+    /// Wakes (adds to `woken`, for the engine to schedule) as many of path `i`'s waiting QPs
+    /// as its window, and its pacing bucket, have room for: each is woken once and keeps its
+    /// place in the queue until its requester is granted room. When the bucket holds back QPs
+    /// the window has room for, a pace timer wakes them once it has refilled.
+    fn wake(&mut self, i: u32, woken: &mut Vec<u32>) {
+        let Some(p) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if p.waiting.is_empty() {
+            return;
+        }
+        let window_room = p.cwnd.saturating_sub(p.in_flight);
+        let rate = p.rate();
+        let paced = Pacer::active(&self.cfg, rate);
+        let room = if paced {
+            window_room.min(p.pacer.whole())
+        } else {
+            window_room
+        };
+        for (q, was_woken) in p.waiting.iter_mut().take(room as usize) {
             if !*was_woken {
                 *was_woken = true;
                 woken.push(*q);
             }
+        }
+        let held = (p.waiting.len() as u32).min(window_room);
+        if paced && held > room {
+            let Some(at) = p.pacer.ready_at(&self.cfg, rate, held) else {
+                return;
+            };
+            if p.pace_at.is_none_or(|t| t > at) {
+                p.pace_at = Some(at);
+                self.pace_timers.push(at, i, p.id);
+            }
+        }
+    }
+
+    /// The earliest pace timer's deadline (stale ones included: firing one is a no-op).
+    pub(crate) fn next_pace(&self) -> Option<u64> {
+        self.pace_timers.next_deadline()
+    }
+
+    /// Fires the pace timers due at `now`: each path whose bucket has refilled wakes the QPs
+    /// it held back.
+    pub(crate) fn on_pace_timers(&mut self, now: u64, woken: &mut Vec<u32>) {
+        while let Some((at, i, id)) = self.pace_timers.pop_due(now) {
+            let Some(p) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if p.id != id || p.pace_at != Some(at) {
+                continue;
+            }
+            p.pace_at = None;
+            let rate = p.rate();
+            p.pacer.available(&self.cfg, rate, now);
+            self.wake(i, woken);
         }
     }
 
@@ -743,7 +867,7 @@ mod tests {
             in_flight: u32,
         ) -> Grant {
             let mut woken = Vec::new();
-            self.grant(qpn, cc, port, dgid, in_flight, &mut woken)
+            self.grant(qpn, cc, (port, dgid), in_flight, 0, &mut woken)
         }
     }
 

@@ -43,7 +43,9 @@
 //! Congestion control ([`congestion`]) sits between the requester and the wire: before each
 //! packet an RC requester asks its path (local port, destination GID) for room in the
 //! window all QPs to that peer share; ACKs, round trips, sequence NAKs, probe timeouts and
-//! CNPs move the window. A CE-marked packet draws a CNP from the QP it reached.
+//! CNPs move the window. A CE-marked packet draws a CNP from the QP it reached. Each path
+//! also paces what its window grants (`pacing`: a token bucket at 1.25 windows per round
+//! trip, woken by a pace timer), so a window's packets do not leave in one burst.
 //!
 //! A QP's state changes in one place, `modify::set_state`, whether a modify command, the
 //! completer, the responder or a device error asks for it: it does the work entering each
@@ -69,6 +71,7 @@ pub mod fuzzing;
 pub mod hca;
 pub mod mcast;
 pub mod memory;
+mod pacing;
 pub mod packet;
 pub mod qp;
 mod table;
@@ -707,9 +710,12 @@ impl Engine {
         self.core.acks.clear();
     }
 
-    /// Earliest timer deadline.
+    /// Earliest timer deadline (the QPs' timers and the paths' pace timers).
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.core.timers.next_deadline()
+        match (self.core.timers.next_deadline(), self.core.cc.next_pace()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Fires every timer due at `now`.
@@ -719,6 +725,8 @@ impl Engine {
         hca: &mut H,
         out: &mut Vec<Packet>,
     ) {
+        let core = &mut self.core;
+        core.cc.on_pace_timers(now, &mut core.woken);
         while let Some(t) = self.core.timers.pop_due(now) {
             let Some(qp) = self.qps.get_mut(t.qpn).map(|q| &mut **q) else {
                 continue;

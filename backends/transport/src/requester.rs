@@ -182,10 +182,10 @@ fn step<H: Hca + ?Sized>(
     let mut room = u32::MAX;
     if qp.init.qp_type == QpType::Rc {
         let in_flight = congestion::in_flight(qp.req.una, qp.req.next_psn);
-        let (port, dgid) = (qp.attr.port_num, qp.attr.ah_attr.dgid);
+        let path = (qp.attr.port_num, qp.attr.ah_attr.dgid);
         match core
             .cc
-            .grant(qp.qpn, &mut qp.cc, port, dgid, in_flight, &mut core.woken)
+            .grant(qp.qpn, &mut qp.cc, path, in_flight, now, &mut core.woken)
         {
             Grant::Packets(n) => room = n,
             Grant::Wait => {
