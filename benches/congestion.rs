@@ -2,7 +2,8 @@
 //! on a few sender devices push RDMA WRITEs through one 10 Gbit/s bottleneck (an RTT of about
 //! 50 µs, a queue of one bandwidth-delay product) on a stepped fabric, with the transport's
 //! congestion control off, on, and on with ECN marking at the queue; and a 64-byte `send_lat`
-//! probe (perftest's `ib_send_lat` ping-pong) sharing the bottleneck with 32 of those QPs.
+//! probe (perftest's `ib_send_lat` ping-pong) sharing the bottleneck with 32 of those QPs;
+//! and one QP behind a queue of a quarter of a BDP, its path paced and not.
 //! Prints Markdown tables (`BENCHMARKS.md`, "Congestion: many QPs through one bottleneck").
 //!
 //! Every figure is in the fabric's virtual time, so a run repeats exactly: the machine's load
@@ -112,6 +113,36 @@ fn main() {
             f.ce_marked,
             f.retry_exceeded(),
             f.incomplete.len(),
+        );
+    }
+    let mut paced = Vec::new();
+    for queue in [16u64 << 10, 24 << 10] {
+        for burst in [0, 4] {
+            let mut c = Config {
+                queue_bytes: queue,
+                depth: 8,
+                ..bulk(1)
+            };
+            c.cc.pace_burst = burst;
+            let f = run_bottleneck(&c);
+            eprintln!("{}", f.line("pacing", &c));
+            paced.push((c, f));
+        }
+    }
+    println!();
+    println!("| 1 QP behind a shallow queue | pacing burst | goodput | retransmitted | drops |");
+    println!("|---|---|---|---|---|");
+    for (c, f) in &paced {
+        let burst = match c.cc.pace_burst {
+            0 => "none (window only)".to_string(),
+            n => format!("{n} packets"),
+        };
+        println!(
+            "| {} KiB | {burst} | {:.1} % | {:.1} % | {} |",
+            c.queue_bytes >> 10,
+            f.goodput * 100.0,
+            f.retransmit_fraction * 100.0,
+            f.queue_drops,
         );
     }
     println!();
