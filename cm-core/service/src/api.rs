@@ -646,6 +646,12 @@ impl<D: Device> Connector<D> {
     pub fn remote_addr(&self) -> Option<SocketAddr> {
         self.dst
     }
+
+    /// This endpoint's address: the device's IP and the rdma_cm port its requests name in
+    /// their CMA header (what the peer sees as its remote address).
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.dev.local_ip(), self.src_port)
+    }
 }
 
 impl<D: Device> Drop for Connector<D> {

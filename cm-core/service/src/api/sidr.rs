@@ -275,7 +275,8 @@ impl<D: Device> ServiceRequest<D> {
     ///
     /// # Errors
     /// [`ServiceError::NotUd`]; [`ServiceError::PrivateDataTooLong`] beyond
-    /// [`SIDR_REP_USER_DATA`] bytes (nothing is sent, and the request may be answered again).
+    /// [`SIDR_REP_USER_DATA`] bytes. Either way the request is gone, refused as a dropped one
+    /// is (SIDR_REP "rejected").
     pub fn reply_with(mut self, qp: &Qp<D>, param: &UdParam) -> Result<(), ServiceError> {
         if qp.qp_type() != portverbs_hal::types::QpType::Ud {
             return Err(ServiceError::NotUd(qp.qp_num()));
