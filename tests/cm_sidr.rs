@@ -88,12 +88,16 @@ struct Asked {
     private_data: Vec<u8>,
 }
 
+/// What [`serve_one`]'s thread hands back: the listener and QP, the request, the reply's
+/// outcome.
+type Served = (Listener<AnyDevice>, Ud, Asked, Result<(), ServiceError>);
+
 /// Serves one request on `listener` with `server`'s QP and `param`.
 fn serve_one(
     listener: Listener<AnyDevice>,
     server: Ud,
     param: UdParam,
-) -> thread::JoinHandle<(Listener<AnyDevice>, Ud, Asked, Result<(), ServiceError>)> {
+) -> thread::JoinHandle<Served> {
     thread::spawn(move || {
         let req = listener.get_service_request_blocking(T).unwrap();
         let asked = Asked {
