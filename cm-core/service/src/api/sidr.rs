@@ -157,9 +157,10 @@ fn sidr_outcome(
 }
 
 /// The requester's and the service's addresses from the CMA header at the start of `pd`,
-/// when the header passes the checks a Linux passive side makes (`cma_check_req_qp_type`,
-/// `cma_save_ip_info`): readable, one IP version throughout, sent to the listener's
-/// address (or any, for an unspecified bind), from a unicast source.
+/// when the header passes the checks a connection request's does here (the engine's
+/// `admit`): readable, one IP version throughout, sent to the listener's address (or any,
+/// for an unspecified bind, as Linux's `cma_match_private_data` matches), from a unicast
+/// source.
 fn cma_addresses(bound: SocketAddr, pd: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
     let h = CmaHeader::parse(pd).ok()?;
     let ip = bound.ip();
