@@ -1,9 +1,11 @@
 //! librdmacm's `udaddy` (rdma-core `librdmacm/examples/udaddy.c`) with its defaults: the
 //! client finds the server's UD QP through the connection manager's service ID resolution
 //! (SIDR_REQ / SIDR_REP, IBTA 12.11) on port 7174 of rdma_cm's UDP port space, sends 10
-//! datagrams of 100 bytes with its QPN as immediate data, and the server replies with 10 to
-//! the sender it learnt from the first one (the source address in the GRH, the QPN in the
-//! immediate). Both QPs use rdma_cm's Q_Key, `RDMA_UDP_QKEY`.
+//! datagrams of 100 bytes with its QPN as immediate data through the address handle the
+//! resolution returns, and the server replies with 10 to the sender of the first one, through
+//! an address handle made from that datagram's completion and GRH (`ibv_create_ah_from_wc`),
+//! to the QPN in its immediate data. Both QPs use rdma_cm's Q_Key, `RDMA_UDP_QKEY`, which
+//! the server's SIDR_REP names (`UdParam::default`).
 //!
 //! It runs on the UDP-bound device `PORTVERBS_UDP` makes (`udp0`), so the other end can be
 //! another process, another host, or the C program against Linux Soft-RoCE:
@@ -17,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use portverbs::AnyDevice;
-use portverbs::cm::service::{CmDevice, Connector, Listener, RDMA_UDP_QKEY, addr};
+use portverbs::cm::service::{CmDevice, Connector, Listener, RDMA_UDP_QKEY, UdParam};
 use portverbs::prelude::*;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -74,20 +76,14 @@ fn next(node: &Node, want: WcOpcode) -> Result<WorkCompletion> {
     }
 }
 
-/// Sends the datagrams to `qpn` at `gid` and waits for their completions.
-fn send_all(node: &Node, cm: &CmDevice<AnyDevice>, gid: Gid, qpn: u32) -> Result<()> {
-    let to = QpEndpoint {
-        gid,
-        ..QpEndpoint::default()
-    };
-    let av = ConnectOptions::default().address_vector(&to, Some(cm.gid_index()));
-    let ah = node.pd.create_ah_blocking(av)?;
+/// Sends the datagrams through `ah` to `qpn` and waits for their completions.
+fn send_all(node: &Node, ah: &AddressHandle, qpn: u32, qkey: u32) -> Result<()> {
     let sge = [node.mr.sge(0, SIZE)?];
     let imm = node.qp.qp_num();
     for _ in 0..COUNT {
         let wr = SendWr::new(0, SendOp::SendWithImm { imm })
             .sges(&sge)
-            .ud(ah.dest(qpn, RDMA_UDP_QKEY))
+            .ud(ah.dest(qpn, qkey))
             .signaled();
         node.qp.post_send(&[wr])?;
     }
@@ -103,18 +99,21 @@ fn server(ctx: &Context, cm: &CmDevice<AnyDevice>) -> Result<()> {
     listener.listen(1)?;
     let request = listener.get_service_request_blocking(None)?;
     let node = node(ctx)?;
-    request.reply(&node.qp, RDMA_UDP_QKEY)?; // the SIDR_REP: our QPN and Q_Key
+    // The SIDR_REP: our QPN and rdma_cm's Q_Key.
+    request.reply_with(&node.qp, &UdParam::default())?;
     let first = next(&node, WcOpcode::Recv)?;
     let mut grh = [0u8; GRH];
     node.mr.read(0, &mut grh)?;
-    let (gid, qpn) = (addr::source_gid(&grh), first.imm_data);
+    // The sender, from the GRH; its QP, from the immediate data.
+    let ah = node.pd.create_ah_from_wc_blocking(&first, &grh, 1)?;
+    let qpn = first.imm_data;
     for _ in 1..COUNT {
         next(&node, WcOpcode::Recv)?;
     }
-    send_all(&node, cm, gid, qpn)?;
+    send_all(&node, &ah, qpn, RDMA_UDP_QKEY)?;
     println!(
         "server: {COUNT} datagrams from {} QP {qpn:#x}, as many back",
-        gid.to_ip()
+        ah.av().dgid.to_ip()
     );
     Ok(())
 }
@@ -123,7 +122,9 @@ fn client(ctx: &Context, cm: &CmDevice<AnyDevice>, server: IpAddr) -> Result<()>
     let node = node(ctx)?;
     let mut conn = Connector::new(cm)?;
     let service = conn.resolve_service_blocking(SocketAddr::new(server, PORT))?;
-    send_all(&node, cm, service.gid, service.qpn)?;
+    // Ready to send: GRH to the server's GID, hop limit 64.
+    let ah = service.create_ah_blocking(&node.pd)?;
+    send_all(&node, &ah, service.qpn, service.qkey)?;
     for _ in 0..COUNT {
         next(&node, WcOpcode::Recv)?;
     }

@@ -684,7 +684,7 @@ fn device_removal_reaches_every_endpoint() {
 #[test]
 fn sidr_resolves_a_ud_service() {
     use portverbs::cm::service::UdService;
-    use portverbs::verbs::{ConnectOptions, SpecialQp, UdDest};
+    use portverbs::verbs::{ConnectOptions, SpecialQp};
     let (_turn, (a, b)) = soft();
     let dst = SocketAddr::new(b.local_ip(), 7481);
     let mut listener = Listener::bind_udp(b, dst).unwrap();
@@ -727,22 +727,12 @@ fn sidr_resolves_a_ud_service() {
     let (listener, _bqp) = passive.join().unwrap();
 
     let (apd, acq, aqp, amr) = ud(&ctx_of(a));
-    let ah = apd
-        .create_ah_blocking(AddressVector {
-            dgid: svc.gid,
-            is_global: true,
-            sgid_index: a.gid_index(),
-            port_num: 1,
-            ..AddressVector::default()
-        })
-        .unwrap();
+    // The address handle the resolution returns, as it is: hop limit 64.
+    let ah = svc.create_ah_blocking(&apd).unwrap();
+    assert_eq!(ah.av().hop_limit, 64);
     amr.write(0, b"datagram").unwrap();
     let sge = [amr.sge(0, 8).unwrap()];
-    let dest = UdDest {
-        av: ah.av(),
-        remote_qpn: svc.qpn,
-        remote_qkey: svc.qkey,
-    };
+    let dest = ah.dest(svc.qpn, svc.qkey);
     aqp.post_send(&[SendWr::new(2, SendOp::Send).sges(&sge).ud(dest).signaled()])
         .unwrap();
     assert_eq!(poll_one(&acq).status, WcStatus::Success);

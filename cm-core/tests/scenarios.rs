@@ -676,7 +676,7 @@ fn sidr_resolves_and_reports_missing_services() {
     };
     t.nodes[0]
         .agent
-        .sidr_request(0, s, to, &params, &[])
+        .sidr_request(0, s, to, &params, b"asking")
         .expect("sidr");
     t.deliver();
     let ev = t.take_events(1);
@@ -685,12 +685,35 @@ fn sidr_resolves_and_reports_missing_services() {
             id,
             listener,
             service_id,
+            peer,
+            private_data,
         },
     ] = ev.as_slice()
     else {
         panic!("{ev:?}");
     };
     assert_eq!((*listener, *service_id), (l, SERVICE));
+    assert_eq!(*peer, t.nodes[0].gid);
+    assert_eq!(private_data.len(), 216, "the whole field, zero-padded");
+    assert_eq!(&private_data[..6], b"asking");
+    assert!(private_data[6..].iter().all(|&b| b == 0));
+    // Too much private data is refused before anything is sent.
+    assert!(matches!(
+        t.nodes[1].agent.sidr_reply(
+            *id,
+            portverbs_cm::wire::SidrStatus::Success,
+            0x42,
+            0x0123_4567,
+            &[0; 137],
+        ),
+        Err(CmError::PrivateData {
+            msg: "SIDR_REP",
+            len: 137,
+            max: 136
+        })
+    ));
+    let mut answer = [0u8; 136];
+    answer[135] = 0xA5;
     t.nodes[1]
         .agent
         .sidr_reply(
@@ -698,7 +721,7 @@ fn sidr_resolves_and_reports_missing_services() {
             portverbs_cm::wire::SidrStatus::Success,
             0x42,
             0x0123_4567,
-            &[],
+            &answer,
         )
         .expect("reply");
     t.deliver();
@@ -708,7 +731,8 @@ fn sidr_resolves_and_reports_missing_services() {
             id: s,
             status: portverbs_cm::wire::SidrStatus::Success,
             qpn: 0x42,
-            qkey: 0x0123_4567
+            qkey: 0x0123_4567,
+            private_data: answer.to_vec(),
         }]
     );
     let params = SidrParams {

@@ -78,7 +78,10 @@ pub struct AddressVector {
     pub sgid_index: u8,
     /// IPv6 flow label (20 bits).
     pub flow_label: u32,
-    /// Hop limit / TTL.
+    /// Hop limit (IPv4 TTL on RoCEv2), put in the packet as given, as Linux's rxe does. 0
+    /// (what [`Default`] and a zeroed `ibv_ah_attr` give) lets no router forward the packet:
+    /// an address vector for a routed peer needs one chosen from the route, as rdma_cm
+    /// chooses 64 (the IP route's TTL) and `ibv_ud_pingpong` 1 (one subnet).
     pub hop_limit: u8,
     /// Traffic class / DSCP+ECN.
     pub traffic_class: u8,

@@ -484,8 +484,73 @@ fn ud_traffic_class_reaches_the_grh_area(backend: Backend) {
     assert_eq!(grh[21], 0xb8, "TOS = traffic class");
 }
 
+fn ud_answer_through_an_address_handle_made_from_the_completion(backend: Backend) {
+    // `ibv_create_ah_from_wc`: b answers a's datagram with a handle built from the
+    // completion and the GRH area, knowing nothing else of a.
+    let env = Env::new(backend);
+    let u = Ud::new(&env);
+    let ah =
+        u.p.a
+            .pd
+            .create_ah_blocking(AddressVector {
+                traffic_class: 0x28,
+                ..*u.ah.av()
+            })
+            .unwrap();
+    u.p.a.buf.write(0, b"question").unwrap();
+    u.p.b.post_recv(1, 0, 256);
+    u.p.a.post_recv(3, 512, 256);
+    let dest = UdDest {
+        av: ah.av(),
+        ..u.dest(QKEY)
+    };
+    check_wc(
+        &u.send_to(&env, 2, SendOp::Send, 8, dest),
+        2,
+        WcStatus::Success,
+        WcOpcode::Send,
+    );
+    let wc = poll_one(&env, &u.p.b.cq);
+    check_wc(&wc, 1, WcStatus::Success, WcOpcode::Recv);
+    let grh = u.p.b.buf.to_vec(0, GRH as usize).unwrap();
+    let back = u.p.b.pd.create_ah_from_wc_blocking(&wc, &grh, 1).unwrap();
+    let av = back.av();
+    assert_eq!(av.dgid, Env::gid(env.a()), "the sender's GID");
+    let sgid = env
+        .b()
+        .query_gid_blocking(1, u32::from(av.sgid_index))
+        .unwrap();
+    assert_eq!(
+        sgid.gid,
+        Env::gid(env.b()),
+        "sent from the GID the datagram came to"
+    );
+    assert_eq!((av.traffic_class, av.hop_limit), (0x28, 255));
+    assert!(av.is_global);
+    assert_eq!(av.port_num, 1);
+
+    u.p.b.buf.write(64, b"answer").unwrap();
+    let sge = [u.p.b.sge(64, 6)];
+    let wr = SendWr::new(4, SendOp::Send)
+        .sges(&sge)
+        .ud(back.dest(wc.src_qp, QKEY))
+        .signaled();
+    u.p.b.qp.post_send(&[wr]).unwrap();
+    check_wc(
+        &poll_one(&env, &u.p.b.cq),
+        4,
+        WcStatus::Success,
+        WcOpcode::Send,
+    );
+    let wc = poll_one(&env, &u.p.a.cq);
+    check_wc(&wc, 3, WcStatus::Success, WcOpcode::Recv);
+    assert_eq!(wc.src_qp, u.p.b.qp.qp_num());
+    assert_eq!(u.p.a.buf.to_vec(512 + 40, 6).unwrap(), b"answer");
+}
+
 cases!(
     manual;
+    ud_answer_through_an_address_handle_made_from_the_completion,
     ud_send_delivers_grh_area_and_source,
     ud_wrong_qkey_is_dropped_silently,
     ud_qkey_with_high_bit_uses_the_senders_qkey,

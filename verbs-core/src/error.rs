@@ -740,6 +740,32 @@ pub enum AhError {
     /// The destination GID is all zeros.
     #[error("the destination GID is empty")]
     EmptyDgid,
+    /// `create_ah_from_wc` on a RoCE port: the completion says no GRH came with the datagram,
+    /// so there is no sender to answer.
+    #[error("port {port} is Ethernet (RoCE) and the completion carries no GRH")]
+    NoGrh {
+        /// Port.
+        port: u8,
+    },
+    /// `create_ah_from_wc`: the GRH area of the receive could not be read.
+    #[error("the received GRH: {0}")]
+    BadGrh(#[from] crate::ah_wc::GrhError),
+    /// `create_ah_from_wc`: the datagram was sent to a multicast group, which names no local
+    /// GID to answer from.
+    #[error("the datagram was sent to the multicast GID {gid}: no local GID to answer from")]
+    MulticastDestination {
+        /// The group's GID.
+        gid: portverbs_hal::types::Gid,
+    },
+    /// `create_ah_from_wc`: no entry of the port's GID table holds the GID the datagram was
+    /// sent to.
+    #[error("GID {gid} is not in port {port}'s GID table")]
+    NotLocalGid {
+        /// Port.
+        port: u8,
+        /// The GRH's destination GID.
+        gid: portverbs_hal::types::Gid,
+    },
     /// Other handles of the address handle still exist.
     #[error("the address handle is still used by {users} other handles")]
     Busy {

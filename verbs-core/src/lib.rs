@@ -66,6 +66,7 @@
 #![warn(missing_docs)]
 
 mod ah;
+mod ah_wc;
 mod buffer;
 mod channel;
 mod connect;
@@ -89,6 +90,7 @@ mod wait;
 mod wc;
 
 pub use ah::AddressHandle;
+pub use ah_wc::{GRH_LEN, GrhError, REPLY_HOP_LIMIT, ReceivedGrh};
 pub use buffer::Buffer;
 pub use channel::CompletionChannel;
 pub use connect::{ConnectError, ConnectOptions, QpEndpoint};

@@ -14,6 +14,14 @@
 //!   set. On Linux (path MTU discovery on) IPv4 packets carry DF and identification 0, the
 //!   header the ICRC is computed for ([`portverbs_wire::seal_datagram`]); on Windows the
 //!   identification is the stack's choice (see "The IPv4 identification on Windows");
+//! * **hop limit and traffic class**: each packet's GRH hop limit becomes the IP TTL (IPv6
+//!   hop limit) it leaves with, and its traffic class the TOS byte, as Linux's rxe writes
+//!   them (`drivers/infiniband/sw/rxe/rxe_net.c`, `prepare4`/`prepare6`): unchanged. A hop
+//!   limit of 0, which a zeroed address vector has, is sent as 1 (a socket sends no TTL 0);
+//!   neither is forwarded by a router, so 0 is not read as "the default": what knows the
+//!   route chooses the hop limit (rdma_cm and the CM service take 64, the IP route's; an
+//!   address handle made from a completion takes 255). The TTL and traffic class a datagram
+//!   arrived with are reported in the GRH area of its receive;
 //! * **source ports** follow each packet's flow-label hash (`0xC000 | …`, as rxe's
 //!   `rdma_get_udp_sport`): a packet leaves from a socket bound to that port, made on first
 //!   use, up to [`UdpConfig::max_source_ports`] of them; past that, or when a port is taken,

@@ -10,11 +10,16 @@ use portverbs_verbs::Qp;
 
 use crate::engine::{CmDevice, ListenState, Pending, State};
 use crate::{RdmaCmEvent, ServiceError, addr};
-use portverbs_cm::wire::{
-    CMA_HEADER_LEN, CmaHeader, PortSpace, REQ_PRIVATE_DATA, SidrStatus, service_id,
-};
-use portverbs_cm::{CmId, CmState, PathParams, SidrParams};
+use portverbs_cm::wire::{CMA_HEADER_LEN, CmaHeader, PortSpace, REQ_PRIVATE_DATA, service_id};
+use portverbs_cm::{CmId, CmState, PathParams};
 use portverbs_hal::Gid;
+
+mod sidr;
+pub(crate) use sidr::admit_sidr;
+pub use sidr::{
+    RDMA_UDP_QKEY, ROUTE_HOP_LIMIT, SIDR_REP_USER_DATA, SIDR_REQ_USER_DATA, ServiceRequest,
+    UdParam, UdService,
+};
 
 /// Private data after the CMA header in a REQ.
 pub const REQ_USER_DATA: usize = REQ_PRIVATE_DATA - CMA_HEADER_LEN;
@@ -126,28 +131,6 @@ fn outcome(e: &RdmaCmEvent) -> Option<Result<Vec<u8>, ServiceError>> {
             Some(Err(ServiceError::ConnectError(detail.clone())))
         }
         RdmaCmEvent::Disconnected => Some(Err(ServiceError::Closed)),
-        _ => None,
-    }
-}
-
-/// The outcome of a SIDR request, as a result.
-fn sidr_outcome(
-    dst: SocketAddr,
-) -> impl FnMut(&RdmaCmEvent) -> Option<Result<UdService, ServiceError>> {
-    move |e| match e {
-        RdmaCmEvent::ServiceResolved {
-            status: SidrStatus::Success,
-            qpn,
-            qkey,
-        } => Some(Ok(UdService {
-            gid: addr::ip_to_gid(dst.ip()),
-            qpn: *qpn,
-            qkey: *qkey,
-        })),
-        RdmaCmEvent::ServiceResolved { status, .. } => {
-            Some(Err(ServiceError::ServiceRejected(*status)))
-        }
-        RdmaCmEvent::Unreachable => Some(Err(ServiceError::Unreachable)),
         _ => None,
     }
 }
@@ -265,98 +248,6 @@ impl<D: Device> Listener<D> {
     }
 }
 
-impl<D: Device> Listener<D> {
-    fn pop_sidr(&self, st: &mut State<D>) -> Option<ServiceRequest<D>> {
-        let id = st.listeners.get_mut(&self.id)?.sidr.pop_front()?;
-        Some(ServiceRequest {
-            dev: Some(self.dev.clone()),
-            id,
-        })
-    }
-
-    /// The next UD service resolution request (a SIDR_REQ on an `RDMA_PS_UDP` listener).
-    ///
-    /// # Errors
-    /// The device failed.
-    pub async fn get_service_request(&self) -> Result<ServiceRequest<D>, ServiceError> {
-        self.dev.wait_async(|st| self.pop_sidr(st)).await
-    }
-
-    /// Blocking form of [`Listener::get_service_request`], with an optional timeout.
-    ///
-    /// # Errors
-    /// As [`Listener::get_service_request`], or [`ServiceError::TimedOut`].
-    pub fn get_service_request_blocking(
-        &self,
-        timeout: Option<Duration>,
-    ) -> Result<ServiceRequest<D>, ServiceError> {
-        self.dev.wait_blocking(timeout, |st| self.pop_sidr(st))
-    }
-}
-
-/// A UD service resolution request: answer it with a UD QP and Q_Key, or drop it (SIDR_REP
-/// "rejected").
-pub struct ServiceRequest<D: Device> {
-    dev: Option<CmDevice<D>>,
-    id: CmId,
-}
-
-impl<D: Device> fmt::Debug for ServiceRequest<D> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServiceRequest")
-            .field("id", &self.id)
-            .finish()
-    }
-}
-
-impl<D: Device> ServiceRequest<D> {
-    /// Answers with `qp` (a UD QP) and the Q_Key it receives with.
-    ///
-    /// # Errors
-    /// `qp` is not a UD QP.
-    pub fn reply(mut self, qp: &Qp<D>, qkey: u32) -> Result<(), ServiceError> {
-        if qp.qp_type() != portverbs_hal::types::QpType::Ud {
-            return Err(ServiceError::NotUd(qp.qp_num()));
-        }
-        let Some(dev) = self.dev.take() else {
-            return Err(ServiceError::Closed);
-        };
-        let now = dev.now();
-        let mut st = dev.state();
-        let r = st
-            .agent
-            .sidr_reply(self.id, SidrStatus::Success, qp.qp_num(), qkey, &[]);
-        let _ = st.agent.destroy(now, self.id);
-        dev.drain(&mut st)?;
-        r.map_err(Into::into)
-    }
-}
-
-impl<D: Device> Drop for ServiceRequest<D> {
-    fn drop(&mut self) {
-        if let Some(dev) = self.dev.take() {
-            dev.destroy_endpoints(&mut dev.state(), [self.id]);
-        }
-    }
-}
-
-/// The Q_Key of rdma_cm's UD port space (`RDMA_UDP_QKEY`, Linux
-/// `include/rdma/rdma_cm.h`): a kernel rdma_cm gives its UD QPs of `RDMA_PS_UDP` this Q_Key
-/// and names it in its SIDR_REPs (Linux `drivers/infiniband/core/cma.c`, `cma_set_qkey`). A UD
-/// service that talks to librdmacm's tools (`udaddy`) receives with it and replies with it.
-pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
-
-/// Where a UD service is: what [`Connector::resolve_service`] returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdService {
-    /// The service's GID (its IP's RoCEv2 GID): the address handle's destination.
-    pub gid: Gid,
-    /// Its UD QPN.
-    pub qpn: u32,
-    /// Its Q_Key.
-    pub qkey: u32,
-}
-
 impl<D: Device> Drop for Listener<D> {
     fn drop(&mut self) {
         let mut st = self.dev.state();
@@ -364,7 +255,8 @@ impl<D: Device> Drop for Listener<D> {
             Some(l) => (l.pending, l.sidr),
             None => Default::default(),
         };
-        let ids = pending.into_iter().map(|p| p.id).chain(sidr);
+        let ids = pending.into_iter().map(|p| p.id);
+        let ids = ids.chain(sidr.into_iter().map(|s| s.id));
         self.dev.destroy_endpoints(&mut st, ids.chain([self.id]));
     }
 }
@@ -750,62 +642,15 @@ impl<D: Device> Connector<D> {
         })
     }
 
-    fn start_sidr(&mut self, dst: SocketAddr) -> Result<(), ServiceError> {
-        let local = self.dev.local_ip();
-        if local.is_ipv4() != dst.ip().is_ipv4() {
-            return Err(ServiceError::FamilyMismatch(local, dst.ip()));
-        }
-        self.dst = Some(dst);
-        let mut pd = [0u8; CMA_HEADER_LEN];
-        CmaHeader {
-            src_port: self.src_port,
-            src: local,
-            dst: dst.ip(),
-        }
-        .emit(&mut pd)?;
-        // rdma_cm's SIDR timer: 4.3 s (code 20), 15 retries (Linux `cma.c`, `cma_resolve_ib_udp`).
-        let p = SidrParams {
-            service_id: service_id(PortSpace::Udp, dst.port()),
-            pkey: 0xFFFF,
-            timeout: 20,
-            max_retries: 15,
-        };
-        let now = self.dev.now();
-        let mut st = self.dev.state();
-        st.agent
-            .sidr_request(now, self.id, addr::ip_to_gid(dst.ip()), &p, &pd)?;
-        self.dev.drain(&mut st)?;
-        Ok(())
-    }
-
-    /// UD service resolution (`RDMA_PS_UDP`, SIDR): asks `dst` for the QPN and Q_Key of its
-    /// UD service.
-    ///
-    /// # Errors
-    /// [`ServiceError::ServiceRejected`] with the SIDR_REP status (nobody listens, or the
-    /// listener refused), [`ServiceError::Unreachable`].
-    pub async fn resolve_service(&mut self, dst: SocketAddr) -> Result<UdService, ServiceError> {
-        self.start_sidr(dst)?;
-        let id = self.id;
-        self.dev
-            .wait_async(|st| take(st, id, sidr_outcome(dst)))
-            .await?
-    }
-
-    /// Blocking form of [`Connector::resolve_service`].
-    ///
-    /// # Errors
-    /// As [`Connector::resolve_service`].
-    pub fn resolve_service_blocking(&mut self, dst: SocketAddr) -> Result<UdService, ServiceError> {
-        self.start_sidr(dst)?;
-        let id = self.id;
-        self.dev
-            .wait_blocking(None, |st| take(st, id, sidr_outcome(dst)))?
-    }
-
     /// The peer's address.
     pub fn remote_addr(&self) -> Option<SocketAddr> {
         self.dst
+    }
+
+    /// This endpoint's address: the device's IP and the rdma_cm port its requests name in
+    /// their CMA header (what the peer sees as its remote address).
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.dev.local_ip(), self.src_port)
     }
 }
 

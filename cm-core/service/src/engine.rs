@@ -82,6 +82,18 @@ pub(super) struct Pending {
     pub(super) initiator_depth: u8,
 }
 
+/// A SIDR request waiting in a UDP listener's queue.
+#[derive(Debug, Clone)]
+pub(super) struct SidrPending {
+    pub(super) id: CmId,
+    /// The requester's address, from the CMA header.
+    pub(super) remote: SocketAddr,
+    /// The address it was sent to.
+    pub(super) local: SocketAddr,
+    /// The private data after the CMA header.
+    pub(super) private_data: Vec<u8>,
+}
+
 /// A listener's queue and what its requests must match.
 #[derive(Debug)]
 pub(super) struct ListenState {
@@ -90,7 +102,7 @@ pub(super) struct ListenState {
     pub(super) pending: VecDeque<Pending>,
     /// `RDMA_PS_UDP` listeners: SIDR requests waiting for [`crate::Listener::get_service_request`].
     pub(super) udp: bool,
-    pub(super) sidr: VecDeque<CmId>,
+    pub(super) sidr: VecDeque<SidrPending>,
 }
 
 /// Everything behind the device lock.
@@ -907,10 +919,20 @@ impl<D: Device> CmDevice<D> {
                 }
                 return;
             }
-            CmEvent::SidrRequest { id, listener, .. } => {
-                match st.listeners.get_mut(&listener) {
-                    Some(l) if l.udp && l.sidr.len() < l.backlog => l.sidr.push_back(id),
-                    // Not a UDP listener, or its backlog is full: SIDR_REP "rejected".
+            CmEvent::SidrRequest {
+                id,
+                listener,
+                private_data,
+                ..
+            } => {
+                let admitted = st
+                    .listeners
+                    .get(&listener)
+                    .and_then(|l| crate::api::admit_sidr(l, id, &private_data));
+                match (admitted, st.listeners.get_mut(&listener)) {
+                    (Some(p), Some(l)) => l.sidr.push_back(p),
+                    // Not a UDP listener, its backlog full, or its CMA header refused: the
+                    // endpoint goes, which answers SIDR_REP "rejected" as Linux does.
                     _ => {
                         let _ = st.agent.destroy(now, id);
                     }
@@ -922,7 +944,16 @@ impl<D: Device> CmDevice<D> {
                 status,
                 qpn,
                 qkey,
-            } => (id, RdmaCmEvent::ServiceResolved { status, qpn, qkey }),
+                private_data,
+            } => (
+                id,
+                RdmaCmEvent::ServiceResolved {
+                    status,
+                    qpn,
+                    qkey,
+                    private_data,
+                },
+            ),
             CmEvent::Established { id, private_data } => {
                 (id, RdmaCmEvent::Established { private_data })
             }
@@ -949,7 +980,7 @@ impl<D: Device> CmDevice<D> {
             for l in st.listeners.values_mut() {
                 let before = l.pending.len() + l.sidr.len();
                 l.pending.retain(|p| p.id != id);
-                l.sidr.retain(|s| *s != id);
+                l.sidr.retain(|s| s.id != id);
                 queued |= l.pending.len() + l.sidr.len() != before;
             }
             if queued {

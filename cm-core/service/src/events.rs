@@ -32,6 +32,8 @@ pub enum RdmaCmEvent {
         qpn: u32,
         /// Its Q_Key.
         qkey: u32,
+        /// The SIDR_REP's private data (136 bytes).
+        private_data: Vec<u8>,
     },
     /// `UNREACHABLE`: no answer after every CM retransmission.
     Unreachable,

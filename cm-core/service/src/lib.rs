@@ -103,7 +103,11 @@
 //! given up.
 //!
 //! UD services (`RDMA_PS_UDP`): [`Listener::bind_udp`] and [`Listener::get_service_request`]
-//! on the passive side, [`Connector::resolve_service`] (SIDR) on the active side.
+//! on the passive side ([`ServiceRequest`]: the requester's address and private data, answered
+//! with [`ServiceRequest::reply_with`] and [`UdParam`], Q_Key [`RDMA_UDP_QKEY`] by default),
+//! [`Connector::resolve_service`] (SIDR) on the active side ([`UdService`]: QPN, Q_Key, the
+//! reply's private data and a ready address vector, hop limit [`ROUTE_HOP_LIMIT`]). A UD
+//! service answers each datagram's sender with `Pd::create_ah_from_wc` (verbs-core).
 //!
 //! Multicast (`RDMA_PS_UDP`): [`CmDevice::join_multicast`] attaches a UD QP to an IP
 //! multicast group and returns what sends to it ([`McastJoin`]: the MGID as rdma_cm maps the
@@ -111,8 +115,7 @@
 //! [`CmDevice::leave_multicast`] detaches. Nothing goes on the wire for either: on Ethernet
 //! the IP group membership of the port is what brings a group's datagrams.
 //!
-//! Not here yet: the passive checks on a SIDR_REQ's CMA header (any SIDR_REQ on a UDP
-//! listener is offered to the application), IPv6 link-local scope handling, and choosing
+//! Not here yet: IPv6 link-local scope handling, and choosing
 //! among several devices by IP ([`CmDevice::open`] takes the context whose GID table holds
 //! the IP).
 //!
@@ -138,7 +141,8 @@ mod transition;
 
 pub use api::{
     AcceptParams, ConnParam, ConnectParams, ConnectionRequest, Connector, Listener, RDMA_UDP_QKEY,
-    REQ_USER_DATA, ServiceRequest, UdService,
+    REQ_USER_DATA, ROUTE_HOP_LIMIT, SIDR_REP_USER_DATA, SIDR_REQ_USER_DATA, ServiceRequest,
+    UdParam, UdService,
 };
 pub use engine::{CmDevice, MAX_SLEEP, MadCounts};
 pub use error::ServiceError;

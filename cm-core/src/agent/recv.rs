@@ -617,6 +617,8 @@ impl CmAgent {
                 id,
                 listener,
                 service_id,
+                peer: from,
+                private_data: r.private_data.to_vec(),
             },
         );
     }
@@ -640,6 +642,7 @@ impl CmAgent {
             status: r.status,
             qpn: r.qpn,
             qkey: r.qkey,
+            private_data: r.private_data.to_vec(),
         };
         self.finish_outcome(index, ev);
         self.set_state(index, CmState::Idle);

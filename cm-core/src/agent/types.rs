@@ -403,6 +403,11 @@ pub enum CmEvent {
         listener: CmId,
         /// Service ID.
         service_id: u64,
+        /// The sender's GID (where the SIDR_REP goes).
+        peer: Gid,
+        /// The SIDR_REQ's private data, all 216 bytes (rdma_cm: the 36-byte CMA header
+        /// first).
+        private_data: Vec<u8>,
     },
     /// `sidr_request` got its SIDR_REP.
     SidrResolved {
@@ -414,6 +419,8 @@ pub enum CmEvent {
         qpn: u32,
         /// Its Q_Key.
         qkey: u32,
+        /// The SIDR_REP's private data, all 136 bytes.
+        private_data: Vec<u8>,
     },
 }
 

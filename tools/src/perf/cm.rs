@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use portverbs::cm::service::{
-    CmDevice, ConnParam, Connector, Listener, RDMA_UDP_QKEY, ServiceError, addr,
+    CmDevice, ConnParam, Connector, Listener, RDMA_UDP_QKEY, ServiceError,
 };
 use portverbs::oob::channel::{ChannelConfig, ChannelError, MessageChannel};
 use portverbs::prelude::*;
@@ -477,19 +477,15 @@ pub(crate) struct UdPeers {
     _ids: Vec<Connector<AnyDevice>>,
 }
 
-/// An address handle toward `gid` from `side`'s PD, through the CM's GID.
-fn ah_toward(
-    cm: &CmDevice<AnyDevice>,
+/// An address handle in `side`'s PD for `av` (the CM's, toward a resolved service, or one
+/// made from a client's datagram), with the test's service level.
+fn ah_with(
     side: &Side,
     opts: &ConnectOptions,
-    gid: Gid,
+    av: AddressVector,
 ) -> Result<AddressHandle, CliError> {
-    let to = QpEndpoint {
-        gid,
-        ..QpEndpoint::default()
-    };
     side.pd
-        .create_ah_blocking(opts.address_vector(&to, Some(cm.gid_index())))
+        .create_ah_blocking(AddressVector { sl: opts.sl, ..av })
         .ctx("creating the address handle")
 }
 
@@ -545,7 +541,7 @@ impl UdPeers {
                 }
             };
             if peers.ah.is_none() {
-                peers.ah = Some(ah_toward(cm, side, opts, svc.gid)?);
+                peers.ah = Some(ah_with(side, opts, svc.av)?);
             }
             if send_qpn && let Some(ah) = &peers.ah {
                 let qpn = qp.qp_num();
@@ -621,7 +617,11 @@ impl UdPeers {
             let mut grh = [0u8; GRH_BYTES as usize];
             side.mr.read(off, &mut grh).ctx("reading the GRH")?;
             if peers.ah.is_none() {
-                peers.ah = Some(ah_toward(cm, side, opts, addr::source_gid(&grh))?);
+                let av = cm
+                    .context()
+                    .init_ah_from_wc_blocking(1, &wc, &grh)
+                    .ctx("the client's address, from its QPN message")?;
+                peers.ah = Some(ah_with(side, opts, av)?);
             }
             peers.qps.push((wc.imm_data & 0x00ff_ffff, RDMA_UDP_QKEY));
         }

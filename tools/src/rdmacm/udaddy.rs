@@ -9,15 +9,16 @@
 //! back. The server answers each SIDR_REQ with a UD QP of rdma_cm's Q_Key (`RDMA_UDP_QKEY`),
 //! takes the client's datagrams, and replies to the sender it learns from the first one: the
 //! GRH's source address and the immediate's QPN, with its own Q_Key — `udaddy`'s
-//! `ibv_create_ah_from_wc`.
+//! `ibv_create_ah_from_wc` (`Pd::create_ah_from_wc`). The client's address handle is the one
+//! the resolution returns (hop limit 64, as rdma_cm's route gives).
 
 use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use portverbs::cm::service::{CmDevice, Connector, Listener, RDMA_UDP_QKEY, addr};
+use portverbs::AnyDevice;
+use portverbs::cm::service::{CmDevice, Connector, Listener, RDMA_UDP_QKEY, UdParam};
 use portverbs::prelude::*;
-use portverbs::{AddressHandle, AnyDevice};
 
 use super::{GRH_LEN, Node, NodeSpec, event_of, say};
 use crate::error::{CliError, Context as _};
@@ -109,18 +110,6 @@ fn check_mtu(args: &UdaddyArgs, ctx: &Context) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The address handle toward `gid` from the CM's own GID.
-fn ah_to(node: &Node, cm: &CmDevice<AnyDevice>, gid: Gid) -> Result<AddressHandle, CliError> {
-    let opts = ConnectOptions::default();
-    let to = QpEndpoint {
-        gid,
-        ..QpEndpoint::default()
-    };
-    node.pd
-        .create_ah_blocking(opts.address_vector(&to, Some(cm.gid_index())))
-        .ctx("udaddy: failure creating address handle")
-}
-
 fn serve(args: &UdaddyArgs, cm: &CmDevice<AnyDevice>) -> Result<(), CliError> {
     let any = if cm.local_ip().is_ipv4() {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
@@ -141,7 +130,7 @@ fn serve(args: &UdaddyArgs, cm: &CmDevice<AnyDevice>) -> Result<(), CliError> {
         check_mtu(args, cm.context())?;
         let node = Node::new(cm.context(), args.spec(), RDMA_UDP_QKEY)?;
         node.post_recvs(count, args.size + GRH_LEN)?;
-        req.reply(&node.qp, RDMA_UDP_QKEY)
+        req.reply_with(&node.qp, &UdParam::default())
             .ctx("udaddy: failure accepting")?;
         nodes.push(node);
     }
@@ -152,7 +141,7 @@ fn serve(args: &UdaddyArgs, cm: &CmDevice<AnyDevice>) -> Result<(), CliError> {
     // Per node: the client, from its first datagram (source address, QPN in the immediate).
     let mut replies = Vec::new();
     for node in &nodes {
-        let first: RefCell<Option<(Gid, u32)>> = RefCell::new(None);
+        let first: RefCell<Option<(WorkCompletion, [u8; GRH_LEN])>> = RefCell::new(None);
         node.complete(
             &node.recv_cq,
             count,
@@ -170,14 +159,18 @@ fn serve(args: &UdaddyArgs, cm: &CmDevice<AnyDevice>) -> Result<(), CliError> {
                 }
                 let mut grh = [0u8; GRH_LEN];
                 node.mr.read(0, &mut grh).ctx("reading the GRH")?;
-                *first.borrow_mut() = Some((addr::source_gid(&grh), wc.imm_data & 0x00ff_ffff));
+                *first.borrow_mut() = Some((*wc, grh));
                 Ok(())
             },
         )?;
-        let (gid, qpn) = first
+        let (wc, grh) = first
             .into_inner()
             .ok_or_else(|| CliError::Failed("no datagram came".into()))?;
-        replies.push((ah_to(node, cm, gid)?, qpn));
+        let ah = node
+            .pd
+            .create_ah_from_wc_blocking(&wc, &grh, 1)
+            .ctx("udaddy: failure creating address handle")?;
+        replies.push((ah, wc.imm_data & 0x00ff_ffff));
     }
     say("sending replies");
     for (node, (ah, qpn)) in nodes.iter().zip(&replies) {
@@ -219,7 +212,9 @@ fn connect(args: &UdaddyArgs, cm: &CmDevice<AnyDevice>, dst: IpAddr) -> Result<(
             }
             CliError::Failed(format!("resolving the UD service at {server}: {e}"))
         })?;
-        let ah = ah_to(&node, cm, svc.gid)?;
+        let ah = svc
+            .create_ah_blocking(&node.pd)
+            .ctx("udaddy: failure creating address handle")?;
         peers.push((node, ah, svc, cm_id));
     }
     if count > 0 {
