@@ -1,6 +1,6 @@
 //! The CM device: QP1, the agent, and progress driven by the application's calls.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::poll_fn;
 use std::net::{IpAddr, SocketAddr};
@@ -107,6 +107,8 @@ pub(super) struct State<D: Device> {
     /// Event queues of the application's endpoints.
     pub(super) events: HashMap<CmId, VecDeque<RdmaCmEvent>>,
     pub(super) listeners: HashMap<CmId, ListenState>,
+    /// The ports the live [`crate::Listener`]s are bound to, by port space (UDP or not).
+    pub(super) bound: HashSet<(bool, u16)>,
     free_send: Vec<usize>,
     unsent: VecDeque<OutMad>,
     /// A QP transition the agent asked for that the device has not finished: the agent's
@@ -310,6 +312,7 @@ impl<D: Device> CmDevice<D> {
                     qp_of: HashMap::new(),
                     events: HashMap::new(),
                     listeners: HashMap::new(),
+                    bound: HashSet::new(),
                     free_send: (0..SEND_SLOTS).rev().collect(),
                     unsent: VecDeque::new(),
                     gate: None,
@@ -1125,7 +1128,8 @@ impl<D: Device> CmDevice<D> {
     }
 
     /// Associates `qp` with connection `id` (atomic with respect to every other
-    /// association of this device) and takes it to INIT if it is in RESET. The INIT command
+    /// association of this device) and takes it to INIT if it is in RESET; a QP associated
+    /// with `id` already is left as it is. The INIT command
     /// runs outside the device lock, so other connections' progress does not wait for it;
     /// if it fails, the association is undone.
     pub(super) async fn associate(&self, id: CmId, qp: &Qp<D>) -> Result<(), ServiceError> {
@@ -1135,12 +1139,24 @@ impl<D: Device> CmDevice<D> {
         }
         {
             let mut st = self.state();
-            if let Some((_, weak)) = st.qps.get(&qpn) {
+            if let Some((owner, weak)) = st.qps.get(&qpn) {
                 if weak.upgrade().is_some() {
+                    if *owner == id && st.qp_of.get(&id) == Some(&qpn) {
+                        // Associated already ([`crate::Connector::init_qp`]).
+                        return Ok(());
+                    }
                     return Err(ServiceError::QpInUse(qpn));
                 }
                 // The QP number of a destroyed QP, reused: that connection is over.
                 self.reap_dead(&mut st);
+            }
+            if let Some(&other) = st.qp_of.get(&id) {
+                // The endpoint has another QP, alive ([`crate::Connector::init_qp`]).
+                let live =
+                    |(owner, weak): &(CmId, WeakQp<D>)| *owner == id && weak.upgrade().is_some();
+                if other != qpn && st.qps.get(&other).is_some_and(live) {
+                    return Err(ServiceError::WrongQp(qpn));
+                }
             }
             st.qps.insert(qpn, (id, qp.downgrade()));
             st.qp_of.insert(id, qpn);

@@ -334,8 +334,8 @@ pub(crate) struct DataConns {
 /// Connection parameters of the test QPs: read resources only for read tests.
 pub(crate) fn data_param(outs: Option<u8>) -> ConnParam {
     ConnParam {
-        responder_resources: outs.unwrap_or(0),
-        initiator_depth: outs.unwrap_or(0),
+        responder_resources: Some(outs.unwrap_or(0)),
+        initiator_depth: Some(outs.unwrap_or(0)),
         ..ConnParam::default()
     }
 }
