@@ -233,7 +233,13 @@ fn depths_beyond_the_device_fail_accept_before_the_rep() {
             };
             let r = req.accept_blocking(&s.qp, &param);
             assert!(
-                matches!(r, Err(ServiceError::InvalidParam { name: "initiator_depth", .. })),
+                matches!(
+                    r,
+                    Err(ServiceError::InvalidParam {
+                        name: "initiator_depth",
+                        ..
+                    })
+                ),
                 "{r:?}"
             );
             // No REP: the QP never left RESET.
@@ -265,7 +271,11 @@ fn default_depths_are_the_device_maximum_and_grant_read() {
         let q = attr(s);
         assert_eq!(u32::from(q.max_rd_atomic), dev.max_qp_init_rd_atom);
         assert_eq!(u32::from(q.max_dest_rd_atomic), dev.max_qp_rd_atom);
-        assert!(q.qp_access_flags.contains(remote), "{:?}", q.qp_access_flags);
+        assert!(
+            q.qp_access_flags.contains(remote),
+            "{:?}",
+            q.qp_access_flags
+        );
     }
     close(&a, &b, ends);
 }
@@ -299,7 +309,9 @@ fn no_responder_resources_no_remote_read_and_a_read_fails() {
     };
     let sge = [sa.mr.sge(0, 8).unwrap()];
     sa.qp
-        .post_send(&[SendWr::new(1, SendOp::RdmaRead { remote }).sges(&sge).signaled()])
+        .post_send(&[SendWr::new(1, SendOp::RdmaRead { remote })
+            .sges(&sge)
+            .signaled()])
         .unwrap();
     let wc = poll_one(&sa.cq);
     assert_eq!(wc.wr_id, 1);
@@ -469,7 +481,8 @@ struct Silent(std::net::UdpSocket);
 impl Silent {
     fn bind(ip: &str) -> Self {
         let sock = std::net::UdpSocket::bind((ip.parse::<IpAddr>().unwrap(), 4791)).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
         Self(sock)
     }
 

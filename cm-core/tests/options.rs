@@ -19,11 +19,12 @@ fn rtr_rts(t: &Pair, n: usize) -> (RtrAttrs, RtsAttrs) {
     (rtr, rts)
 }
 
-/// Node 1 listens, node 0 connects with `p` (edited by `edit`); returns the passive ID.
+/// Node 1 listens, node 0 connects with `p` (edited by `edit`); returns the passive ID and
+/// whether the request said the sender uses an SRQ.
 fn request(
     t: &mut Pair,
     edit: impl FnOnce(&mut portverbs_cm::ConnectParams),
-) -> portverbs_cm::CmId {
+) -> (portverbs_cm::CmId, bool) {
     let listener = t.nodes[1].agent.create_id().expect("id");
     t.nodes[1].agent.listen(listener, SERVICE).expect("listen");
     let a = t.nodes[0].agent.create_id().expect("id");
@@ -38,20 +39,20 @@ fn request(
     let [CmEvent::ConnectRequest { id, request }] = ev.as_slice() else {
         panic!("one connect request expected, got {ev:?}");
     };
-    assert_eq!(request.srq, true);
-    *id
+    (*id, request.srq)
 }
 
 #[test]
 fn options_reach_the_wire_and_the_qps() {
     let mut t = Pair::new();
-    let passive = request(&mut t, |p| {
+    let (passive, srq) = request(&mut t, |p| {
         p.flow_control = true;
         p.srq = true;
         p.ack_timeout = Some(9);
         p.path.path_mtu = 5;
         p.path.traffic_class = 0x60;
     });
+    assert!(srq);
     let req = &t.sent(0, AttrId::Req)[0].1;
     let CmMessage::Req(r) = &req.msg else {
         unreachable!()
@@ -95,7 +96,8 @@ fn options_reach_the_wire_and_the_qps() {
 #[test]
 fn without_options_the_bits_are_clear_and_the_path_sets_the_timeout() {
     let mut t = Pair::new();
-    let passive = request(&mut t, |p| p.srq = true);
+    let (passive, srq) = request(&mut t, |_| {});
+    assert!(!srq);
     let CmMessage::Req(r) = &t.sent(0, AttrId::Req)[0].1.msg else {
         unreachable!()
     };
@@ -119,10 +121,7 @@ fn without_options_the_bits_are_clear_and_the_path_sets_the_timeout() {
 fn a_req_without_a_valid_mtu_gets_1024_at_most() {
     for bad in [0, 6, 15] {
         let mut t = Pair::new();
-        let passive = request(&mut t, |p| {
-            p.srq = true;
-            p.path.path_mtu = bad;
-        });
+        let (passive, _) = request(&mut t, |p| p.path.path_mtu = bad);
         t.nodes[1]
             .agent
             .accept(t.now, passive, &AcceptParams::new(0x22, 0x200), &[])
@@ -135,7 +134,7 @@ fn a_req_without_a_valid_mtu_gets_1024_at_most() {
 #[test]
 fn no_responder_resources_no_remote_read_or_atomics() {
     let mut t = Pair::new();
-    let passive = request(&mut t, |p| p.srq = true);
+    let (passive, _) = request(&mut t, |_| {});
     let mut accept = AcceptParams::new(0x22, 0x200);
     accept.responder_resources = 0;
     t.nodes[1]
