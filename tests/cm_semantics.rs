@@ -122,6 +122,7 @@ fn a_conn_param_mtu_is_used_and_cut_to_the_port() {
 fn the_passive_side_takes_the_smaller_of_the_req_mtu_and_its_port() {
     // a's port 4096, b's 2048.
     let (_f, a, b) = pair([Mtu::Mtu4096, Mtu::Mtu2048]);
+    assert_eq!((a.port_mtu(), b.port_mtu()), (Mtu::Mtu4096, Mtu::Mtu2048));
     // a connects: its REQ says 4096, b's QP gets its port's 2048.
     let ends = connect(&a, &b, 7604, &ConnParam::default(), ConnParam::default());
     assert_eq!(attr(&ends.1.0).path_mtu, Mtu::Mtu2048);

@@ -65,7 +65,8 @@ pub struct ConnParam {
     /// the path's (from the packet life time and the peer's ACK delay).
     pub ack_timeout: Option<u8>,
     /// The path MTU, at most the port's active MTU (a larger one is cut to it). `None`: the
-    /// port's active MTU (rdma_cm takes the netdev's MTU, rounded down to an IB MTU). Connect:
+    /// port's active MTU ([`CmDevice::port_mtu`], queried when the CM was opened; rdma_cm
+    /// takes the netdev's MTU, rounded down to an IB MTU). Connect:
     /// the REQ's path MTU. Accept: the QP gets the smaller of this and the REQ's (the REP
     /// carries no MTU; the active side keeps the one it asked for).
     pub path_mtu: Option<Mtu>,
@@ -148,11 +149,8 @@ impl ConnParam {
     /// Checks these parameters against the device (librdmacm's `ucma_valid_param`) and its
     /// port 1, and resolves the depths and the path MTU left to them; nothing is sent and no
     /// QP is touched.
-    async fn resolve<D: Device>(
-        &self,
-        ctx: &portverbs_verbs::Context<D>,
-    ) -> Result<Resolved, ServiceError> {
-        let attr = ctx.attr();
+    fn resolve<D: Device>(&self, dev: &CmDevice<D>) -> Result<Resolved, ServiceError> {
+        let attr = dev.context().attr();
         let depth = |name, asked: Option<u8>, max: u32| {
             let max8 = u8::try_from(max).unwrap_or(u8::MAX);
             match asked {
@@ -182,13 +180,8 @@ impl ConnParam {
                 max: 31,
             });
         }
-        let port = ctx
-            .query_port(1)
-            .await
-            .map_err(|e| ServiceError::verbs("querying port 1", e))?;
-        let mtu = self
-            .path_mtu
-            .map_or(port.active_mtu, |m| m.min(port.active_mtu));
+        let port = dev.port_mtu();
+        let mtu = self.path_mtu.map_or(port, |m| m.min(port));
         Ok(Resolved {
             responder_resources,
             initiator_depth,
@@ -585,7 +578,7 @@ impl<D: Device> ConnectionRequest<D> {
             dst: Some(self.p.remote),
             src_port: self.p.local.port(),
         };
-        let r = param.resolve(conn.dev.context()).await?;
+        let r = param.resolve(&conn.dev)?;
         conn.dev.associate(conn.id, qp).await?;
         let p = portverbs_cm::AcceptParams {
             responder_resources: r.responder_resources.min(self.p.initiator_depth),
@@ -758,7 +751,7 @@ impl<D: Device> Connector<D> {
         }
         .emit(&mut pd)?;
         pd[CMA_HEADER_LEN..].copy_from_slice(&param.private_data);
-        let r = param.resolve(self.dev.context()).await?;
+        let r = param.resolve(&self.dev)?;
         self.dev.associate(self.id, qp).await?;
         let now = self.dev.now();
         let base = param.cm_params();

@@ -11,6 +11,7 @@ use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use portverbs_hal::Gid;
+use portverbs_hal::types::Mtu;
 use portverbs_hal::{Device, ProgressAgent};
 use portverbs_verbs::{
     AccessFlags, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit, QpState,
@@ -160,6 +161,8 @@ struct Shared<D: Device> {
     qp1: Qp<D>,
     mr: Mr<D>,
     gid_index: u8,
+    /// Port 1's active MTU, as queried at open.
+    port_mtu: Mtu,
     local_ip: IpAddr,
     epoch: Instant,
     state: Mutex<State<D>>,
@@ -260,6 +263,11 @@ impl<D: Device> CmDevice<D> {
     /// [`ServiceError::AddressNotLocal`], or a verbs error (e.g. the device has no QP1).
     pub async fn open(ctx: &Context<D>, ip: IpAddr) -> Result<Self, ServiceError> {
         let gid_index = addr::local_gid_index(ctx, 1, ip)?;
+        let port_mtu = ctx
+            .query_port(1)
+            .await
+            .map_err(|e| ServiceError::verbs("querying port 1", e))?
+            .active_mtu;
         let pd = ctx
             .alloc_pd()
             .await
@@ -303,6 +311,7 @@ impl<D: Device> CmDevice<D> {
                 qp1,
                 mr,
                 gid_index,
+                port_mtu,
                 local_ip: ip,
                 epoch,
                 state: Mutex::new(State {
@@ -377,6 +386,12 @@ impl<D: Device> CmDevice<D> {
     /// The GID table index of the local IP address on port 1.
     pub fn gid_index(&self) -> u8 {
         self.shared.gid_index
+    }
+
+    /// Port 1's active MTU (queried when the CM was opened): the path MTU of its connections
+    /// unless [`crate::ConnParam::path_mtu`] asks for less.
+    pub fn port_mtu(&self) -> Mtu {
+        self.shared.port_mtu
     }
 
     /// The local GID.
