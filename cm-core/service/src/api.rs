@@ -66,9 +66,12 @@ pub struct ConnParam {
     pub ack_timeout: Option<u8>,
     /// The path MTU, at most the port's active MTU (a larger one is cut to it). `None`: the
     /// port's active MTU ([`CmDevice::port_mtu`], queried when the CM was opened; rdma_cm
-    /// takes the netdev's MTU, rounded down to an IB MTU). Connect:
-    /// the REQ's path MTU. Accept: the QP gets the smaller of this and the REQ's (the REP
-    /// carries no MTU; the active side keeps the one it asked for).
+    /// takes the netdev's MTU, rounded down to an IB MTU). Connect: the REQ's path MTU.
+    /// Accept: the QP gets the smaller of this and the REQ's. The REP carries no MTU, so the
+    /// active side keeps the one it asked for: where the two ports' MTUs differ, a connect
+    /// from the larger one leaves the QPs with different path MTUs, and messages of more than
+    /// one packet may then fail (the soft device's responder expects packets of its own MTU). Keep the ports'
+    /// MTUs equal, as on one Ethernet segment, or connect with the smaller one here.
     pub path_mtu: Option<Mtu>,
     /// Connect: how long the peer may take to answer the REQ, as the REQ's 5-bit "remote CM
     /// response timeout" (4.096 µs · 2^n; rdma_cm's `CMA_CM_RESPONSE_TIMEOUT`, 20 ≈ 4.3 s).
