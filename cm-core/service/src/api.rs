@@ -70,8 +70,9 @@ pub struct ConnParam {
     /// Accept: the QP gets the smaller of this and the REQ's. The REP carries no MTU, so the
     /// active side keeps the one it asked for: where the two ports' MTUs differ, a connect
     /// from the larger one leaves the QPs with different path MTUs, and messages of more than
-    /// one packet may then fail (the soft device's responder expects packets of its own MTU). Keep the ports'
-    /// MTUs equal, as on one Ethernet segment, or connect with the smaller one here.
+    /// one packet may then fail (the soft device's responder expects packets of its own
+    /// MTU). Keep the ports' MTUs equal, as on one Ethernet segment, or connect with the
+    /// smaller one here.
     pub path_mtu: Option<Mtu>,
     /// Connect: how long the peer may take to answer the REQ, as the REQ's 5-bit "remote CM
     /// response timeout" (4.096 µs · 2^n; rdma_cm's `CMA_CM_RESPONSE_TIMEOUT`, 20 ≈ 4.3 s).
