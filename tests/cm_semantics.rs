@@ -508,7 +508,7 @@ impl Silent {
 
 #[test]
 fn the_req_carries_flow_control_srq_tos_mtu_and_the_device_depths() {
-    let (ip, peer) = ("127.0.93.1", "127.0.93.2");
+    let (ip, peer) = ("127.0.197.1", "127.0.197.2");
     let silent = Silent::bind(peer);
     let mut config = portverbs::udp_port::UdpConfig::new(ip.parse().unwrap());
     config.progress = portverbs::hal::Progress::Auto;
