@@ -2,10 +2,16 @@
 //! CM takes both QPs to RTS (no transition ladder in the application), one SEND crosses,
 //! and a disconnect flushes what is still posted.
 //!
+//! Each side posts its receive before the connection is up (`init_qp` takes the QP to INIT,
+//! as librdmacm's `rdma_create_qp` does), so a SEND the peer posts as soon as it is
+//! connected always finds one. Before exiting, both devices flush their CM, so the last
+//! DREQ/DREP leaves before the process goes.
+//!
 //! `cargo run --example cm_connect [ACTIVE_DEVICE PASSIVE_DEVICE]` (defaults: soft0 soft1).
 
 use std::net::SocketAddr;
 use std::thread;
+use std::time::Duration;
 
 use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener};
 use portverbs::prelude::*;
@@ -59,11 +65,13 @@ fn main() -> Result<()> {
             private_data: b"welcome".to_vec(),
             ..ConnParam::default()
         };
-        let conn = req.accept_blocking(&qp, &accept)?;
+        // The receive goes first: the client sends as soon as it is connected.
+        req.init_qp_blocking(&qp)?;
         qp.post_recv(&[RecvWr {
             wr_id: 1,
             sges: &[mr.sge(0, 64)?],
         }])?;
+        let conn = req.accept_blocking(&qp, &accept)?;
         let wc = wait(&cq)?;
         let mut got = vec![0; wc.byte_len as usize];
         mr.read(0, &mut got)?;
@@ -75,10 +83,15 @@ fn main() -> Result<()> {
         ))
     });
 
-    // Active side: resolve, connect with private data, send, disconnect.
+    // Active side: resolve, post a receive, connect with private data, send, disconnect.
     let (cq, qp, mr) = rc_qp(&a_ctx)?;
     let mut conn = Connector::new(&a)?;
     conn.resolve_blocking(addr)?;
+    conn.init_qp_blocking(&qp)?;
+    qp.post_recv(&[RecvWr {
+        wr_id: 3,
+        sges: &[mr.sge(64, 64)?],
+    }])?;
     let request = ConnParam {
         private_data: b"hello".to_vec(),
         ..ConnParam::default()
@@ -92,10 +105,6 @@ fn main() -> Result<()> {
     let sges = [mr.sge(0, 4)?];
     qp.post_send(&[SendWr::new(2, SendOp::Send).sges(&sges).signaled()])?;
     wait(&cq)?;
-    qp.post_recv(&[RecvWr {
-        wr_id: 3,
-        sges: &[mr.sge(0, 64)?],
-    }])?;
     conn.disconnect(&qp)?;
     println!(
         "client: after disconnect the receive completed with {}",
@@ -103,5 +112,11 @@ fn main() -> Result<()> {
     );
     conn.notify_disconnect_blocking(None)?;
     println!("{}", server.join().map_err(|_| "server panicked")??);
+    // The CM has no thread: what its last calls queued (the server's DREP) leaves now.
+    for cm in [&a, &b] {
+        if !cm.flush(Duration::from_secs(5))? {
+            return Err("the CM's last messages did not leave".into());
+        }
+    }
     Ok(())
 }

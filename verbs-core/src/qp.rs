@@ -350,6 +350,11 @@ impl<D: Device> Qp<D> {
         QpState::from_u8(self.inner.state.load(Ordering::Acquire)).unwrap_or(QpState::Err)
     }
 
+    /// The SRQ it receives through, if it has one.
+    pub fn srq(&self) -> Option<&Srq<D>> {
+        self.inner.srq.as_ref()
+    }
+
     /// The PD.
     pub fn pd(&self) -> &Pd<D> {
         &self.inner.pd

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use portverbs_hal::Device;
+use portverbs_hal::types::Mtu;
 use portverbs_verbs::Qp;
 
 use crate::engine::{CmDevice, ListenState, Pending, State};
@@ -24,22 +25,60 @@ pub use sidr::{
 /// Private data after the CMA header in a REQ.
 pub const REQ_USER_DATA: usize = REQ_PRIVATE_DATA - CMA_HEADER_LEN;
 
-/// Connection parameters, as librdmacm's `rdma_conn_param`.
+/// Connection parameters, as librdmacm's `rdma_conn_param` plus the `rdma_set_option`
+/// settings of an ID (TOS, ACK timeout) and its path MTU.
+///
+/// Everything is checked before anything goes on the wire: a depth above the device's
+/// limit, an ACK timeout above 31 or private data too long fail `connect`/`accept` with a
+/// typed error ([`ServiceError::InvalidParam`], as librdmacm's `EINVAL`), the QP untouched.
+///
+/// librdmacm's `qp_num` (the QPN a REQ or REP names when the ID has no QP) has no field:
+/// `connect` and `accept` always take the QP, because this CM moves it through INIT, RTR and
+/// RTS itself (rdma_cm without a QP leaves those transitions to the application, through
+/// `rdma_init_qp_attr`, which this layer does not offer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnParam {
     /// Private data: at most 56 bytes on connect (after the CMA header), 196 on accept, 148
     /// on reject.
     pub private_data: Vec<u8>,
-    /// READ/ATOMIC operations we accept as responder (accept: capped by the request's
-    /// initiator depth).
-    pub responder_resources: u8,
-    /// READ/ATOMIC operations we issue at once (accept: capped by the request's responder
-    /// resources).
-    pub initiator_depth: u8,
+    /// READ/ATOMIC operations we accept as responder: the QP's `max_dest_rd_atomic`, at most
+    /// the device's `max_qp_rd_atom`. `None`: that maximum (accept: capped by the request's
+    /// initiator depth), as librdmacm's `RDMA_MAX_RESP_RES` or a NULL `conn_param`. With 0
+    /// the QP grants remote WRITE only, no remote READ or atomics (as Linux's CM), and the
+    /// peer's initiator depth becomes 0 too: a READ the peer posts then completes in error
+    /// at once, never reaching us (`LOC_QP_OP_ERR` on the soft device; see the crate docs).
+    pub responder_resources: Option<u8>,
+    /// READ/ATOMIC operations we issue at once: the QP's `max_rd_atomic`, at most the
+    /// device's `max_qp_init_rd_atom`. `None`: that maximum (accept: capped by the request's
+    /// responder resources), as librdmacm's `RDMA_MAX_INIT_DEPTH` or a NULL `conn_param`.
+    pub initiator_depth: Option<u8>,
+    /// End-to-end flow control: the REQ's (connect) or REP's (accept) bit.
+    pub flow_control: bool,
     /// Transport retries (connect; at most 7).
     pub retry_count: u8,
     /// RNR retries asked of the peer (at most 7 = infinite).
     pub rnr_retry_count: u8,
+    /// Whether our QP receives through an SRQ: the REQ's or REP's SRQ bit. Set for us when
+    /// the QP given has an SRQ (as librdmacm does from `id->qp->srq`).
+    pub srq: bool,
+    /// Connect: the traffic class of the path (rdma_cm's TOS, `RDMA_OPTION_ID_TOS`): the
+    /// REQ's primary path carries it and both QPs' address vectors get it. Accept: unused,
+    /// the REQ's traffic class is the connection's.
+    pub tos: u8,
+    /// Our QP's local ACK timeout (5-bit exponent, 4.096 µs · 2^n; 0 disables the timer), as
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: our QP only, not negotiated. `None`:
+    /// the path's (from the packet life time and the peer's ACK delay).
+    pub ack_timeout: Option<u8>,
+    /// The path MTU, at most the port's active MTU (a larger one is cut to it). `None`: the
+    /// port's active MTU ([`CmDevice::port_mtu`], queried when the CM was opened; rdma_cm
+    /// takes the netdev's MTU, rounded down to an IB MTU). Connect: the REQ's path MTU.
+    /// Accept: the QP gets the smaller of this and the REQ's. The REP carries no MTU, so the
+    /// active side keeps the one it asked for: where the two ports' MTUs differ, a connect
+    /// from the larger one leaves the QPs with different path MTUs, and messages of more than
+    /// one packet may then fail (the soft device's responder expects packets of its own
+    /// MTU). Keep the ports' MTUs equal, as on one Ethernet segment, or connect with the
+    /// smaller one here.
+    pub path_mtu: Option<Mtu>,
     /// Connect: how long the peer may take to answer the REQ, as the REQ's 5-bit "remote CM
     /// response timeout" (4.096 µs · 2^n; rdma_cm's `CMA_CM_RESPONSE_TIMEOUT`, 20 ≈ 4.3 s).
     pub cm_response_timeout: u8,
@@ -54,20 +93,36 @@ pub struct ConnParam {
 }
 
 impl Default for ConnParam {
-    /// librdmacm's values when no parameters are given: one READ/ATOMIC each way, 7 retries,
-    /// and the kernel CM's REQ timers (response timeout 20, 15 CM retries: 73.7 s on RoCE).
+    /// What `rdma_connect(id, NULL)` uses: the device's maximum READ/ATOMIC depths each way
+    /// (librdmacm `cma.c`: `max_responder_resources`, `max_initiator_depth`), 7 retries, no
+    /// flow control, TOS 0, the path's ACK timeout, the port's MTU, and the kernel CM's REQ
+    /// timers (response timeout 20, 15 CM retries: 73.7 s on RoCE).
     fn default() -> Self {
         Self {
             private_data: Vec::new(),
-            responder_resources: 1,
-            initiator_depth: 1,
+            responder_resources: None,
+            initiator_depth: None,
+            flow_control: false,
             retry_count: 7,
             rnr_retry_count: 7,
+            srq: false,
+            tos: 0,
+            ack_timeout: None,
+            path_mtu: None,
             cm_response_timeout: 20,
             max_cm_retries: 15,
             timeout: None,
         }
     }
+}
+
+/// The depths and limits `connect`/`accept` resolved against the device and port.
+#[derive(Debug, Clone, Copy)]
+struct Resolved {
+    responder_resources: u8,
+    initiator_depth: u8,
+    /// IB enum.
+    path_mtu: u8,
 }
 
 impl ConnParam {
@@ -84,18 +139,63 @@ impl ConnParam {
         self.timeout.map_or(budget, |t| t.min(budget))
     }
 
-    /// The agent's parameters these fields set (the rest of them are the caller's).
+    /// The agent's parameters these fields set (the rest of them are the caller's; the
+    /// depths and the MTU are resolved against the device by [`ConnParam::resolve`]).
     fn cm_params(&self) -> portverbs_cm::ConnectParams {
-        let path = PathParams::roce(Gid::default(), Gid::default());
+        let mut path = PathParams::roce(Gid::default(), Gid::default());
+        path.traffic_class = self.tos;
         portverbs_cm::ConnectParams {
-            responder_resources: self.responder_resources,
-            initiator_depth: self.initiator_depth,
             retry_count: self.retry_count.min(7),
             rnr_retry_count: self.rnr_retry_count.min(7),
             max_cm_retries: self.max_cm_retries,
             remote_cm_response_timeout: self.cm_response_timeout,
+            flow_control: self.flow_control,
+            ack_timeout: self.ack_timeout,
             ..portverbs_cm::ConnectParams::new(0, 0, 0, path)
         }
+    }
+
+    /// Checks these parameters against the device (librdmacm's `ucma_valid_param`) and its
+    /// port 1, and resolves the depths and the path MTU left to them; nothing is sent and no
+    /// QP is touched.
+    fn resolve<D: Device>(&self, dev: &CmDevice<D>) -> Result<Resolved, ServiceError> {
+        let attr = dev.context().attr();
+        let depth = |name, asked: Option<u8>, max: u32| {
+            let max8 = u8::try_from(max).unwrap_or(u8::MAX);
+            match asked {
+                None => Ok(max8),
+                Some(v) if u32::from(v) <= max => Ok(v),
+                Some(v) => Err(ServiceError::InvalidParam {
+                    name,
+                    value: v.into(),
+                    max,
+                }),
+            }
+        };
+        let responder_resources = depth(
+            "responder_resources",
+            self.responder_resources,
+            attr.max_qp_rd_atom,
+        )?;
+        let initiator_depth = depth(
+            "initiator_depth",
+            self.initiator_depth,
+            attr.max_qp_init_rd_atom,
+        )?;
+        if let Some(t) = self.ack_timeout.filter(|t| *t > 31) {
+            return Err(ServiceError::InvalidParam {
+                name: "ack_timeout",
+                value: t.into(),
+                max: 31,
+            });
+        }
+        let port = dev.port_mtu();
+        let mtu = self.path_mtu.map_or(port, |m| m.min(port));
+        Ok(Resolved {
+            responder_resources,
+            initiator_depth,
+            path_mtu: mtu as u8,
+        })
     }
 }
 
@@ -154,12 +254,19 @@ impl<D: Device> fmt::Debug for Listener<D> {
 
 impl<D: Device> Listener<D> {
     /// Binds to `addr` (the device's IP or the unspecified address of its family; port not
-    /// 0) in the `RDMA_PS_TCP` port space.
+    /// 0) in the `RDMA_PS_TCP` port space. The port is this listener's until it is dropped:
+    /// as `rdma_bind_addr` without `SO_REUSEADDR`, a second bind to it (the same address, or
+    /// the unspecified one, which this device's single IP makes the same) fails.
     ///
     /// # Errors
-    /// [`ServiceError::AddressNotLocal`], [`ServiceError::PortZero`], or the agent's table is
+    /// [`ServiceError::AddressNotLocal`], [`ServiceError::PortZero`],
+    /// [`ServiceError::AddressInUse`] (librdmacm's `EADDRINUSE`), or the agent's table is
     /// full.
     pub fn bind(dev: &CmDevice<D>, addr: SocketAddr) -> Result<Self, ServiceError> {
+        Self::bind_in(dev, addr, false)
+    }
+
+    fn bind_in(dev: &CmDevice<D>, addr: SocketAddr, udp: bool) -> Result<Self, ServiceError> {
         let ip = addr.ip();
         if !ip.is_unspecified() && ip != dev.local_ip() {
             return Err(ServiceError::AddressNotLocal(ip));
@@ -167,12 +274,17 @@ impl<D: Device> Listener<D> {
         if addr.port() == 0 {
             return Err(ServiceError::PortZero);
         }
-        let id = dev.state().agent.create_id()?;
+        let mut st = dev.state();
+        if st.bound.contains(&(udp, addr.port())) {
+            return Err(ServiceError::AddressInUse(addr));
+        }
+        let id = st.agent.create_id()?;
+        st.bound.insert((udp, addr.port()));
         Ok(Self {
             dev: dev.clone(),
             id,
             addr,
-            udp: false,
+            udp,
         })
     }
 
@@ -181,11 +293,9 @@ impl<D: Device> Listener<D> {
     /// [`Listener::get_service_request`].
     ///
     /// # Errors
-    /// As [`Listener::bind`].
+    /// As [`Listener::bind`] (the UDP port space is apart from the TCP one).
     pub fn bind_udp(dev: &CmDevice<D>, addr: SocketAddr) -> Result<Self, ServiceError> {
-        let mut l = Self::bind(dev, addr)?;
-        l.udp = true;
-        Ok(l)
+        Self::bind_in(dev, addr, true)
     }
 
     /// Listens: up to `backlog` requests wait for [`Listener::get_request`]; beyond that a
@@ -251,6 +361,7 @@ impl<D: Device> Listener<D> {
 impl<D: Device> Drop for Listener<D> {
     fn drop(&mut self) {
         let mut st = self.dev.state();
+        st.bound.remove(&(self.udp, self.addr.port()));
         let (pending, sidr) = match st.listeners.remove(&self.id) {
             Some(l) => (l.pending, l.sidr),
             None => Default::default(),
@@ -293,8 +404,31 @@ impl<D: Device> ConnectionRequest<D> {
         &self.p.private_data
     }
 
-    /// Accepts on `qp` (an RC QP in RESET or INIT): the CM takes it through INIT, RTR and RTS
-    /// with the request's attributes, sends the REP, and completes when the RTU arrives.
+    /// Makes `qp` (an RC QP in RESET) this request's QP and moves it to INIT, as librdmacm's
+    /// `rdma_create_qp` leaves a new QP: receives can be posted on it before
+    /// [`ConnectionRequest::accept`] with the same QP, so that a peer which sends as soon as
+    /// it is connected finds them (a QP in RESET refuses receives). Nothing is sent.
+    ///
+    /// # Errors
+    /// The QP is not RC or belongs to a connection already, or the INIT transition failed.
+    pub async fn init_qp(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
+        let dev = self.dev.as_ref().ok_or(ServiceError::Closed)?;
+        dev.associate(self.p.id, qp).await
+    }
+
+    /// Blocking form of [`ConnectionRequest::init_qp`].
+    ///
+    /// # Errors
+    /// As [`ConnectionRequest::init_qp`].
+    pub fn init_qp_blocking(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
+        portverbs_hal::block_on(self.init_qp(qp))
+    }
+
+    /// Accepts on `qp`: the CM takes it through RTR and RTS with the request's attributes,
+    /// sends the REP, and completes when the RTU arrives. `qp` is an RC QP in RESET, which
+    /// the CM first moves to INIT, or the QP given to [`ConnectionRequest::init_qp`] (with
+    /// the receives posted since). Remote access is set at RTR as Linux's CM sets it: remote
+    /// WRITE, and remote READ and atomics only with responder resources.
     ///
     /// # Errors
     /// The QP is not RC or belongs to a connection already, a transition failed, the
@@ -340,11 +474,16 @@ impl<D: Device> ConnectionRequest<D> {
             dst: Some(self.p.remote),
             src_port: self.p.local.port(),
         };
+        let r = param.resolve(&conn.dev)?;
         conn.dev.associate(conn.id, qp).await?;
         let p = portverbs_cm::AcceptParams {
-            responder_resources: param.responder_resources.min(self.p.initiator_depth),
-            initiator_depth: param.initiator_depth.min(self.p.responder_resources),
+            responder_resources: r.responder_resources.min(self.p.initiator_depth),
+            initiator_depth: r.initiator_depth.min(self.p.responder_resources),
             rnr_retry_count: param.rnr_retry_count.min(7),
+            srq: param.srq || qp.srq().is_some(),
+            flow_control: param.flow_control,
+            ack_timeout: param.ack_timeout,
+            path_mtu: r.path_mtu,
             ..portverbs_cm::AcceptParams::new(qp.qp_num(), conn.dev.psn(conn.id))
         };
         let now = conn.dev.now();
@@ -433,6 +572,26 @@ impl<D: Device> Connector<D> {
         })
     }
 
+    /// Makes `qp` (an RC QP in RESET) this endpoint's QP and moves it to INIT, as librdmacm's
+    /// `rdma_create_qp` leaves a new QP: receives can be posted on it before
+    /// [`Connector::connect`] with the same QP, so that a peer which sends as soon as it is
+    /// connected finds them (a QP in RESET refuses receives). Nothing is sent.
+    ///
+    /// # Errors
+    /// The QP is not RC or belongs to a connection already, this endpoint has another QP, or
+    /// the INIT transition failed.
+    pub async fn init_qp(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
+        self.dev.associate(self.id, qp).await
+    }
+
+    /// Blocking form of [`Connector::init_qp`].
+    ///
+    /// # Errors
+    /// As [`Connector::init_qp`].
+    pub fn init_qp_blocking(&self, qp: &Qp<D>) -> Result<(), ServiceError> {
+        portverbs_hal::block_on(self.init_qp(qp))
+    }
+
     /// The CM state of this endpoint.
     pub fn cm_state(&self) -> Option<CmState> {
         self.dev.state().agent.state(self.id)
@@ -488,17 +647,29 @@ impl<D: Device> Connector<D> {
         }
         .emit(&mut pd)?;
         pd[CMA_HEADER_LEN..].copy_from_slice(&param.private_data);
+        let r = param.resolve(&self.dev)?;
         self.dev.associate(self.id, qp).await?;
         let now = self.dev.now();
+        let base = param.cm_params();
+        let path = PathParams {
+            path_mtu: r.path_mtu,
+            ..PathParams::roce(self.dev.local_gid(), addr::ip_to_gid(dst.ip()))
+        };
         let p = portverbs_cm::ConnectParams {
             service_id: service_id(PortSpace::Tcp, dst.port()),
             qpn: qp.qp_num(),
             starting_psn: self.dev.psn(self.id),
-            path: PathParams::roce(self.dev.local_gid(), addr::ip_to_gid(dst.ip())),
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            srq: param.srq || qp.srq().is_some(),
+            path: PathParams {
+                traffic_class: base.path.traffic_class,
+                ..path
+            },
             give_up_at: param
                 .timeout
                 .map(|t| now.saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))),
-            ..param.cm_params()
+            ..base
         };
         let mut st = self.dev.state();
         if let Err(e) = st.agent.connect(now, self.id, &p, &pd) {
@@ -509,9 +680,12 @@ impl<D: Device> Connector<D> {
         Ok(())
     }
 
-    /// Connects `qp` (an RC QP in RESET or INIT) to the resolved destination: REQ with the
-    /// CMA header and `param`; the CM takes the QP to RTS when the REP arrives and answers
-    /// with RTU. Returns the REP's private data.
+    /// Connects `qp` to the resolved destination: REQ with the CMA header and `param`; the
+    /// CM takes the QP to RTS when the REP arrives and answers with RTU. Returns the REP's
+    /// private data. `qp` is an RC QP in RESET, which the CM first moves to INIT, or the QP
+    /// given to [`Connector::init_qp`] (with the receives posted since). Remote access is set
+    /// at RTR as Linux's CM sets it: remote WRITE, and remote READ and atomics only with
+    /// responder resources.
     ///
     /// # Errors
     /// [`ServiceError::Rejected`] (e.g. reason 8 when nobody listens on the port),

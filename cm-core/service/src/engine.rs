@@ -1,6 +1,6 @@
 //! The CM device: QP1, the agent, and progress driven by the application's calls.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::poll_fn;
 use std::net::{IpAddr, SocketAddr};
@@ -11,6 +11,7 @@ use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use portverbs_hal::Gid;
+use portverbs_hal::types::Mtu;
 use portverbs_hal::{Device, ProgressAgent};
 use portverbs_verbs::{
     AccessFlags, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit, QpState,
@@ -119,6 +120,8 @@ pub(super) struct State<D: Device> {
     /// Event queues of the application's endpoints.
     pub(super) events: HashMap<CmId, VecDeque<RdmaCmEvent>>,
     pub(super) listeners: HashMap<CmId, ListenState>,
+    /// The ports the live [`crate::Listener`]s are bound to, by port space (UDP or not).
+    pub(super) bound: HashSet<(bool, u16)>,
     free_send: Vec<usize>,
     unsent: VecDeque<OutMad>,
     /// A QP transition the agent asked for that the device has not finished: the agent's
@@ -170,6 +173,8 @@ struct Shared<D: Device> {
     qp1: Qp<D>,
     mr: Mr<D>,
     gid_index: u8,
+    /// Port 1's active MTU, as queried at open.
+    port_mtu: Mtu,
     local_ip: IpAddr,
     epoch: Instant,
     state: Mutex<State<D>>,
@@ -270,6 +275,11 @@ impl<D: Device> CmDevice<D> {
     /// [`ServiceError::AddressNotLocal`], or a verbs error (e.g. the device has no QP1).
     pub async fn open(ctx: &Context<D>, ip: IpAddr) -> Result<Self, ServiceError> {
         let gid_index = addr::local_gid_index(ctx, 1, ip)?;
+        let port_mtu = ctx
+            .query_port(1)
+            .await
+            .map_err(|e| ServiceError::verbs("querying port 1", e))?
+            .active_mtu;
         let pd = ctx
             .alloc_pd()
             .await
@@ -313,6 +323,7 @@ impl<D: Device> CmDevice<D> {
                 qp1,
                 mr,
                 gid_index,
+                port_mtu,
                 local_ip: ip,
                 epoch,
                 state: Mutex::new(State {
@@ -322,6 +333,7 @@ impl<D: Device> CmDevice<D> {
                     qp_of: HashMap::new(),
                     events: HashMap::new(),
                     listeners: HashMap::new(),
+                    bound: HashSet::new(),
                     free_send: (0..SEND_SLOTS).rev().collect(),
                     unsent: VecDeque::new(),
                     gate: None,
@@ -386,6 +398,12 @@ impl<D: Device> CmDevice<D> {
     /// The GID table index of the local IP address on port 1.
     pub fn gid_index(&self) -> u8 {
         self.shared.gid_index
+    }
+
+    /// Port 1's active MTU (queried when the CM was opened): the path MTU of its connections
+    /// unless [`crate::ConnParam::path_mtu`] asks for less.
+    pub fn port_mtu(&self) -> Mtu {
+        self.shared.port_mtu
     }
 
     /// The local GID.
@@ -1156,7 +1174,8 @@ impl<D: Device> CmDevice<D> {
     }
 
     /// Associates `qp` with connection `id` (atomic with respect to every other
-    /// association of this device) and takes it to INIT if it is in RESET. The INIT command
+    /// association of this device) and takes it to INIT if it is in RESET; a QP associated
+    /// with `id` already is left as it is. The INIT command
     /// runs outside the device lock, so other connections' progress does not wait for it;
     /// if it fails, the association is undone.
     pub(super) async fn associate(&self, id: CmId, qp: &Qp<D>) -> Result<(), ServiceError> {
@@ -1166,12 +1185,24 @@ impl<D: Device> CmDevice<D> {
         }
         {
             let mut st = self.state();
-            if let Some((_, weak)) = st.qps.get(&qpn) {
+            if let Some((owner, weak)) = st.qps.get(&qpn) {
                 if weak.upgrade().is_some() {
+                    if *owner == id && st.qp_of.get(&id) == Some(&qpn) {
+                        // Associated already ([`crate::Connector::init_qp`]).
+                        return Ok(());
+                    }
                     return Err(ServiceError::QpInUse(qpn));
                 }
                 // The QP number of a destroyed QP, reused: that connection is over.
                 self.reap_dead(&mut st);
+            }
+            if let Some(&other) = st.qp_of.get(&id) {
+                // The endpoint has another QP, alive ([`crate::Connector::init_qp`]).
+                let live =
+                    |(owner, weak): &(CmId, WeakQp<D>)| *owner == id && weak.upgrade().is_some();
+                if other != qpn && st.qps.get(&other).is_some_and(live) {
+                    return Err(ServiceError::WrongQp(qpn));
+                }
             }
             st.qps.insert(qpn, (id, qp.downgrade()));
             st.qp_of.insert(id, qpn);

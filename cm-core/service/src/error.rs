@@ -1,6 +1,6 @@
 //! Errors of the CM service layer.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use thiserror::Error;
 
@@ -31,6 +31,22 @@ pub enum ServiceError {
     /// Source and destination addresses are of different IP versions.
     #[error("address families differ: {0} and {1}")]
     FamilyMismatch(IpAddr, IpAddr),
+    /// Another listener of this device is bound to the address's port in the same port
+    /// space, and still lives (librdmacm's `rdma_bind_addr` fails with `EADDRINUSE`).
+    #[error("address {0} is already in use")]
+    AddressInUse(SocketAddr),
+    /// A connection parameter is out of range: above the device's limit (a depth above
+    /// `max_qp_rd_atom` or `max_qp_init_rd_atom`) or its field's (librdmacm's `EINVAL`).
+    /// Checked before anything is sent.
+    #[error("{name} = {value} is invalid: at most {max}")]
+    InvalidParam {
+        /// The parameter.
+        name: &'static str,
+        /// What was asked.
+        value: u32,
+        /// The largest value allowed.
+        max: u32,
+    },
     /// A listener needs a port (0 is not assigned automatically).
     #[error("listening needs a non-zero port")]
     PortZero,

@@ -47,11 +47,23 @@
 //! transition is parked and polled on every progress, its command's completion wakes the
 //! async waiters, and the agent's later outputs wait behind it (the REP does not leave before
 //! RTR, ESTABLISHED is not reported before RTS). [`Connector::disconnect`] returns once the
-//! QP is in ERR. The INIT transition of `accept`/`connect` is part of the caller's own
-//! operation: awaited in the async forms, waited for in the blocking ones, and never under
-//! the device lock.
+//! QP is in ERR. The INIT transition of `accept`/`connect` (or of
+//! [`Connector::init_qp`] / [`ConnectionRequest::init_qp`], which take the QP to INIT
+//! beforehand, as librdmacm's `rdma_create_qp` does, so that receives can be posted before
+//! the connection is up) is part of the caller's own operation: awaited in the async forms,
+//! waited for in the blocking ones, and never under the device lock.
 //! While a transition is in flight the CM holds the QP, so the application's
 //! `Qp::destroy` is refused as busy for that time.
+//!
+//! What a connection's QP gets: the port's active MTU as path MTU, as Linux's rdma_cm takes
+//! the netdev's (the active side's REQ carries it; the passive side takes the smaller of the
+//! REQ's and its own port's, so a peer never gets it a larger MTU than its port carries),
+//! remote WRITE always and remote READ and atomics only when the QP has responder resources
+//! (as Linux `cm.c` grants them), and `max_rd_atomic`/`max_dest_rd_atomic` from the depths
+//! negotiated in REQ and REP (by default the device's maximums, as `rdma_connect(id, NULL)`).
+//! A side that grants no responder resources leaves its peer an initiator depth of 0: a READ
+//! or atomic posted there completes in error without reaching the wire (on the soft device
+//! with `LOC_QP_OP_ERR`), never as a silent success.
 //!
 //! The QP ↔ connection association is one map entry per QP, made and cleared under the
 //! device lock. The CM keeps only a weak handle ([`portverbs_verbs::WeakQp`]), so the

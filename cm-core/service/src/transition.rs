@@ -63,17 +63,25 @@ impl Transition {
     }
 }
 
-/// RESET → INIT on port 1 with remote READ, WRITE and atomics allowed (what rdma_cm's
-/// `rdma_init_qp_attr` gives an RC QP; the responder resources negotiated in REQ/REP bound
-/// what the peer may really issue).
+/// The remote access an RC QP of the CM gets, as Linux `cm.c` grants it: remote WRITE always,
+/// remote READ and atomics only when the QP has responder resources.
+fn access(read_atomic: bool) -> AccessFlags {
+    if read_atomic {
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
+    } else {
+        AccessFlags::REMOTE_WRITE
+    }
+}
+
+/// RESET → INIT on port 1 with remote WRITE allowed: what Linux's CM gives a QP whose
+/// responder resources are not known yet (librdmacm's `rdma_create_qp` before a connect).
+/// The RTR transition sets the connection's access ([`rtr`]).
 pub(crate) fn init() -> (QpAttr, QpAttrMask) {
     let attr = QpAttr {
         qp_state: QpState::Init,
         pkey_index: 0,
         port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC,
+        qp_access_flags: access(false),
         ..QpAttr::default()
     };
     let mask =
@@ -81,10 +89,13 @@ pub(crate) fn init() -> (QpAttr, QpAttrMask) {
     (attr, mask)
 }
 
-/// INIT → RTR as the agent's attributes say, on the local GID at `sgid_index`.
+/// INIT → RTR as the agent's attributes say, on the local GID at `sgid_index`, with the
+/// connection's remote access (remote READ and atomics only with responder resources: what
+/// librdmacm's INIT → INIT before RTR sets).
 pub(crate) fn rtr(r: &RtrAttrs, sgid_index: u8) -> (QpAttr, QpAttrMask) {
     let attr = QpAttr {
         qp_state: QpState::Rtr,
+        qp_access_flags: access(r.remote_read_atomic),
         path_mtu: Mtu::from_code(r.path_mtu).unwrap_or(Mtu::Mtu1024),
         dest_qp_num: r.dest_qpn,
         rq_psn: r.rq_psn,
@@ -109,7 +120,8 @@ pub(crate) fn rtr(r: &RtrAttrs, sgid_index: u8) -> (QpAttr, QpAttrMask) {
         | QpAttrMask::DEST_QPN
         | QpAttrMask::RQ_PSN
         | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+        | QpAttrMask::MIN_RNR_TIMER
+        | QpAttrMask::ACCESS_FLAGS;
     (attr, mask)
 }
 

@@ -102,6 +102,9 @@ impl CmAgent {
         fits("path_mtu", p.path.path_mtu.into(), 4)?;
         fits("sl", p.path.sl.into(), 4)?;
         fits("flow_label", p.path.flow_label.into(), 20)?;
+        if let Some(t) = p.ack_timeout {
+            fits("ack_timeout", t.into(), 5)?;
+        }
         let private_data = pdata("REQ", private_data)?;
         let tid = self.next_tid(id);
         let plt = p.path.packet_life_time;
@@ -121,7 +124,7 @@ impl CmAgent {
                 Transport::Rc => 0,
                 Transport::Uc => 1,
             },
-            end_to_end_flow_control: false,
+            end_to_end_flow_control: p.flow_control,
             starting_psn: p.starting_psn,
             local_cm_response_timeout: p.local_cm_response_timeout,
             retry_count: p.retry_count,
@@ -172,6 +175,7 @@ impl CmAgent {
         c.max_cm_retries = p.max_cm_retries;
         c.packet_life_time = plt;
         c.av_timeout = (plt + 1).min(31);
+        c.qp_timeout = p.ack_timeout;
         c.outcome_pending = true;
         c.req_deadline = p.give_up_at.unwrap_or(u64::MAX);
         c.retx = Mad::new(tid, CmMessage::Req(req)).emit();
@@ -195,6 +199,10 @@ impl CmAgent {
         fits("qpn", p.qpn.into(), 24)?;
         fits("starting_psn", p.starting_psn.into(), 24)?;
         fits("rnr_retry_count", p.rnr_retry_count.into(), 3)?;
+        fits("path_mtu", p.path_mtu.into(), 4)?;
+        if let Some(t) = p.ack_timeout {
+            fits("ack_timeout", t.into(), 5)?;
+        }
         let private_data = pdata("REP", private_data)?;
         let Some(c) = self.table.conn_mut(index) else {
             return Err(CmError::UnknownId(id));
@@ -203,7 +211,17 @@ impl CmAgent {
         c.rq_psn = p.starting_psn;
         c.responder_resources = p.responder_resources;
         c.initiator_depth = p.initiator_depth;
+        c.qp_timeout = p.ack_timeout;
         c.outcome_pending = true;
+        // The path MTU: the REQ's, at most what our port takes (the REP carries none). A REQ
+        // with no valid MTU (0, or above 4096) gets 1024 at most.
+        let req_mtu = c.path.path_mtu;
+        let req_mtu = if (1..=5).contains(&req_mtu) {
+            req_mtu
+        } else {
+            3
+        };
+        c.path.path_mtu = req_mtu.min(p.path_mtu.clamp(1, 5));
         let rep = Rep {
             local_comm_id: id.0,
             remote_comm_id: c.remote_id,
@@ -216,7 +234,7 @@ impl CmAgent {
             initiator_depth: p.initiator_depth,
             target_ack_delay: self.cfg.ca_ack_delay,
             failover_accepted: 0,
-            end_to_end_flow_control: false,
+            end_to_end_flow_control: p.flow_control,
             rnr_retry_count: p.rnr_retry_count,
             srq: p.srq,
             local_ca_guid: self.cfg.ca_guid,
@@ -242,7 +260,7 @@ impl CmAgent {
             retry_cnt: c.retry_count,
             rnr_retry: c.rnr_retry,
             max_rd_atomic: p.initiator_depth,
-            timeout: c.av_timeout,
+            timeout: p.ack_timeout.unwrap_or(c.av_timeout),
         };
         let (interval, retries) = (timeout_ns(c.peer_response_timeout), c.max_cm_retries);
         c.retx_interval_ns = interval;

@@ -69,6 +69,8 @@ pub(crate) struct Conn {
     pub(crate) packet_life_time: u8,
     /// The local ACK timeout of the path (QP timeout, TIMEWAIT length).
     pub(crate) av_timeout: u8,
+    /// The application's QP ACK timeout, in place of `av_timeout` for the QP only.
+    pub(crate) qp_timeout: Option<u8>,
     /// The peer's "local CM response timeout" (passive: REP retransmission interval).
     pub(crate) peer_response_timeout: u8,
     pub(crate) retx_interval_ns: u64,
@@ -121,6 +123,7 @@ impl Default for Conn {
             max_cm_retries: 0,
             packet_life_time: 0,
             av_timeout: 0,
+            qp_timeout: None,
             peer_response_timeout: 0,
             retx_interval_ns: 0,
             retries_left: 0,

@@ -328,7 +328,7 @@ impl CmAgent {
             retry_cnt: c.retry_count,
             rnr_retry: r.rnr_retry_count,
             max_rd_atomic: rd_atomic,
-            timeout: c.av_timeout,
+            timeout: c.qp_timeout.unwrap_or(c.av_timeout),
         };
         let rtu = Rtu {
             local_comm_id: id.0,

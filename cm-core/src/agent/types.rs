@@ -119,8 +119,10 @@ pub struct PathParams {
 }
 
 impl PathParams {
-    /// A RoCEv2 path between two GIDs with rdma_cm's values: hop limit 64, MTU 1024, packet
-    /// life time 16, default P_Key, everything else zero.
+    /// A RoCEv2 path between two GIDs with rdma_cm's values: hop limit 64, packet life time
+    /// 16, default P_Key, everything else zero, and MTU 1024 until the caller sets the port's
+    /// (rdma_cm takes the netdev's MTU, rounded down to an IB MTU: the CM service sets the
+    /// port's active MTU).
     pub const fn roce(local_gid: Gid, remote_gid: Gid) -> Self {
         Self {
             local_gid,
@@ -172,6 +174,12 @@ pub struct ConnectParams {
     pub local_cm_response_timeout: u8,
     /// We use an SRQ.
     pub srq: bool,
+    /// End-to-end flow control (the REQ's bit; librdmacm's `flow_control`).
+    pub flow_control: bool,
+    /// Our QP's local ACK timeout (5-bit exponent), as rdma_cm's
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: local only, not negotiated. `None`: the path's (from the
+    /// packet life time and the peer's ACK delay, as Linux `cm.c` computes it).
+    pub ack_timeout: Option<u8>,
     /// The path.
     pub path: PathParams,
     /// The application's own limit on the wait for an answer, in the clock `connect` is
@@ -213,6 +221,8 @@ impl ConnectParams {
             remote_cm_response_timeout: 20,
             local_cm_response_timeout: 20,
             srq: false,
+            flow_control: false,
+            ack_timeout: None,
             path,
             give_up_at: None,
         }
@@ -234,10 +244,18 @@ pub struct AcceptParams {
     pub rnr_retry_count: u8,
     /// We use an SRQ.
     pub srq: bool,
+    /// End-to-end flow control (the REP's bit).
+    pub flow_control: bool,
+    /// Our QP's local ACK timeout (5-bit exponent), local only; `None`: the REQ's path's.
+    pub ack_timeout: Option<u8>,
+    /// The largest path MTU (IB enum) our port takes: the QP's path MTU is the smaller of
+    /// this and the REQ's (the REP carries none). 5 (4096): the REQ's.
+    pub path_mtu: u8,
 }
 
 impl AcceptParams {
-    /// Defaults: one READ/ATOMIC each way, RNR retry 7 (infinite), no SRQ.
+    /// Defaults: one READ/ATOMIC each way, RNR retry 7 (infinite), no SRQ, no flow control,
+    /// the path's ACK timeout and MTU.
     pub const fn new(qpn: u32, starting_psn: u32) -> Self {
         Self {
             qpn,
@@ -246,6 +264,9 @@ impl AcceptParams {
             initiator_depth: 1,
             rnr_retry_count: 7,
             srq: false,
+            flow_control: false,
+            ack_timeout: None,
+            path_mtu: 5,
         }
     }
 }
@@ -276,7 +297,8 @@ pub struct RtrAttrs {
     pub max_dest_rd_atomic: u8,
     /// Minimum RNR NAK timer (Linux's CM: 0 = 655.36 ms).
     pub min_rnr_timer: u8,
-    /// Whether remote READ/ATOMIC may be allowed (responder resources > 0).
+    /// Whether remote READ/ATOMIC are allowed on the QP (responder resources > 0; remote
+    /// WRITE always is), as Linux `cm.c` grants them.
     pub remote_read_atomic: bool,
     /// Our GID (the SGID of the address vector).
     pub sgid: Gid,

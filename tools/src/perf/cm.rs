@@ -331,11 +331,13 @@ pub(crate) struct DataConns {
     client: bool,
 }
 
-/// Connection parameters of the test QPs: read resources only for read tests.
-pub(crate) fn data_param(outs: Option<u8>) -> ConnParam {
+/// Connection parameters of the test QPs: read resources only for read tests, and the MTU
+/// the two sides agreed on (the CM cuts it to the port's).
+pub(crate) fn data_param(outs: Option<u8>, mtu: Mtu) -> ConnParam {
     ConnParam {
-        responder_resources: outs.unwrap_or(0),
-        initiator_depth: outs.unwrap_or(0),
+        responder_resources: Some(outs.unwrap_or(0)),
+        initiator_depth: Some(outs.unwrap_or(0)),
+        path_mtu: Some(mtu),
         ..ConnParam::default()
     }
 }

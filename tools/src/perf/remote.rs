@@ -300,7 +300,7 @@ fn run_on(
             chan.hand_shake(&nothing)?;
             // perftest's rdma_cm asks for responder resources for reads and atomics.
             let outs = matches!(cfg.test.verb, Verb::Read | Verb::Atomic).then_some(res.outs);
-            let param = cm::data_param(outs);
+            let param = cm::data_param(outs, res.mtu);
             let conns = if ud_by_cm {
                 // UD: ready to send and receive, then SIDR per QP; the server learns the
                 // client's QPs only where it sends too (latency, -b).
