@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use portverbs::AnyDevice;
-use portverbs::cm::service::{CmDevice, Connector, Listener, RDMA_UDP_QKEY, addr};
+use portverbs::cm::{CmDevice, Connector, Listener, RDMA_UDP_QKEY, addr};
 use portverbs::prelude::*;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
