@@ -18,7 +18,7 @@
 //! | [`prelude`] | the aliases and the plain types a program names most |
 //! | [`cm`] | the connection manager: [`CmDevice`](cm::CmDevice), [`Listener`](cm::Listener), [`Connector`](cm::Connector), [`ConnParam`](cm::ConnParam), events and errors; the protocol agent underneath is [`cm::agent`] |
 //! | [`oob`] | the out-of-band exchanges of the C test programs (`ibv_rc_pingpong`, perftest, `rping`) |
-//! | `linux`, `windows` | each OS's own ways to wait (an eventfd per event queue; completion ports, events, APCs) |
+//! | `linux`, `windows` (each on its OS) | each OS's own ways to wait (an eventfd per event queue; completion ports, events, APCs) |
 //! | [`env`](mod@env) | the `PORTVERBS_*` environment variables [`devices`] follows |
 //! | [`testing`] | the embedded in-process fabric and emulated HCAs, for tests and examples |
 //! | [`backends`] | the backends (`soft`, `mlx4`, `mlx4_model`, `udp`) for what goes beyond the verbs, and the HAL, for backend authors |
@@ -40,15 +40,19 @@
 //! ### No raw device commands
 //! An application reaches a device only through the verbs, which check every QP state
 //! transition against the IBTA table and keep the objects' bookkeeping. The HAL's command
-//! interface (`Device::modify_qp` …) bypasses both, so it is not in the [`prelude`] and is
-//! documented only as [`backends::hal`], for backend authors; `Context::device`, which
-//! verbs-core keeps for the layers above it (the CM, the platform crates), is hidden from
-//! these pages, and [`AnyDevice::info`] says what a device is without the HAL's traits. This
-//! is a boundary of the API, not of memory safety: the HAL's commands are safe functions
-//! that every backend must keep memory-safe in any order (verbs-core itself has no `unsafe`),
-//! so a misplaced command corrupts a connection's state, never memory. That is why they are
-//! hidden rather than made `unsafe fn`: an `unsafe` contract would claim a danger they do not
-//! have.
+//! interface (`Device::modify_qp` …) bypasses both, so the [`prelude`] does not bring its
+//! traits and it is documented only as [`backends::hal`], for backend authors.
+//! `Context::device`, which verbs-core keeps for the layers above it (the CM, the platform
+//! crates, tests), is hidden from these pages; with the prelude alone the device it returns
+//! offers no command (below), and [`AnyDevice::info`] says what a device is without the HAL's
+//! traits. A program that imports them from `backends::hal` has opted out of the verbs'
+//! checks by name.
+//!
+//! This is a boundary of the API, not of memory safety: the HAL's commands are safe
+//! functions that every backend must keep memory-safe whatever their order (verbs-core itself
+//! forbids `unsafe`), so a misplaced command corrupts a connection's state, never memory.
+//! That is why they are hidden rather than made `unsafe fn`, which would claim a danger they
+//! do not have and break every caller above verbs-core.
 //!
 //! ```compile_fail
 //! use portverbs::prelude::*;
@@ -326,11 +330,13 @@ pub use udp::{
 /// The Linux platform layer: eventfds behind the event queues, for applications that run
 /// their own poll or epoll loop.
 #[cfg(target_os = "linux")]
+#[doc(inline)]
 pub use portverbs_linux as linux;
 
 /// The Windows platform layer: OVERLAPPED requests completing to an I/O completion port, an
 /// event or an APC.
 #[cfg(windows)]
+#[doc(inline)]
 pub use portverbs_windows as windows;
 
 /// An opened device: [`verbs::Context`] over [`AnyDevice`] (its methods are there).
