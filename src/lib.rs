@@ -266,6 +266,10 @@ pub mod cm {
 ///   indirect call.
 pub mod backends {
     pub use crate::any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
+    /// For backend authors: the command interface every backend implements. Its commands
+    /// bypass verbs-core's checks (the QP state transition table, the objects' bookkeeping);
+    /// an application calls the verbs instead.
+    ///
     #[doc(inline)]
     pub use portverbs_hal as hal;
     #[doc(inline)]
