@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::thread;
 
-use portverbs::cm::service::{CmDevice, RDMA_UDP_QKEY};
+use portverbs::cm::{CmDevice, RDMA_UDP_QKEY};
 use portverbs::prelude::*;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;

@@ -13,7 +13,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener};
+use portverbs::cm::{CmDevice, ConnParam, Connector, Listener};
 use portverbs::prelude::*;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;

@@ -19,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use portverbs::AnyDevice;
-use portverbs::cm::service::{CmDevice, Connector, Listener, RDMA_UDP_QKEY, UdParam};
+use portverbs::cm::{CmDevice, Connector, Listener, RDMA_UDP_QKEY, UdParam};
 use portverbs::prelude::*;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;

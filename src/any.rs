@@ -72,6 +72,21 @@ impl AnyDevice {
             Self::Soft(_) => None,
         }
     }
+
+    /// What the device is, known without a command: its name, driver, transport, progress
+    /// mode and quirks. The same as the HAL's `Device::info`, without the HAL's trait in
+    /// scope (the prelude does not bring it).
+    ///
+    /// ```
+    /// let names: Vec<String> = portverbs::devices().iter().map(|d| d.info().name.clone()).collect();
+    /// assert!(names.iter().any(|n| n == "soft0"));
+    /// ```
+    pub fn info(&self) -> &DeviceInfo {
+        match self {
+            Self::Soft(d) => d.info(),
+            Self::Mlx4(d) => d.info(),
+        }
+    }
 }
 
 /// Forwards each command to the backend.

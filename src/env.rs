@@ -1,5 +1,7 @@
-//! The environment variables [`crate::devices`] follows: the VFIO scan's and the packet
-//! capture of the embedded fabric.
+//! The `PORTVERBS_*` environment variables [`crate::devices`] follows — the VFIO scan's
+//! ([`hardware_env`]), the UDP-bound devices' ([`udp_env`], [`progress_env`], [`cc_env`]) and
+//! the embedded fabric's packet capture ([`capture_env`]) — and what became of the devices
+//! they asked for ([`env_udp_device`], [`skipped_devices`]).
 
 use std::ffi::OsStr;
 use std::net::IpAddr;
@@ -185,6 +187,12 @@ pub fn capture_env() -> Option<PathBuf> {
 fn parse_capture_env(pcap: Option<&OsStr>) -> Option<PathBuf> {
     pcap.filter(|v| !v.is_empty()).map(PathBuf::from)
 }
+
+pub use crate::devices::{SkipReason, SkippedDevice, skipped_devices};
+#[cfg(any(target_os = "linux", windows))]
+pub use crate::udp::{env_udp_device, set_udp_progress, udp_env, udp_progress};
+/// The progress mode of a UDP-bound device (`PORTVERBS_PROGRESS`, [`set_udp_progress`]).
+pub use portverbs_hal::Progress;
 
 #[cfg(test)]
 mod tests {

@@ -36,7 +36,7 @@ pub fn platform_sinks() -> Result<Arc<dyn SinkFactory>, OpenError> {
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # portverbs::hal::block_on(async {
+/// # portverbs::backends::hal::block_on(async {
 /// let dev = portverbs::device("soft0").expect("the embedded fabric has soft0");
 /// let ctx = portverbs::Context::open(dev, portverbs::context_options()?).await?;
 /// assert_eq!(ctx.name(), "soft0");

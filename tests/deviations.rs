@@ -3,8 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use portverbs::hal::Device;
-
 /// `(backend, quirk)` pairs the README's table lists.
 fn documented() -> BTreeSet<(String, String)> {
     let readme = include_str!("../README.md");

@@ -1,5 +1,5 @@
-//! The mlx4 driver against the emulated HCA's fault injection (issue: "the driver then
-//! completes every outstanding request with an error, without hanging"): a command that never
+//! The mlx4 driver against the emulated HCA's fault injection — after each fault the driver
+//! completes every outstanding request with an error, without hanging: a command that never
 //! completes, a corrupt CQE, a catastrophic error, a surprise removal. Every case also checks
 //! that closing the device afterwards returns.
 

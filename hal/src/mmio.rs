@@ -1,9 +1,10 @@
 //! Access to device registers in a PCI BAR: explicit big-endian 32/64-bit accesses and
 //! write-combining block copies.
 //!
-//! A backend implements [`Mmio`] in its own `mmio` module over a raw-pointer mapping of the BAR
-//! (never a Rust reference to it: volatile-register issue #10). Register values are passed as
-//! the value of the big-endian word, so callers never byte-swap by hand. Ordering against DMA
+//! A backend implements [`Mmio`] in its own `mmio` module over a raw-pointer mapping of the BAR,
+//! never a Rust reference to it: a reference is `dereferenceable`, so the compiler may load
+//! through it unasked, and a load from a register is a device access. Register values are
+//! passed as the value of the big-endian word, so callers never byte-swap by hand. Ordering against DMA
 //! memory is the caller's job, with the helpers in [`crate::barrier`].
 //!
 //! [`MemRegisters`] is a plain-memory implementation for tests and for device models that want

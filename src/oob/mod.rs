@@ -10,9 +10,9 @@
 //! | [`rping`] | a 16-byte advertisement of a buffer (address, rkey, length) SENT over the connected QP; the ping text | `rping` (librdmacm's `librdmacm/examples/rping.c`) |
 //!
 //! GIDs travel in these messages in their text forms, which are methods of
-//! [`Gid`](crate::hal::Gid): [`inet6`](crate::hal::Gid::inet6) (also its `Display`),
-//! [`wire_hex`](crate::hal::Gid::wire_hex), [`hex_groups`](crate::hal::Gid::hex_groups) and
-//! [`decimal_bytes`](crate::hal::Gid::decimal_bytes); `FromStr` reads IP text and the wire
+//! [`Gid`](crate::verbs::Gid): [`inet6`](crate::verbs::Gid::inet6) (also its `Display`),
+//! [`wire_hex`](crate::verbs::Gid::wire_hex), [`hex_groups`](crate::verbs::Gid::hex_groups) and
+//! [`decimal_bytes`](crate::verbs::Gid::decimal_bytes); `FromStr` reads IP text and the wire
 //! form.
 //!
 //! Every decoder takes bytes from the network: it checks lengths and fields and answers bad or

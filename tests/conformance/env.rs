@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+// The backends' devices themselves, before the facade wraps them: their `info` is the HAL's.
+use portverbs::backends::hal::Device as _;
 use portverbs::mlx4::{CommandMode, Mlx4Config, Mlx4Device};
 use portverbs::mlx4_model::{Mlx4Model, ModelConfig};
 use portverbs::prelude::*;

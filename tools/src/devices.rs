@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use clap::Args;
+use portverbs::hal::LinkLayer;
 use portverbs::hal::caps::{DeviceAttr, GidType as HalGidType, PortAttr};
-use portverbs::hal::{Device as _, LinkLayer};
 
 use crate::error::{CliError, Context as _};
 use crate::report::{

@@ -4,7 +4,7 @@
 //! `ready_ud_blocking`).
 
 use portverbs::AnyDevice;
-use portverbs::hal::{Device as _, LinkLayer};
+use portverbs::hal::LinkLayer;
 use portverbs::prelude::*;
 use portverbs::verbs::{ConnectError, QueryError};
 

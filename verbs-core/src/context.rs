@@ -367,7 +367,12 @@ impl<D: Device> Context<D> {
         block_on(Self::open(dev, opts))
     }
 
-    /// The device.
+    /// The device, for the layers above this crate (the CM service, platform crates, tests).
+    /// Hidden from the documentation: the device's HAL commands (`modify_qp` …) bypass this
+    /// crate's checks and bookkeeping, so an application never calls them on an opened
+    /// device; [`Context::name`], [`Context::attr`] and the `query_*` verbs say what it
+    /// needs to know.
+    #[doc(hidden)]
     pub fn device(&self) -> &D {
         self.inner.device()
     }

@@ -108,6 +108,9 @@ pub use sink::{LatchSink, LatchSinks, PollingSinks, SinkFactory};
 pub use srq::{Srq, SrqInit};
 pub use wc::WorkCompletion;
 
+/// The HAL this crate is built on. Hidden here: its device commands bypass this crate's
+/// checks, so the facade shows it only as `portverbs::backends::hal`, for backend authors.
+#[doc(hidden)]
 pub use portverbs_hal as hal;
 pub use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask, QpCaps};
 pub use portverbs_hal::types::{

@@ -13,9 +13,8 @@
 //!
 //! `volatile_register::{RO, RW, WO}` are accessed through `&` references: reading a register
 //! means making a `&HcrRegs` that points into device memory. Rust marks such references
-//! `dereferenceable`, which allows the compiler to insert loads the program never asked for
-//! (rust-embedded/volatile-register issue #10); on memory-mapped I/O a spurious load is a
-//! device access. We accept that here because:
+//! `dereferenceable`, which allows the compiler to insert loads the program never asked for;
+//! on memory-mapped I/O a spurious load is a device access. We accept that here because:
 //!
 //! * the mappings are uncached device memory (vfio-pci maps BARs uncached), mapped for the
 //!   whole life of the BAR object that each block keeps alive, so a stray load can never fault;

@@ -8,7 +8,7 @@
 //! rounded up to 64 bytes). RDMA writes and atomics target the peer's receive region, reads
 //! read the peer's send region, receives land in the receive region.
 
-use portverbs::hal::{Device as _, LinkLayer};
+use portverbs::hal::LinkLayer;
 use portverbs::prelude::*;
 
 use super::config::{ALL_MAX_SIZE, PerfConfig, Sizes};
