@@ -30,7 +30,11 @@
 //! * a QP waiting for the window has nothing of its own in flight and its retransmission
 //!   timer does not run: only packets that really left are timed, so a path-wide stall is not
 //!   charged to the retry budget of every QP behind it. The timer itself backs off (doubling,
-//!   up to 8×) while timeouts follow each other without progress.
+//!   up to 8×) while timeouts follow each other without progress;
+//! * what the window grants leaves paced (`crate::pacing`): a token bucket per path, refilled
+//!   at 1.25 windows per round trip, lets [`CcConfig::pace_burst`] packets (or one
+//!   [`CcConfig::pace_tick_ns`]'s worth) go back to back and holds the rest until a pace
+//!   timer; a QP the bucket turns away waits in the path's queue as for the window.
 //!
 //! Nothing on the wire changes for the peer: it sees go-back-N, ACK requests and PSNs exactly
 //! as IBTA chapter 9 defines them, only fewer at a time. The notification point is the
