@@ -31,10 +31,11 @@
 //!   timer does not run: only packets that really left are timed, so a path-wide stall is not
 //!   charged to the retry budget of every QP behind it. The timer itself backs off (doubling,
 //!   up to 8×) while timeouts follow each other without progress;
-//! * what the window grants leaves paced (`crate::pacing`): a token bucket per path, refilled
-//!   at 1.25 windows per round trip, lets [`CcConfig::pace_burst`] packets (or one
-//!   [`CcConfig::pace_tick_ns`]'s worth) go back to back and holds the rest until a pace
-//!   timer; a QP the bucket turns away waits in the path's queue as for the window.
+//! * once a congestion signal has cut its window, what the window grants leaves paced
+//!   (`crate::pacing`): a token bucket per path, refilled at 1.25 windows per round trip,
+//!   lets [`CcConfig::pace_burst`] packets (or one [`CcConfig::pace_tick_ns`]'s worth) go back
+//!   to back and holds the rest until a pace timer; a QP the bucket turns away waits in the
+//!   path's queue as for the window.
 //!
 //! Nothing on the wire changes for the peer: it sees go-back-N, ACK requests and PSNs exactly
 //! as IBTA chapter 9 defines them, only fewer at a time. The notification point is the
@@ -286,6 +287,8 @@ struct Path {
     /// The pacing bucket, and the deadline of its pace timer while one is queued.
     pacer: Pacer,
     pace_at: Option<u64>,
+    /// A congestion signal has cut the window: the path is paced from then on.
+    congested: bool,
 }
 
 impl Path {
@@ -294,6 +297,7 @@ impl Path {
             cwnd: self.cwnd,
             srtt_ns: self.srtt,
             slow_start: self.cwnd < self.ssthresh,
+            congested: self.congested,
         }
     }
 
@@ -319,6 +323,7 @@ impl Path {
             return false;
         }
         self.guard = self.in_flight.max(self.cwnd);
+        self.congested = true;
         self.cwnd = to.max(min);
         self.ssthresh = self.cwnd;
         self.acc = 0;
@@ -394,6 +399,7 @@ impl Paths {
                     prev_epoch_min: u64::MAX,
                     pacer: Pacer::default(),
                     pace_at: None,
+                    congested: false,
                 };
                 let i = match self.free.pop() {
                     Some(i) => {

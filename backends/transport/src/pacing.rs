@@ -14,7 +14,11 @@
 //!
 //! The rate is never what limits a path that its window does not: 1.25 windows per round
 //! trip is more than a window per round trip. Before the path's first round-trip sample
-//! there is no rate and nothing is paced (the initial window is the first burst).
+//! there is no rate and nothing is paced (the initial window is the first burst), and a path
+//! is paced only once a congestion signal (a loss, a CNP, a round trip above target) has cut
+//! its window: a path that never met a queue it could overflow (loopback, an idle LAN) does
+//! not pay for the wake-ups, which behind a busy host's scheduler cost more than the bursts
+//! they would spread.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -40,6 +44,8 @@ pub(crate) struct Rate {
     pub(crate) cwnd: u32,
     pub(crate) srtt_ns: u64,
     pub(crate) slow_start: bool,
+    /// A congestion signal cut the path's window at least once.
+    pub(crate) congested: bool,
 }
 
 impl Rate {
@@ -71,9 +77,10 @@ impl Rate {
 }
 
 impl Pacer {
-    /// Whether pacing applies: it is configured and the path has a round trip to pace by.
+    /// Whether pacing applies: it is configured, the path met congestion and has a round
+    /// trip to pace by.
     pub(crate) fn active(cfg: &CcConfig, rate: Rate) -> bool {
-        cfg.pace_burst > 0 && rate.srtt_ns > 0
+        cfg.pace_burst > 0 && rate.congested && rate.srtt_ns > 0
     }
 
     /// Brings the tokens up to `now` and returns the whole packets available. A bucket that
@@ -175,6 +182,7 @@ mod tests {
         cwnd: 100,
         srtt_ns: 100_000,
         slow_start: false,
+        congested: true,
     };
 
     #[test]
@@ -239,12 +247,17 @@ mod tests {
     }
 
     #[test]
-    fn no_round_trip_or_no_burst_means_no_pacing() {
+    fn no_round_trip_no_congestion_or_no_burst_means_no_pacing() {
         let rate = Rate {
             srtt_ns: 0,
             ..STEADY
         };
         assert!(!Pacer::active(&cfg(8, 0), rate));
+        let calm = Rate {
+            congested: false,
+            ..STEADY
+        };
+        assert!(!Pacer::active(&cfg(8, 0), calm));
         assert!(!Pacer::active(&cfg(0, 0), STEADY));
         assert!(Pacer::active(&cfg(8, 0), STEADY));
     }
