@@ -1,50 +1,65 @@
 //! The CM device: QP1, the agent, and progress driven by the application's calls.
+//!
+//! This file holds the device's core: [`CmDevice`], the [`State`] behind its one lock, what
+//! it shares with its device agent ([`DeviceAgent`]), and the progress loop
+//! ([`CmDevice::progress`]) that feeds QP1's completions to the agent, fires due timers,
+//! looks for destroyed QPs and acts on the agent's outputs. Each job of that loop has a file
+//! of its own, adding methods to [`CmDevice`] and keeping its state in [`State`]:
+//!
+//! * `qp1`: the MAD transport on QP1 (receive buffers, posted sends, address handles per
+//!   peer, the traffic counters).
+//! * `dispatch`: the agent's outputs acted on in order, and its events routed to endpoints
+//!   and listeners.
+//! * `assoc`: which QP belongs to which connection (weak handles), and noticing the QPs the
+//!   application destroyed.
+//! * `gate`: the RTR, RTS and ERR transitions the agent asks for, and the outputs parked
+//!   behind one the device has not finished.
+//! * `wait`: blocking and async waits, the wakers of async waiters, the lent timer.
+//!
+//! Neighbours that overlap these jobs stay modules of their own: `crate::transition` builds
+//! and polls a single QP transition (`gate` decides what waits for it); `crate::pacing` holds
+//! MADs back per peer before they reach QP1 (`dispatch` offers them, `qp1` posts what it
+//! lets through); `crate::timer` is the public side of the wait machinery
+//! ([`CmDevice::set_timer`], [`CmDevice::next_deadline`], [`CmDevice::run`]); and
+//! `crate::ahcache` is the address-handle cache `qp1` sends through.
+//!
+//! What none of these files may do: keep state outside [`State`] (one lock orders every
+//! call, wait and device-agent round), or wait for a QP transition or sleep while holding
+//! that lock. (One exception stands: `qp1` creates a new peer's address handle under it,
+//! with verbs-core's blocking call.)
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::future::poll_fn;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
-use std::task::{Poll, Wake, Waker};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use portverbs_hal::Gid;
 use portverbs_hal::types::Mtu;
 use portverbs_hal::{Device, ProgressAgent};
 use portverbs_verbs::{
-    AccessFlags, AddressVector, Context, Cq, CqInit, Mr, NotifyKind, Pd, Qp, QpInit, QpState,
-    RecvWr, SendOp, SendWr, SpecialQp, UdDest, WaitError, WcStatus, WeakQp, WorkCompletion,
+    AccessFlags, Context, Cq, CqInit, Mr, Pd, Qp, QpInit, WeakQp, WorkCompletion,
 };
 
 use crate::ahcache::AhCache;
 use crate::pacing::Pacer;
-use crate::timer::Sleep;
-use crate::transition::{self, Transition};
+use crate::transition::Transition;
 use crate::{CmTimer, RdmaCmEvent, ServiceError, addr};
-use portverbs_cm::wire::{CmaHeader, MAD_LEN};
-use portverbs_cm::{
-    AgentConfig, CmAgent, CmEvent, CmId, CmOutput, CmState, OutMad, QpAction, QpTarget,
-};
+use portverbs_cm::wire::MAD_LEN;
+use portverbs_cm::{AgentConfig, CmAgent, CmId, OutMad};
 
-/// The longest a blocking wait sleeps before driving the device again.
-pub const MAX_SLEEP: Duration = Duration::from_millis(5);
+mod assoc;
+mod dispatch;
+mod gate;
+mod qp1;
+mod wait;
 
-/// Receive buffers on QP1: as many as Linux's MAD layer keeps posted (512). A UD datagram
-/// that finds none is dropped, and a burst of CM messages (a client disconnecting hundreds of
-/// connections at once) is then recovered only by the sender's retransmissions, seconds
-/// later; with 128, 300 DREQs at once took 20 s to 60 s to settle.
-const RECV_SLOTS: usize = 512;
-/// The longest a destroyed QP goes unnoticed when the context's QP count alone does not
-/// show it ([`CmDevice::reap_due`]).
-const REAP_EVERY: Duration = Duration::from_millis(100);
-/// Send buffers on QP1.
-const SEND_SLOTS: usize = 64;
-/// The GRH area in front of a UD receive.
-const GRH: usize = 40;
-const RECV_SLOT: usize = GRH + MAD_LEN;
-const SEND_BASE: usize = RECV_SLOTS * RECV_SLOT;
+use assoc::REAP_EVERY;
+use qp1::{RECV_SLOTS, SEND_BASE, SEND_SLOTS};
+pub use wait::MAX_SLEEP;
+use wait::WakeWaiters;
 
 /// QP1's traffic counters ([`CmDevice::mad_counts`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -149,13 +164,6 @@ pub(super) struct State<D: Device> {
     not_from_qp1: u64,
 }
 
-impl<D: Device> State<D> {
-    /// Whether a QP transition for `id` is still in flight on the device.
-    pub(super) fn transition_pending(&self, id: CmId) -> bool {
-        self.gate.as_ref().is_some_and(|t| t.id == id)
-    }
-}
-
 impl<D: Device> fmt::Debug for State<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("State")
@@ -190,36 +198,6 @@ struct Shared<D: Device> {
     /// Whether the verbs device runs the agent (it progresses on its own, or inside every
     /// call of a manual application).
     served: std::sync::atomic::AtomicBool,
-}
-
-impl<D: Device> Shared<D> {
-    /// Every async waiter re-drives the device.
-    fn wake_all(&self) {
-        self.wake_gen.fetch_add(1, Ordering::AcqRel);
-        let wakers = std::mem::take(&mut *lock(&self.wakers));
-        for w in wakers {
-            w.wake();
-        }
-    }
-}
-
-/// What one round of a wait found: the value, or the agent's next timer to sleep toward.
-enum Round<T> {
-    Done(T),
-    Wait(Option<u64>),
-}
-
-/// The waker given to device commands the CM starts: their completion wakes the device's
-/// async waiters, whose next progress polls the command again. Blocking waiters poll it
-/// within [`MAX_SLEEP`].
-struct WakeWaiters<D: Device>(Weak<Shared<D>>);
-
-impl<D: Device> Wake for WakeWaiters<D> {
-    fn wake(self: Arc<Self>) {
-        if let Some(shared) = self.0.upgrade() {
-            shared.wake_all();
-        }
-    }
 }
 
 /// The CM's work as a progress agent of its verbs device: the device runs it after rounds
@@ -438,26 +416,6 @@ impl<D: Device> CmDevice<D> {
         }
     }
 
-    /// Drives the device until every MAD it has queued or posted has left QP1 (each send
-    /// completed), or `timeout` passes; `Ok(true)` when everything left. This layer has no
-    /// thread, so a process about to exit calls it: a DREP or REJ its last call queued would
-    /// otherwise go with the process.
-    ///
-    /// # Errors
-    /// QP1 failed (the device is gone).
-    pub fn flush(&self, timeout: Duration) -> Result<bool, ServiceError> {
-        // The wait every blocking call uses: on QP1's CQ, driving the device on each wake.
-        let sent = |st: &mut State<D>| {
-            (st.pacer.held() == 0 && st.unsent.is_empty() && st.free_send.len() == SEND_SLOTS)
-                .then_some(())
-        };
-        match self.wait_blocking(Some(timeout), sent) {
-            Ok(()) => Ok(true),
-            Err(ServiceError::TimedOut) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Moves into `out` the endpoints that got an event from the peer since the last call
     /// (an endpoint may appear more than once), so that an application with thousands of
     /// connections in flight looks only at those ([`crate::Connector::try_connected`]).
@@ -498,17 +456,6 @@ impl<D: Device> CmDevice<D> {
                 .map_or(0, |r| r.capacity() * size_of::<CmId>())
     }
 
-    /// Address handles QP1's sends keep (one per recent peer, at most 256: see the crate
-    /// docs, "What is bounded").
-    pub fn address_handles(&self) -> usize {
-        lock(&self.shared.state).ahs.len()
-    }
-
-    /// QPs associated with a connection.
-    pub fn associated_qps(&self) -> usize {
-        lock(&self.shared.state).qps.len()
-    }
-
     /// Nanoseconds since the device was opened: the agent's clock.
     pub(super) fn now(&self) -> u64 {
         u64::try_from(self.shared.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -521,33 +468,6 @@ impl<D: Device> CmDevice<D> {
     /// The instant of an agent time (nanoseconds since the device was opened).
     pub(super) fn instant_of(&self, nanos: u64) -> Instant {
         self.shared.epoch + Duration::from_nanos(nanos)
-    }
-
-    pub(super) fn replace_timer(&self, timer: Option<Arc<dyn CmTimer>>) {
-        *lock(&self.shared.timer) = timer;
-        // Waits under way pick the timer up (or drop theirs) on their next round.
-        self.wake_all();
-    }
-
-    /// A sleep until the agent's next deadline, when the application lent a timer.
-    fn timer_sleep(&self, next: Option<u64>) -> Option<Sleep> {
-        let timer = lock(&self.shared.timer).clone()?;
-        Some(timer.sleep_until(self.instant_of(next?)))
-    }
-
-    fn post_recv(&self, slot: usize) -> Result<(), ServiceError> {
-        let sge = self
-            .shared
-            .mr
-            .sge(slot * RECV_SLOT, RECV_SLOT)
-            .map_err(|e| ServiceError::verbs("QP1 receive buffer", e))?;
-        self.shared
-            .qp1
-            .post_recv(&[RecvWr {
-                wr_id: slot as u64,
-                sges: &[sge],
-            }])
-            .map_err(|e| ServiceError::verbs("posting a QP1 receive", e))
     }
 
     /// Drives the CM once: QP1's completions into the agent, due timers, and the agent's
@@ -635,630 +555,9 @@ impl<D: Device> CmDevice<D> {
         Ok(())
     }
 
-    fn completion(
-        &self,
-        st: &mut State<D>,
-        now: u64,
-        wc: &WorkCompletion,
-    ) -> Result<(), ServiceError> {
-        let slot = usize::try_from(wc.wr_id).unwrap_or(usize::MAX);
-        if slot >= RECV_SLOTS {
-            if wc.status != WcStatus::Success {
-                st.send_errors += 1;
-            }
-            st.free_send.push(slot - RECV_SLOTS);
-            return Ok(());
-        }
-        match wc.status {
-            WcStatus::Success => {
-                // Only the bytes that arrived: a UD receive's byte count covers the GRH area
-                // and the datagram. The rest of the buffer is what an earlier MAD left there.
-                let len = usize::try_from(wc.byte_len).map_or(RECV_SLOT, |n| n.min(RECV_SLOT));
-                let mut buf = [0u8; RECV_SLOT];
-                self.shared
-                    .mr
-                    .read(slot * RECV_SLOT, &mut buf[..len])
-                    .map_err(|e| ServiceError::verbs("reading a MAD", e))?;
-                st.mads_in += 1;
-                let mut grh = [0u8; GRH];
-                grh.copy_from_slice(&buf[..GRH]);
-                if wc.src_qp == SpecialQp::GSI_QPN {
-                    // Exactly the datagram: anything but a whole 256-byte MAD is malformed,
-                    // counted by the agent and dropped.
-                    let _ = st.agent.handle_mad(
-                        now,
-                        addr::source_gid(&grh),
-                        buf.get(GRH..len).unwrap_or_default(),
-                    );
-                } else {
-                    st.not_from_qp1 += 1;
-                }
-                // Nothing of this MAD stays for the next one to be read with.
-                self.shared
-                    .mr
-                    .write(slot * RECV_SLOT, &[0u8; RECV_SLOT][..len])
-                    .map_err(|e| ServiceError::verbs("clearing a QP1 receive buffer", e))?;
-            }
-            WcStatus::WrFlushErr => {
-                // QP1 went to ERR: the device is gone (or failed). Every endpoint hears it
-                // once, and every wait returns.
-                if !st.removed {
-                    st.removed = true;
-                    for q in st.events.values_mut() {
-                        q.push_back(RdmaCmEvent::DeviceRemoval);
-                    }
-                }
-                return Ok(());
-            }
-            other => {
-                st.recv_errors += 1;
-                tracing::debug!(?other, "QP1 receive failed");
-            }
-        }
-        self.post_recv(slot)
-    }
-
-    /// Destroys the endpoints `ids` in whatever state (the agent sends the REJ, DREQ or DREP
-    /// Linux would), forgets their QP associations and queued events, and acts on the agent's
-    /// outputs. For handles being dropped: nothing is reported, as a drop cannot report.
-    pub(super) fn destroy_endpoints(&self, st: &mut State<D>, ids: impl IntoIterator<Item = CmId>) {
-        let now = self.now();
-        for id in ids {
-            let _ = st.agent.destroy(now, id);
-            self.release_qp(st, id);
-            st.events.remove(&id);
-        }
-        let _ = self.drain(st);
-    }
-
-    /// Acts on the agent's outputs in order; true when an application event was queued.
-    /// Outputs after a transition still in flight stay queued in the agent until it is done.
-    pub(super) fn drain(&self, st: &mut State<D>) -> Result<bool, ServiceError> {
-        let mut woke = false;
-        // The agent moved (a call, MADs, timers): answered requests free window places.
-        st.pacer.agent_moved();
-        st.pacer.release(&st.agent, &mut st.unsent);
-        loop {
-            if let Some(mut t) = st.gate.take() {
-                match t.poll(self.waker()) {
-                    Poll::Ready(r) => woke |= self.transition_done(st, t.id, r),
-                    Poll::Pending => {
-                        st.gate = Some(t);
-                        break;
-                    }
-                }
-            }
-            let Some(out) = st.agent.poll_output() else {
-                break;
-            };
-            match out {
-                CmOutput::Send(m) => {
-                    if let Some(m) = st.pacer.offer(&st.agent, m) {
-                        st.unsent.push_back(m);
-                    }
-                }
-                CmOutput::Qp(a) => {
-                    self.flush_unsent(st)?;
-                    self.apply(st, a);
-                }
-                CmOutput::Event(e) => {
-                    self.route(st, e);
-                    woke = true;
-                }
-            }
-        }
-        self.flush_unsent(st)?;
-        Ok(woke)
-    }
-
-    fn flush_unsent(&self, st: &mut State<D>) -> Result<(), ServiceError> {
-        if st.unsent.is_empty() && st.unsent.capacity() > SEND_SLOTS {
-            // A burst of answers (a flood of DREQs from strangers) leaves no lasting
-            // footprint.
-            st.unsent.shrink_to(SEND_SLOTS);
-        }
-        let mut posted = false;
-        while !st.unsent.is_empty() {
-            let Some(slot) = st.free_send.pop() else {
-                break;
-            };
-            let Some(m) = st.unsent.pop_front() else {
-                st.free_send.push(slot);
-                break;
-            };
-            if let Err(e) = self.send_mad(st, slot, &m) {
-                st.free_send.push(slot);
-                return Err(e);
-            }
-            posted = true;
-        }
-        if posted && self.shared.ctx.progress() == portverbs_hal::Progress::Manual {
-            // A manual device may hold what a post produced for its caller's next poll: the
-            // MADs leave now, whether or not the application calls again (a DREP, a REJ).
-            self.shared.ctx.dispatch();
-        }
-        Ok(())
-    }
-
-    fn send_mad(&self, st: &mut State<D>, slot: usize, m: &OutMad) -> Result<(), ServiceError> {
-        let ah = st.ahs.get(m.to, || {
-            self.shared
-                .pd
-                .create_ah_blocking(AddressVector {
-                    dgid: m.to,
-                    is_global: true,
-                    sgid_index: self.shared.gid_index,
-                    hop_limit: 64,
-                    port_num: 1,
-                    ..AddressVector::default()
-                })
-                .map_err(|e| ServiceError::verbs("address handle to a CM peer", e))
-        })?;
-        let at = SEND_BASE + slot * MAD_LEN;
-        self.shared
-            .mr
-            .write(at, &m.mad)
-            .map_err(|e| ServiceError::verbs("writing a MAD", e))?;
-        let sge = [self
-            .shared
-            .mr
-            .sge(at, MAD_LEN)
-            .map_err(|e| ServiceError::verbs("QP1 send buffer", e))?];
-        let dest = UdDest {
-            av: ah.av(),
-            remote_qpn: SpecialQp::GSI_QPN,
-            remote_qkey: SpecialQp::GSI_QKEY,
-        };
-        let wr = SendWr::new((RECV_SLOTS + slot) as u64, SendOp::Send)
-            .sges(&sge)
-            .ud(dest)
-            .signaled();
-        self.shared
-            .qp1
-            .post_send(&[wr])
-            .map_err(|e| ServiceError::verbs("posting a MAD", e))?;
-        st.mads_out += 1;
-        Ok(())
-    }
-
-    /// Starts the QP transition the agent asked for on the QP associated with its
-    /// connection; one the device does not finish at once becomes the gate.
-    fn apply(&self, st: &mut State<D>, a: QpAction) {
-        let Some((id, weak)) = st.qps.get(&a.qpn) else {
-            return;
-        };
-        if *id != a.id {
-            return;
-        }
-        // A QP already destroyed is reaped (and its connection aborted) by progress.
-        let Some(qp) = weak.upgrade() else {
-            return;
-        };
-        let (attr, mask) = match a.target {
-            QpTarget::Rtr(r) => transition::rtr(&r, self.shared.gid_index),
-            QpTarget::Rts(r) => transition::rts(&r),
-            QpTarget::Error => match transition::error(&qp) {
-                Some(x) => x,
-                None => return,
-            },
-        };
-        let mut t = Transition::start(a.id, qp, attr, mask);
-        match t.poll(self.waker()) {
-            Poll::Ready(r) => {
-                self.transition_done(st, a.id, r);
-            }
-            Poll::Pending => {
-                st.deferred += 1;
-                st.gate = Some(t);
-            }
-        }
-    }
-
-    /// A transition for `id` finished: a failure is the connection's CONNECT_ERROR. True
-    /// when an event was queued.
-    fn transition_done(
-        &self,
-        st: &mut State<D>,
-        id: CmId,
-        r: Result<(), portverbs_verbs::ModifyQpError>,
-    ) -> bool {
-        let Err(e) = r else {
-            return false;
-        };
-        tracing::debug!(?id, error = %e, "QP transition for the CM failed");
-        let Some(q) = st.events.get_mut(&id) else {
-            return false;
-        };
-        q.push_back(RdmaCmEvent::ConnectError {
-            detail: e.to_string(),
-        });
-        if let Some(r) = st.ready.as_mut() {
-            r.push(id);
-        }
-        true
-    }
-
-    /// Polls the released QPs' moves to ERR.
-    fn poll_background(&self, st: &mut State<D>) {
-        if st.background.is_empty() {
-            return;
-        }
-        let waker = self.waker();
-        st.background.retain_mut(|t| match t.poll(waker) {
-            Poll::Pending => true,
-            Poll::Ready(r) => {
-                if let Err(e) = r {
-                    tracing::debug!(qpn = t.qpn(), error = %e, "moving a released QP to ERR");
-                }
-                false
-            }
-        });
-    }
-
-    /// Ends the association of `id`'s QP: forgotten, and moved to ERR without waiting.
-    pub(super) fn release_qp(&self, st: &mut State<D>, id: CmId) {
-        let qpn = st
-            .qp_of
-            .remove(&id)
-            .filter(|qpn| st.qps.get(qpn).is_some_and(|(owner, _)| *owner == id));
-        let Some(qp) = qpn
-            .and_then(|qpn| st.qps.remove(&qpn))
-            .and_then(|(_, weak)| weak.upgrade())
-        else {
-            return;
-        };
-        if let Some((attr, mask)) = transition::error(&qp) {
-            st.background.push(Transition::start(id, qp, attr, mask));
-            self.poll_background(st);
-        }
-    }
-
-    /// A waker that wakes this device's async waiters (for device commands in flight).
-    fn waker(&self) -> &Waker {
-        &self.shared.waker
-    }
-
-    /// Puts an agent event where the application finds it.
-    fn route(&self, st: &mut State<D>, e: CmEvent) {
-        let now = self.now();
-        let (id, ev) = match e {
-            CmEvent::ConnectRequest { id, request } => {
-                let admitted = st
-                    .listeners
-                    .get(&request.listener)
-                    .and_then(|l| admit(l, &request));
-                match (admitted, st.listeners.get_mut(&request.listener)) {
-                    (Some(p), Some(l)) => l.pending.push_back(Pending { id, ..p }),
-                    // What a Linux passive side does when its checks fail: the new ID is
-                    // destroyed in REQ_RCVD, which sends REJ 28 with no private data.
-                    _ => {
-                        let _ = st.agent.destroy(now, id);
-                    }
-                }
-                return;
-            }
-            CmEvent::SidrRequest {
-                id,
-                listener,
-                private_data,
-                ..
-            } => {
-                let admitted = st
-                    .listeners
-                    .get(&listener)
-                    .and_then(|l| crate::api::admit_sidr(l, id, &private_data));
-                match (admitted, st.listeners.get_mut(&listener)) {
-                    (Some(p), Some(l)) => l.sidr.push_back(p),
-                    // Not a UDP listener, its backlog full, or its CMA header refused: the
-                    // endpoint goes, which answers SIDR_REP "rejected" as Linux does.
-                    _ => {
-                        let _ = st.agent.destroy(now, id);
-                    }
-                }
-                return;
-            }
-            CmEvent::SidrResolved {
-                id,
-                status,
-                qpn,
-                qkey,
-                private_data,
-            } => (
-                id,
-                RdmaCmEvent::ServiceResolved {
-                    status,
-                    qpn,
-                    qkey,
-                    private_data,
-                },
-            ),
-            CmEvent::Established { id, private_data } => {
-                (id, RdmaCmEvent::Established { private_data })
-            }
-            CmEvent::Rejected {
-                id,
-                reason,
-                private_data,
-            } => (
-                id,
-                RdmaCmEvent::Rejected {
-                    reason,
-                    private_data,
-                },
-            ),
-            CmEvent::Unreachable { id } => (id, RdmaCmEvent::Unreachable),
-            CmEvent::Disconnected { id } => (id, RdmaCmEvent::Disconnected),
-            CmEvent::TimewaitExit { id } => (id, RdmaCmEvent::TimewaitExit),
-        };
-        if matches!(ev, RdmaCmEvent::Rejected { .. }) && !st.events.contains_key(&id) {
-            // A request still in a listener's queue (the application never took it) that its
-            // sender withdrew, or that the agent withdrew once its sender must have given up:
-            // it leaves the backlog, and its endpoint goes.
-            let mut queued = false;
-            for l in st.listeners.values_mut() {
-                let before = l.pending.len() + l.sidr.len();
-                l.pending.retain(|p| p.id != id);
-                l.sidr.retain(|s| s.id != id);
-                queued |= l.pending.len() + l.sidr.len() != before;
-            }
-            if queued {
-                let _ = st.agent.destroy(now, id);
-                return;
-            }
-        }
-        if matches!(
-            ev,
-            RdmaCmEvent::Rejected { .. } | RdmaCmEvent::Unreachable | RdmaCmEvent::TimewaitExit
-        ) {
-            // The connection is over: its QP is flushed and free for another.
-            self.release_qp(st, id);
-        }
-        if let Some(q) = st.events.get_mut(&id) {
-            q.push_back(ev);
-            if let Some(r) = st.ready.as_mut() {
-                r.push(id);
-            }
-        }
-    }
-
-    /// Aborts the connections whose QP the application destroyed (the CM holds only weak handles):
-    /// the endpoint is destroyed in the agent, which sends the REJ or DREQ its state calls
-    /// for, and the application's endpoint gets DISCONNECTED (it was connected) or
-    /// CONNECT_ERROR (it was being set up). True when an event was queued.
-    fn reap_dead(&self, st: &mut State<D>) -> bool {
-        let dead: Vec<(u32, CmId)> = st
-            .qps
-            .iter()
-            .filter(|(_, (_, weak))| weak.upgrade().is_none())
-            .map(|(qpn, (id, _))| (*qpn, *id))
-            .collect();
-        let now = self.now();
-        for &(qpn, id) in &dead {
-            st.qps.remove(&qpn);
-            if st.qp_of.get(&id) == Some(&qpn) {
-                st.qp_of.remove(&id);
-            }
-            let connected = matches!(
-                st.agent.state(id),
-                Some(CmState::Established | CmState::DreqSent | CmState::DreqRcvd)
-            );
-            let _ = st.agent.destroy(now, id);
-            if let Some(q) = st.events.get_mut(&id) {
-                q.push_back(if connected {
-                    RdmaCmEvent::Disconnected
-                } else {
-                    RdmaCmEvent::ConnectError {
-                        detail: format!("QP {qpn:#x} was destroyed"),
-                    }
-                });
-                if let Some(r) = st.ready.as_mut() {
-                    r.push(id);
-                }
-            }
-        }
-        !dead.is_empty()
-    }
-
-    /// Whether [`CmDevice::reap_dead`] should look at every association now: when the
-    /// context has fewer live QPs than at the last look (one was destroyed), and at least
-    /// every [`REAP_EVERY`] besides (a QP destroyed and another created between two looks
-    /// leave the count as it was). Checking all of them on every progress made each call
-    /// cost as much as the connections held.
-    fn reap_due(&self, st: &mut State<D>, now: u64) -> bool {
-        let live = self.shared.ctx.object_counts().qps;
-        let fewer = live < st.qps_seen;
-        st.qps_seen = live;
-        if fewer || now.saturating_sub(st.reaped_at) >= REAP_EVERY.as_nanos() as u64 {
-            st.reaped_at = now;
-            return !st.qps.is_empty();
-        }
-        false
-    }
-
-    fn wake_all(&self) {
-        self.shared.wake_all();
-    }
-
-    /// One round of a wait: drives the device, then asks `f`; a removed device ends the wait.
-    fn round<T>(
-        &self,
-        f: &mut impl FnMut(&mut State<D>) -> Option<T>,
-    ) -> Result<Round<T>, ServiceError> {
-        self.progress()?;
-        let mut st = self.state();
-        if let Some(v) = f(&mut st) {
-            return Ok(Round::Done(v));
-        }
-        if st.removed {
-            return Err(ServiceError::Closed);
-        }
-        Ok(Round::Wait(st.agent.poll_timeout()))
-    }
-
-    /// Blocks, driving the device, until `f` finds what it waits for or `timeout` passes.
-    pub(super) fn wait_blocking<T>(
-        &self,
-        timeout: Option<Duration>,
-        mut f: impl FnMut(&mut State<D>) -> Option<T>,
-    ) -> Result<T, ServiceError> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
-            let mut req = self.shared.cq.notify(NotifyKind::Any);
-            let next = match self.round(&mut f)? {
-                Round::Done(v) => return Ok(v),
-                Round::Wait(next) => next,
-            };
-            let mut sleep = MAX_SLEEP;
-            if let Some(t) = next {
-                let left = Duration::from_nanos(t.saturating_sub(self.now()));
-                sleep = sleep.min(left);
-            }
-            if let Some(d) = deadline {
-                let now = Instant::now();
-                if now >= d {
-                    return Err(ServiceError::TimedOut);
-                }
-                sleep = sleep.min(d - now);
-            }
-            match self.shared.cq.wait_notify(&mut req, Some(sleep)) {
-                Ok(()) | Err(WaitError::TimedOut) | Err(WaitError::BadEvent(_)) => {}
-                // Among them a context whose sinks only poll: this layer does not sleep in
-                // their place (open the context with blocking sinks).
-                Err(e) => return Err(ServiceError::verbs("waiting on QP1's CQ", e)),
-            }
-        }
-    }
-
-    /// Awaits, driving the device on every wake, until `f` finds what it waits for: QP1's CQ
-    /// notification, another waiter's wake, or (with a [`CmTimer`] lent) the next CM
-    /// deadline.
-    pub(super) async fn wait_async<T>(
-        &self,
-        mut f: impl FnMut(&mut State<D>) -> Option<T>,
-    ) -> Result<T, ServiceError> {
-        loop {
-            let notified = self.shared.cq.notified(NotifyKind::Any);
-            let gen_before = self.shared.wake_gen.load(Ordering::Acquire);
-            let next = match self.round(&mut f)? {
-                Round::Done(v) => return Ok(v),
-                Round::Wait(next) => next,
-            };
-            // Every timer the agent arms comes with a MAD sent or received on QP1, whose
-            // completion wakes this wait again: a deadline armed by another call is slept for
-            // from that round on.
-            let mut sleep = self.timer_sleep(next);
-            let mut notified = pin!(notified);
-            let woke = poll_fn(|cx| {
-                if self.shared.wake_gen.load(Ordering::Acquire) != gen_before {
-                    return Poll::Ready(Ok(()));
-                }
-                // The next CM timer is due: go round, and progress fires it.
-                if let Some(s) = sleep.as_mut() {
-                    if s.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Ok(()));
-                    }
-                }
-                {
-                    let mut w = lock(&self.shared.wakers);
-                    if !w.iter().any(|x| x.will_wake(cx.waker())) {
-                        w.push(cx.waker().clone());
-                    }
-                }
-                notified.as_mut().poll(cx)
-            })
-            .await;
-            if let Err(e) = woke {
-                return Err(ServiceError::verbs("awaiting QP1's CQ", e));
-            }
-        }
-    }
-
-    /// Associates `qp` with connection `id` (atomic with respect to every other
-    /// association of this device) and takes it to INIT if it is in RESET; a QP associated
-    /// with `id` already is left as it is. The INIT command
-    /// runs outside the device lock, so other connections' progress does not wait for it;
-    /// if it fails, the association is undone.
-    pub(super) async fn associate(&self, id: CmId, qp: &Qp<D>) -> Result<(), ServiceError> {
-        let qpn = qp.qp_num();
-        if qp.qp_type() != portverbs_hal::types::QpType::Rc {
-            return Err(ServiceError::NotRc(qpn));
-        }
-        {
-            let mut st = self.state();
-            if let Some((owner, weak)) = st.qps.get(&qpn) {
-                if weak.upgrade().is_some() {
-                    if *owner == id && st.qp_of.get(&id) == Some(&qpn) {
-                        // Associated already ([`crate::Connector::init_qp`]).
-                        return Ok(());
-                    }
-                    return Err(ServiceError::QpInUse(qpn));
-                }
-                // The QP number of a destroyed QP, reused: that connection is over.
-                self.reap_dead(&mut st);
-            }
-            if let Some(&other) = st.qp_of.get(&id) {
-                // The endpoint has another QP, alive ([`crate::Connector::init_qp`]).
-                let live =
-                    |(owner, weak): &(CmId, WeakQp<D>)| *owner == id && weak.upgrade().is_some();
-                if other != qpn && st.qps.get(&other).is_some_and(live) {
-                    return Err(ServiceError::WrongQp(qpn));
-                }
-            }
-            st.qps.insert(qpn, (id, qp.downgrade()));
-            st.qp_of.insert(id, qpn);
-        }
-        if qp.state() != QpState::Reset {
-            return Ok(());
-        }
-        let (attr, mask) = transition::init();
-        if let Err(e) = qp.modify(&attr, mask).await {
-            let mut st = self.state();
-            if st.qps.get(&qpn).is_some_and(|(owner, _)| *owner == id) {
-                st.qps.remove(&qpn);
-                st.qp_of.remove(&id);
-            }
-            return Err(ServiceError::ConnectError(e.to_string()));
-        }
-        Ok(())
-    }
-
     /// A random 24-bit starting PSN from the OS (rdma_cm draws one per ID, with
     /// `get_random_u32`).
     pub(super) fn psn(&self, _id: CmId) -> u32 {
         portverbs_hal::rng::random_psn()
     }
-}
-
-/// The passive side's checks on a REQ (as Linux `cma.c`'s `cma_ib_req_handler`): a CMA header
-/// of version 0 with IP
-/// version 4 or 6, whose destination matches the listener's bound address and family, a
-/// source address that is not unspecified or multicast, and room in the backlog.
-fn admit(l: &ListenState, r: &portverbs_cm::ConnectRequest) -> Option<Pending> {
-    let h = CmaHeader::parse(&r.private_data).ok()?;
-    if l.pending.len() >= l.backlog {
-        return None;
-    }
-    let bound = l.bound.ip();
-    if h.src.is_ipv4() != h.dst.is_ipv4() || bound.is_ipv4() != h.dst.is_ipv4() {
-        return None;
-    }
-    if !bound.is_unspecified() && bound != h.dst {
-        return None;
-    }
-    if h.src.is_unspecified() || h.src.is_multicast() {
-        return None;
-    }
-    if let IpAddr::V4(v4) = h.src {
-        if v4.is_broadcast() {
-            return None;
-        }
-    }
-    Some(Pending {
-        id: r.listener,
-        remote: SocketAddr::new(h.src, h.src_port),
-        local: SocketAddr::new(h.dst, l.bound.port()),
-        private_data: r.private_data[portverbs_cm::wire::CMA_HEADER_LEN..].to_vec(),
-        responder_resources: r.responder_resources,
-        initiator_depth: r.initiator_depth,
-    })
 }
