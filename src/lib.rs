@@ -105,6 +105,7 @@
 
 mod any;
 mod any_queue;
+mod by_addr;
 mod cm_timer;
 mod devices;
 mod env;
@@ -115,10 +116,16 @@ mod udp;
 
 pub use any::AnyDevice;
 pub use any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
-pub use devices::{
-    EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, EmulatedMlx4Error, SkipReason, SkippedDevice, device,
-    devices, embedded_fabric, embedded_mlx4_models, emulated_mlx4, skipped_devices,
+pub use by_addr::{
+    OpenByAddrError, cm_device_by_addr, cm_device_by_addr_async, device_by_addr, open_by_addr,
+    open_by_addr_async,
 };
+pub use devices::{
+    DeviceError, EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, EmulatedMlx4Error, SkipReason, SkippedDevice,
+    device, devices, embedded_fabric, embedded_mlx4_models, emulated_mlx4, skipped_devices,
+};
+#[doc(hidden)]
+pub use devices::{embedded_fabric_started, vfio_scanned};
 pub use env::{EnvError, HardwareEnv, capture_env, cc_env, hardware_env, progress_env};
 pub use open::{context_options, open, platform_sinks};
 /// The connection manager: the sans-IO protocol core (`portverbs-cm`) and, as

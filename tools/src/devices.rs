@@ -44,29 +44,48 @@ pub(crate) struct DevicesArgs {
     pub(crate) mode: crate::progress_mode::ProgressArg,
 }
 
-/// Runs `portverbs devices` and returns the text to print.
-pub(crate) fn run(args: &DevicesArgs) -> Result<String, CliError> {
-    let all = portverbs::devices();
+/// Runs `portverbs devices`: prints the report, and the devices that could not be made (with
+/// the reason) on stderr. Fails when a device named with `-d`, or one `PORTVERBS_UDP` asks
+/// for, could not be made.
+pub(crate) fn run(args: &DevicesArgs) -> Result<(), CliError> {
+    let text = report(args)?;
+    crate::print(&text)?;
+    if args.device.is_some() {
+        return Ok(());
+    }
+    let skipped = portverbs::skipped_devices();
+    for s in &skipped {
+        eprintln!("portverbs: skipped {}: {}{}", s.name, s.reason, s.hint());
+    }
+    let unbound: Vec<String> = skipped
+        .iter()
+        .filter(|s| matches!(s.reason, portverbs::SkipReason::Udp(_)))
+        .map(|s| {
+            s.addr
+                .map_or(s.name.clone(), |a| format!("{} ({a})", s.name))
+        })
+        .collect();
+    if unbound.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "PORTVERBS_UDP: {} could not be made (see above)",
+            unbound.join(", ")
+        )))
+    }
+}
+
+/// The report text: the device list (`-l`) or `ibv_devinfo`'s report of each device.
+fn report(args: &DevicesArgs) -> Result<String, CliError> {
+    let selected = match &args.device {
+        // Only that device is made; why it could not be, if it could not.
+        Some(name) => vec![portverbs::device(name)?],
+        None => portverbs::devices(),
+    };
     if args.list {
-        let names: Vec<String> = all.iter().map(|d| d.info().name.clone()).collect();
+        let names: Vec<String> = selected.iter().map(|d| d.info().name.clone()).collect();
         return Ok(format_list(&names));
     }
-    let selected: Vec<_> = match &args.device {
-        Some(name) => {
-            let dev = all.into_iter().find(|d| &d.info().name == name);
-            let Some(dev) = dev else {
-                let skipped = portverbs::skipped_devices();
-                return Err(match skipped.iter().find(|s| &s.name == name) {
-                    Some(s) => {
-                        CliError::Failed(format!("{name} could not be opened: {}", s.reason))
-                    }
-                    None => CliError::NoDevice(name.clone()),
-                });
-            };
-            vec![dev]
-        }
-        None => all,
-    };
     if selected.is_empty() {
         return Err(CliError::Failed("No IB devices found".into()));
     }
@@ -76,11 +95,6 @@ pub(crate) fn run(args: &DevicesArgs) -> Result<String, CliError> {
         let ctx = portverbs::open(dev).ctx(format_args!("opening {name}"))?;
         let model = describe(&ctx, args.port, args.verbose)?;
         let _ = write!(out, "{}", format_device(&model, args.verbose));
-    }
-    if args.verbose && args.device.is_none() {
-        for s in portverbs::skipped_devices() {
-            let _ = writeln!(out, "skipped {}: {}", s.name, s.reason);
-        }
     }
     Ok(out)
 }

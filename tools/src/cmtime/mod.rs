@@ -94,8 +94,7 @@ fn rss_bytes() -> Option<u64> {
 /// The CM on the device that owns `bind`, or on the first device other processes reach.
 fn reachable_cm(bind: Option<IpAddr>) -> Result<CmDevice<AnyDevice>, CliError> {
     let dev = match bind {
-        Some(ip) => device_of(ip)
-            .ok_or_else(|| CliError::Failed(format!("no device has the address {ip}")))?,
+        Some(ip) => device_of(ip).map_err(|e| CliError::Failed(e.to_string()))?,
         None => reachable_device()?,
     };
     cm_device(dev)
