@@ -317,6 +317,13 @@ pub fn device(name: &str) -> Result<AnyDevice, DeviceError> {
             .map(crate::UdpDevice::any)
             .map_err(DeviceError::Unavailable);
     }
+    // `udpN` is a name of `PORTVERBS_UDP`'s only: no VFIO function is named so.
+    if name
+        .strip_prefix("udp")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(not_found());
+    }
     let (opened, skipped) = hardware();
     find(opened, skipped, name).unwrap_or_else(|| Err(not_found()))
 }
