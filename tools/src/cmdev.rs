@@ -51,6 +51,22 @@ pub(crate) fn reachable_device() -> Result<AnyDevice, CliError> {
         .ok_or_else(|| CliError::Failed("No IB devices found".into()))
 }
 
+/// Refuses a server (`rping -s`, `cmtime -L`, the librdmacm examples' servers) on a device of
+/// this process's embedded fabric: no other process can reach it, so it would wait for ever
+/// for a client that cannot come. `alone` says how the tool runs both ends in this process
+/// instead, where it can.
+pub(crate) fn reachable_server(dev: &AnyDevice, alone: &str) -> Result<(), CliError> {
+    if !verbs::in_process(dev) {
+        return Ok(());
+    }
+    Err(CliError::usage(format_args!(
+        "{} is a device of this process's embedded fabric, which no other process can reach: \
+         a server on it would wait for ever. Bind a device to an address of this host for \
+         other processes to connect to (PORTVERBS_UDP=<ip>, e.g. PORTVERBS_UDP=127.0.0.1){alone}",
+        dev.info().name
+    )))
+}
+
 /// Opens the CM on `dev`.
 pub(crate) fn cm_device(dev: AnyDevice) -> Result<CmDevice<AnyDevice>, CliError> {
     let ctx = verbs::open(dev)?;

@@ -296,6 +296,10 @@ fn run_client(
 fn run_server(args: &CmtimeArgs) -> Result<String, CliError> {
     let n = args.connections;
     let cm = reachable_cm(args.bind)?;
+    crate::cmdev::reachable_server(
+        cm.context().device(),
+        ", or run cmtime without -L and -s: both ends here",
+    )?;
     let ip = args.bind.unwrap_or_else(|| cm.local_ip());
     let mut server = Server::new(cm, SocketAddr::new(ip, args.port), n)?;
     // On stderr, so that the table alone is on stdout: a script (or a test) starts the client
