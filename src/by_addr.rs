@@ -1,16 +1,6 @@
 //! Devices by IP address, as `rdma_bind_addr` finds them: the device whose port 1 holds the
-//! address's RoCEv2 GID.
-//!
-//! Where the addresses come from, in the order searched:
-//! * the embedded fabric's devices have fixed ones ([`crate::EMBEDDED_ADDRS`],
-//!   [`crate::EMBEDDED_MLX4_ADDRS`]), so the fabric starts only for one of those;
-//! * each device of `PORTVERBS_UDP` has the address it binds (only that one is made);
-//! * VFIO-bound functions have the GID `PORTVERBS_MLX4_IP` gives them: they are scanned, and
-//!   their GID tables read, only for an address found nowhere else.
-//!
-//! Nothing here binds an address on demand: a software device on an address of this host is
-//! made by listing the address in `PORTVERBS_UDP` (or with [`crate::udp_device`]), so that
-//! which process owns UDP port 4791 of an address stays the application's choice.
+//! address's RoCEv2 GID ([`device_by_addr`] says where the addresses come from), opened, with
+//! the CM on it if asked.
 
 use std::net::IpAddr;
 
@@ -36,8 +26,17 @@ pub enum OpenByAddrError {
 }
 
 /// The device that holds `ip` (port 1's GID table has its RoCEv2 GID), as [`crate::devices`]
-/// lists it; only that device's kind is started (see the module docs above: the embedded
-/// fabric, one UDP port, or the VFIO scan).
+/// lists it, as `rdma_bind_addr` finds a device. Searched in [`crate::devices`]' order, and
+/// only what can hold the address is started:
+/// * the embedded fabric's devices have fixed addresses ([`crate::EMBEDDED_ADDRS`],
+///   [`crate::EMBEDDED_MLX4_ADDRS`]): the fabric starts only for one of those;
+/// * each device of `PORTVERBS_UDP` has the address it binds: only that one is made;
+/// * VFIO-bound functions have the GID `PORTVERBS_MLX4_IP` gives them: scanned, and their GID
+///   tables read, only for that address.
+///
+/// Nothing is bound on demand, even for an address of this host: one address's UDP port 4791
+/// serves one process, so which process binds it stays the application's choice — list the
+/// address in `PORTVERBS_UDP`, or make the device with [`crate::udp_device`].
 ///
 /// ```
 /// let dev = portverbs::device_by_addr("10.0.0.2".parse().unwrap()).unwrap();

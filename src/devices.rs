@@ -257,7 +257,9 @@ pub fn embedded_fabric() -> &'static Fabric {
 
 /// Every device available to this process (`ibv_get_device_list`): the devices of the
 /// embedded fabric, the UDP-bound ones of `PORTVERBS_UDP` (`udp0`, `udp1` …), then (Linux)
-/// every mlx4-class function bound to vfio-pci.
+/// every mlx4-class function bound to vfio-pci. Listing starts them all; [`device`] and
+/// [`device_by_addr`] start only the one asked for. Those that could not be made are missing
+/// here, and [`skipped_devices`] says why.
 ///
 /// ```
 /// use portverbs::prelude::*;
@@ -282,10 +284,12 @@ pub fn devices() -> Vec<AnyDevice> {
 #[cfg(target_os = "linux")]
 pub(crate) fn is_vfio(dev: &portverbs_mlx4::Mlx4Device) -> bool {
     let name = &portverbs_hal::Device::info(dev).name;
-    hardware()
-        .0
-        .iter()
-        .any(|d| &portverbs_hal::Device::info(d).name == name)
+    // Before the scan no VFIO function was opened here; asking must not start it.
+    HW.get().is_some_and(|(opened, _)| {
+        opened
+            .iter()
+            .any(|d| &portverbs_hal::Device::info(d).name == name)
+    })
 }
 
 /// The device with this name (`ibv_devices` prints the names), as [`devices`] lists it.

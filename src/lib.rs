@@ -2,7 +2,7 @@
 //!
 //! A userspace RDMA stack in Rust that applications link directly, on Linux and on Windows.
 //! This facade is where an application starts: list devices ([`devices`], [`device`]), open
-//! one ([`open`]), and use the verbs of [`verbs`] (`portverbs-verbs`) through the type aliases
+//! one ([`open`], or by IP address as rdma_cm binds one: [`open_by_addr`]), and use the verbs of [`verbs`] (`portverbs-verbs`) through the type aliases
 //! below, whatever the backend. The verbs follow libibverbs: a name there is the name here
 //! without the `ibv_` prefix, as a method of the object it acts on.
 //!

@@ -139,7 +139,7 @@ pub(crate) struct EnvSlot {
     /// The address the device binds.
     pub(crate) ip: IpAddr,
     index: usize,
-    made: OnceLock<Result<UdpDevice, SkippedDevice>>,
+    made: OnceLock<Result<UdpDevice, Box<SkippedDevice>>>,
 }
 
 impl EnvSlot {
@@ -151,6 +151,7 @@ impl EnvSlot {
                 make_env_device(self.index, &self.name, self.ip)
             })
             .as_ref()
+            .map_err(|s| &**s)
     }
 }
 
@@ -201,7 +202,7 @@ pub fn udp_progress() -> Progress {
 /// [`udp_progress`], with congestion control unless `PORTVERBS_CC=off` ([`crate::cc_env`]);
 /// an address that will not bind (not this host's, port 4791 taken by another process) gives
 /// the reason instead.
-fn make_env_device(i: usize, name: &str, ip: IpAddr) -> Result<UdpDevice, SkippedDevice> {
+fn make_env_device(i: usize, name: &str, ip: IpAddr) -> Result<UdpDevice, Box<SkippedDevice>> {
     let mut config = UdpConfig::new(ip);
     config.progress = udp_progress();
     // PORTVERBS_CC: on unless it says off (a bad value is the CLI's to report).
@@ -223,11 +224,11 @@ fn make_env_device(i: usize, name: &str, ip: IpAddr) -> Result<UdpDevice, Skippe
         }
         Err(e) => {
             tracing::warn!(device = %name, %ip, error = %e, "PORTVERBS_UDP: no device");
-            Err(SkippedDevice {
+            Err(Box::new(SkippedDevice {
                 name: name.to_string(),
                 addr: Some(ip),
                 reason: e.into(),
-            })
+            }))
         }
     }
 }

@@ -72,3 +72,17 @@ fn the_cm_device_binds_a_listener_on_its_address_only() {
     assert!(Listener::bind(&cm, (ip("10.0.0.3"), 7801).into()).is_ok());
     assert!(Listener::bind(&cm, (ip("10.0.0.1"), 7801).into()).is_err());
 }
+
+#[test]
+fn embedded_devices_do_not_start_the_vfio_scan() {
+    // No test of this binary lists every device, so nothing here may have scanned.
+    let dev = portverbs::device("mlx4_1").unwrap();
+    // An emulated HCA lives in this process (asking does not scan either).
+    assert!(portverbs::in_process(&dev));
+    let _ = portverbs::device_by_addr(ip("10.0.0.4")).unwrap();
+    assert!(portverbs::embedded_fabric_started());
+    assert!(
+        !portverbs::vfio_scanned(),
+        "asking for an emulated HCA scanned for VFIO functions"
+    );
+}

@@ -39,13 +39,12 @@ fn servers_on_the_embedded_fabric_are_refused_naming_portverbs_udp() {
     }
 }
 
+/// How a process ended: its exit code, stdout and stderr.
+type Ended = (Option<i32>, String, String);
+
 /// Runs `perf <server_test>` as a server on 127.0.<net>.1 and `perf <client_test>` as its
 /// client on 127.0.<net>.2: the client's and the server's (exit code, stdout, stderr).
-fn perf_pair(
-    server_test: &str,
-    client_test: &str,
-    net: u8,
-) -> ((Option<i32>, String, String), (Option<i32>, String, String)) {
+fn perf_pair(server_test: &str, client_test: &str, net: u8) -> (Ended, Ended) {
     let (server_ip, client_ip) = (format!("127.0.{net}.1"), format!("127.0.{net}.2"));
     let p = free_port();
     let common = ["-d", "udp0", "-p", &p, "-n", "100", "-s", "4096"];
