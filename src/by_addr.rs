@@ -87,7 +87,8 @@ fn holds(dev: &AnyDevice, ip: IpAddr) -> bool {
 /// ```
 /// let ctx = portverbs::open_by_addr("10.0.0.1".parse().unwrap()).unwrap();
 /// assert_eq!(ctx.name(), "soft0");
-/// assert_eq!(ctx.port_ips_blocking(1).unwrap(), ["10.0.0.1".parse::<std::net::IpAddr>().unwrap()]);
+/// let ip: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+/// assert_eq!(ctx.port_ips_blocking(1).unwrap(), [ip]);
 /// ```
 ///
 /// # Errors

@@ -60,8 +60,8 @@ pub enum SkipReason {
 }
 
 /// A device [`devices`] would have listed but could not open. The library prints nothing;
-/// [`device`] and [`device_by_addr`] answer [`DeviceError::Unavailable`] with it, and the
-/// CLI's `portverbs devices` shows these.
+/// [`device`] and [`device_by_addr`](crate::device_by_addr) answer
+/// [`DeviceError::Unavailable`] with it, and the CLI's `portverbs devices` shows these.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct SkippedDevice {
@@ -111,7 +111,7 @@ pub fn skipped_devices() -> Vec<&'static SkippedDevice> {
     v
 }
 
-/// Why [`device`] or [`device_by_addr`] found no device to open.
+/// Why [`device`] or [`device_by_addr`](crate::device_by_addr) found no device to open.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeviceError {
@@ -258,8 +258,8 @@ pub fn embedded_fabric() -> &'static Fabric {
 /// Every device available to this process (`ibv_get_device_list`): the devices of the
 /// embedded fabric, the UDP-bound ones of `PORTVERBS_UDP` (`udp0`, `udp1` …), then (Linux)
 /// every mlx4-class function bound to vfio-pci. Listing starts them all; [`device`] and
-/// [`device_by_addr`] start only the one asked for. Those that could not be made are missing
-/// here, and [`skipped_devices`] says why.
+/// [`device_by_addr`](crate::device_by_addr) start only the one asked for. Those that could
+/// not be made are missing here, and [`skipped_devices`] says why.
 ///
 /// ```
 /// use portverbs::prelude::*;

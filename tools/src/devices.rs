@@ -24,7 +24,11 @@ use crate::report::{
                   live from the device.\n\nThe devices are those of Portverbs' embedded \
                   in-process fabric: soft0 (10.0.0.1) and soft1 (10.0.0.2), software \
                   devices, and mlx4_0 (10.0.0.3) and mlx4_1 (10.0.0.4), emulated ConnectX-3s \
-                  driven by the mlx4 driver; on Linux also mlx4 functions bound to vfio-pci."
+                  driven by the mlx4 driver; then udp0, udp1 … for the addresses of \
+                  PORTVERBS_UDP (one address serves one process); on Linux also mlx4 functions \
+                  bound to vfio-pci. \
+                  A device that could not be made is named on stderr with the reason, and a \
+                  PORTVERBS_UDP address that would not bind makes the exit status 1."
 )]
 pub(crate) struct DevicesArgs {
     /// Show only this device (default: all).
