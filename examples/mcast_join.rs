@@ -16,7 +16,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>
 
 /// Opens `name` and its CM on the IP address of GID entry 0.
 fn open(name: &str) -> Result<CmDevice<portverbs::AnyDevice>> {
-    let ctx = portverbs::open(portverbs::device(name).ok_or("no such device")?)?;
+    let ctx = portverbs::open(portverbs::device(name)?)?;
     let ip = ctx.gid_table_blocking(1)?[0].1.gid.to_ip();
     Ok(CmDevice::open_blocking(&ctx, ip)?)
 }

@@ -15,7 +15,7 @@ struct End {
 
 impl End {
     fn open(name: &str) -> Result<Self> {
-        let ctx = portverbs::open(portverbs::device(name).ok_or(format!("no device {name}"))?)?;
+        let ctx = portverbs::open(portverbs::device(name)?)?;
         let pd = ctx.alloc_pd_blocking()?;
         let cq = ctx.create_cq_blocking(CqInit {
             entries: 16,

@@ -62,7 +62,7 @@ fn send(qp: &Qp, mr: &Mr) -> Result<()> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dev = portverbs::device("udp0").ok_or("no udp0: set PORTVERBS_UDP to this host's IP")?;
+    let dev = portverbs::device("udp0")?;
     let ctx = portverbs::open(dev)?;
     let ip = ctx.gid_table_blocking(1)?[0].1.gid.to_ip();
     let cm = CmDevice::open_blocking(&ctx, ip)?;

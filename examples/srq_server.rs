@@ -16,9 +16,7 @@ const SLOT: usize = 64;
 
 fn open(name: Option<String>, default: &str) -> Result<Context> {
     let name = name.unwrap_or_else(|| default.into());
-    Ok(portverbs::open(
-        portverbs::device(&name).ok_or(format!("no device {name}"))?,
-    )?)
+    Ok(portverbs::open(portverbs::device(&name)?)?)
 }
 
 fn poll_one(cq: &Cq) -> Result<WorkCompletion> {

@@ -35,7 +35,7 @@ struct End {
 
 fn open(name: Option<String>, default: &str) -> Result<End> {
     let name = name.unwrap_or_else(|| default.into());
-    let ctx = portverbs::open(portverbs::device(&name).ok_or(format!("no device {name}"))?)?;
+    let ctx = portverbs::open(portverbs::device(&name)?)?;
     let pd = ctx.alloc_pd_blocking()?;
     let cq = ctx.create_cq_blocking(CqInit {
         entries: 16,

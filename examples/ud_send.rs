@@ -19,7 +19,7 @@ struct End {
 }
 
 fn open(name: &str, opts: &ConnectOptions) -> Result<End> {
-    let ctx = portverbs::open(portverbs::device(name).ok_or(format!("no device {name}"))?)?;
+    let ctx = portverbs::open(portverbs::device(name)?)?;
     let pd = ctx.alloc_pd_blocking()?;
     let cq = ctx.create_cq_blocking(CqInit {
         entries: 16,

@@ -2,7 +2,8 @@
 //!
 //! A userspace RDMA stack in Rust that applications link directly, on Linux and on Windows.
 //! This facade is where an application starts: list devices ([`devices`], [`device`]), open
-//! one ([`open`]), and use the verbs of [`verbs`] through the type aliases below ([`Context`],
+//! one ([`open`], or by IP address as rdma_cm binds one: [`open_by_addr`]), and use the verbs
+//! of [`verbs`] through the type aliases below ([`Context`],
 //! [`Pd`], [`Mr`], [`Cq`], [`Qp`] …), whatever the backend. The verbs follow libibverbs: a
 //! name there is the name here without the `ibv_` prefix, as a method of the object it acts
 //! on. Connections by IP address, as librdmacm makes them, are [`cm`]'s.
@@ -11,7 +12,8 @@
 //!
 //! | Path | What |
 //! |---|---|
-//! | [`devices`], [`device`], [`AnyDevice`] | the devices this process can open, whatever their backend |
+//! | [`devices`], [`device`], [`AnyDevice`], [`DeviceError`] | the devices this process can open, whatever their backend |
+//! | [`device_by_addr`], [`open_by_addr`], [`cm_device_by_addr`] (async: [`open_by_addr_async`], [`cm_device_by_addr_async`]) | the device whose port has an IP address, opened, or with the CM on it (`rdma_bind_addr`'s lookup) |
 //! | [`open`] ([`context_options`], [`platform_sinks`] to open from `async` code) | `ibv_open_device`, with the OS's own interrupt mechanism |
 //! | [`Context`], [`Pd`], [`Mr`], [`Mw`], [`Cq`], [`Qp`], [`Srq`], [`AddressHandle`], [`CompletionChannel`] | the verbs objects over [`AnyDevice`]: aliases of [`verbs`]' generic types, whose pages list their methods |
 //! | [`verbs`] | the verbs: those types, their parameters (`QpInit`, `SendWr` …), completions, events, errors |
@@ -165,6 +167,7 @@
 
 mod any;
 mod any_queue;
+mod by_addr;
 mod cm_timer;
 mod devices;
 pub mod env;
@@ -174,7 +177,13 @@ mod open;
 mod udp;
 
 pub use any::AnyDevice;
-pub use devices::{device, devices};
+pub use by_addr::{
+    OpenByAddrError, cm_device_by_addr, cm_device_by_addr_async, device_by_addr, open_by_addr,
+    open_by_addr_async,
+};
+pub use devices::{DeviceError, device, devices};
+#[doc(hidden)]
+pub use devices::{embedded_fabric_started, vfio_scanned};
 pub use open::{context_options, open, platform_sinks};
 
 pub mod verbs {

@@ -6,6 +6,7 @@
 
 use std::net::IpAddr;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use portverbs_hal::Progress;
 use portverbs_soft::{
@@ -131,18 +132,60 @@ fn parse_udp_env(value: Option<&str>) -> Result<Vec<IpAddr>, crate::EnvError> {
         .collect()
 }
 
-/// The devices `PORTVERBS_UDP` makes, once made.
-static DEVS: OnceLock<(Vec<UdpDevice>, Vec<SkippedDevice>)> = OnceLock::new();
+/// One address of `PORTVERBS_UDP`: the device it names, made the first time it is asked for.
+pub(crate) struct EnvSlot {
+    /// `udp0`, `udp1` …
+    pub(crate) name: String,
+    /// The address the device binds.
+    pub(crate) ip: IpAddr,
+    index: usize,
+    made: OnceLock<Result<UdpDevice, Box<SkippedDevice>>>,
+}
+
+impl EnvSlot {
+    /// The device, made (bound) now if it was not yet; the reason when it would not bind.
+    pub(crate) fn get(&'static self) -> Result<&'static UdpDevice, &'static SkippedDevice> {
+        self.made
+            .get_or_init(|| {
+                MADE.store(true, Ordering::Release);
+                make_env_device(self.index, &self.name, self.ip)
+            })
+            .as_ref()
+            .map_err(|s| &**s)
+    }
+}
+
+/// The addresses of `PORTVERBS_UDP`, read once per process (none when it is malformed:
+/// [`udp_env`] says why).
+pub(crate) fn env_slots() -> &'static [EnvSlot] {
+    static SLOTS: OnceLock<Vec<EnvSlot>> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        udp_env()
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(index, ip)| EnvSlot {
+                name: format!("udp{index}"),
+                ip,
+                index,
+                made: OnceLock::new(),
+            })
+            .collect()
+    })
+}
+
+/// Whether a device of `PORTVERBS_UDP` was made (or tried) already.
+static MADE: AtomicBool = AtomicBool::new(false);
 
 /// The progress mode [`set_udp_progress`] chose.
 static PROGRESS: OnceLock<Progress> = OnceLock::new();
 
 /// Chooses the progress mode of the devices `PORTVERBS_UDP` makes, over
 /// `PORTVERBS_PROGRESS` (the CLI's `--progress`). Call it before the first
-/// [`crate::devices`]: false when those devices were made already, or a mode was chosen
-/// before (the first choice stays).
+/// [`crate::devices`] or [`crate::device`] of a UDP device: false when one of those devices
+/// was made already, or a mode was chosen before (the first choice stays).
 pub fn set_udp_progress(progress: Progress) -> bool {
-    DEVS.get().is_none() && PROGRESS.set(progress).is_ok()
+    !MADE.load(Ordering::Acquire) && PROGRESS.set(progress).is_ok()
 }
 
 /// The progress mode the devices of `PORTVERBS_UDP` get: [`set_udp_progress`]'s choice,
@@ -155,56 +198,49 @@ pub fn udp_progress() -> Progress {
         .unwrap_or_default()
 }
 
-/// The devices `PORTVERBS_UDP` asks for, made once per process: `udp0`, `udp1` … in the
-/// order of the addresses, in the progress mode of [`udp_progress`], with congestion control
-/// unless `PORTVERBS_CC=off` ([`crate::cc_env`]); an address that would
-/// not bind is kept apart with the reason.
-pub(crate) fn env_devices() -> &'static (Vec<UdpDevice>, Vec<SkippedDevice>) {
-    DEVS.get_or_init(|| {
-        let (mut made, mut failed) = (Vec::new(), Vec::new());
-        let progress = udp_progress();
-        // PORTVERBS_CC: on unless it says off (a bad value is the CLI's to report).
-        let cc = crate::env::cc_env().ok().flatten().unwrap_or(true);
-        for (i, ip) in udp_env().unwrap_or_default().into_iter().enumerate() {
-            let name = format!("udp{i}");
-            let mut config = UdpConfig::new(ip);
-            config.progress = progress;
-            config.congestion.enabled = cc;
-            match udp_device(&name, config) {
-                Ok(d) => {
-                    if let Some(path) = crate::env::capture_env() {
-                        // One capture file per device: `<path>` for udp0, `<path>.udpN` else.
-                        let path = if i == 0 {
-                            path
-                        } else {
-                            path.with_extension(format!("udp{i}.pcap"))
-                        };
-                        if let Err(e) = d.port().start_capture(&path) {
-                            tracing::warn!(device = %name, error = %e, "PORTVERBS_PCAP: no capture");
-                        }
-                    }
-                    made.push(d);
-                }
-                Err(e) => {
-                    tracing::warn!(device = %name, %ip, error = %e, "PORTVERBS_UDP: no device");
-                    failed.push(SkippedDevice {
-                        name,
-                        reason: e.into(),
-                    });
+/// Makes the device of the `i`th address of `PORTVERBS_UDP`, in the progress mode of
+/// [`udp_progress`], with congestion control unless `PORTVERBS_CC=off` ([`crate::cc_env`]);
+/// an address that will not bind (not this host's, port 4791 taken by another process) gives
+/// the reason instead.
+fn make_env_device(i: usize, name: &str, ip: IpAddr) -> Result<UdpDevice, Box<SkippedDevice>> {
+    let mut config = UdpConfig::new(ip);
+    config.progress = udp_progress();
+    // PORTVERBS_CC: on unless it says off (a bad value is the CLI's to report).
+    config.congestion.enabled = crate::env::cc_env().ok().flatten().unwrap_or(true);
+    match udp_device(name, config) {
+        Ok(d) => {
+            if let Some(path) = crate::env::capture_env() {
+                // One capture file per device: `<path>` for udp0, `<path>.udpN` else.
+                let path = if i == 0 {
+                    path
+                } else {
+                    path.with_extension(format!("udp{i}.pcap"))
+                };
+                if let Err(e) = d.port().start_capture(&path) {
+                    tracing::warn!(device = %name, error = %e, "PORTVERBS_PCAP: no capture");
                 }
             }
+            Ok(d)
         }
-        (made, failed)
-    })
+        Err(e) => {
+            tracing::warn!(device = %name, %ip, error = %e, "PORTVERBS_UDP: no device");
+            Err(Box::new(SkippedDevice {
+                name: name.to_string(),
+                addr: Some(ip),
+                reason: e.into(),
+            }))
+        }
+    }
 }
 
 /// The UDP-bound device named `name` that `PORTVERBS_UDP` made (for its port's counters and
-/// capture).
+/// capture); made now if it was not yet. `None` when `PORTVERBS_UDP` has no such device or
+/// it would not bind ([`crate::device`] says why).
 pub fn env_udp_device(name: &str) -> Option<&'static UdpDevice> {
-    env_devices()
-        .0
+    env_slots()
         .iter()
-        .find(|d| portverbs_hal::Device::info(d.device()).name == name)
+        .find(|s| s.name == name)
+        .and_then(|s| s.get().ok())
 }
 
 /// Whether the device lives on a fabric of this process only (the embedded fabric, or one the

@@ -166,13 +166,20 @@ fn root_items(src: &str) -> Vec<(String, bool)> {
 /// What the crate root's documentation shows: the verbs and CM API.
 #[cfg(not(windows))]
 const ROOT_SURFACE: &[&str] = &[
-    // Devices and opening them.
+    // Devices and opening them, by name or by IP address.
     "AnyDevice",
+    "DeviceError",
     "context_options",
     "device",
     "devices",
     "open",
     "platform_sinks",
+    "OpenByAddrError",
+    "cm_device_by_addr",
+    "cm_device_by_addr_async",
+    "device_by_addr",
+    "open_by_addr",
+    "open_by_addr_async",
     // The verbs objects over `AnyDevice`.
     "AddressHandle",
     "CompletionChannel",

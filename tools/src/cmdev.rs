@@ -26,15 +26,19 @@ pub(crate) fn device_ip(ctx: &Context) -> Result<IpAddr, CliError> {
         .ok_or_else(|| CliError::Failed(format!("{} has no GID on port 1", ctx.name())))
 }
 
-/// The device whose port 1 has `ip`'s GID.
-pub(crate) fn device_of(ip: IpAddr) -> Option<AnyDevice> {
-    let gid = Gid::from_ip(ip);
-    portverbs::devices().into_iter().find(|d| {
-        portverbs::open(d.clone())
-            .ok()
-            .and_then(|ctx| ctx.gid_table_blocking(1).ok())
-            .is_some_and(|t| t.iter().any(|(_, e)| e.gid == gid))
-    })
+/// The device whose port 1 has `ip`'s GID ([`portverbs::device_by_addr`]); the error says
+/// why none (no device has it, or the one that would have it did not come up).
+pub(crate) fn device_of(ip: IpAddr) -> Result<AnyDevice, portverbs::DeviceError> {
+    portverbs::device_by_addr(ip)
+}
+
+/// `e` as the failure of librdmacm's `call`.
+fn in_call(call: &str, e: portverbs::DeviceError) -> CliError {
+    match CliError::from(e) {
+        CliError::Usage(m) => CliError::Usage(format!("{call}: {m}")),
+        CliError::Failed(m) => CliError::Failed(format!("{call}: {m}")),
+        other => other,
+    }
 }
 
 /// The first device other processes can reach (UDP-bound, VFIO), else the first device.
@@ -45,6 +49,22 @@ pub(crate) fn reachable_device() -> Result<AnyDevice, CliError> {
         .or_else(|| all.first())
         .cloned()
         .ok_or_else(|| CliError::Failed("No IB devices found".into()))
+}
+
+/// Refuses a server (`rping -s`, `cmtime -L`, the librdmacm examples' servers) on a device of
+/// this process's embedded fabric: no other process can reach it, so it would wait for ever
+/// for a client that cannot come. `alone` says how the tool runs both ends in this process
+/// instead, where it can.
+pub(crate) fn reachable_server(dev: &AnyDevice, alone: &str) -> Result<(), CliError> {
+    if !verbs::in_process(dev) {
+        return Ok(());
+    }
+    Err(CliError::usage(format_args!(
+        "{} is a device of this process's embedded fabric, which no other process can reach: \
+         a server on it would wait for ever. Bind a device to an address of this host for \
+         other processes to connect to (PORTVERBS_UDP=<ip>, e.g. PORTVERBS_UDP=127.0.0.1){alone}",
+        dev.info().name
+    )))
 }
 
 /// Opens the CM on `dev`.
@@ -62,9 +82,7 @@ pub(crate) fn server_device(
 ) -> Result<AnyDevice, CliError> {
     match (explicit, bind.filter(|a| !a.is_unspecified())) {
         (Some(name), _) => verbs::pick_device(Some(name)),
-        (None, Some(a)) => device_of(a).ok_or_else(|| {
-            CliError::usage(format_args!("rdma_bind_addr: no device has address {a}"))
-        }),
+        (None, Some(a)) => device_of(a).map_err(|e| in_call("rdma_bind_addr", e)),
         (None, None) => reachable_device(),
     }
 }
@@ -79,12 +97,8 @@ pub(crate) fn client_device(
 ) -> Result<AnyDevice, CliError> {
     match (explicit, source) {
         (Some(name), _) => verbs::pick_device(Some(name)),
-        (None, Some(src)) => device_of(src).ok_or_else(|| {
-            CliError::usage(format_args!(
-                "rdma_resolve_addr: no device has address {src}"
-            ))
-        }),
-        (None, None) => match dst.and_then(device_of) {
+        (None, Some(src)) => device_of(src).map_err(|e| in_call("rdma_resolve_addr", e)),
+        (None, None) => match dst.and_then(|d| device_of(d).ok()) {
             Some(theirs) => portverbs::devices()
                 .into_iter()
                 .find(|d| d.info().name != theirs.info().name)

@@ -24,7 +24,11 @@ use crate::report::{
                   live from the device.\n\nThe devices are those of Portverbs' embedded \
                   in-process fabric: soft0 (10.0.0.1) and soft1 (10.0.0.2), software \
                   devices, and mlx4_0 (10.0.0.3) and mlx4_1 (10.0.0.4), emulated ConnectX-3s \
-                  driven by the mlx4 driver; on Linux also mlx4 functions bound to vfio-pci."
+                  driven by the mlx4 driver; then udp0, udp1 … for the addresses of \
+                  PORTVERBS_UDP (one address serves one process); on Linux also mlx4 functions \
+                  bound to vfio-pci. \
+                  A device that could not be made is named on stderr with the reason, and a \
+                  PORTVERBS_UDP address that would not bind makes the exit status 1."
 )]
 pub(crate) struct DevicesArgs {
     /// Show only this device (default: all).
@@ -44,29 +48,48 @@ pub(crate) struct DevicesArgs {
     pub(crate) mode: crate::progress_mode::ProgressArg,
 }
 
-/// Runs `portverbs devices` and returns the text to print.
-pub(crate) fn run(args: &DevicesArgs) -> Result<String, CliError> {
-    let all = portverbs::devices();
+/// Runs `portverbs devices`: prints the report, and the devices that could not be made (with
+/// the reason) on stderr. Fails when a device named with `-d`, or one `PORTVERBS_UDP` asks
+/// for, could not be made.
+pub(crate) fn run(args: &DevicesArgs) -> Result<(), CliError> {
+    let text = report(args)?;
+    crate::print(&text)?;
+    if args.device.is_some() {
+        return Ok(());
+    }
+    let skipped = portverbs::skipped_devices();
+    for s in &skipped {
+        eprintln!("portverbs: skipped {}: {}{}", s.name, s.reason, s.hint());
+    }
+    let unbound: Vec<String> = skipped
+        .iter()
+        .filter(|s| matches!(s.reason, portverbs::SkipReason::Udp(_)))
+        .map(|s| {
+            s.addr
+                .map_or(s.name.clone(), |a| format!("{} ({a})", s.name))
+        })
+        .collect();
+    if unbound.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "PORTVERBS_UDP: {} could not be made (see above)",
+            unbound.join(", ")
+        )))
+    }
+}
+
+/// The report text: the device list (`-l`) or `ibv_devinfo`'s report of each device.
+fn report(args: &DevicesArgs) -> Result<String, CliError> {
+    let selected = match &args.device {
+        // Only that device is made; why it could not be, if it could not.
+        Some(name) => vec![portverbs::device(name)?],
+        None => portverbs::devices(),
+    };
     if args.list {
-        let names: Vec<String> = all.iter().map(|d| d.info().name.clone()).collect();
+        let names: Vec<String> = selected.iter().map(|d| d.info().name.clone()).collect();
         return Ok(format_list(&names));
     }
-    let selected: Vec<_> = match &args.device {
-        Some(name) => {
-            let dev = all.into_iter().find(|d| &d.info().name == name);
-            let Some(dev) = dev else {
-                let skipped = portverbs::skipped_devices();
-                return Err(match skipped.iter().find(|s| &s.name == name) {
-                    Some(s) => {
-                        CliError::Failed(format!("{name} could not be opened: {}", s.reason))
-                    }
-                    None => CliError::NoDevice(name.clone()),
-                });
-            };
-            vec![dev]
-        }
-        None => all,
-    };
     if selected.is_empty() {
         return Err(CliError::Failed("No IB devices found".into()));
     }
@@ -76,11 +99,6 @@ pub(crate) fn run(args: &DevicesArgs) -> Result<String, CliError> {
         let ctx = portverbs::open(dev).ctx(format_args!("opening {name}"))?;
         let model = describe(&ctx, args.port, args.verbose)?;
         let _ = write!(out, "{}", format_device(&model, args.verbose));
-    }
-    if args.verbose && args.device.is_none() {
-        for s in portverbs::skipped_devices() {
-            let _ = writeln!(out, "skipped {}: {}", s.name, s.reason);
-        }
     }
     Ok(out)
 }

@@ -79,6 +79,19 @@ impl CliError {
     }
 }
 
+/// A device the library could not find or make: no such name (`ibv_devinfo`'s wording, a usage
+/// error), no such address (usage), or one that exists but would not come up, with the reason
+/// (a `PORTVERBS_UDP` address whose UDP port 4791 another process holds …).
+impl From<portverbs::DeviceError> for CliError {
+    fn from(e: portverbs::DeviceError) -> Self {
+        match e {
+            portverbs::DeviceError::NotFound { name } => Self::NoDevice(name),
+            e @ portverbs::DeviceError::NoAddress { .. } => Self::Usage(e.to_string()),
+            e => Self::Failed(e.to_string()),
+        }
+    }
+}
+
 impl From<std::convert::Infallible> for CliError {
     fn from(never: std::convert::Infallible) -> Self {
         match never {}

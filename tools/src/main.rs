@@ -132,7 +132,7 @@ fn main() -> ExitCode {
     .apply();
     // The flag overrides the variable; a malformed variable is refused all the same.
     let result = check_environment().and_then(|()| match &cli.command {
-        Command::Devices(args) => devices::run(args).and_then(|t| print(&t)),
+        Command::Devices(args) => devices::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) => pingpong::run(args).and_then(|t| print(&t)),
         Command::UcPingpong(args) => pingpong::run_uc(args).and_then(|t| print(&t)),

@@ -257,9 +257,8 @@ fn completions(
 fn open_cm(args: &MckeyArgs) -> Result<CmDevice<AnyDevice>, CliError> {
     let dev = match (&args.device, args.bind) {
         (Some(name), _) => verbs::pick_device(Some(name))?,
-        (None, Some(ip)) => crate::cmdev::device_of(ip).ok_or_else(|| {
-            CliError::Failed(format!("mckey: addr bind failure: no device has {ip}"))
-        })?,
+        (None, Some(ip)) => crate::cmdev::device_of(ip)
+            .map_err(|e| CliError::Failed(format!("mckey: addr bind failure: {e}")))?,
         (None, None) => crate::cmdev::reachable_device()?,
     };
     match args.bind {

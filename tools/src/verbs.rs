@@ -16,13 +16,11 @@ pub(crate) const QKEY: u32 = 0x1111_1111;
 /// The device a client runs on (`-d`, or the first one) and a different device for the
 /// in-process server (the first device that is not the client's).
 pub(crate) fn pick_devices(name: Option<&str>) -> Result<(AnyDevice, AnyDevice), CliError> {
+    // The named device first, so that its own error (a UDP address that would not bind) wins.
+    let named = name.map(portverbs::device).transpose()?;
     let all = portverbs::devices();
-    let client = match name {
-        Some(n) => all
-            .iter()
-            .find(|d| d.info().name == n)
-            .cloned()
-            .ok_or_else(|| CliError::NoDevice(n.to_owned()))?,
+    let client = match named {
+        Some(d) => d,
         None => all
             .first()
             .cloned()
@@ -46,13 +44,10 @@ pub(crate) fn pick_devices(name: Option<&str>) -> Result<(AnyDevice, AnyDevice),
 
 /// The device named `name`, or the first device.
 pub(crate) fn pick_device(name: Option<&str>) -> Result<AnyDevice, CliError> {
-    let all = portverbs::devices();
     match name {
-        Some(n) => all
-            .into_iter()
-            .find(|d| d.info().name == n)
-            .ok_or_else(|| CliError::NoDevice(n.to_owned())),
-        None => all
+        // Only that device is made (the embedded fabric stays off for `-d udp0`).
+        Some(n) => Ok(portverbs::device(n)?),
+        None => portverbs::devices()
             .into_iter()
             .next()
             .ok_or_else(|| CliError::Failed("No IB devices found".into())),

@@ -463,18 +463,51 @@ impl<D: Device> Context<D> {
     ///
     /// # Errors
     /// No such port, or the device refused.
-    pub fn gid_table_blocking(&self, port: u8) -> Result<Vec<(u32, GidEntry)>, QueryError> {
+    pub async fn gid_table(&self, port: u8) -> Result<Vec<(u32, GidEntry)>, QueryError> {
         self.check_port(port)?;
         let len = self.inner.port_attrs[usize::from(port) - 1].gid_tbl_len;
         let mut out = Vec::new();
         for i in 0..len {
-            match self.query_gid_blocking(port, i) {
+            match self.query_gid(port, i).await {
                 Ok(e) => out.push((i, e)),
                 Err(QueryError::EmptyGid { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(out)
+    }
+
+    /// Blocking form of [`Context::gid_table`].
+    ///
+    /// # Errors
+    /// As [`Context::gid_table`].
+    pub fn gid_table_blocking(&self, port: u8) -> Result<Vec<(u32, GidEntry)>, QueryError> {
+        block_on(self.gid_table(port))
+    }
+
+    /// The IP addresses of a port: those its RoCEv2 GIDs stand for (`Gid::to_ip`), in
+    /// GID-table order, without repeats. What `rdma_cm` would bind to on this port; empty
+    /// on a port whose table holds only InfiniBand (RoCEv1) GIDs.
+    ///
+    /// # Errors
+    /// As [`Context::gid_table`].
+    pub async fn port_ips(&self, port: u8) -> Result<Vec<std::net::IpAddr>, QueryError> {
+        let mut ips = Vec::new();
+        for (_, e) in self.gid_table(port).await? {
+            let ip = e.gid.to_ip();
+            if e.gid_type == portverbs_hal::caps::GidType::RoceV2 && !ips.contains(&ip) {
+                ips.push(ip);
+            }
+        }
+        Ok(ips)
+    }
+
+    /// Blocking form of [`Context::port_ips`].
+    ///
+    /// # Errors
+    /// As [`Context::gid_table`].
+    pub fn port_ips_blocking(&self, port: u8) -> Result<Vec<std::net::IpAddr>, QueryError> {
+        block_on(self.port_ips(port))
     }
 
     /// Reads a P_Key-table entry.

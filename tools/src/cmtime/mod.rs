@@ -94,8 +94,7 @@ fn rss_bytes() -> Option<u64> {
 /// The CM on the device that owns `bind`, or on the first device other processes reach.
 fn reachable_cm(bind: Option<IpAddr>) -> Result<CmDevice<AnyDevice>, CliError> {
     let dev = match bind {
-        Some(ip) => device_of(ip)
-            .ok_or_else(|| CliError::Failed(format!("no device has the address {ip}")))?,
+        Some(ip) => device_of(ip).map_err(|e| CliError::Failed(e.to_string()))?,
         None => reachable_device()?,
     };
     cm_device(dev)
@@ -297,6 +296,10 @@ fn run_client(
 fn run_server(args: &CmtimeArgs) -> Result<String, CliError> {
     let n = args.connections;
     let cm = reachable_cm(args.bind)?;
+    crate::cmdev::reachable_server(
+        cm.context().device(),
+        ", or run cmtime without -L and -s: both ends here",
+    )?;
     let ip = args.bind.unwrap_or_else(|| cm.local_ip());
     let mut server = Server::new(cm, SocketAddr::new(ip, args.port), n)?;
     // On stderr, so that the table alone is on stdout: a script (or a test) starts the client

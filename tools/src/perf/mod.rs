@@ -13,6 +13,7 @@ mod cm;
 mod config;
 mod json_file;
 mod lat;
+mod mismatch;
 mod ops;
 mod output;
 mod recorder;

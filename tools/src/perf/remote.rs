@@ -406,6 +406,7 @@ fn run_test(
     if kind == TestKind::Lat && !send {
         chan.hand_shake(&mine[0])?;
     }
+    super::mismatch::mark(cfg, client, side, &res.sizes)?;
     let remote = all(chan)?;
     // The CM connected the QPs (and checked the addresses) already.
     if !by_cm {
@@ -605,6 +606,11 @@ impl Run<'_> {
             chan.peer_runs();
             chan.hand_shake(self.mine)?;
             let r = chan.bw_reports(&BwReport::default())?;
+            // The client's row is only right under this title if it ran this test.
+            if let Err(e) = super::mismatch::check(self.cfg, false, self.side, &self.sizes) {
+                let _ = chan.close(self.mine);
+                return Err(e);
+            }
             let row = BwResult {
                 msg_size: r.size,
                 iterations: r.iters,

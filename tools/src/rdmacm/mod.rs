@@ -61,6 +61,7 @@ pub(crate) fn run_role(
         None => {
             say(format_args!("{name}: starting server"));
             let dev = cmdev::server_device(device, bind)?;
+            cmdev::reachable_server(&dev, "")?;
             serve(&cmdev::cm_device(dev)?)
         }
     };

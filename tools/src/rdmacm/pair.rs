@@ -90,7 +90,9 @@ fn finish(name: &str, result: Result<(), CliError>) -> Result<(), CliError> {
 }
 
 fn serve(args: &ServerArgs) -> Result<(), CliError> {
-    let cm = cm_device(cmdev::server_device(args.device.as_deref(), None)?)?;
+    let dev = cmdev::server_device(args.device.as_deref(), None)?;
+    cmdev::reachable_server(&dev, "")?;
+    let cm = cm_device(dev)?;
     let any = if cm.local_ip().is_ipv4() {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     } else {

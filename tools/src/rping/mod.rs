@@ -396,6 +396,7 @@ pub(crate) fn run(args: &RpingArgs) -> Result<(), CliError> {
     check_size(args.size)?;
     if args.server {
         let dev = cmdev::server_device(args.device.as_deref(), args.addr)?;
+        cmdev::reachable_server(&dev, ", or run rping without -s and -c: both ends here")?;
         // Not locked: a persistent server's connections write from threads of their own.
         return serve(args, &cm_device(dev)?, None, &|| {}, &mut std::io::stdout());
     }
