@@ -65,8 +65,8 @@ impl Transition {
 }
 
 /// The port the CM runs on: [`crate::CmDevice`] is the CM of port 1 of its device (it opens
-/// QP1 and finds its GID there). Every transition and address vector of a connection's QP
-/// names this port.
+/// QP1 and finds its GID there). The transitions of a connection's QP and the address vectors
+/// of multicast and SIDR name this port.
 pub(crate) const PORT: u8 = 1;
 
 /// The remote access an RC QP of the CM gets, as Linux `cm.c` grants it: remote WRITE always,
