@@ -2,18 +2,18 @@
 //! its QP as a [`QpEndpoint`] (LID, QPN, first PSN, GID), the application carries it to the
 //! peer however it likes (TCP, a file, the connection manager), and [`Qp::connect_rc`] /
 //! [`Qp::connect_uc`] / [`Qp::ready_ud`] take the QP from RESET to RTS with the attribute masks
-//! IBTA requires and rdma-core's usual values ([`ConnectOptions`]). [`Qp::modify`] stays for
-//! whoever wants every attribute in hand.
+//! IBTA requires ([`crate::bringup`]) and rdma-core's usual values ([`ConnectOptions`]).
+//! [`Qp::modify`] stays for whoever wants every attribute in hand.
 
-use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask};
+use portverbs_hal::attr::AddressVector;
 use portverbs_hal::block_on;
 use portverbs_hal::device::Device;
 use portverbs_hal::types::{AccessFlags, Gid, LinkLayer, Mtu, QpState, QpType, SpecialQp};
 use thiserror::Error;
 
+use crate::bringup::{self, InitStep, RtrStep, RtsStep};
 use crate::error::{ModifyQpError, QueryError};
 use crate::qp::Qp;
-use portverbs_hal::qp_state;
 
 /// What a peer needs to know to reach a QP: exchanged out of band, as `ibv_rc_pingpong`'s
 /// `LID QPN PSN GID` line.
@@ -127,13 +127,6 @@ pub enum ConnectError {
         /// Its transport.
         qp_type: QpType,
     },
-}
-
-/// `STATE` and the attributes the transition table requires for `from → to` on `t`: the
-/// masks come from the one table, not from a copy of it.
-fn required(t: QpType, from: QpState, to: QpState) -> QpAttrMask {
-    let rule = qp_state::rule_for(t, from, to);
-    QpAttrMask::STATE | rule.map_or(QpAttrMask::empty(), |r| r.required)
 }
 
 /// The local addressing of a port, resolved from the options.
@@ -339,26 +332,18 @@ impl<D: Device> Qp<D> {
     /// # Errors
     /// The transition was refused (the QP not in RESET …).
     pub async fn init(&self, opts: &ConnectOptions) -> Result<(), ConnectError> {
-        let t = self.qp_type();
-        let access = match t {
-            QpType::Rc => opts.access,
-            QpType::Uc => opts.access & AccessFlags::REMOTE_WRITE,
-            QpType::Ud => AccessFlags::empty(),
-        };
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            port_num: opts.port,
+        let (attr, mask) = bringup::init(&InitStep {
+            qp_type: self.qp_type(),
+            port: opts.port,
             pkey_index: opts.pkey_index,
+            access: opts.access,
             // The GSI QP has one Q_Key (IBA 13.5.1.1), whatever the options say.
             qkey: match self.special() {
                 Some(SpecialQp::Gsi) => SpecialQp::GSI_QKEY,
                 None => opts.qkey,
             },
-            qp_access_flags: access,
-            ..QpAttr::default()
-        };
-        self.modify(&init, required(t, QpState::Reset, QpState::Init))
-            .await?;
+        });
+        self.modify(&attr, mask).await?;
         Ok(())
     }
 
@@ -381,29 +366,26 @@ impl<D: Device> Qp<D> {
         if self.state() != QpState::Init {
             self.init(opts).await?;
         }
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
+        let (attr, mask) = bringup::rtr(&RtrStep {
+            qp_type: t,
+            av: opts.address_vector(remote, local.gid_index),
             path_mtu: local.mtu,
-            dest_qp_num: remote.qpn,
+            dest_qpn: remote.qpn,
             rq_psn: remote.psn & 0x00ff_ffff,
             max_dest_rd_atomic: opts.max_dest_rd_atomic,
             min_rnr_timer: opts.min_rnr_timer,
-            ah_attr: opts.address_vector(remote, local.gid_index),
-            ..QpAttr::default()
-        };
-        self.modify(&rtr, required(t, QpState::Init, QpState::Rtr))
-            .await?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
+            access: None,
+        });
+        self.modify(&attr, mask).await?;
+        let (attr, mask) = bringup::rts(&RtsStep {
+            qp_type: t,
             sq_psn: opts.psn & 0x00ff_ffff,
             timeout: opts.timeout,
             retry_cnt: opts.retry_cnt,
             rnr_retry: opts.rnr_retry,
             max_rd_atomic: opts.max_rd_atomic,
-            ..QpAttr::default()
-        };
-        self.modify(&rts, required(t, QpState::Rtr, QpState::Rts))
-            .await?;
+        });
+        self.modify(&attr, mask).await?;
         Ok(())
     }
 }

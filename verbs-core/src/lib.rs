@@ -67,6 +67,7 @@
 
 mod ah;
 mod ah_wc;
+pub mod bringup;
 mod buffer;
 mod channel;
 mod connect;

@@ -84,7 +84,7 @@ impl<D: Device> CmDevice<D> {
             hop_limit: MCAST_HOP_LIMIT,
             traffic_class: 0,
             is_global: true,
-            port_num: 1,
+            port_num: crate::transition::PORT,
             ..AddressVector::default()
         };
         Ok(McastJoin {

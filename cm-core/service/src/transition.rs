@@ -14,7 +14,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use portverbs_hal::Device;
-use portverbs_hal::types::Mtu;
+use portverbs_hal::types::{Mtu, QpType};
+use portverbs_verbs::bringup::{self, InitStep, RtrStep, RtsStep};
 use portverbs_verbs::{AccessFlags, AddressVector, ModifyQpError, Qp, QpAttr, QpAttrMask, QpState};
 
 use portverbs_cm::{CmId, RtrAttrs, RtsAttrs};
@@ -63,6 +64,11 @@ impl Transition {
     }
 }
 
+/// The port the CM runs on: [`crate::CmDevice`] is the CM of port 1 of its device (it opens
+/// QP1 and finds its GID there). The transitions of a connection's QP and the address vectors
+/// of multicast and SIDR name this port.
+pub(crate) const PORT: u8 = 1;
+
 /// The remote access an RC QP of the CM gets, as Linux `cm.c` grants it: remote WRITE always,
 /// remote READ and atomics only when the QP has responder resources.
 fn access(read_atomic: bool) -> AccessFlags {
@@ -73,35 +79,26 @@ fn access(read_atomic: bool) -> AccessFlags {
     }
 }
 
-/// RESET → INIT on port 1 with remote WRITE allowed: what Linux's CM gives a QP whose
-/// responder resources are not known yet (librdmacm's `rdma_create_qp` before a connect).
-/// The RTR transition sets the connection's access ([`rtr`]).
+/// RESET → INIT on the CM's [`PORT`] with remote WRITE allowed: what Linux's CM gives a QP
+/// whose responder resources are not known yet (librdmacm's `rdma_create_qp` before a
+/// connect). The RTR transition sets the connection's access ([`rtr`]).
 pub(crate) fn init() -> (QpAttr, QpAttrMask) {
-    let attr = QpAttr {
-        qp_state: QpState::Init,
+    bringup::init(&InitStep {
+        qp_type: QpType::Rc,
+        port: PORT,
         pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: access(false),
-        ..QpAttr::default()
-    };
-    let mask =
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
-    (attr, mask)
+        access: access(false),
+        qkey: 0,
+    })
 }
 
 /// INIT → RTR as the agent's attributes say, on the local GID at `sgid_index`, with the
 /// connection's remote access (remote READ and atomics only with responder resources: what
 /// librdmacm's INIT → INIT before RTR sets).
 pub(crate) fn rtr(r: &RtrAttrs, sgid_index: u8) -> (QpAttr, QpAttrMask) {
-    let attr = QpAttr {
-        qp_state: QpState::Rtr,
-        qp_access_flags: access(r.remote_read_atomic),
-        path_mtu: Mtu::from_code(r.path_mtu).unwrap_or(Mtu::Mtu1024),
-        dest_qp_num: r.dest_qpn,
-        rq_psn: r.rq_psn,
-        max_dest_rd_atomic: r.max_dest_rd_atomic,
-        min_rnr_timer: r.min_rnr_timer,
-        ah_attr: AddressVector {
+    bringup::rtr(&RtrStep {
+        qp_type: QpType::Rc,
+        av: AddressVector {
             dgid: r.dgid,
             is_global: true,
             sgid_index,
@@ -109,40 +106,28 @@ pub(crate) fn rtr(r: &RtrAttrs, sgid_index: u8) -> (QpAttr, QpAttrMask) {
             hop_limit: r.hop_limit,
             traffic_class: r.traffic_class,
             sl: r.sl,
-            port_num: 1,
+            port_num: PORT,
             ..AddressVector::default()
         },
-        ..QpAttr::default()
-    };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER
-        | QpAttrMask::ACCESS_FLAGS;
-    (attr, mask)
+        path_mtu: Mtu::from_code(r.path_mtu).unwrap_or(Mtu::Mtu1024),
+        dest_qpn: r.dest_qpn,
+        rq_psn: r.rq_psn,
+        max_dest_rd_atomic: r.max_dest_rd_atomic,
+        min_rnr_timer: r.min_rnr_timer,
+        access: Some(access(r.remote_read_atomic)),
+    })
 }
 
 /// RTR → RTS as the agent's attributes say.
 pub(crate) fn rts(r: &RtsAttrs) -> (QpAttr, QpAttrMask) {
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
+    bringup::rts(&RtsStep {
+        qp_type: QpType::Rc,
         sq_psn: r.sq_psn,
+        timeout: r.timeout,
         retry_cnt: r.retry_cnt,
         rnr_retry: r.rnr_retry,
         max_rd_atomic: r.max_rd_atomic,
-        timeout: r.timeout,
-        ..QpAttr::default()
-    };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::MAX_QP_RD_ATOMIC
-        | QpAttrMask::TIMEOUT;
-    (attr, mask)
+    })
 }
 
 /// Any state → ERR (every posted request flushed); `None` when `qp` is already in ERR or in
@@ -156,4 +141,72 @@ pub(crate) fn error<D: Device>(qp: &Qp<D>) -> Option<(QpAttr, QpAttrMask)> {
         ..QpAttr::default()
     };
     Some((attr, QpAttrMask::STATE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use QpAttrMask as M;
+    use portverbs_hal::Gid;
+
+    fn rtr_attrs(remote_read_atomic: bool) -> RtrAttrs {
+        RtrAttrs {
+            dest_qpn: 0x44,
+            rq_psn: 0x1234,
+            path_mtu: Mtu::Mtu4096 as u8,
+            max_dest_rd_atomic: 2,
+            min_rnr_timer: 0,
+            remote_read_atomic,
+            sgid: Gid([1; 16]),
+            dgid: Gid([2; 16]),
+            flow_label: 7,
+            traffic_class: 3,
+            hop_limit: 64,
+            sl: 1,
+        }
+    }
+
+    /// The CM's RC transitions: the required attributes of each step, the access flags at
+    /// RTR as well, and the CM's port wherever a port is named.
+    #[test]
+    fn the_cm_brings_an_rc_qp_up_on_its_port() {
+        let (a, m) = init();
+        assert_eq!(m, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
+        assert_eq!((a.qp_state, a.port_num), (QpState::Init, PORT));
+        assert_eq!(a.qp_access_flags, AccessFlags::REMOTE_WRITE);
+
+        let (a, m) = rtr(&rtr_attrs(true), 5);
+        assert_eq!(
+            m,
+            M::STATE
+                | M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER
+                | M::ACCESS_FLAGS
+        );
+        assert_eq!((a.ah_attr.port_num, a.ah_attr.sgid_index), (PORT, 5));
+        assert_eq!(
+            (a.path_mtu, a.dest_qp_num, a.rq_psn),
+            (Mtu::Mtu4096, 0x44, 0x1234)
+        );
+        assert!(a.qp_access_flags.contains(AccessFlags::REMOTE_READ));
+        let (a, _) = rtr(&rtr_attrs(false), 5);
+        assert_eq!(a.qp_access_flags, AccessFlags::REMOTE_WRITE);
+
+        let (a, m) = rts(&RtsAttrs {
+            sq_psn: 0x99,
+            retry_cnt: 7,
+            rnr_retry: 6,
+            max_rd_atomic: 2,
+            timeout: 18,
+        });
+        assert_eq!(
+            m,
+            M::STATE | M::SQ_PSN | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC | M::TIMEOUT
+        );
+        assert_eq!((a.sq_psn, a.timeout, a.rnr_retry), (0x99, 18, 6));
+    }
 }

@@ -1,9 +1,14 @@
 //! Bringing a QP from RESET to RTS with the attributes and masks the IBTA table asks of each
-//! transport (rdma-core's pyverbs masks), through any modify function: a device's
-//! `modify_qp_blocking`, or an engine's `modify_qp` in a fabric node.
+//! transport (`portverbs_verbs::bringup`, which decides them for every layer), through any
+//! modify function: a device's `modify_qp_blocking`, or an engine's `modify_qp` in a fabric
+//! node.
 
 use portverbs_hal::attr::{AddressVector, QpAttr, QpAttrMask};
-use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpState, QpType};
+use portverbs_hal::types::{AccessFlags, Gid, Mtu, QpType};
+use portverbs_verbs::bringup::{self, InitStep, RtrStep, RtsStep};
+
+/// The port the helpers bring QPs up on.
+const PORT: u8 = 1;
 
 /// The path and parameters of a bring-up. [`RtsParams::new`] gives the usual values; tests
 /// that need others set the fields.
@@ -46,64 +51,41 @@ impl RtsParams {
     }
 }
 
-/// Moves a QP of type `qp_type` RESET → INIT → RTR → RTS by calling `modify` three times.
+/// Moves a QP of type `qp_type` RESET → INIT → RTR → RTS on port 1 by calling `modify` three
+/// times, with the attributes and masks of `portverbs_verbs::bringup`.
 pub fn to_rts(qp_type: QpType, p: &RtsParams, mut modify: impl FnMut(QpAttr, QpAttrMask)) {
-    let connected = qp_type != QpType::Ud;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: p.access,
-        port_num: 1,
+    let (attr, mask) = bringup::init(&InitStep {
+        qp_type,
+        port: PORT,
+        pkey_index: 0,
+        access: p.access,
         qkey: p.qkey,
-        ..QpAttr::default()
-    };
-    let init_extra = if connected {
-        QpAttrMask::ACCESS_FLAGS
-    } else {
-        QpAttrMask::QKEY
-    };
-    modify(
-        a,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | init_extra,
-    );
-
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::Mtu1024;
-    a.dest_qp_num = p.dest_qpn;
-    a.rq_psn = p.psn;
-    a.max_dest_rd_atomic = p.rd_atomic;
-    a.min_rnr_timer = p.min_rnr_timer;
-    a.ah_attr = AddressVector {
-        dgid: p.dgid,
-        is_global: true,
-        hop_limit: 64,
-        port_num: 1,
-        ..AddressVector::default()
-    };
-    let rtr_extra = if connected {
-        QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER
-    } else {
-        QpAttrMask::empty()
-    };
-    modify(a, QpAttrMask::STATE | rtr_extra);
-
-    a.qp_state = QpState::Rts;
-    a.sq_psn = p.psn;
-    a.timeout = p.timeout;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = p.rd_atomic;
-    let rts_extra = if connected {
-        QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC
-    } else {
-        QpAttrMask::empty()
-    };
-    modify(a, QpAttrMask::STATE | QpAttrMask::SQ_PSN | rts_extra);
+    });
+    modify(attr, mask);
+    let (attr, mask) = bringup::rtr(&RtrStep {
+        qp_type,
+        av: AddressVector {
+            dgid: p.dgid,
+            is_global: true,
+            hop_limit: 64,
+            port_num: PORT,
+            ..AddressVector::default()
+        },
+        path_mtu: Mtu::Mtu1024,
+        dest_qpn: p.dest_qpn,
+        rq_psn: p.psn,
+        max_dest_rd_atomic: p.rd_atomic,
+        min_rnr_timer: p.min_rnr_timer,
+        access: None,
+    });
+    modify(attr, mask);
+    let (attr, mask) = bringup::rts(&RtsStep {
+        qp_type,
+        sq_psn: p.psn,
+        timeout: p.timeout,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: p.rd_atomic,
+    });
+    modify(attr, mask);
 }

@@ -10,7 +10,9 @@ use portverbs_hal::error::WqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::SendQueue;
 use portverbs_hal::types::{AccessFlags, MwType, QpType};
-use portverbs_hal::wr::{MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};
+use portverbs_hal::wr::{
+    MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendOps, SendWr, Sge, UdDest,
+};
 
 use super::sq_mlx::MlxSend;
 use crate::dma::{Slot, Slots, WqeSlot as _};
@@ -265,12 +267,15 @@ impl Mlx4Sq {
     /// [`Mlx4Sq::body`] of the less common operations on RC and UC QPs.
     #[inline(never)]
     fn other_body(&self, wqe: Slot<'_, 64>, wr: &SendWr<'_>) -> Result<(u8, u32, usize), WqeError> {
-        let rc = self.qp_type == QpType::Rc;
+        // Which operations the transport has is hal's one table; the arms below only encode.
+        if !SendOps::of_transport(self.qp_type).contains(wr.op.kind()) {
+            return Err(WqeError::OpNotSupported { op: wr.op.name() });
+        }
         Ok(match wr.op {
             SendOp::SendWithInv { rkey } => {
                 (opcode::SEND_INVAL, rkey, self.payload::<16>(wqe, wr)?)
             }
-            SendOp::RdmaRead { remote } if rc => {
+            SendOp::RdmaRead { remote } => {
                 wqe.put::<16, 16>(raddr_seg(&remote));
                 (opcode::RDMA_READ, 0, self.payload::<32>(wqe, wr)?)
             }
@@ -278,12 +283,12 @@ impl Mlx4Sq {
                 remote,
                 compare,
                 swap,
-            } if rc => {
+            } => {
                 wqe.put::<16, 16>(raddr_seg(&remote));
                 wqe.put::<32, 16>(two_be64(swap, compare));
                 (opcode::ATOMIC_CS, 0, self.payload::<48>(wqe, wr)?)
             }
-            SendOp::AtomicFetchAdd { remote, add } if rc => {
+            SendOp::AtomicFetchAdd { remote, add } => {
                 wqe.put::<16, 16>(raddr_seg(&remote));
                 wqe.put::<32, 16>(two_be64(add, 0));
                 (opcode::ATOMIC_FA, 0, self.payload::<48>(wqe, wr)?)
@@ -405,4 +410,81 @@ impl SendQueue for Mlx4Sq {
 /// The UAR send doorbell's BAR2 offset for UAR page `uar`.
 pub(crate) fn doorbell_offset(uar: u32) -> usize {
     uar as usize * crate::layout::uar::UAR_PAGE + SEND_DOORBELL
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use portverbs_hal::attr::AddressVector;
+    use portverbs_hal::mmio::MemRegisters;
+
+    use crate::queues::Geometry;
+    use crate::queues::rq::tests::ring;
+
+    /// A send queue of two 256-byte slots for a QP of type `qp_type`.
+    fn sq(qp_type: QpType) -> Mlx4Sq {
+        let geom = Geometry {
+            base: 0,
+            shift: 8,
+            cnt: 2,
+        };
+        let mut sq = Mlx4Sq {
+            qpn: 0x4b,
+            qp_type,
+            buf: Slots::new(ring(geom.bytes()), geom).unwrap(),
+            spare: 1,
+            max_sge: 4,
+            max_inline: 0,
+            bar2: Arc::new(MemRegisters::new(4096)),
+            db_offset: 0x14,
+            bf: None,
+            bf_half: 0,
+            fatal: Arc::new(AtomicBool::new(false)),
+            rung: 0,
+            bf_len: 0,
+            mlx: None,
+        };
+        sq.init_slots();
+        sq
+    }
+
+    /// Every operation on every transport: the WQE builder refuses exactly what hal's
+    /// `SendOps::of_transport` leaves out, and encodes the rest.
+    #[test]
+    fn refuses_exactly_what_the_transport_table_leaves_out() {
+        let bind = MwBind {
+            new_rkey: 2,
+            mw_type: MwType::Type2,
+            mr_lkey: 3,
+            addr: 0,
+            length: 8,
+            access: AccessFlags::REMOTE_WRITE,
+        };
+        let av = AddressVector::default();
+        let dest = UdDest {
+            av: &av,
+            remote_qpn: 5,
+            remote_qkey: 6,
+        };
+        for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            let allowed = SendOps::of_transport(t);
+            let mut q = sq(t);
+            for op in SendOp::one_of_each(RemoteAddr::default(), bind) {
+                let mut wr = SendWr::new(1, op);
+                if t == QpType::Ud {
+                    wr = wr.ud(dest);
+                }
+                let got = q.write_wqe(0, &wr, true);
+                if allowed.contains(op.kind()) {
+                    assert!(got.is_ok(), "{t:?} {op:?}: {got:?}");
+                } else {
+                    assert!(
+                        matches!(got, Err(WqeError::OpNotSupported { .. })),
+                        "{t:?} {op:?}: {got:?}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -3,9 +3,9 @@
 //! retransmission timers, UD datagrams, and local checks before anything goes out.
 
 use portverbs_hal::attr::{AddressVector, ack_timeout_ns, rnr_timer_ns};
-use portverbs_hal::types::{QpState, QpType};
+use portverbs_hal::types::{AccessFlags, MwType, QpState, QpType};
 use portverbs_hal::wc::WcStatus;
-use portverbs_hal::wr::{RemoteAddr, SendFlags, SendOp};
+use portverbs_hal::wr::{MwBind, RemoteAddr, SendFlags, SendOp, SendOps};
 
 use super::super::{EngineConfig, Packet, UdTarget};
 use super::harness::{
@@ -288,6 +288,45 @@ fn a_bad_lkey_fails_locally_without_a_packet_and_errors_the_qp() {
     assert_eq!(cqes.len(), 1);
     assert_eq!(cqes[0].status, WcStatus::LocProtErr);
     assert_eq!(s.state(), QpState::Err);
+}
+
+/// The operations hal's transport table leaves out of UC and UD complete with
+/// `LOC_QP_OP_ERR`, without a packet.
+#[test]
+fn an_operation_the_transport_lacks_fails_locally_with_loc_qp_op_err() {
+    let bind = MwBind {
+        new_rkey: 2,
+        mw_type: MwType::Type2,
+        mr_lkey: 3,
+        addr: 0,
+        length: 8,
+        access: AccessFlags::REMOTE_WRITE,
+    };
+    let mut refused = 0;
+    for t in [QpType::Uc, QpType::Ud] {
+        let allowed = SendOps::of_transport(t);
+        for op in SendOp::one_of_each(target(), bind) {
+            if allowed.contains(op.kind()) {
+                continue;
+            }
+            let mut s = Side::with(Setup::of(t));
+            let mut wqe = s.wqe(op, 0, 8);
+            if t == QpType::Ud {
+                wqe.ud = Some(UdTarget {
+                    av: AddressVector::default(),
+                    remote_qpn: 77,
+                    remote_qkey: 0x42,
+                });
+            }
+            assert!(s.post(wqe).is_empty(), "{t:?} {op:?}");
+            let cqes = s.take_cqes();
+            assert_eq!(cqes.len(), 1, "{t:?} {op:?}");
+            assert_eq!(cqes[0].status, WcStatus::LocQpOpErr, "{t:?} {op:?}");
+            refused += 1;
+        }
+    }
+    // UC lacks SEND with invalidate, READ and the two atomics; UD lacks all but the sends.
+    assert_eq!(refused, 4 + 8);
 }
 
 #[test]

@@ -122,7 +122,7 @@ fn service_av(gid: Gid, sgid_index: u8) -> AddressVector {
         hop_limit: ROUTE_HOP_LIMIT,
         traffic_class: 0,
         is_global: true,
-        port_num: 1,
+        port_num: crate::transition::PORT,
         ..AddressVector::default()
     }
 }
