@@ -28,7 +28,8 @@ use portverbs_hal::types::Mtu;
 use portverbs_mlx4_layout::eqe;
 use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
-use portverbs_transport::{Engine, Packet, Table};
+use portverbs_table::Table;
+use portverbs_transport::{Engine, Packet};
 use zerocopy::FromBytes;
 
 use crate::caps;
