@@ -52,6 +52,8 @@ fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
 fn allowed(name: &str) -> &'static [&'static str] {
     match name {
         "portverbs-hal" => &[],
+        // The object table of the device models knows nothing else.
+        "portverbs-table" => &[],
         "portverbs-verbs" => &["portverbs-hal"],
         // The CM core: a sans-IO agent on the HAL's types (no I/O, no clock), and the
         // service that drives it over QP1 through verbs-core; never a backend or a platform
@@ -59,7 +61,12 @@ fn allowed(name: &str) -> &'static [&'static str] {
         "portverbs-cm" => &["portverbs-hal"],
         "portverbs-cm-service" => &["portverbs-hal", "portverbs-verbs", "portverbs-cm"],
         "portverbs-dma" | "portverbs-wire" => &["portverbs-hal"],
-        "portverbs-transport" => &["portverbs-hal", "portverbs-dma", "portverbs-wire"],
+        "portverbs-transport" => &[
+            "portverbs-hal",
+            "portverbs-dma",
+            "portverbs-table",
+            "portverbs-wire",
+        ],
         "portverbs-fabric" => &["portverbs-hal", "portverbs-transport"],
         // The UDP port routes packets between a fabric and the kernel's sockets; it knows no
         // device.
@@ -73,6 +80,7 @@ fn allowed(name: &str) -> &'static [&'static str] {
         "portverbs-soft" => &[
             "portverbs-hal",
             "portverbs-dma",
+            "portverbs-table",
             "portverbs-transport",
             "portverbs-fabric",
         ],
@@ -89,6 +97,7 @@ fn allowed(name: &str) -> &'static [&'static str] {
         "portverbs-mlx4-model" => &[
             "portverbs-hal",
             "portverbs-dma",
+            "portverbs-table",
             "portverbs-mlx4-layout",
             "portverbs-transport",
             "portverbs-fabric",

@@ -43,6 +43,8 @@
 //!   ([`Progress::Manual`], driven through [`device::Device::dispatch`] and waits that sleep
 //!   on [`WaitSource`] too) — and the [`ProgressAgent`]s a layer above attaches so that the
 //!   device runs its work (the connection manager's) wherever it progresses.
+//! * **Live objects** ([`counts`]): [`ObjectCounts`], how many PDs, MRs, CQs, QPs … a device or
+//!   a verbs context holds, in one shape for every layer's leak checks.
 //! * **Randomness** ([`rng`]): the OS's randomness and the small seeded generator from which
 //!   every device draws the identifiers a peer could guess (memory keys, QP numbers, PSNs), so
 //!   that every backend and the CM take them from one source, and deterministic runs pin one
@@ -68,6 +70,7 @@ pub mod attr;
 pub mod barrier;
 pub mod blocking;
 pub mod caps;
+pub mod counts;
 pub mod device;
 pub mod dma;
 pub mod error;
@@ -87,6 +90,7 @@ pub use blocking::{BlockingDevice, block_on};
 pub use caps::{
     AtomicCap, DeviceAttr, DeviceCapFlags, DeviceInfo, GidEntry, GidType, PortAttr, Quirk, QuirkId,
 };
+pub use counts::ObjectCounts;
 pub use device::{
     CqParams, Device, EqKind, EqParams, LocalDevice, MrKeys, MrParams, MrRereg, MwKeys,
     QpCreateParams, QpResources, QpResourcesOf, SrqModify, SrqParams,

@@ -15,7 +15,7 @@ use portverbs::backends::hal::Device as _;
 use portverbs::mlx4::{CommandMode, Mlx4Config, Mlx4Device};
 use portverbs::mlx4_model::{Mlx4Model, ModelConfig};
 use portverbs::prelude::*;
-use portverbs::soft::{DeviceConfig, EngineStats, Fabric, LinkFaults, ResourceCounts, SoftDevice};
+use portverbs::soft::{DeviceConfig, EngineStats, Fabric, LinkFaults, ObjectCounts, SoftDevice};
 use portverbs::verbs::{ContextOptions, PollError};
 
 /// Which backend a case runs on.
@@ -60,23 +60,12 @@ pub enum DevCtl {
 
 impl DevCtl {
     /// Live objects of the device.
-    pub fn resources(&self) -> ResourceCounts {
+    pub fn resources(&self) -> ObjectCounts {
         match self {
             Self::Soft(d) => d.resources(),
-            Self::Mlx4 { dev, .. } | Self::Mlx4Hw(dev) => {
-                let l = dev.live();
-                ResourceCounts {
-                    pds: l.pds,
-                    mrs: l.mrs,
-                    mws: l.mws,
-                    cqs: l.cqs,
-                    qps: l.qps,
-                    srqs: l.srqs,
-                    eqs: l.eqs,
-                    // The device's own rings stay while it is open; checked when it closes.
-                    dma_regions: 0,
-                }
-            }
+            // The device's own rings stay while it is open (no DMA regions counted); checked
+            // when it closes.
+            Self::Mlx4 { dev, .. } | Self::Mlx4Hw(dev) => dev.live(),
         }
     }
 

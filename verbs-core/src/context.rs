@@ -13,7 +13,7 @@ use portverbs_hal::device::{Device, EqKind, EqParams};
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::queue::EventQueue;
-use portverbs_hal::{BlockingDevice, Progress, ProgressAgent, block_on};
+use portverbs_hal::{BlockingDevice, ObjectCounts, Progress, ProgressAgent, block_on};
 
 use crate::buffer::Buffer;
 use crate::cq::CqInner;
@@ -63,34 +63,6 @@ pub(crate) struct Counts {
     pub(crate) srqs: AtomicUsize,
     pub(crate) ahs: AtomicUsize,
     pub(crate) channels: AtomicUsize,
-}
-
-/// A snapshot of the live objects of a context.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ObjectCounts {
-    /// Protection domains.
-    pub pds: usize,
-    /// Memory regions.
-    pub mrs: usize,
-    /// Memory windows.
-    pub mws: usize,
-    /// Completion queues.
-    pub cqs: usize,
-    /// Queue pairs.
-    pub qps: usize,
-    /// Shared receive queues.
-    pub srqs: usize,
-    /// Address handles.
-    pub ahs: usize,
-    /// Completion channels.
-    pub channels: usize,
-}
-
-impl ObjectCounts {
-    /// True when nothing is alive.
-    pub fn is_zero(&self) -> bool {
-        *self == Self::default()
-    }
 }
 
 /// An event queue and the routing of what comes out of it.
@@ -727,6 +699,7 @@ impl<D: Device> Context<D> {
             srqs: l(&c.srqs),
             ahs: l(&c.ahs),
             channels: l(&c.channels),
+            ..ObjectCounts::default()
         }
     }
 

@@ -6,6 +6,8 @@
 //! (`portverbs-mlx4-model`) implement that one trait and attach with [`Fabric::attach`]; they
 //! share the transport engine (`portverbs-transport`), the clock and the faults, and neither
 //! knows the other. A node reaches its own state again through its typed [`NodeHandle`].
+//! Both are an [`EngineNode`]: the engine stepped one way, around each device's own
+//! [`DeviceSide`] (its queue formats and what its kicks mean).
 //!
 //! Three ways to run it:
 //! * **free-running** ([`Mode::Threaded`], its devices' auto progress): one engine thread
@@ -72,6 +74,7 @@
 
 mod bottleneck;
 pub mod capture;
+mod engine_node;
 mod faults;
 mod kick;
 mod node;
@@ -92,6 +95,7 @@ use thiserror::Error;
 
 pub use bottleneck::{Bottleneck, EcnMarking};
 pub use capture::{CaptureError, CaptureStats, PcapCapture};
+pub use engine_node::{DeviceSide, EngineNode};
 pub use faults::{FabricStats, LinkFaults};
 pub use kick::Kicker;
 pub use node::{Joining, Node, NodeConfig, NodeCtx, NodeHandle};

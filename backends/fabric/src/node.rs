@@ -1,8 +1,9 @@
-//! Nodes: the devices on the fabric. The soft device and the mlx4 model each implement
-//! [`Node`] for their device-side state (an [`portverbs_transport::Engine`] and the device's
-//! queues), attach it with [`Fabric::attach`], and get back a typed [`NodeHandle`] through
-//! which they reach their own state again — the fabric keeps a `dyn Node` for routing and
-//! stepping, the handle keeps the concrete type; nothing is downcast.
+//! Nodes: the devices on the fabric. The soft device and the mlx4 model are each an
+//! [`crate::EngineNode`] (an [`portverbs_transport::Engine`] around the device's own
+//! [`crate::DeviceSide`]: its queues and what its kicks mean), attach it with
+//! [`Fabric::attach`], and get back a typed [`NodeHandle`] through which they reach their own
+//! state again — the fabric keeps a `dyn Node` for routing and stepping, the handle keeps the
+//! concrete type; nothing is downcast. The UDP port is a [`Node`] of its own.
 //!
 //! A node sits in the simulation like any other: its engine runs in the same
 //! [`Fabric::step`] (stepped mode, on virtual time, under the same seeded faults) or on the

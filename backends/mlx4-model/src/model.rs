@@ -213,7 +213,14 @@ impl Mlx4Model {
                 name: name.clone(),
                 routes: Vec::new(),
             };
-            (node_config, ModelNode { engine, hw })
+            (
+                node_config,
+                ModelNode {
+                    engine,
+                    hw,
+                    state: (),
+                },
+            )
         })?;
         let inner = Arc::new(Inner {
             name,
@@ -317,7 +324,7 @@ impl Mlx4Model {
     pub fn catastrophic_error(&self) {
         self.inner.bar0.set_catastrophic();
         let _ = self.inner.handle.try_with(|ctx| {
-            let ModelNode { engine, hw } = &mut *ctx.node;
+            let ModelNode { engine, hw, .. } = &mut *ctx.node;
             hw.catastrophic(engine);
         });
     }
@@ -342,7 +349,7 @@ impl Mlx4Model {
     /// EQ, the QP to ERR, its outstanding WQEs flushed.
     pub fn inject_qp_fatal(&self, qpn: u32) {
         let _ = self.inner.handle.try_with(|ctx| {
-            let ModelNode { engine, hw } = &mut *ctx.node;
+            let ModelNode { engine, hw, .. } = &mut *ctx.node;
             engine.qp_fatal(qpn, hw);
         });
     }
@@ -350,7 +357,7 @@ impl Mlx4Model {
     /// The link of `port` goes down or comes back up (PORT_CHANGE event).
     pub fn set_port_active(&self, port: u8, active: bool) {
         let _ = self.inner.handle.try_with(|ctx| {
-            let ModelNode { engine, hw } = &mut *ctx.node;
+            let ModelNode { engine, hw, .. } = &mut *ctx.node;
             hw.set_link(engine, port, active);
         });
     }

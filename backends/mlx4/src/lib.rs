@@ -45,8 +45,10 @@ pub mod vfio;
 
 pub use cmd::CommandMode;
 pub use config::Mlx4Config;
-pub use device::{LiveObjects, Mlx4Device, OpenError};
+pub use device::{Mlx4Device, OpenError};
 pub use dma::HostMapped;
 pub use pci::{PciError, PciFunction};
+/// What [`Mlx4Device::live`] returns.
+pub use portverbs_hal::ObjectCounts;
 pub use queues::{cq::Mlx4Cq, rq::Mlx4Rq, sq::Mlx4Sq, srq::Mlx4Srq};
 pub use quirks::MLX4_QUIRKS;

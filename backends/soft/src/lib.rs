@@ -39,12 +39,11 @@ pub use portverbs_dma as dma;
 // The transport engine, under the name the device code uses.
 use portverbs_transport as engine;
 
-pub use device::{
-    DeviceConfig, PortConfig, ResourceCounts, SoftCq, SoftDevice, SoftRq, SoftSq, SoftSrq,
-};
+pub use device::{DeviceConfig, PortConfig, SoftCq, SoftDevice, SoftRq, SoftSq, SoftSrq};
 pub use dma::SoftDma;
 pub use portverbs_fabric::{
     Bottleneck, CaptureError, CaptureStats, EcnMarking, Fabric, FabricConfig, FabricError,
     FabricStats, LinkFaults, Mode,
 };
+pub use portverbs_hal::ObjectCounts;
 pub use portverbs_transport::{CcConfig, CcStats, EngineStats};

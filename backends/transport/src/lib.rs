@@ -2,8 +2,8 @@
 //!
 //! The RC/UC/UD transport engine, independent of any queue format: the layer between the wire
 //! formats (`portverbs-wire`) and the devices that use it (the soft device, the mlx4 model),
-//! which reach each other through the in-process fabric (`portverbs-fabric`). It also holds
-//! what those devices share besides the transport: the object [`Table`].
+//! which reach each other through the in-process fabric (`portverbs-fabric`). It keeps its QPs
+//! in the object table the devices share (`portverbs-table`).
 //!
 //! What this crate must never do: I/O, threads, locks or reading a clock (time is passed in);
 //! know a queue format (that is the [`Hca`] seam's job) or the fabric; depend on `verbs-core`;
@@ -74,7 +74,6 @@ pub mod memory;
 mod pacing;
 pub mod packet;
 pub mod qp;
-mod table;
 pub mod timers;
 mod vec_hca;
 
@@ -88,6 +87,7 @@ use std::collections::VecDeque;
 use portverbs_hal::attr::{QpAttr, QpAttrMask};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::types::{Gid, Mtu, QpState, QpType};
+use portverbs_table::Table;
 
 pub use congestion::{CcConfig, CcStats, PathInfo};
 pub use hca::{Hca, RecvSource, RecvWqe, SendWqe, UdTarget, WqeFault};
@@ -95,7 +95,6 @@ pub use mcast::{MCAST_QPN, McastLimits, Membership};
 pub use memory::MemoryTable;
 pub use packet::{INLINE_PAYLOAD, MemSeg, Packet, PayloadData};
 pub use qp::QpInit;
-pub use table::Table;
 pub use vec_hca::VecHca;
 
 // The engine's modules name their neighbours as `crate::wire` and `crate::dma`.

@@ -1,20 +1,20 @@
 //! The seam to the shared transport engine: [`Hca`] reads the driver's mlx4 WQEs and writes
-//! CQEs and EQEs; [`Node`] is how the fabric drives the model (the send doorbells, kicks, that
-//! BAR2 forwards; packets; timers).
+//! CQEs and EQEs; [`DeviceSide`] is what the model adds to the engine the fabric steps (the
+//! send doorbells, kicks, that BAR2 forwards; the receive doorbell records it watches).
 //!
 //! There is no send producer index on mlx4: `sq_head` discovers posted WQEs by scanning from
 //! the last known one while owner bits match the counter's wrap parity (as rdma-core
 //! `providers/mlx4/qp.c` sets it).
 
-use portverbs_fabric::Node;
+use portverbs_fabric::DeviceSide;
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::{QpState, QpType};
 use portverbs_hal::wc::Cqe;
 use portverbs_mlx4_layout::wqe::ctrl;
 use portverbs_transport::{Engine, Hca, Packet, RecvSource, RecvWqe, SendWqe, WqeFault};
 
+use super::Hw;
 use super::wqe::{decode_mlx_send, decode_scatter, decode_send};
-use super::{Hw, ModelNode};
 use crate::shared::Stats;
 
 /// Send WQEs discovered per `sq_head` call at most (bounded work under the lock).
@@ -158,48 +158,7 @@ impl Hca for Hw {
     }
 }
 
-impl Node for ModelNode {
-    fn kick(&mut self, now: u64, what: u32, out: &mut Vec<Packet>) {
-        self.hw.kick(&mut self.engine, now, what, out);
-    }
-
-    fn rescan(&mut self, now: u64, out: &mut Vec<Packet>) {
-        self.hw.rescan(&mut self.engine, now, out);
-    }
-
-    fn run_work(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
-        let mut did = false;
-        if self.engine.has_work() {
-            did = true;
-            self.engine.run_work(now, &mut self.hw, out);
-        }
-        did | self.hw.poll(&mut self.engine, now, out)
-    }
-
-    fn receive(&mut self, now: u64, port: u8, pkt: &Packet, out: &mut Vec<Packet>) {
-        self.engine.receive(now, port, pkt, &mut self.hw, out);
-    }
-
-    fn run_timers(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
-        self.engine.flush_acks(out);
-        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now, &mut self.hw, out);
-            true
-        } else {
-            false
-        }
-    }
-
-    fn next_deadline(&self) -> Option<u64> {
-        self.engine.poll_timeout()
-    }
-
-    fn set_max_train(&mut self, n: u32) {
-        self.engine.set_max_train(n);
-    }
-}
-
-impl Hw {
+impl DeviceSide for Hw {
     /// A send doorbell BAR2 forwarded: `what` is the UAR page (bits 31:24) and the QPN.
     fn kick(&mut self, engine: &mut Engine, now: u64, what: u32, out: &mut Vec<Packet>) {
         if self.shared.removed() {
@@ -242,7 +201,7 @@ impl Hw {
 
     /// Receives posted to a QP in ERR (mlx4 has no receive doorbell): found by watching the
     /// doorbell records, looked for on every step. Returns whether it did anything.
-    fn poll(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) -> bool {
+    fn watch(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) -> bool {
         if self.errored.is_empty() || self.shared.removed() {
             return false;
         }

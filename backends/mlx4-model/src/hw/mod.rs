@@ -22,13 +22,14 @@ mod wqe;
 
 use std::sync::Arc;
 
-use portverbs_fabric::NodeCtx;
+use portverbs_fabric::{EngineNode, NodeCtx};
 use portverbs_hal::event::DeviceEvent;
 use portverbs_hal::types::Mtu;
 use portverbs_mlx4_layout::eqe;
 use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
-use portverbs_transport::{Engine, Packet, Table};
+use portverbs_table::Table;
+use portverbs_transport::{Engine, Packet};
 use zerocopy::FromBytes;
 
 use crate::caps;
@@ -71,12 +72,8 @@ pub(crate) struct Live {
 }
 
 /// The model on the fabric: its transport engine and its device side. The fabric steps it
-/// (`impl Node` in `hca`); the model's handle reaches it through [`Ctx`].
-#[derive(Debug)]
-pub(crate) struct ModelNode {
-    pub(crate) engine: Engine,
-    pub(crate) hw: Hw,
-}
+/// (`impl DeviceSide` in `hca`); the model's handle reaches it through [`Ctx`].
+pub(crate) type ModelNode = EngineNode<Hw>;
 
 /// What the model's handle gets under the fabric lock.
 pub(crate) type Ctx<'a> = NodeCtx<'a, ModelNode>;
@@ -373,7 +370,7 @@ pub(crate) fn run_command(ctx: &mut Ctx<'_>, cmd: &Command) -> (u8, Option<u64>)
         if cmd.opcode == op::SET_PORT && port::is_gid_table(cmd) {
             return port::set_gid_table(ctx, cmd);
         }
-        let ModelNode { engine, hw } = &mut *ctx.node;
+        let ModelNode { engine, hw, .. } = &mut *ctx.node;
         let r = hw.execute(engine, ctx.now, ctx.out, cmd);
         if std::mem::take(&mut hw.drop_routes) {
             for (_, gid) in ctx.routes() {
@@ -398,7 +395,7 @@ pub(crate) fn run_command(ctx: &mut Ctx<'_>, cmd: &Command) -> (u8, Option<u64>)
 
 /// Resets the device side (reset register) and drops its routes.
 pub(crate) fn reset(ctx: &mut Ctx<'_>, remove: bool) {
-    let ModelNode { engine, hw } = &mut *ctx.node;
+    let ModelNode { engine, hw, .. } = &mut *ctx.node;
     if remove {
         hw.remove(engine);
     } else {

@@ -16,6 +16,7 @@ mod srq;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use portverbs_hal::ObjectCounts;
 use portverbs_hal::caps::{DeviceAttr, DeviceInfo};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::mmio::Mmio;
@@ -158,25 +159,6 @@ impl Inner {
     }
 }
 
-/// Counts of live objects (see [`Mlx4Device::live`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LiveObjects {
-    /// Protection domains.
-    pub pds: usize,
-    /// Event queues.
-    pub eqs: usize,
-    /// Completion queues.
-    pub cqs: usize,
-    /// Queue pairs.
-    pub qps: usize,
-    /// Shared receive queues.
-    pub srqs: usize,
-    /// Memory regions.
-    pub mrs: usize,
-    /// Memory windows.
-    pub mws: usize,
-}
-
 /// An opened mlx4 HCA: implements the HAL's [`portverbs_hal::Device`]. Cheap to clone; the
 /// device is closed (CLOSE_HCA, ICM and firmware area given back) when the last clone goes.
 #[derive(Debug, Clone)]
@@ -220,7 +202,7 @@ impl Mlx4Device {
 
     /// Objects applications created through this device and have not destroyed (the driver's
     /// own command EQ is not counted).
-    pub fn live(&self) -> LiveObjects {
+    pub fn live(&self) -> ObjectCounts {
         let own_eq = usize::from(
             self.0
                 .cmd_eqn
@@ -230,7 +212,7 @@ impl Mlx4Device {
         );
         let n = self.0.nums();
         let o = self.0.objects();
-        LiveObjects {
+        ObjectCounts {
             pds: n.pd.in_use(),
             eqs: n.eq.in_use().saturating_sub(own_eq),
             cqs: n.cq.in_use(),
@@ -238,6 +220,7 @@ impl Mlx4Device {
             srqs: n.srq.in_use(),
             mrs: o.mrs.len(),
             mws: o.mws.len(),
+            ..ObjectCounts::default()
         }
     }
 }

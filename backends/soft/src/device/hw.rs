@@ -11,12 +11,13 @@ use portverbs_hal::event::{CqErrorSyndrome, DeviceEvent, SrqEventKind};
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::QpType;
 use portverbs_hal::wc::{Cqe, WcStatus};
+use portverbs_table::Table;
 
 use super::doorbell::{ARM_ANY, CqDoorbell, EqDoorbell, RqDoorbell, SqDoorbell, SrqDoorbell};
 use super::format::{self, CQE_SIZE, CqeCodec, EQE_SIZE, EqeCodec, RECV_MIN};
 use crate::dma::SoftDma;
 use crate::dma::ring::{DeviceToHost, Geometry, Producer, Slots};
-use crate::engine::{Hca, RecvSource, RecvWqe, SendWqe, Table, WqeFault};
+use crate::engine::{Hca, RecvSource, RecvWqe, SendWqe, WqeFault};
 
 /// A work queue ring as the device sees it.
 #[derive(Debug)]

@@ -18,6 +18,7 @@ pub(crate) mod state;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use portverbs_hal::ObjectCounts;
 use portverbs_hal::caps::DeviceInfo;
 use portverbs_hal::event::{DeviceEvent, PortEventKind};
 use portverbs_hal::rng::SplitMix64;
@@ -34,34 +35,6 @@ use state::DevState;
 pub use node::{DeviceConfig, PortConfig};
 pub use queues::{SoftCq, SoftRq, SoftSq, SoftSrq};
 pub use state::SOFT_QUIRKS;
-
-/// Live objects of a device; every count is zero once an application has released everything.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ResourceCounts {
-    /// Protection domains.
-    pub pds: usize,
-    /// Memory regions.
-    pub mrs: usize,
-    /// Memory windows.
-    pub mws: usize,
-    /// Completion queues.
-    pub cqs: usize,
-    /// Queue pairs.
-    pub qps: usize,
-    /// Shared receive queues.
-    pub srqs: usize,
-    /// Event queues.
-    pub eqs: usize,
-    /// DMA regions (rings and buffers).
-    pub dma_regions: usize,
-}
-
-impl ResourceCounts {
-    /// True when nothing is allocated.
-    pub fn is_zero(&self) -> bool {
-        *self == Self::default()
-    }
-}
 
 /// A handle to one software device.
 #[derive(Debug, Clone)]
@@ -172,8 +145,8 @@ impl SoftDevice {
     }
 
     /// Live objects on this device.
-    pub fn resources(&self) -> ResourceCounts {
-        self.with(|d, _, _| ResourceCounts {
+    pub fn resources(&self) -> ObjectCounts {
+        self.with(|d, _, _| ObjectCounts {
             pds: d.state.pds.len(),
             mrs: d.state.mrs.len(),
             mws: d.state.mws.len(),
@@ -182,6 +155,7 @@ impl SoftDevice {
             srqs: d.hw.srqs.len(),
             eqs: d.hw.eqs.len(),
             dma_regions: self.dma.load(Ordering::Relaxed),
+            ..ObjectCounts::default()
         })
     }
 

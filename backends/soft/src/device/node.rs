@@ -1,10 +1,10 @@
-//! The soft device on the fabric: its configuration, and its [`Node`] — the engine with the
-//! device side that the fabric steps.
+//! The soft device on the fabric: its configuration, and its node — the engine with the
+//! device side that the fabric steps ([`EngineNode`], around the soft [`DeviceSide`]).
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
-use portverbs_fabric::Node;
+use portverbs_fabric::{DeviceSide, EngineNode};
 use portverbs_hal::types::Mtu;
 use portverbs_transport::CcConfig;
 
@@ -58,74 +58,37 @@ impl DeviceConfig {
     }
 }
 
-/// The device side of one soft device: its engine, its view of the rings, its bookkeeping.
-/// The fabric owns it behind its lock; the [`super::SoftDevice`] handle reaches it through
-/// [`portverbs_fabric::NodeHandle::with`].
-#[derive(Debug)]
-pub(crate) struct SimDevice {
-    pub(crate) engine: Engine,
-    pub(crate) hw: Hw,
-    pub(crate) state: DevState,
-}
+/// One soft device on the fabric: its engine, its view of the rings ([`Hw`]), its bookkeeping
+/// ([`DevState`]). The fabric owns it behind its lock; the [`super::SoftDevice`] handle reaches
+/// it through [`portverbs_fabric::NodeHandle::with`].
+pub(crate) type SimDevice = EngineNode<Hw, DevState>;
 
-impl Node for SimDevice {
-    fn kick(&mut self, now: u64, what: u32, out: &mut Vec<Packet>) {
+impl DeviceSide for Hw {
+    /// `what` is a [`KickKind`]: a QP's send doorbell, or a CQ's arming.
+    fn kick(&mut self, engine: &mut Engine, now: u64, what: u32, out: &mut Vec<Packet>) {
         match KickKind::decode(what) {
             KickKind::Qp(qpn) => {
-                if let Some(qp) = self.hw.qps.get(qpn) {
+                if let Some(qp) = self.qps.get(qpn) {
                     // A read-modify-write, not a plain store: it orders this clear before the
                     // head read below against the host's head store and `scheduled` swap
                     // (a store could pass the head load, and a post seeing `scheduled` still
                     // set would then be lost until the next kick).
                     qp.sq.db.scheduled.swap(false, Ordering::AcqRel);
                 }
-                self.engine.doorbell(now, qpn, &mut self.hw, out);
+                engine.doorbell(now, qpn, self, out);
             }
-            KickKind::Cq(cqn) => self.hw.check_arm(cqn),
+            KickKind::Cq(cqn) => self.check_arm(cqn),
         }
     }
 
-    fn rescan(&mut self, now: u64, out: &mut Vec<Packet>) {
-        let qpns: Vec<u32> = self.hw.qps.iter_mut().map(|(n, _)| n).collect();
+    fn rescan(&mut self, engine: &mut Engine, now: u64, out: &mut Vec<Packet>) {
+        let qpns: Vec<u32> = self.qps.iter_mut().map(|(n, _)| n).collect();
         for qpn in qpns {
-            self.engine.doorbell(now, qpn, &mut self.hw, out);
+            engine.doorbell(now, qpn, self, out);
         }
-        let cqns: Vec<u32> = self.hw.cqs.iter_mut().map(|(n, _)| n).collect();
+        let cqns: Vec<u32> = self.cqs.iter_mut().map(|(n, _)| n).collect();
         for cqn in cqns {
-            self.hw.check_arm(cqn);
+            self.check_arm(cqn);
         }
-    }
-
-    #[inline]
-    fn run_work(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
-        if !self.engine.has_work() {
-            return false;
-        }
-        self.engine.run_work(now, &mut self.hw, out);
-        true
-    }
-
-    #[inline]
-    fn receive(&mut self, now: u64, port: u8, pkt: &Packet, out: &mut Vec<Packet>) {
-        self.engine.receive(now, port, pkt, &mut self.hw, out);
-    }
-
-    #[inline]
-    fn run_timers(&mut self, now: u64, out: &mut Vec<Packet>) -> bool {
-        self.engine.flush_acks(out);
-        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now, &mut self.hw, out);
-            true
-        } else {
-            false
-        }
-    }
-
-    fn next_deadline(&self) -> Option<u64> {
-        self.engine.poll_timeout()
-    }
-
-    fn set_max_train(&mut self, n: u32) {
-        self.engine.set_max_train(n);
     }
 }

@@ -1,4 +1,13 @@
-//! The one object table of the device models: objects indexed by their number.
+//! # Portverbs object table
+//!
+//! The one object table of the device models: objects indexed by the number the device gave
+//! them ([`Table`]). The transport engine keeps its QPs in one, the soft device and the
+//! emulated ConnectX-3 their CQs, SRQs, EQs and QPs.
+//!
+//! What this crate must never do: depend on another crate, or panic on a number (an absent or
+//! out-of-range number is `None`).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
