@@ -213,7 +213,7 @@ pub mod verbs {
         PortState, Qp, QpAttr, QpAttrMask, QpCaps, QpEndpoint, QpInit, QpState, QpType,
         REPLY_HOP_LIMIT, ReceivedGrh, RecvWr, RemoteAddr, Rereg, SendFlags, SendOp, SendWr, Sge,
         SinkFactory, SpecialQp, Srq, SrqInit, UdDest, WcFlags, WcOpcode, WcStatus, WeakQp,
-        WorkCompletion, error, events, inc_rkey, notify,
+        WorkCompletion, bringup, error, events, inc_rkey, notify,
     };
     // The rest (its `hal`: the HAL is `backends::hal`, for backend authors) compiles, hidden.
     #[doc(hidden)]
