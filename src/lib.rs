@@ -165,8 +165,6 @@
 #![warn(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
-mod any;
-mod any_queue;
 mod by_addr;
 mod cm_timer;
 mod devices;
@@ -176,7 +174,6 @@ mod open;
 #[cfg(any(target_os = "linux", windows))]
 mod udp;
 
-pub use any::AnyDevice;
 pub use by_addr::{
     OpenByAddrError, cm_device_by_addr, cm_device_by_addr_async, device_by_addr, open_by_addr,
     open_by_addr_async,
@@ -185,6 +182,7 @@ pub use devices::{DeviceError, device, devices};
 #[doc(hidden)]
 pub use devices::{embedded_fabric_started, vfio_scanned};
 pub use open::{context_options, open, platform_sinks};
+pub use portverbs_any::AnyDevice;
 
 pub mod verbs {
     //! The verbs (crate `portverbs-verbs`): [`Context`], [`Pd`], [`Mr`], [`Mw`], [`Cq`],
@@ -275,7 +273,7 @@ pub mod cm {
 ///   over the backends' objects per kind, so that a post or poll costs a match, not an
 ///   indirect call.
 pub mod backends {
-    pub use crate::any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
+    pub use portverbs_any::{AnyCq, AnyRq, AnySq, AnySrq};
     /// For backend authors: the command interface every backend implements. Its commands
     /// bypass verbs-core's checks (the QP state transition table, the objects' bookkeeping);
     /// an application calls the verbs instead.
@@ -315,14 +313,14 @@ pub mod testing {
 // The paths these items had before `backends`, `env` and `testing`: the repository's
 // tests and tools still use them.
 #[doc(hidden)]
-pub use any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
-#[doc(hidden)]
 pub use devices::{
     EMBEDDED_ADDRS, EMBEDDED_MLX4_ADDRS, EmulatedMlx4Error, SkipReason, SkippedDevice,
     embedded_fabric, embedded_mlx4_models, emulated_mlx4, skipped_devices,
 };
 #[doc(hidden)]
 pub use env::{EnvError, HardwareEnv, capture_env, cc_env, hardware_env, progress_env};
+#[doc(hidden)]
+pub use portverbs_any::{AnyCq, AnyRq, AnySq, AnySrq};
 #[doc(hidden)]
 pub use portverbs_hal as hal;
 #[doc(hidden)]

@@ -1,5 +1,5 @@
 //! [`AnyDevice`]: one device type for every backend, so that applications choose the backend at
-//! run time (from [`crate::devices`]) and never write generic code.
+//! run time (the facade's `portverbs::devices`) and never write generic code.
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use portverbs_hal::types::{Gid, MwType};
 use portverbs_mlx4::Mlx4Device;
 use portverbs_soft::SoftDevice;
 
-use crate::any_queue::{AnyCq, AnyRq, AnySq, AnySrq};
+use crate::queue::{AnyCq, AnyRq, AnySq, AnySrq};
 
 /// A backend's QP resources with its queue objects wrapped in the facade's enums.
 fn wrap<S, R>(
@@ -76,11 +76,7 @@ impl AnyDevice {
     /// What the device is, known without a command: its name, driver, transport, progress
     /// mode and quirks. The same as the HAL's `Device::info`, without the HAL's trait in
     /// scope (the prelude does not bring it).
-    ///
-    /// ```
-    /// let names: Vec<String> = portverbs::devices().iter().map(|d| d.info().name.clone()).collect();
-    /// assert!(names.iter().any(|n| n == "soft0"));
-    /// ```
+    /// (`portverbs::devices().iter().map(|d| d.info().name.clone())` lists the names.)
     pub fn info(&self) -> &DeviceInfo {
         match self {
             Self::Soft(d) => d.info(),

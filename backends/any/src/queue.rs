@@ -30,14 +30,17 @@ pub enum AnySq {
 }
 
 impl SendQueue for AnySq {
+    #[inline]
     fn depth(&self) -> u32 {
         each!(AnySq, self, q => q.depth())
     }
 
+    #[inline]
     fn max_sge(&self) -> u32 {
         each!(AnySq, self, q => q.max_sge())
     }
 
+    #[inline]
     fn max_inline(&self) -> u32 {
         each!(AnySq, self, q => q.max_inline())
     }
@@ -52,6 +55,7 @@ impl SendQueue for AnySq {
         each!(AnySq, self, q => q.ring_doorbell(head));
     }
 
+    #[inline]
     fn reset(&mut self) {
         each!(AnySq, self, q => q.reset());
     }
@@ -67,10 +71,12 @@ pub enum AnyRq {
 }
 
 impl RecvQueue for AnyRq {
+    #[inline]
     fn depth(&self) -> u32 {
         each!(AnyRq, self, q => q.depth())
     }
 
+    #[inline]
     fn max_sge(&self) -> u32 {
         each!(AnyRq, self, q => q.max_sge())
     }
@@ -85,6 +91,7 @@ impl RecvQueue for AnyRq {
         each!(AnyRq, self, q => q.ring_doorbell(head));
     }
 
+    #[inline]
     fn reset(&mut self) {
         each!(AnyRq, self, q => q.reset());
     }
@@ -100,18 +107,22 @@ pub enum AnySrq {
 }
 
 impl SharedRecvQueue for AnySrq {
+    #[inline]
     fn srqn(&self) -> u32 {
         each!(AnySrq, self, q => q.srqn())
     }
 
+    #[inline]
     fn depth(&self) -> u32 {
         each!(AnySrq, self, q => q.depth())
     }
 
+    #[inline]
     fn slots(&self) -> u32 {
         each!(AnySrq, self, q => q.slots())
     }
 
+    #[inline]
     fn max_sge(&self) -> u32 {
         each!(AnySrq, self, q => q.max_sge())
     }
@@ -142,10 +153,12 @@ pub enum AnyCq {
 }
 
 impl CompletionQueue for AnyCq {
+    #[inline]
     fn cqn(&self) -> u32 {
         each!(AnyCq, self, q => q.cqn())
     }
 
+    #[inline]
     fn depth(&self) -> u32 {
         each!(AnyCq, self, q => q.depth())
     }
@@ -168,14 +181,17 @@ impl CompletionQueue for AnyCq {
         each!(AnyCq, self, q => q.publish_ci());
     }
 
+    #[inline]
     fn arm(&mut self, solicited_only: bool) {
         each!(AnyCq, self, q => q.arm(solicited_only));
     }
 
+    #[inline]
     fn pending(&self) -> u32 {
         each!(AnyCq, self, q => q.pending())
     }
 
+    #[inline]
     fn event_delivered(&mut self) {
         each!(AnyCq, self, q => q.event_delivered());
     }
