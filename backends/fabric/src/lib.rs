@@ -96,7 +96,7 @@ use thiserror::Error;
 pub use bottleneck::{Bottleneck, EcnMarking};
 pub use capture::{CaptureError, CaptureStats, PcapCapture};
 pub use engine_node::{DeviceSide, EngineNode};
-pub use faults::{FabricStats, LinkFaults};
+pub use faults::{CopyFate, FabricStats, Fate, LinkFaults, corrupt_packet};
 pub use kick::Kicker;
 pub use node::{Joining, Node, NodeConfig, NodeCtx, NodeHandle};
 pub use portverbs_hal::{Progress, ProgressAgent, WaitSource};
