@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use portverbs::hal::Progress;
 use portverbs::prelude::*;
-use portverbs::udp_port::{PortFaults, UdpConfig};
+use portverbs::udp_port::{LinkFaults, UdpConfig};
 use portverbs::verbs::ContextOptions;
 use portverbs::{UdpDevice, udp_device};
 use portverbs_wire::Opcode;
@@ -30,13 +30,19 @@ struct End {
     mr: Mr,
 }
 
-fn device(name: &str, ip: &str, faults: PortFaults) -> UdpDevice {
+/// Faults injected at a port, and the seed of the generator that draws them.
+type Faults = (LinkFaults, u64);
+
+/// A port that injects nothing.
+const NO_FAULTS: Faults = (LinkFaults::NONE, 0);
+
+fn device(name: &str, ip: &str, faults: Faults) -> UdpDevice {
     device_in(name, ip, faults, Progress::Auto)
 }
 
-fn device_in(name: &str, ip: &str, faults: PortFaults, progress: Progress) -> UdpDevice {
+fn device_in(name: &str, ip: &str, faults: Faults, progress: Progress) -> UdpDevice {
     let mut config = UdpConfig::new(ip.parse::<IpAddr>().unwrap());
-    config.faults = faults;
+    (config.faults, config.fault_seed) = faults;
     config.progress = progress;
     udp_device(name, config).unwrap_or_else(|e| panic!("{name} on {ip}: {e}"))
 }
@@ -78,7 +84,7 @@ fn lossy_turn() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn pair(ips: [&str; 2], faults: [PortFaults; 2]) -> (End, End) {
+fn pair(ips: [&str; 2], faults: [Faults; 2]) -> (End, End) {
     let a = end(device("udp_a", ips[0], faults[0]));
     let b = end(device("udp_b", ips[1], faults[1]));
     let opts = ConnectOptions {
@@ -133,7 +139,7 @@ fn pattern(seed: u64, i: usize) -> Vec<u8> {
 /// and `name`-b.pcap; checks the data and the counters. Returns the captures and the number
 /// of datagrams each port saw (sent plus received).
 fn traffic(name: &str, ips: [&str; 2]) -> [(PathBuf, u64); 2] {
-    let (a, b) = pair(ips, [PortFaults::default(); 2]);
+    let (a, b) = pair(ips, [NO_FAULTS; 2]);
     let path =
         |end: &str| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{end}.pcap"));
     a.dev.port().start_capture(path("a")).unwrap();
@@ -254,17 +260,21 @@ fn tshark_decodes_the_ports_captures_as_infiniband() {
     }
 }
 
-/// Loss and reordering: with loss and reordering at both ports, for 20 seeds, 32 SENDs and 32
-/// WRITEs each complete exactly once, in order, with their data intact.
+/// The link-fault model at the ports: with loss, reordering, duplication and corruption at
+/// both ports, for 20 seeds, 32 SENDs and 32 WRITEs each complete exactly once, in order, with
+/// their data intact.
 #[test]
-fn rc_survives_loss_and_reordering_at_the_ports_for_20_seeds() {
+fn rc_survives_the_link_faults_at_the_ports_for_20_seeds() {
     let _turn = lossy_turn();
+    let (mut duplicated, mut corrupted) = (0, 0);
     for seed in 1..=20u64 {
-        let faults = |s: u64| PortFaults {
-            loss: 0.05,
-            reorder: 0.05,
-            reorder_window: Duration::from_micros(500),
-            seed: s,
+        let faults = |s: u64| {
+            let link = LinkFaults {
+                duplicate: 0.02,
+                corrupt: 0.02,
+                ..lossy(s).0
+            };
+            (link, s)
         };
         let base = 10 + seed as u8;
         let (ip_a, ip_b) = (format!("127.0.{base}.1"), format!("127.0.{base}.2"));
@@ -338,8 +348,13 @@ fn rc_survives_loss_and_reordering_at_the_ports_for_20_seeds() {
             sa.injected_loss + sb.injected_loss > 0,
             "seed {seed}: {sa:?}"
         );
+        // A corrupted copy the ICRC would reject is dropped at the sending port; one whose
+        // flipped bit the ICRC masks goes out with a good ICRC.
         assert_eq!(sa.icrc_drops + sb.icrc_drops, 0);
+        duplicated += sa.injected_duplicate + sb.injected_duplicate;
+        corrupted += sa.injected_corrupt + sb.injected_corrupt;
     }
+    assert!(duplicated > 0 && corrupted > 0, "{duplicated} {corrupted}");
 }
 
 /// Strangers on the socket path: datagrams from a stranger — garbage, truncated
@@ -349,7 +364,7 @@ fn rc_survives_loss_and_reordering_at_the_ports_for_20_seeds() {
 #[test]
 fn a_hostile_peer_is_dropped_and_counted_and_the_connection_survives() {
     use portverbs_wire::{Bth, TransportHdr, seal_datagram};
-    let (a, b) = pair(["127.0.79.1", "127.0.79.2"], [PortFaults::default(); 2]);
+    let (a, b) = pair(["127.0.79.1", "127.0.79.2"], [NO_FAULTS; 2]);
     let port_b = b.dev.port().local_addr();
     let stranger = std::net::UdpSocket::bind("127.0.79.9:0").unwrap();
     let from = stranger.local_addr().unwrap();
@@ -473,13 +488,14 @@ fn parse_endpoint(line: &str) -> (QpEndpoint, RemoteAddr) {
     (ep, remote)
 }
 
-fn lossy(seed: u64) -> PortFaults {
-    PortFaults {
+fn lossy(seed: u64) -> Faults {
+    let link = LinkFaults {
         loss: 0.05,
         reorder: 0.05,
-        reorder_window: Duration::from_micros(500),
-        seed,
-    }
+        reorder_window_ns: 500_000,
+        ..LinkFaults::NONE
+    };
+    (link, seed)
 }
 
 fn connect_opts() -> ConnectOptions {

@@ -1,5 +1,28 @@
 //! Completion vocabulary: status codes, opcodes and flags with libibverbs values, and the
 //! portable decoded CQE ([`Cqe`]) that a backend's CQE decoder produces.
+//!
+//! # Why a completion has two shapes
+//!
+//! A completion is a [`WorkCompletion`] plus a [`WqeRef`], and [`Cqe`] is the two in one
+//! value ([`Cqe::into_parts`], [`Cqe::from_parts`]). They are kept apart on purpose:
+//!
+//! * [`WorkCompletion`] is the application's `struct ibv_wc`: a fixed `repr(C)` layout of
+//!   40 bytes, and the element of the array the application hands to a poll. The fast poll
+//!   path ([`crate::queue::CompletionQueue::poll_with`], which the mlx4 driver implements
+//!   itself) decodes each device CQE straight into the application's slot and passes the
+//!   [`WqeRef`] beside it, in registers, to the core, which turns it into `wr_id`. The
+//!   reference is what the device said (untrusted) and means nothing to the application, so it
+//!   has no field in the application's array; adding one would grow every slot to 48 bytes
+//!   and the stores of every poll with it.
+//! * [`Cqe`] is the self-contained form for the places that have no application array and
+//!   no `wr_id`: what a device model writes into its CQ ring (the transport engine's
+//!   completions, the software device's CQE encoder, the mlx4 model), and what
+//!   [`crate::queue::CompletionQueue::poll_one`] returns one at a time (a CQ clean before a
+//!   QP is destroyed, test drains). A device never knows `wr_id`: the core maps it.
+//!
+//! So the split follows who may see what rather than a second model of a completion: one list
+//! of fields ([`Cqe`]'s mirror [`WorkCompletion`]'s, `wr_id` aside), crossed only by the two
+//! conversions, which are plain moves.
 
 use std::fmt;
 

@@ -6,6 +6,8 @@
 //! (`portverbs-mlx4-model`) implement that one trait and attach with [`Fabric::attach`]; they
 //! share the transport engine (`portverbs-transport`), the clock and the faults, and neither
 //! knows the other. A node reaches its own state again through its typed [`NodeHandle`].
+//! What a link does to a packet is decided in one place, [`LinkFaults::decide`], which the
+//! UDP port (`portverbs-udp`, a node of this fabric) applies to what it sends too.
 //! Both are an [`EngineNode`]: the engine stepped one way, around each device's own
 //! [`DeviceSide`] (its queue formats and what its kicks mean).
 //!
@@ -96,7 +98,7 @@ use thiserror::Error;
 pub use bottleneck::{Bottleneck, EcnMarking};
 pub use capture::{CaptureError, CaptureStats, PcapCapture};
 pub use engine_node::{DeviceSide, EngineNode};
-pub use faults::{FabricStats, LinkFaults};
+pub use faults::{CopyFate, FabricStats, Fate, LinkFaults, corrupt_packet};
 pub use kick::Kicker;
 pub use node::{Joining, Node, NodeConfig, NodeCtx, NodeHandle};
 pub use portverbs_hal::{Progress, ProgressAgent, WaitSource};

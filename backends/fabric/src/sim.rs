@@ -25,7 +25,7 @@ use smallvec::SmallVec;
 
 use crate::bottleneck::{self, Bottleneck, PortQueue};
 use crate::capture::{CaptureError, PcapCapture};
-use crate::faults::{FabricStats, LinkFaults};
+use crate::faults::{self, FabricStats, Fate, LinkFaults};
 use crate::kick::Kick;
 use crate::node::Node;
 use crate::rng::SplitMix64;
@@ -298,39 +298,36 @@ impl Sim {
             }
             return;
         }
-        if self.rng.chance(f.loss) {
-            self.stats.lost += 1;
-            return;
+        let fate = f.decide(&mut self.rng);
+        match fate {
+            Fate::Lost => {
+                self.stats.lost += 1;
+                return;
+            }
+            Fate::Once(_) => {}
+            Fate::Twice(..) => self.stats.duplicated += 1,
         }
-        let copies = if self.rng.chance(f.duplicate) {
-            self.stats.duplicated += 1;
-            2
-        } else {
-            1
-        };
         let mut pkt = Some(pkt);
-        for i in 0..copies {
-            let Some(pkt) = (if i + 1 == copies {
+        let last = fate.copies().count();
+        for (i, copy) in fate.copies().enumerate() {
+            let Some(pkt) = (if i + 1 == last {
                 pkt.take()
             } else {
                 pkt.clone()
             }) else {
                 break;
             };
-            let pkt = if self.rng.chance(f.corrupt) {
-                match self.corrupt(&pkt) {
+            let pkt = match copy.corrupt {
+                Some(draw) => match self.corrupt(&pkt, draw) {
                     Some(p) => p,
                     None => continue,
-                }
-            } else {
-                pkt
+                },
+                None => pkt,
             };
-            let mut delay = f.delay_ns + self.rng.below(f.jitter_ns);
-            if self.rng.chance(f.reorder) {
+            if copy.reordered {
                 self.stats.reordered += 1;
-                delay += self.rng.below(f.reorder_window_ns.max(1));
             }
-            self.schedule(Delivery { dev, port, pkt }, delay);
+            self.schedule(Delivery { dev, port, pkt }, copy.delay_ns);
         }
     }
 
@@ -377,28 +374,11 @@ impl Sim {
         }));
     }
 
-    /// Serialises the packet to a RoCEv2 frame, flips one bit, and parses it back as the
-    /// receiver would: `None` when the ICRC (or the frame parser) rejects it.
-    fn corrupt(&mut self, pkt: &Packet) -> Option<Packet> {
+    /// Corrupts one copy ([`faults::corrupt_packet`]), counting it: `None` when the receiver's
+    /// ICRC check (or the frame parser) would drop it.
+    fn corrupt(&mut self, pkt: &Packet, draw: u64) -> Option<Packet> {
         self.stats.corrupted += 1;
-        let mut frame = std::mem::take(&mut self.frame);
-        let result = match pkt.to_frame(&mut frame) {
-            Ok(()) if !frame.is_empty() => {
-                let bit = self.rng.below(frame.len() as u64 * 8);
-                frame[(bit / 8) as usize] ^= 1 << (bit % 8);
-                match Packet::from_frame(&frame) {
-                    Ok(Some(mut p)) => {
-                        p.flow_label = pkt.flow_label;
-                        p.traffic_class = pkt.traffic_class;
-                        p.hop_limit = pkt.hop_limit;
-                        Some(p)
-                    }
-                    _ => None,
-                }
-            }
-            _ => None,
-        };
-        self.frame = frame;
+        let result = faults::corrupt_packet(pkt, draw, &mut self.frame);
         if result.is_none() {
             self.stats.icrc_drops += 1;
         }

@@ -37,7 +37,9 @@
 //!   [`UdpStats::segmentation_fallback`] and [`UdpStats::coalescing_fallback`];
 //! * **captures** ([`UdpPort::start_capture`]): every datagram sent and received, as the
 //!   frame that carried it, in the fabric's pcap format;
-//! * **faults for tests** ([`PortFaults`]): seeded loss and reordering of outgoing packets;
+//! * **faults for tests** ([`UdpConfig::faults`]): the fabric's link-fault model
+//!   ([`portverbs_fabric::LinkFaults`]: seeded loss, duplication, reordering, corruption and
+//!   delay) applied to outgoing packets;
 //! * **multicast** (`mcast`): a UD multicast group the fabric's devices join is joined as
 //!   the IP group rdma_cm maps its MGID to (`::ffff:239.a.b.c` ↔ 239.a.b.c), on a socket of
 //!   its own bound to the group and 4791; packets to the group go to the group's address,
@@ -180,7 +182,10 @@ mod tx;
 #[cfg(any(target_os = "linux", windows))]
 pub use lockstep::Lockstep;
 #[cfg(any(target_os = "linux", windows))]
-pub use port::{PortFaults, UdpConfig, UdpError, UdpPort};
+pub use port::{UdpConfig, UdpError, UdpPort};
+/// The link-fault model [`UdpConfig::faults`] takes (the fabric's).
+#[cfg(any(target_os = "linux", windows))]
+pub use portverbs_fabric::LinkFaults;
 #[cfg(any(target_os = "linux", windows))]
 pub use portverbs_transport::CcConfig;
 #[cfg(any(target_os = "linux", windows))]

@@ -8,11 +8,11 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use portverbs_fabric::{
-    CaptureError, CaptureStats, Fabric, FabricError, Node, NodeConfig, NodeHandle, PcapCapture,
-    SplitMix64,
+    CaptureError, CaptureStats, Fabric, FabricError, Fate, LinkFaults, Node, NodeConfig,
+    NodeHandle, PcapCapture, SplitMix64, corrupt_packet,
 };
 use portverbs_hal::Progress;
 use portverbs_hal::types::{Gid, Mtu};
@@ -25,20 +25,6 @@ use crate::rx::{self, Rx};
 use crate::stats::{Counters, UdpStats, add};
 use crate::sys;
 use crate::tx::{Sockets, TxQueue};
-
-/// Faults a test injects into the packets a port sends (seeded, so a run can be repeated).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct PortFaults {
-    /// Probability an outgoing packet is dropped.
-    pub loss: f64,
-    /// Probability an outgoing packet is held back by up to `reorder_window` (later packets
-    /// overtake it).
-    pub reorder: f64,
-    /// How long a reordered packet may be held back.
-    pub reorder_window: Duration,
-    /// Seed of the generator.
-    pub seed: u64,
-}
 
 /// How a [`UdpPort`] is set up.
 #[derive(Debug, Clone)]
@@ -55,8 +41,11 @@ pub struct UdpConfig {
     pub max_source_ports: usize,
     /// Socket buffer to ask for, in bytes.
     pub socket_buffer: usize,
-    /// Faults injected into outgoing packets (none by default).
-    pub faults: PortFaults,
+    /// Faults injected into outgoing packets (none by default): the fabric's link-fault
+    /// model ([`LinkFaults`]), applied as the port hands packets to its sockets.
+    pub faults: LinkFaults,
+    /// Seed of the generator that draws the faults' decisions, so that a run can be repeated.
+    pub fault_seed: u64,
     /// Who makes the device progress (auto by default): one progress thread that receives,
     /// runs the transport and the agents, and sends; or the application's calls
     /// ([`Progress`]). Read by the facade's `udp_device`, which makes the fabric of that
@@ -79,7 +68,8 @@ impl UdpConfig {
             offload: true,
             max_source_ports: 64,
             socket_buffer: 8 << 20,
-            faults: PortFaults::default(),
+            faults: LinkFaults::NONE,
+            fault_seed: 0,
             progress: Progress::default(),
             congestion: CcConfig::host_sockets(),
         }
@@ -155,10 +145,12 @@ pub(crate) struct UdpNode {
     txq: TxQueue,
     gso: bool,
     rx: Rx,
-    faults: PortFaults,
+    faults: LinkFaults,
     rng: SplitMix64,
-    /// Packets held back by injected reordering, by release time (and arrival, to keep
-    /// equal times in order).
+    /// Where a packet to corrupt is serialised.
+    frame: Vec<u8>,
+    /// Packets held back by injected delay or reordering, by release time (and arrival, to
+    /// keep equal times in order).
     held: BTreeMap<(u64, u64), Packet>,
     held_count: u64,
     stats: Arc<Counters>,
@@ -186,21 +178,43 @@ impl UdpNode {
         self.rx.receive(now, &self.stats, &self.capture, out) | groups
     }
 
+    /// Sends `pkt` through the injected faults: each copy [`LinkFaults::decide`] lets through
+    /// is queued at once, or held until its delay has passed. A corrupted copy whose ICRC
+    /// no longer matches is dropped here, as the receiver would drop it.
     fn send(&mut self, now: u64, pkt: &Packet) {
-        let f = self.faults;
-        if self.rng.chance(f.loss) {
-            add(&self.stats.injected_loss, 1);
+        if self.faults == LinkFaults::NONE {
+            self.queue(pkt);
             return;
         }
-        if self.rng.chance(f.reorder) {
-            add(&self.stats.injected_reorder, 1);
-            let window = f.reorder_window.as_nanos().max(1) as u64;
-            let at = now + 1 + self.rng.below(window);
-            self.held_count += 1;
-            self.held.insert((at, self.held_count), pkt.clone());
-            return;
+        let fate = self.faults.decide(&mut self.rng);
+        match fate {
+            Fate::Lost => add(&self.stats.injected_loss, 1),
+            Fate::Once(_) => {}
+            Fate::Twice(..) => add(&self.stats.injected_duplicate, 1),
         }
-        self.queue(pkt);
+        for copy in fate.copies() {
+            let corrupted = match copy.corrupt {
+                Some(draw) => {
+                    add(&self.stats.injected_corrupt, 1);
+                    match corrupt_packet(pkt, draw, &mut self.frame) {
+                        Some(p) => Some(p),
+                        None => continue,
+                    }
+                }
+                None => None,
+            };
+            let pkt = corrupted.as_ref().unwrap_or(pkt);
+            if copy.reordered {
+                add(&self.stats.injected_reorder, 1);
+            }
+            if copy.delay_ns == 0 {
+                self.queue(pkt);
+            } else {
+                self.held_count += 1;
+                self.held
+                    .insert((now + copy.delay_ns, self.held_count), pkt.clone());
+            }
+        }
     }
 
     /// Queues `pkt` for the end of the step, sending what is queued first when the queue is
@@ -373,7 +387,8 @@ impl UdpPort {
             gso,
             rx,
             faults: config.faults,
-            rng: SplitMix64::new(config.faults.seed),
+            rng: SplitMix64::new(config.fault_seed),
+            frame: Vec::new(),
             held: BTreeMap::new(),
             held_count: 0,
             stats: stats.clone(),
@@ -463,12 +478,10 @@ impl UdpPort {
         (self.stats.clone(), self.hint.clone())
     }
 
-    /// Changes the injected faults (tests).
-    pub fn set_faults(&self, faults: PortFaults) {
-        self.node.with(|c| {
-            c.node.faults = faults;
-            c.node.rng = SplitMix64::new(faults.seed);
-        });
+    /// Changes the injected faults (tests), keeping the generator's place in its sequence
+    /// (as [`Fabric::set_faults`] does).
+    pub fn set_faults(&self, faults: LinkFaults) {
+        self.node.with(|c| c.node.faults = faults);
     }
 }
 

@@ -36,8 +36,13 @@ pub struct UdpStats {
     pub rx_overflow: u64,
     /// Outgoing packets the test faults dropped.
     pub injected_loss: u64,
-    /// Outgoing packets the test faults held back.
+    /// Outgoing packets the test faults held back for reordering.
     pub injected_reorder: u64,
+    /// Outgoing packets the test faults sent twice.
+    pub injected_duplicate: u64,
+    /// Outgoing copies the test faults flipped a bit of (dropped at once when the ICRC
+    /// then fails, as the receiver would drop them).
+    pub injected_corrupt: u64,
     /// Receive buffer the kernel granted, in bytes.
     pub rcvbuf: u64,
     /// 1 when the port asked for send segmentation offload (UDP GSO on Linux, USO on
@@ -89,6 +94,8 @@ pub(crate) struct Counters {
     pub(crate) rx_overflow: AtomicU64,
     pub(crate) injected_loss: AtomicU64,
     pub(crate) injected_reorder: AtomicU64,
+    pub(crate) injected_duplicate: AtomicU64,
+    pub(crate) injected_corrupt: AtomicU64,
     pub(crate) rcvbuf: AtomicU64,
     pub(crate) segmentation_fallback: AtomicU64,
     pub(crate) coalescing_fallback: AtomicU64,
@@ -126,6 +133,8 @@ impl Counters {
             rx_overflow: g(&self.rx_overflow),
             injected_loss: g(&self.injected_loss),
             injected_reorder: g(&self.injected_reorder),
+            injected_duplicate: g(&self.injected_duplicate),
+            injected_corrupt: g(&self.injected_corrupt),
             rcvbuf: g(&self.rcvbuf),
             segmentation_fallback: g(&self.segmentation_fallback),
             coalescing_fallback: g(&self.coalescing_fallback),
