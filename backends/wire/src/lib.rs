@@ -11,7 +11,8 @@
 //! Two layers, in the style of smoltcp:
 //!
 //! * **Representations** of each header ([`Bth`], [`Reth`], [`Aeth`], [`Deth`],
-//!   [`AtomicEth`], [`AtomicAckEth`]) with `LEN`, `parse` and `emit`, and the whole transport
+//!   [`AtomicEth`], [`AtomicAckEth`], and the native InfiniBand link and global route headers
+//!   [`Lrh`] and [`Grh`] that an HCA's special QPs send) with `LEN`, `parse` and `emit`, and the whole transport
 //!   header [`TransportHdr`] whose [`TransportHdr::parse`] yields a [`ParsedPacket`]. All
 //!   fields are big-endian on the wire; byte offsets live in private `field` modules.
 //! * **The opcode table** behind [`Opcode`]: one `const` table indexed by the opcode byte
@@ -36,8 +37,10 @@ mod error;
 mod ext;
 mod frame;
 mod frame_parse;
+mod grh;
 mod headerset;
 mod icrc;
+mod lrh;
 mod opcode;
 mod pretty;
 mod transport;
@@ -59,10 +62,12 @@ pub use frame::{
     build_frame, build_frame_with, ipv4_header_checksum,
 };
 pub use frame_parse::{FrameView, parse_frame};
+pub use grh::Grh;
 pub use headerset::HeaderSet;
 pub use icrc::{
     FLOW_LABEL_MASK, flow_label_from_qpns, flow_label_to_udp_port, icrc, udp_source_port,
 };
+pub use lrh::{Lrh, lnh};
 pub use opcode::{OpKind, Opcode, Position, Service};
 pub use pretty::pretty;
 pub use transport::{ParsedPacket, TransportHdr};
