@@ -290,9 +290,9 @@ pub fn decode_plain_send(
     Some(wqe_index(tail))
 }
 
-/// The CQE decoder (the error CQE's is [`error_completion`]): decodes the entry read as its
-/// first 24 bytes and its last 8 (the word whose acquire load proved ownership), so that the
-/// entry is never reassembled, straight into the application's work completion (`wr_id` left
+/// The CQE decoder (it hands an error CQE to that format's decoder, `error_completion`):
+/// decodes the entry read as its first 24 bytes and its last 8 (the word whose acquire load
+/// proved ownership), so that the entry is never reassembled, straight into the application's work completion (`wr_id` left
 /// for the core), and returns which work request it completes; the caller names the entry in
 /// the error. The commonest entries are [`decode_plain_send`]'s, tried first.
 ///

@@ -3,7 +3,8 @@
 //! RoCEv2 / InfiniBand transport wire formats: the lowest layer of the transport stack
 //! (`wire` → `transport` → `fabric` → the soft device and the mlx4 model). The transport engine
 //! (`portverbs-transport`) builds and parses packets with it; the fabric uses it to serialise a
-//! packet it corrupts on purpose.
+//! packet it corrupts on purpose; `portverbs-mlx4-layout` composes the mlx4 special QPs'
+//! packet headers from [`Lrh`], [`Grh`], [`Bth`] and [`Deth`].
 //!
 //! What this crate must never do: I/O of any kind, keep state, allocate on a parse, panic on
 //! input bytes, or depend on any crate of ours but `portverbs-hal`.
