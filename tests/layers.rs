@@ -84,7 +84,9 @@ fn allowed(name: &str) -> &'static [&'static str] {
             "portverbs-transport",
             "portverbs-fabric",
         ],
-        "portverbs-mlx4-layout" => &["portverbs-hal", "portverbs-dma"],
+        // The layouts compose the special QPs' packet headers from the wire formats' own
+        // encoders, so each header has one.
+        "portverbs-mlx4-layout" => &["portverbs-hal", "portverbs-dma", "portverbs-wire"],
         "portverbs-vfio" => &["portverbs-hal", "portverbs-dma"],
         "portverbs-mlx4" => &[
             "portverbs-hal",

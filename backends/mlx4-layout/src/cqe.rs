@@ -2,9 +2,12 @@
 //! the 32-byte CQE and its error form, opcodes and syndromes, ownership, and the translation to and
 //! from the portable [`Cqe`].
 //!
-//! [`decode`] is the driver's side and treats the entry as hostile: an unknown opcode is an
-//! error, an unknown syndrome becomes `GeneralErr` (as rdma-core does), nothing panics.
-//! [`encode`] is the emulated HCA's side.
+//! One decoder per format: [`decode_split`] for a CQE (its commonest entries through its first
+//! arm, [`decode_plain_send`], which a poll loop may also call on its own) and
+//! `error_completion` for an error CQE; [`decode`] runs them over a local copy. They are the
+//! driver's side and treat the entry as hostile: an unknown opcode is an error, an unknown
+//! syndrome becomes `GeneralErr` (as rdma-core does), nothing panics. [`encode`] is the
+//! emulated HCA's side.
 
 #![allow(missing_docs)]
 
@@ -174,13 +177,18 @@ pub fn owner(entry: &[u8]) -> bool {
     entry.get(CQE_SIZE - 1).is_some_and(|b| b & OWNER_MASK != 0)
 }
 
-/// Decodes a CQE whose ownership was checked. `cqn` and `index` only label errors.
+/// Decodes a CQE whose ownership was checked, out of a local copy: [`decode_split`] over its
+/// two parts, for callers that want a [`Cqe`]. `cqn` and `index` only label errors.
 ///
 /// # Errors
-/// Too short, an unknown opcode for its direction, or a resize CQE (this driver never resizes
-/// in place).
+/// Too short, or an opcode unknown for its direction.
 pub fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
-    let Some(raw) = entry.first_chunk::<CQE_SIZE>() else {
+    let (Some(head), Some(tail)) = (
+        entry.first_chunk::<TAIL_AT>(),
+        entry
+            .get(TAIL_AT..CQE_SIZE)
+            .and_then(|t| t.first_chunk::<8>()),
+    ) else {
         return Err(CqeError::Malformed {
             cqn,
             index,
@@ -188,36 +196,47 @@ pub fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
         });
     };
     let mut w = WorkCompletion::default();
-    let r = decode_into(raw, cqn, index, &mut w)?;
+    let r = decode_split(head, tail, &mut w).map_err(|e| e.at(cqn, index))?;
     Ok(Cqe::from_parts(&w, r))
 }
 
-/// Decodes a CQE straight into the application's work completion (`wr_id` left for the core)
-/// and returns which work request it completes. On an error `w` holds no completion.
-///
-/// # Errors
-/// As [`decode`].
-#[inline(always)]
-pub fn decode_into(
-    raw: &[u8; CQE_SIZE],
-    cqn: u32,
-    index: u32,
-    w: &mut WorkCompletion,
-) -> Result<WqeRef, CqeError> {
-    // Both always exist for a 32-byte array (the `else` compiles away).
-    let (Some(head), Some(tail)) = (raw.first_chunk(), raw.last_chunk()) else {
-        return Err(CqeError::Malformed {
-            cqn,
-            index,
-            what: "entry shorter than 32 bytes",
-        });
+/// Where the tail (the 8 bytes whose load proves ownership) starts.
+const TAIL_AT: usize = CQE_SIZE - 8;
+
+/// Offsets of the fields the decoders read, from the layouts: in the head (bytes 0..24) for
+/// those below [`TAIL_AT`], else in the tail.
+mod at {
+    use core::mem::offset_of;
+
+    use super::{CqeLayout, ErrCqeLayout, TAIL_AT};
+
+    pub(super) const QPN: usize = offset_of!(CqeLayout, vlan_my_qpn);
+    pub(super) const IMM: usize = offset_of!(CqeLayout, immed_rss_invalid);
+    pub(super) const G_MLPATH_RQPN: usize = offset_of!(CqeLayout, g_mlpath_rqpn);
+    pub(super) const SL_VID: usize = offset_of!(CqeLayout, sl_vid);
+    pub(super) const RLID: usize = offset_of!(CqeLayout, rlid);
+    pub(super) const BYTE_CNT: usize = offset_of!(CqeLayout, byte_cnt);
+    pub(super) const WQE_INDEX: usize = offset_of!(CqeLayout, wqe_index) - TAIL_AT;
+    pub(super) const OWNER_SR_OPCODE: usize = offset_of!(CqeLayout, owner_sr_opcode) - TAIL_AT;
+    pub(super) const VENDOR_ERR: usize = offset_of!(ErrCqeLayout, vendor_err) - TAIL_AT;
+    pub(super) const SYNDROME: usize = offset_of!(ErrCqeLayout, syndrome) - TAIL_AT;
+    const _: () = {
+        assert!(offset_of!(ErrCqeLayout, vlan_my_qpn) == QPN);
+        assert!(offset_of!(ErrCqeLayout, wqe_index) - TAIL_AT == WQE_INDEX);
+        assert!(offset_of!(ErrCqeLayout, owner_sr_opcode) - TAIL_AT == OWNER_SR_OPCODE);
+        assert!(BYTE_CNT + 4 <= TAIL_AT && RLID + 2 <= TAIL_AT);
     };
-    decode_split(head, tail, w).map_err(|e| e.at(cqn, index))
 }
 
 #[inline(always)]
-fn be32(b: &[u8; CQE_SIZE - 8], at: usize) -> u32 {
+fn be32(b: &[u8; TAIL_AT], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The WQE counter of either CQE format.
+#[inline(always)]
+fn wqe_index(tail: &[u8; 8]) -> u16 {
+    u16::from_be_bytes([tail[at::WQE_INDEX], tail[at::WQE_INDEX + 1]])
 }
 
 /// An opcode with no meaning in its direction (the one way a CQE whose ownership was checked
@@ -247,16 +266,16 @@ impl UnknownOpcode {
 /// compile time that the entry is a send completion.
 #[inline(always)]
 pub fn decode_plain_send(
-    head: &[u8; CQE_SIZE - 8],
+    head: &[u8; TAIL_AT],
     tail: &[u8; 8],
     w: &mut WorkCompletion,
 ) -> Option<u16> {
-    let opcode = match tail[7] & (IS_SEND_MASK | OPCODE_MASK) {
+    let opcode = match tail[at::OWNER_SR_OPCODE] & (IS_SEND_MASK | OPCODE_MASK) {
         x if x == IS_SEND_MASK | op::RDMA_WRITE => WcOpcode::RdmaWrite,
         x if x == IS_SEND_MASK | op::SEND => WcOpcode::Send,
         _ => return None,
     };
-    w.qp_num = be32(head, 0) & QPN_MASK;
+    w.qp_num = be32(head, at::QPN) & QPN_MASK;
     w.byte_len = 0;
     w.status = WcStatus::Success;
     w.opcode = opcode;
@@ -268,44 +287,47 @@ pub fn decode_plain_send(
     w.src_qp = 0;
     w.pkey_index = 0;
     w.slid = 0;
-    Some(u16::from_be_bytes([tail[0], tail[1]]))
+    Some(wqe_index(tail))
 }
 
-/// The driver's hot path: [`decode_into`] over the entry read as its first 24 bytes and its
-/// last 8 (the word whose acquire load proved ownership), so that the entry is never
-/// reassembled; the caller names the entry in the error.
+/// The CQE decoder (it hands an error CQE to that format's decoder, `error_completion`):
+/// decodes the entry read as its first 24 bytes and its last 8 (the word whose acquire load
+/// proved ownership), so that the entry is never reassembled, straight into the application's work completion (`wr_id` left
+/// for the core), and returns which work request it completes; the caller names the entry in
+/// the error. The commonest entries are [`decode_plain_send`]'s, tried first.
 ///
 /// # Errors
 /// An opcode unknown for its direction.
 #[inline(always)]
 pub fn decode_split(
-    head: &[u8; CQE_SIZE - 8],
+    head: &[u8; TAIL_AT],
     tail: &[u8; 8],
     w: &mut WorkCompletion,
 ) -> Result<WqeRef, UnknownOpcode> {
-    // Offsets as in `CqeLayout`; the tail holds bytes 24..32.
-    let osr = tail[7];
+    if let Some(index) = decode_plain_send(head, tail, w) {
+        return Ok(WqeRef {
+            is_send: true,
+            index,
+        });
+    }
+    let osr = tail[at::OWNER_SR_OPCODE];
     let is_send = osr & IS_SEND_MASK != 0;
     let opcode = osr & OPCODE_MASK;
     let r = WqeRef {
         is_send,
-        index: u16::from_be_bytes([tail[0], tail[1]]),
+        index: wqe_index(tail),
     };
-    let qp_num = be32(head, 0) & QPN_MASK;
+    let qp_num = be32(head, at::QPN) & QPN_MASK;
     if opcode == OPCODE_ERROR {
         *w = error_completion(qp_num, tail);
         return Ok(r);
     }
     if is_send {
-        // The two commonest first, each one compare; the rest through the full match.
-        let (opcode, wc_flags, byte_len) = match opcode {
-            op::RDMA_WRITE => (WcOpcode::RdmaWrite, WcFlags::empty(), 0),
-            op::SEND => (WcOpcode::Send, WcFlags::empty(), 0),
-            _ => send_completion(opcode, be32(head, 20)).ok_or(UnknownOpcode {
+        let (opcode, wc_flags, byte_len) = send_completion(opcode, be32(head, at::BYTE_CNT))
+            .ok_or(UnknownOpcode {
                 is_send: true,
                 opcode,
-            })?,
-        };
+            })?;
         *w = WorkCompletion {
             qp_num,
             opcode,
@@ -315,8 +337,8 @@ pub fn decode_split(
         };
         return Ok(r);
     }
-    let imm = be32(head, 4);
-    let g = be32(head, 8);
+    let imm = be32(head, at::IMM);
+    let g = be32(head, at::G_MLPATH_RQPN);
     let mut wc_flags = if g & (1 << 31) != 0 {
         WcFlags::GRH
     } else {
@@ -355,20 +377,21 @@ pub fn decode_split(
         qp_num,
         opcode,
         wc_flags,
-        byte_len: be32(head, 20),
+        byte_len: be32(head, at::BYTE_CNT),
         imm_data,
         src_qp: g & QPN_MASK,
         dlid_path_bits: ((g >> 24) & 0x7f) as u8,
         pkey_index,
-        slid: u16::from_be_bytes([head[14], head[15]]),
-        sl: head[12] >> 4,
+        slid: u16::from_be_bytes([head[at::RLID], head[at::RLID + 1]]),
+        sl: head[at::SL_VID] >> 4,
         ..WorkCompletion::default()
     };
     Ok(r)
 }
 
-/// Opcode, flags and byte count of a send completion other than RDMA WRITE and SEND (kept
-/// out of line so that those two stay two compares instead of a jump table).
+/// Opcode, flags and byte count of a send completion other than a plain RDMA WRITE or SEND
+/// (those are [`decode_plain_send`]'s; kept out of line so that they stay two compares instead
+/// of a jump table).
 #[inline(never)]
 fn send_completion(opcode: u8, byte_cnt: u32) -> Option<(WcOpcode, WcFlags, u32)> {
     Some(match opcode {
@@ -384,17 +407,18 @@ fn send_completion(opcode: u8, byte_cnt: u32) -> Option<(WcOpcode, WcFlags, u32)
     })
 }
 
-/// The completion of an error CQE (`struct mlx4_err_cqe`: vendor error at byte 26, syndrome
-/// at 27). A success syndrome inside an error CQE would complete a WR that failed.
+/// The error CQE decoder (`struct mlx4_err_cqe`, its vendor error and syndrome in the tail):
+/// the completion of QP `qp_num`. A success syndrome inside an error CQE would complete a WR
+/// that failed.
 #[cold]
 fn error_completion(qp_num: u32, tail: &[u8; 8]) -> WorkCompletion {
     WorkCompletion {
         qp_num,
-        status: match status_of(tail[3]) {
+        status: match status_of(tail[at::SYNDROME]) {
             WcStatus::Success => WcStatus::GeneralErr,
             s => s,
         },
-        vendor_err: u32::from(tail[2]),
+        vendor_err: u32::from(tail[at::VENDOR_ERR]),
         ..WorkCompletion::default()
     }
 }
@@ -538,44 +562,51 @@ mod tests {
     }
 
     #[test]
-    fn the_plain_send_arm_agrees_with_the_full_decode() {
+    fn the_plain_send_arm_takes_exactly_successful_writes_and_sends() {
         // Every direction/opcode byte (owner bit both ways) over an entry with every other
-        // byte set: the fast arm takes exactly successful RDMA WRITE and SEND send completions
-        // and decodes them as `decode_split` does.
+        // byte set: the fast arm takes exactly successful RDMA WRITE and SEND send completions,
+        // filling every field but `wr_id` (the core's); `decode_split` gives the same.
         let mut taken = 0;
         for osr in 0..=u8::MAX {
             let mut b = [0xa5u8; CQE_SIZE];
             b[CQE_SIZE - 1] = osr;
             let (head, tail) = (b.first_chunk().unwrap(), b.last_chunk().unwrap());
-            let mut fast = WorkCompletion {
+            let stale = WorkCompletion {
                 wr_id: 0x77,
+                byte_len: 9,
+                imm_data: 9,
+                slid: 9,
                 ..WorkCompletion::default()
             };
-            let mut full = fast;
-            match decode_plain_send(head, tail, &mut fast) {
-                Some(index) => {
+            let mut fast = stale;
+            let expected = match osr & (IS_SEND_MASK | OPCODE_MASK) {
+                x if x == IS_SEND_MASK | op::RDMA_WRITE => Some(WcOpcode::RdmaWrite),
+                x if x == IS_SEND_MASK | op::SEND => Some(WcOpcode::Send),
+                _ => None,
+            };
+            match (decode_plain_send(head, tail, &mut fast), expected) {
+                (Some(index), Some(opcode)) => {
                     taken += 1;
-                    let r = decode_split(head, tail, &mut full).unwrap();
+                    assert_eq!(index, 0xa5a5, "{osr:#x}");
+                    let want = WorkCompletion {
+                        wr_id: 0x77,
+                        qp_num: 0xa5_a5a5,
+                        opcode,
+                        ..WorkCompletion::default()
+                    };
+                    assert_eq!(fast, want, "{osr:#x}");
+                    let mut full = stale;
                     assert_eq!(
-                        r,
-                        WqeRef {
+                        decode_split(head, tail, &mut full),
+                        Ok(WqeRef {
                             is_send: true,
                             index
-                        },
-                        "{osr:#x}"
+                        })
                     );
-                    // `wr_id` is the core's to fill either way.
-                    assert_eq!(
-                        fast,
-                        WorkCompletion {
-                            wr_id: 0x77,
-                            ..full
-                        },
-                        "{osr:#x}"
-                    );
-                    assert_eq!(fast.qp_num, 0xa5_a5a5);
+                    assert_eq!(full, want, "{osr:#x}");
                 }
-                None => assert_eq!(fast.wr_id, 0x77, "{osr:#x}: untouched"),
+                (None, None) => assert_eq!(fast, stale, "{osr:#x}: untouched"),
+                (got, want) => panic!("{osr:#x}: took {got:?}, expected {want:?}"),
             }
         }
         assert_eq!(

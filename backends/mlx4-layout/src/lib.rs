@@ -3,7 +3,8 @@
 //! This crate is what an mlx4 driver and an emulated mlx4 HCA must agree on, and nothing else:
 //! register offsets ([`hcr`], [`uar`]), command opcodes and status codes ([`opcode`],
 //! [`status`]), mailbox and context layouts ([`mailbox`], [`ctx`], [`av`], [`keys`]), WQE
-//! segments, the special QPs' MLX headers, CQEs and EQEs ([`wqe`], [`mlx`], [`cqe`], [`eqe`])
+//! segments, the special QPs' MLX headers (composed from `portverbs-wire`'s LRH/GRH/BTH/DETH),
+//! CQEs and EQEs ([`wqe`], [`mlx`], [`cqe`], [`eqe`])
 //! (as Linux's `drivers/net/ethernet/mellanox/mlx4/` — cited as `mlx4/<file>` — with
 //! `include/linux/mlx4/`, `drivers/infiniband/hw/mlx4/` — cited as `hw/mlx4/<file>` — and
 //! rdma-core's `providers/mlx4/` define them), and the PCI

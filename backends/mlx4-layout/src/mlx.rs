@@ -3,9 +3,11 @@
 //! — LRH (8 B), an optional GRH (40 B), BTH (12 B) and DETH (8 B), in the IBA wire formats
 //! (IBA 7.7, 8.3, 9.2, 9.3.3). The HCA appends only the ICRC/VCRC.
 //!
-//! [`UdHeader::encode`] is what a driver writes; [`UdHeader::decode`] is what an HCA checks
+//! Each header has one encoding, `portverbs-wire`'s ([`Lrh`], [`Grh`], [`Bth`], [`Deth`]); this
+//! module composes them. [`UdHeader::encode`] is what a driver writes; [`UdHeader::decode`] is what an HCA checks
 //! before it sends: every field is validated, and bad bytes are an [`MlxHeaderError`].
 
+use portverbs_wire::{Bth, Deth, Grh, Lrh, Opcode, WireError, lnh, pad_len};
 use thiserror::Error;
 
 /// Bits of the MLX control segment's flags dword (offset 0x08).
@@ -21,27 +23,21 @@ pub mod flags {
 }
 
 /// LRH length.
-pub const LRH_LEN: usize = 8;
+pub const LRH_LEN: usize = Lrh::LEN;
 /// GRH length.
-pub const GRH_LEN: usize = 40;
+pub const GRH_LEN: usize = Grh::LEN;
 /// BTH length.
-pub const BTH_LEN: usize = 12;
+pub const BTH_LEN: usize = Bth::LEN;
 /// DETH length.
-pub const DETH_LEN: usize = 8;
+pub const DETH_LEN: usize = Deth::LEN;
 /// The longest header: LRH + GRH + BTH + DETH.
 pub const MAX_HEADER: usize = LRH_LEN + GRH_LEN + BTH_LEN + DETH_LEN;
 /// ICRC length, counted in the LRH packet length and the GRH payload length.
-const ICRC_LEN: usize = 4;
-/// LRH link next header: IBA local (BTH follows).
-const LNH_LOCAL: u8 = 2;
-/// LRH link next header: IBA global (GRH follows).
-const LNH_GLOBAL: u8 = 3;
-/// GRH next header for an IBA transport header.
-const NEXT_HDR_IBA: u8 = 0x1b;
+const ICRC_LEN: usize = portverbs_wire::ICRC_LEN;
 /// BTH opcode of a UD SEND-only.
-pub const UD_SEND_ONLY: u8 = 0x64;
+pub const UD_SEND_ONLY: u8 = Opcode::UdSendOnly.to_u8();
 /// The largest payload a packet-length field of 11 bits (4-byte words) can describe.
-pub const MAX_PAYLOAD: usize = (0x7ff * 4) - MAX_HEADER - ICRC_LEN;
+pub const MAX_PAYLOAD: usize = (Lrh::MAX_PKT_WORDS as usize * 4) - MAX_HEADER - ICRC_LEN;
 
 /// What is wrong with a special-QP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -129,7 +125,12 @@ pub struct UdHeader {
 }
 
 fn pad(payload: usize) -> usize {
-    (4 - payload % 4) % 4
+    usize::from(pad_len(payload))
+}
+
+/// Any wire error of a header read out of a buffer of the checked length is a short buffer.
+fn short(got: usize, need: usize) -> impl Fn(WireError) -> MlxHeaderError {
+    move |_| MlxHeaderError::Short { got, need }
 }
 
 impl UdHeader {
@@ -144,6 +145,7 @@ impl UdHeader {
     }
 
     /// Writes the header of a packet carrying `payload` bytes into `out`; returns its length.
+    /// Each header is `portverbs-wire`'s encoding: [`Lrh`], [`Grh`], [`Bth`], [`Deth`].
     pub fn encode(
         &self,
         payload: usize,
@@ -156,67 +158,81 @@ impl UdHeader {
         let pad = pad(payload);
         let words = (len + payload + pad + ICRC_LEN) / 4;
         *out = [0; MAX_HEADER];
-        // LRH: VL 0, LVer 0; SL and LNH; DLID; packet length; SLID.
-        let lnh = if self.grh.is_some() {
-            LNH_GLOBAL
-        } else {
-            LNH_LOCAL
-        };
-        out[1] = ((self.sl & 0xf) << 4) | lnh;
-        out[2..4].copy_from_slice(&self.dlid.to_be_bytes());
-        out[4..6].copy_from_slice(&(words as u16 & 0x7ff).to_be_bytes());
-        out[6..8].copy_from_slice(&self.slid.to_be_bytes());
+        let too_long = |_| MlxHeaderError::TooLong(payload);
+        Lrh {
+            sl: self.sl,
+            lnh: if self.grh.is_some() {
+                lnh::IBA_GLOBAL
+            } else {
+                lnh::IBA_LOCAL
+            },
+            dlid: self.dlid,
+            pkt_len: words as u16,
+            slid: self.slid,
+            ..Lrh::default()
+        }
+        .emit(out)
+        .map_err(too_long)?;
         let mut at = LRH_LEN;
         if let Some(g) = &self.grh {
-            let w0 = (6 << 28) | (u32::from(g.traffic_class) << 20) | (g.flow_label & 0xf_ffff);
-            out[at..at + 4].copy_from_slice(&w0.to_be_bytes());
-            let paylen = (BTH_LEN + DETH_LEN + payload + pad + ICRC_LEN) as u16;
-            out[at + 4..at + 6].copy_from_slice(&paylen.to_be_bytes());
-            out[at + 6] = NEXT_HDR_IBA;
-            out[at + 7] = g.hop_limit;
-            out[at + 8..at + 24].copy_from_slice(&g.sgid);
-            out[at + 24..at + 40].copy_from_slice(&g.dgid);
+            Grh {
+                ip_version: Grh::IP_VERSION,
+                traffic_class: g.traffic_class,
+                flow_label: g.flow_label,
+                pay_len: (BTH_LEN + DETH_LEN + payload + pad + ICRC_LEN) as u16,
+                next_header: Grh::NEXT_HEADER_IBA,
+                hop_limit: g.hop_limit,
+                sgid: g.sgid,
+                dgid: g.dgid,
+            }
+            .emit(&mut out[at..])
+            .map_err(too_long)?;
             at += GRH_LEN;
         }
-        // BTH: opcode; SE, M 0, pad count, TVer 0; P_Key; DestQP; AckReq 0; PSN.
-        out[at] = UD_SEND_ONLY;
-        out[at + 1] = (u8::from(self.solicited) << 7) | ((pad as u8) << 4);
-        out[at + 2..at + 4].copy_from_slice(&self.pkey.to_be_bytes());
-        out[at + 4..at + 8].copy_from_slice(&(self.dest_qp & 0xff_ffff).to_be_bytes());
-        out[at + 8..at + 12].copy_from_slice(&(self.psn & 0xff_ffff).to_be_bytes());
+        Bth {
+            solicited: self.solicited,
+            pad_count: pad as u8,
+            pkey: self.pkey,
+            ..Bth::new(Opcode::UdSendOnly, self.dest_qp, self.psn)
+        }
+        .emit(&mut out[at..])
+        .map_err(too_long)?;
         at += BTH_LEN;
-        // DETH: Q_Key; SrcQP.
-        out[at..at + 4].copy_from_slice(&self.qkey.to_be_bytes());
-        out[at + 4..at + 8].copy_from_slice(&(self.src_qp & 0xff_ffff).to_be_bytes());
+        Deth {
+            qkey: self.qkey,
+            src_qp: self.src_qp,
+        }
+        .emit(&mut out[at..])
+        .map_err(too_long)?;
         Ok(len)
     }
 
     /// Reads and checks the header at the front of `b` for a packet whose payload (the WQE's
     /// gather list) is `payload` bytes; returns it and its length.
     pub fn decode(b: &[u8], payload: usize) -> Result<(Self, usize), MlxHeaderError> {
-        let short = |need: usize| MlxHeaderError::Short { got: b.len(), need };
-        let lrh = b.get(..LRH_LEN).ok_or(short(LRH_LEN))?;
-        let lnh = lrh[1] & 3;
-        let global = match lnh {
-            LNH_LOCAL => false,
-            LNH_GLOBAL => true,
+        let lrh = Lrh::parse(b).map_err(short(b.len(), LRH_LEN))?;
+        let global = match lrh.lnh {
+            lnh::IBA_LOCAL => false,
+            lnh::IBA_GLOBAL => true,
             other => return Err(MlxHeaderError::LinkNextHeader(other)),
         };
         let len = LRH_LEN + if global { GRH_LEN } else { 0 } + BTH_LEN + DETH_LEN;
-        let b = b.get(..len).ok_or(short(len))?;
-        let be16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
-        let be32 = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let short = short(b.len(), len);
+        let b = b.get(..len).ok_or(MlxHeaderError::Short {
+            got: b.len(),
+            need: len,
+        })?;
         let mut h = Self {
-            sl: lrh[1] >> 4,
-            dlid: be16(2),
-            slid: be16(6),
+            sl: lrh.sl,
+            dlid: lrh.dlid,
+            slid: lrh.slid,
             ..Self::default()
         };
         if payload > MAX_PAYLOAD {
             return Err(MlxHeaderError::TooLong(payload));
         }
         let pad = pad(payload);
-        let words = usize::from(be16(4) & 0x7ff);
+        let words = usize::from(lrh.pkt_len);
         let real = len + payload + pad + ICRC_LEN;
         if words * 4 != real {
             return Err(MlxHeaderError::Length {
@@ -227,12 +243,14 @@ impl UdHeader {
         }
         let mut at = LRH_LEN;
         if global {
-            let w0 = be32(at);
-            let (version, next) = ((w0 >> 28) as u8, b[at + 6]);
-            if version != 6 || next != NEXT_HDR_IBA {
-                return Err(MlxHeaderError::Grh { version, next });
+            let g = Grh::parse(&b[at..]).map_err(&short)?;
+            if g.ip_version != Grh::IP_VERSION || g.next_header != Grh::NEXT_HEADER_IBA {
+                return Err(MlxHeaderError::Grh {
+                    version: g.ip_version,
+                    next: g.next_header,
+                });
             }
-            let said = usize::from(be16(at + 4));
+            let said = usize::from(g.pay_len);
             let real = real - LRH_LEN - GRH_LEN;
             if said != real {
                 return Err(MlxHeaderError::Length {
@@ -241,36 +259,35 @@ impl UdHeader {
                     real,
                 });
             }
-            let mut g = Route {
-                traffic_class: (w0 >> 20) as u8,
-                flow_label: w0 & 0xf_ffff,
-                hop_limit: b[at + 7],
-                ..Route::default()
-            };
-            g.sgid.copy_from_slice(&b[at + 8..at + 24]);
-            g.dgid.copy_from_slice(&b[at + 24..at + 40]);
-            h.grh = Some(g);
+            h.grh = Some(Route {
+                traffic_class: g.traffic_class,
+                flow_label: g.flow_label,
+                hop_limit: g.hop_limit,
+                sgid: g.sgid,
+                dgid: g.dgid,
+            });
             at += GRH_LEN;
         }
-        let (opcode, version) = (b[at], b[at + 1] & 0xf);
-        if opcode != UD_SEND_ONLY || version != 0 {
+        let bth = Bth::parse(&b[at..]).map_err(&short)?;
+        let (opcode, version) = (bth.opcode.to_u8(), bth.tver);
+        if bth.opcode != Opcode::UdSendOnly || version != 0 {
             return Err(MlxHeaderError::Opcode { opcode, version });
         }
-        let said_pad = usize::from((b[at + 1] >> 4) & 3);
-        if said_pad != pad {
+        if usize::from(bth.pad_count) != pad {
             return Err(MlxHeaderError::Length {
                 field: "BTH pad count",
-                said: said_pad,
+                said: usize::from(bth.pad_count),
                 real: pad,
             });
         }
-        h.solicited = b[at + 1] & 0x80 != 0;
-        h.pkey = be16(at + 2);
-        h.dest_qp = be32(at + 4) & 0xff_ffff;
-        h.psn = be32(at + 8) & 0xff_ffff;
+        h.solicited = bth.solicited;
+        h.pkey = bth.pkey;
+        h.dest_qp = bth.dest_qp;
+        h.psn = bth.psn;
         at += BTH_LEN;
-        h.qkey = be32(at);
-        h.src_qp = be32(at + 4) & 0xff_ffff;
+        let deth = Deth::parse(&b[at..]).map_err(&short)?;
+        h.qkey = deth.qkey;
+        h.src_qp = deth.src_qp;
         Ok((h, len))
     }
 }

@@ -3,7 +3,8 @@
 //! RoCEv2 / InfiniBand transport wire formats: the lowest layer of the transport stack
 //! (`wire` → `transport` → `fabric` → the soft device and the mlx4 model). The transport engine
 //! (`portverbs-transport`) builds and parses packets with it; the fabric uses it to serialise a
-//! packet it corrupts on purpose.
+//! packet it corrupts on purpose; `portverbs-mlx4-layout` composes the mlx4 special QPs'
+//! packet headers from [`Lrh`], [`Grh`], [`Bth`] and [`Deth`].
 //!
 //! What this crate must never do: I/O of any kind, keep state, allocate on a parse, panic on
 //! input bytes, or depend on any crate of ours but `portverbs-hal`.
@@ -11,7 +12,8 @@
 //! Two layers, in the style of smoltcp:
 //!
 //! * **Representations** of each header ([`Bth`], [`Reth`], [`Aeth`], [`Deth`],
-//!   [`AtomicEth`], [`AtomicAckEth`]) with `LEN`, `parse` and `emit`, and the whole transport
+//!   [`AtomicEth`], [`AtomicAckEth`], and the native InfiniBand link and global route headers
+//!   [`Lrh`] and [`Grh`] that an HCA's special QPs send) with `LEN`, `parse` and `emit`, and the whole transport
 //!   header [`TransportHdr`] whose [`TransportHdr::parse`] yields a [`ParsedPacket`]. All
 //!   fields are big-endian on the wire; byte offsets live in private `field` modules.
 //! * **The opcode table** behind [`Opcode`]: one `const` table indexed by the opcode byte
@@ -36,8 +38,10 @@ mod error;
 mod ext;
 mod frame;
 mod frame_parse;
+mod grh;
 mod headerset;
 mod icrc;
+mod lrh;
 mod opcode;
 mod pretty;
 mod transport;
@@ -59,10 +63,12 @@ pub use frame::{
     build_frame, build_frame_with, ipv4_header_checksum,
 };
 pub use frame_parse::{FrameView, parse_frame};
+pub use grh::Grh;
 pub use headerset::HeaderSet;
 pub use icrc::{
     FLOW_LABEL_MASK, flow_label_from_qpns, flow_label_to_udp_port, icrc, udp_source_port,
 };
+pub use lrh::{Lrh, lnh};
 pub use opcode::{OpKind, Opcode, Position, Service};
 pub use pretty::pretty;
 pub use transport::{ParsedPacket, TransportHdr};

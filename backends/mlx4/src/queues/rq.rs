@@ -8,7 +8,10 @@ use portverbs_hal::wr::Sge;
 
 use crate::dma::{Slot, Slots};
 use crate::doorbell::DbRecord;
-use crate::layout::wqe::{DataSeg, INLINE_SEG, INVALID_LKEY};
+use zerocopy::transmute;
+
+use super::sq::data_seg;
+use crate::layout::wqe::{DataSeg, INVALID_LKEY};
 
 /// Bytes of a data (scatter) segment, and the least a receive WQE holds: one entry.
 pub(crate) const DATA_SEG: usize = size_of::<DataSeg>();
@@ -31,18 +34,15 @@ pub(crate) fn scatter<const MIN: usize>(
         });
     }
     for s in sges {
-        let count = if s.length == 0 { INLINE_SEG } else { s.length };
-        let mut seg = [0u8; DATA_SEG];
-        seg[..4].copy_from_slice(&count.to_be_bytes());
-        seg[4..8].copy_from_slice(&s.lkey.to_be_bytes());
-        seg[8..].copy_from_slice(&s.addr.to_be_bytes());
-        let _ = wqe.put_at(at, seg);
+        let _ = wqe.put_at(at, data_seg(s));
         at += DATA_SEG;
     }
     if sges.len() < entries {
-        let mut seg = [0u8; DATA_SEG];
-        seg[4..8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
-        let _ = wqe.put_at(at, seg);
+        let end: [u8; DATA_SEG] = transmute!(DataSeg {
+            lkey: INVALID_LKEY.into(),
+            ..DataSeg::default()
+        });
+        let _ = wqe.put_at(at, end);
         at += DATA_SEG;
     }
     Ok(at)
@@ -91,6 +91,7 @@ impl RecvQueue for Mlx4Rq {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::layout::wqe::INLINE_SEG;
 
     use std::sync::Arc;
 

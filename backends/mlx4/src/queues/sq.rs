@@ -2,6 +2,7 @@
 //! the slot the HCA may prefetch next, and rings the UAR send doorbell or copies the WQE through
 //! BlueFlame.
 
+use std::mem::offset_of;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,11 +14,16 @@ use portverbs_hal::types::{AccessFlags, MwType, QpType};
 use portverbs_hal::wr::{
     MwBind, Payload, RemoteAddr, SendFlags, SendOp, SendOps, SendWr, Sge, UdDest,
 };
+use zerocopy::{IntoBytes as _, transmute};
 
 use super::sq_mlx::MlxSend;
 use crate::dma::{Slot, Slots, WqeSlot as _};
+use crate::layout::av::Av;
 use crate::layout::uar::SEND_DOORBELL;
-use crate::layout::wqe::{INLINE_SEG, STAMP, bind, ctrl, opcode};
+use crate::layout::wqe::{
+    AtomicSeg, BindSeg, CtrlSeg, DataSeg, DatagramSeg, INLINE_SEG, LocalInvalSeg, RaddrSeg, STAMP,
+    bind, ctrl, opcode,
+};
 
 /// Most inline bytes per WQE this driver offers.
 pub(crate) const MAX_INLINE: u32 = 256;
@@ -58,45 +64,81 @@ pub struct Mlx4Sq {
 /// The largest WQE: ds is a 6-bit count of 16-byte units.
 const MAX_WQE: usize = 63 * 16;
 
+// The control segment is stored a dword at a time (the ownership dword last, after a barrier),
+// at its `CtrlSeg` field offsets.
+/// Ctrl dword 0: owner, BlueFlame counter, opcode.
+pub(crate) const CTRL_OWNER: usize = offset_of!(CtrlSeg, owner_opcode);
+/// Ctrl dword 1: VLAN (or the BlueFlame QPN), fence and size; its last byte is fence + size.
+pub(crate) const CTRL_VLAN: usize = offset_of!(CtrlSeg, vlan_tag);
+/// Ctrl byte 7: fence and size (ds).
+pub(crate) const CTRL_FENCE_SIZE: usize = offset_of!(CtrlSeg, fence_size);
+/// Ctrl dword 2: the flags.
+pub(crate) const CTRL_FLAGS: usize = offset_of!(CtrlSeg, srcrb_flags);
+/// Ctrl dword 3: immediate or rkey to invalidate.
+pub(crate) const CTRL_IMM: usize = offset_of!(CtrlSeg, imm);
+const _: () = assert!(CTRL_VLAN + 3 == CTRL_FENCE_SIZE);
+
+// Every other segment is built as its `mlx4-layout` struct (the one the emulated HCA reads and
+// `tests/mlx4dv_layout.rs` checks against rdma-core's `mlx4dv.h`) and stored into the slot as
+// its bytes: `transmute!` checks the sizes at compile time and costs no copy, so the stores
+// stay what hand-built byte arrays compiled to.
+
 /// A remote-address segment (`struct mlx4_wqe_raddr_seg`).
 #[inline(always)]
 fn raddr_seg(r: &RemoteAddr) -> [u8; 16] {
-    let mut seg = [0u8; 16];
-    seg[..8].copy_from_slice(&r.addr.to_be_bytes());
-    seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
-    seg
+    transmute!(RaddrSeg {
+        raddr: r.addr.into(),
+        rkey: r.rkey.into(),
+        _r: 0.into(),
+    })
 }
 
-/// Two big-endian 64-bit words (atomic segment: swap/add, compare).
+/// An atomic segment (`struct mlx4_wqe_atomic_seg`).
 #[inline(always)]
-fn two_be64(a: u64, b: u64) -> [u8; 16] {
-    let mut seg = [0u8; 16];
-    seg[..8].copy_from_slice(&a.to_be_bytes());
-    seg[8..].copy_from_slice(&b.to_be_bytes());
-    seg
+fn atomic_seg(swap_add: u64, compare: u64) -> [u8; 16] {
+    transmute!(AtomicSeg {
+        swap_add: swap_add.into(),
+        compare: compare.into(),
+    })
+}
+
+/// A data (gather) segment (`struct mlx4_wqe_data_seg`); a zero length is written as
+/// [`INLINE_SEG`], as rdma-core does.
+#[inline(always)]
+pub(crate) fn data_seg(s: &Sge) -> [u8; 16] {
+    let count = if s.length == 0 { INLINE_SEG } else { s.length };
+    transmute!(DataSeg {
+        byte_count: count.into(),
+        lkey: s.lkey.into(),
+        addr: s.addr.into(),
+    })
 }
 
 /// The datagram segment of a UD send (`struct mlx4_wqe_datagram_seg`, 48 bytes).
 fn datagram_seg(dest: &UdDest<'_>) -> [u8; 48] {
     let av = dest.av;
-    let mut seg = [0u8; 48];
-    seg[..4].copy_from_slice(&(u32::from(av.port_num) << 24).to_be_bytes());
-    seg[5] = (if av.is_global { 0x80 } else { 0 }) | (av.src_path_bits & 0x7f);
-    seg[6..8].copy_from_slice(&av.dlid.to_be_bytes());
-    seg[9] = av.sgid_index;
-    seg[10] = av.static_rate;
-    seg[11] = av.hop_limit;
     let stf = (u32::from(av.sl & 0xf) << 28)
         | (u32::from(av.traffic_class) << 20)
         | (av.flow_label & 0xf_ffff);
-    seg[12..16].copy_from_slice(&stf.to_be_bytes());
-    seg[16..32].copy_from_slice(&av.dgid.0);
-    seg[32..36].copy_from_slice(&(dest.remote_qpn & 0xff_ffff).to_be_bytes());
-    seg[36..40].copy_from_slice(&dest.remote_qkey.to_be_bytes());
-    seg
+    transmute!(DatagramSeg {
+        av: Av {
+            port_pd: (u32::from(av.port_num) << 24).into(),
+            g_slid: (if av.is_global { 0x80 } else { 0 }) | (av.src_path_bits & 0x7f),
+            dlid: av.dlid.into(),
+            gid_index: av.sgid_index,
+            stat_rate: av.static_rate,
+            hop_limit: av.hop_limit,
+            sl_tclass_flowlabel: stf.into(),
+            dgid: av.dgid.0,
+            ..Av::default()
+        },
+        dqpn: (dest.remote_qpn & 0xff_ffff).into(),
+        qkey: dest.remote_qkey.into(),
+        ..DatagramSeg::default()
+    })
 }
 
-/// The memory-window bind segment (32 bytes).
+/// The memory-window bind segment (`struct mlx4_wqe_bind_seg`, 32 bytes).
 fn bind_seg(b: &MwBind) -> [u8; 32] {
     let mut f1 = 0;
     if b.access.contains(AccessFlags::REMOTE_ATOMIC) {
@@ -116,21 +158,22 @@ fn bind_seg(b: &MwBind) -> [u8; 32] {
     if b.access.contains(AccessFlags::ZERO_BASED) {
         f2 |= bind::ZERO_BASED;
     }
-    let mut seg = [0u8; 32];
-    seg[..4].copy_from_slice(&f1.to_be_bytes());
-    seg[4..8].copy_from_slice(&f2.to_be_bytes());
-    seg[8..12].copy_from_slice(&b.new_rkey.to_be_bytes());
-    seg[12..16].copy_from_slice(&b.mr_lkey.to_be_bytes());
-    seg[16..24].copy_from_slice(&b.addr.to_be_bytes());
-    seg[24..32].copy_from_slice(&b.length.to_be_bytes());
-    seg
+    transmute!(BindSeg {
+        flags1: f1.into(),
+        flags2: f2.into(),
+        new_rkey: b.new_rkey.into(),
+        lkey: b.mr_lkey.into(),
+        addr: b.addr.into(),
+        length: b.length.into(),
+    })
 }
 
-/// The local-invalidate segment (32 bytes).
+/// The local-invalidate segment (`struct mlx4_wqe_local_inval_seg`, 32 bytes).
 fn local_inval_seg(rkey: u32) -> [u8; 32] {
-    let mut seg = [0u8; 32];
-    seg[8..12].copy_from_slice(&rkey.to_be_bytes());
-    seg
+    transmute!(LocalInvalSeg {
+        mem_key: rkey.into(),
+        ..LocalInvalSeg::default()
+    })
 }
 
 impl Mlx4Sq {
@@ -140,8 +183,12 @@ impl Mlx4Sq {
         let stride = self.buf.geom().stride();
         let ds = (stride / 16).min(63) as u8;
         let mut slot = vec![0u8; stride];
-        slot[..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
-        slot[7] = ds;
+        let c = CtrlSeg {
+            owner_opcode: ctrl::OWNER.into(),
+            fence_size: ds,
+            ..CtrlSeg::default()
+        };
+        slot[..size_of::<CtrlSeg>()].copy_from_slice(c.as_bytes());
         for b in (64..stride).step_by(64) {
             slot[b..b + 4].copy_from_slice(&STAMP.to_be_bytes());
         }
@@ -156,7 +203,7 @@ impl Mlx4Sq {
     #[inline(always)]
     fn stamp(&self, counter: u32) {
         let slot = self.buf.at(counter);
-        let size = usize::from(slot.byte::<7>() & ctrl::DS_MASK) * 16;
+        let size = usize::from(slot.byte::<CTRL_FENCE_SIZE>() & ctrl::DS_MASK) * 16;
         slot.stamp_blocks(size, STAMP.to_be_bytes());
     }
 
@@ -176,12 +223,7 @@ impl Mlx4Sq {
             return Err(too_many);
         }
         for s in sges {
-            let count = if s.length == 0 { INLINE_SEG } else { s.length };
-            let mut seg = [0u8; 16];
-            seg[..4].copy_from_slice(&count.to_be_bytes());
-            seg[4..8].copy_from_slice(&s.lkey.to_be_bytes());
-            seg[8..].copy_from_slice(&s.addr.to_be_bytes());
-            if !wqe.put_at(at, seg) {
+            if !wqe.put_at(at, data_seg(s)) {
                 return Err(too_many);
             }
             at += 16;
@@ -285,12 +327,12 @@ impl Mlx4Sq {
                 swap,
             } => {
                 wqe.put::<16, 16>(raddr_seg(&remote));
-                wqe.put::<32, 16>(two_be64(swap, compare));
+                wqe.put::<32, 16>(atomic_seg(swap, compare));
                 (opcode::ATOMIC_CS, 0, self.payload::<48>(wqe, wr)?)
             }
             SendOp::AtomicFetchAdd { remote, add } => {
                 wqe.put::<16, 16>(raddr_seg(&remote));
-                wqe.put::<32, 16>(two_be64(add, 0));
+                wqe.put::<32, 16>(atomic_seg(add, 0));
                 (opcode::ATOMIC_FA, 0, self.payload::<48>(wqe, wr)?)
             }
             // Local operations carry no payload.
@@ -339,7 +381,7 @@ impl SendQueue for Mlx4Sq {
             flags |= ctrl::SOLICIT;
         }
         // Control segment dword 2 (flags) goes first: an MLX body adds its fields to it.
-        wqe.put::<8, 4>(flags.to_be_bytes());
+        wqe.put::<CTRL_FLAGS, 4>(flags.to_be_bytes());
         let (op, imm, end) = self.body(wqe, wr)?;
         let len = end.next_multiple_of(16);
         if len > MAX_WQE {
@@ -355,11 +397,11 @@ impl SendQueue for Mlx4Sq {
         };
         // Control segment dwords 1 and 3 (no VLAN; fence + size; immediate), a barrier,
         // then the ownership dword: the HCA may start on the WQE as soon as it is right.
-        wqe.put::<4, 4>(u32::from((len / 16) as u8 | fence).to_be_bytes());
-        wqe.put::<12, 4>(imm.to_be_bytes());
+        wqe.put::<CTRL_VLAN, 4>(u32::from((len / 16) as u8 | fence).to_be_bytes());
+        wqe.put::<CTRL_IMM, 4>(imm.to_be_bytes());
         barrier::to_device();
         let owner = if ring.parity(counter) { ctrl::OWNER } else { 0 };
-        wqe.publish4::<0>((owner | u32::from(op)).to_be_bytes());
+        wqe.publish4::<CTRL_OWNER>((owner | u32::from(op)).to_be_bytes());
         self.stamp(counter.wrapping_add(self.spare));
         self.bf_len = if matches!(wr.payload, Payload::Inline(_)) {
             len
@@ -384,9 +426,11 @@ impl SendQueue for Mlx4Sq {
                 // half. The HCA ignores both fields in a WQE it fetches from the ring.
                 let c = head.wrapping_sub(1);
                 let wqe = self.buf.at(c);
-                let d0 = u32::from_be_bytes(wqe.read::<0, 4>()) | ((c & 0xffff) << 8);
-                wqe.publish4::<0>(d0.to_be_bytes());
-                wqe.publish4::<4>(((self.qpn << 8) | u32::from(wqe.byte::<7>())).to_be_bytes());
+                let d0 = u32::from_be_bytes(wqe.read::<CTRL_OWNER, 4>()) | ((c & 0xffff) << 8);
+                wqe.publish4::<CTRL_OWNER>(d0.to_be_bytes());
+                wqe.publish4::<CTRL_VLAN>(
+                    ((self.qpn << 8) | u32::from(wqe.byte::<CTRL_FENCE_SIZE>())).to_be_bytes(),
+                );
                 let n = len.next_multiple_of(64);
                 if wqe
                     .write_wc_from(n, &*self.bar2, bf.offset + self.bf_half)
@@ -486,5 +530,136 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The slot's first `N` bytes.
+    fn slot_bytes<const N: usize>(q: &Mlx4Sq) -> [u8; N] {
+        let mut out = [0u8; N];
+        assert!(q.buf.at(0).read_at(0, &mut out));
+        out
+    }
+
+    /// What the driver stores is what the layout structs (the ones the emulated HCA reads and
+    /// the mlx4dv.h check covers) say, field by field, for each segment after the control one.
+    #[test]
+    fn segments_read_back_through_the_layout_structs() {
+        use crate::layout::read;
+
+        let mut q = sq(QpType::Rc);
+        let remote = RemoteAddr {
+            addr: 0x0123_4567_89ab_cdef,
+            rkey: 0xa1b2_c3d4,
+        };
+        let sge = [Sge {
+            addr: 0x1122_3344_5566_7788,
+            length: 0,
+            lkey: 0x99,
+        }];
+        let op = SendOp::AtomicCmpSwp {
+            remote,
+            compare: 5,
+            swap: 6,
+        };
+        q.write_wqe(0, &SendWr::new(1, op).sges(&sge), true)
+            .unwrap();
+        let w = slot_bytes::<64>(&q);
+        let c: CtrlSeg = read(&w).unwrap();
+        assert_eq!(
+            c.owner_opcode.get() & ctrl::OPCODE_MASK,
+            u32::from(opcode::ATOMIC_CS)
+        );
+        assert_eq!(c.fence_size & ctrl::DS_MASK, 4);
+        assert_eq!(c.srcrb_flags.get(), ctrl::CQ_UPDATE);
+        let r: RaddrSeg = read(&w[16..]).unwrap();
+        assert_eq!(
+            (r.raddr.get(), r.rkey.get(), r._r.get()),
+            (remote.addr, remote.rkey, 0)
+        );
+        let a: AtomicSeg = read(&w[32..]).unwrap();
+        assert_eq!((a.swap_add.get(), a.compare.get()), (6, 5));
+        let d: DataSeg = read(&w[48..]).unwrap();
+        assert_eq!(
+            (d.byte_count.get(), d.lkey.get(), d.addr.get()),
+            (INLINE_SEG, 0x99, sge[0].addr),
+            "a zero-length entry is written as rdma-core writes it"
+        );
+
+        let bind = MwBind {
+            new_rkey: 0x4455,
+            mw_type: MwType::Type2,
+            mr_lkey: 0x66,
+            addr: 0x7000,
+            length: 0x800,
+            access: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_ATOMIC
+                | AccessFlags::ZERO_BASED,
+        };
+        q.write_wqe(0, &SendWr::new(2, SendOp::BindMw { bind }), false)
+            .unwrap();
+        let b: BindSeg = read(&slot_bytes::<48>(&q)[16..]).unwrap();
+        assert_eq!(
+            b,
+            BindSeg {
+                flags1: (bind::REMOTE_WRITE | bind::REMOTE_ATOMIC).into(),
+                flags2: (bind::TYPE_2 | bind::ZERO_BASED).into(),
+                new_rkey: 0x4455.into(),
+                lkey: 0x66.into(),
+                addr: 0x7000.into(),
+                length: 0x800.into(),
+            }
+        );
+        q.write_wqe(0, &SendWr::new(3, SendOp::LocalInv { rkey: 0x1234 }), false)
+            .unwrap();
+        let l: LocalInvalSeg = read(&slot_bytes::<48>(&q)[16..]).unwrap();
+        assert_eq!(
+            l,
+            LocalInvalSeg {
+                mem_key: 0x1234.into(),
+                ..LocalInvalSeg::default()
+            }
+        );
+
+        let mut q = sq(QpType::Ud);
+        let av = portverbs_hal::attr::AddressVector {
+            dgid: portverbs_hal::types::Gid([0xf5; 16]),
+            sgid_index: 2,
+            flow_label: 0x1_2345,
+            hop_limit: 64,
+            traffic_class: 0xa0,
+            is_global: true,
+            dlid: 0x21,
+            sl: 3,
+            src_path_bits: 0x05,
+            static_rate: 7,
+            port_num: 1,
+        };
+        let dest = UdDest {
+            av: &av,
+            remote_qpn: 0x0100_0abc,
+            remote_qkey: 0x8001_0002,
+        };
+        let wr = SendWr::new(4, SendOp::Send).sges(&sge[..0]).ud(dest);
+        q.write_wqe(0, &wr, true).unwrap();
+        let g: DatagramSeg = read(&slot_bytes::<64>(&q)[16..]).unwrap();
+        assert_eq!(
+            g,
+            DatagramSeg {
+                av: Av {
+                    port_pd: (1 << 24).into(),
+                    g_slid: 0x85,
+                    dlid: 0x21.into(),
+                    gid_index: 2,
+                    stat_rate: 7,
+                    hop_limit: 64,
+                    sl_tclass_flowlabel: 0x3a01_2345.into(),
+                    dgid: [0xf5; 16],
+                    ..Av::default()
+                },
+                dqpn: 0xabc.into(),
+                qkey: 0x8001_0002.into(),
+                ..DatagramSeg::default()
+            },
+            "the remote QPN is masked to 24 bits"
+        );
     }
 }

@@ -7,7 +7,7 @@ use portverbs_hal::error::WqeError;
 use portverbs_hal::types::{Gid, SpecialQp};
 use portverbs_hal::wr::{Payload, SendFlags, SendOp, SendWr};
 
-use super::sq::Mlx4Sq;
+use super::sq::{CTRL_FLAGS, Mlx4Sq};
 use crate::dma::{Slot, WqeSlot as _};
 use crate::layout::mlx::{MAX_HEADER, Route, UdHeader, flags};
 use crate::layout::wqe::{INLINE_SEG, opcode};
@@ -98,10 +98,10 @@ impl Mlx4Sq {
                     max: MAX_HEADER as u32,
                 })?;
         let end = self.data_segs(wqe, end.next_multiple_of(16), sges)?;
-        let f = u32::from_be_bytes(wqe.read::<8, 4>())
+        let f = u32::from_be_bytes(wqe.read::<CTRL_FLAGS, 4>())
             | (u32::from(h.sl) << flags::SL_SHIFT)
             | (u32::from(av.static_rate & 0xf) << 12);
-        wqe.put::<8, 4>(f.to_be_bytes());
+        wqe.put::<CTRL_FLAGS, 4>(f.to_be_bytes());
         Ok((opcode::SEND, u32::from(av.dlid) << 16, end))
     }
 }

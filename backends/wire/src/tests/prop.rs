@@ -206,4 +206,31 @@ proptest! {
         bth.emit(&mut out).unwrap();
         prop_assert_eq!(Bth::parse(&out).unwrap(), bth);
     }
+
+    /// Any bytes parse as an LRH and a GRH (or are too short), and emitting what was parsed
+    /// gives the bytes back except the reserved bits, which come back zero.
+    #[test]
+    fn lrh_and_grh_parse_emit_keep_every_field(
+        bytes in proptest::collection::vec(any::<u8>(), 0..48),
+    ) {
+        match Lrh::parse(&bytes) {
+            Ok(lrh) => {
+                let mut out = [0u8; Lrh::LEN];
+                lrh.emit(&mut out).unwrap();
+                let mut want: [u8; Lrh::LEN] = bytes[..Lrh::LEN].try_into().unwrap();
+                want[1] &= 0xf3;
+                want[4] &= 0x07;
+                prop_assert_eq!(out, want);
+            }
+            Err(e) => prop_assert!(bytes.len() < Lrh::LEN, "{e}"),
+        }
+        match Grh::parse(&bytes) {
+            Ok(grh) => {
+                let mut out = [0u8; Grh::LEN];
+                grh.emit(&mut out).unwrap();
+                prop_assert_eq!(&out[..], &bytes[..Grh::LEN]);
+            }
+            Err(e) => prop_assert!(bytes.len() < Grh::LEN, "{e}"),
+        }
+    }
 }
