@@ -11,20 +11,20 @@ use std::net::{IpAddr, SocketAddr};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use portverbs::UdpDevice;
 use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
 use portverbs::prelude::*;
-use portverbs::udp_port::UdpConfig;
-use portverbs::{UdpDevice, udp_device};
 
 mod cm_util;
+use cm_util::udp::{Silent, udp_cm};
 use cm_util::{Dev, ctx_of, param, settle, side};
 
 fn udp_pair_in(
     ips: [&str; 2],
     progress: portverbs::hal::Progress,
 ) -> (UdpDevice, UdpDevice, Dev, Dev) {
-    let (da, a) = udp_cm("cm_udp_a", ips[0], progress);
-    let (db, b) = udp_cm("cm_udp_b", ips[1], progress);
+    let (da, a) = udp_cm("cm_udp_a", ips[0].parse().unwrap(), progress);
+    let (db, b) = udp_cm("cm_udp_b", ips[1].parse().unwrap(), progress);
     (da, db, a, b)
 }
 
@@ -160,35 +160,6 @@ fn a_manual_server_busy_polling_its_data_cq_answers_through_that_poll() {
     cm_util::busy_server(&a, &b, 7482, Duration::from_secs(5), cm_util::busy_polling);
 }
 
-/// A peer that never answers: a plain UDP socket on the RoCEv2 port of `ip`, counting the
-/// datagrams (REQs) that reach it.
-struct Silent(std::net::UdpSocket);
-
-impl Silent {
-    fn bind(ip: &str) -> Self {
-        let sock = std::net::UdpSocket::bind((ip.parse::<IpAddr>().unwrap(), 4791)).unwrap();
-        sock.set_nonblocking(true).unwrap();
-        Self(sock)
-    }
-
-    /// The datagrams received so far (each read once).
-    fn count(&self) -> usize {
-        let mut buf = [0u8; 2048];
-        std::iter::from_fn(|| self.0.recv(&mut buf).ok()).count()
-    }
-}
-
-/// A UDP-bound device's CM in `progress` on `ip`.
-fn udp_cm(name: &str, ip: &str, progress: portverbs::hal::Progress) -> (UdpDevice, Dev) {
-    let ip: IpAddr = ip.parse().unwrap();
-    let mut config = UdpConfig::new(ip);
-    config.progress = progress;
-    let dev = udp_device(name, config).unwrap();
-    let ctx = portverbs::open(dev.any()).unwrap();
-    let cm = CmDevice::open_blocking(&ctx, ip).unwrap();
-    (dev, cm)
-}
-
 /// Short CM timers: 3 REQs, each waited for 2·256 + 1 ms.
 fn short_budget() -> ConnParam {
     ConnParam {
@@ -202,8 +173,8 @@ fn short_budget() -> ConnParam {
 /// each retransmission sent, no sooner and not much later — and an application timeout
 /// ends it sooner, before the first retransmission.
 fn unanswered_connect_spends_its_budget(progress: portverbs::hal::Progress, ips: [&str; 3]) {
-    let (_d, a) = udp_cm("cm_budget", ips[0], progress);
-    let silent = Silent::bind(ips[1]);
+    let (_d, a) = udp_cm("cm_budget", ips[0].parse().unwrap(), progress);
+    let silent = Silent::bind(ips[1].parse().unwrap());
     let s = side(&ctx_of(&a), None);
     let dst = SocketAddr::new(ips[1].parse().unwrap(), 7490);
     let param = short_budget();
@@ -226,7 +197,7 @@ fn unanswered_connect_spends_its_budget(progress: portverbs::hal::Progress, ips:
     );
     drop(conn);
     // The default budget (73.7 s) cut short by the application's timeout.
-    let silent = Silent::bind(ips[2]);
+    let silent = Silent::bind(ips[2].parse().unwrap());
     let s = side(&ctx_of(&a), None);
     let param = ConnParam {
         timeout: Some(Duration::from_millis(300)),
@@ -274,8 +245,8 @@ fn an_unanswered_connect_spends_its_budget_in_manual_progress() {
 /// the budget is spent — in auto progress the device's thread runs the CM's timers, in
 /// manual the awaiting task's sink wakes it for them (a timerfd in the reactor).
 fn awaited_connect_runs_its_timers(progress: portverbs::hal::Progress, ips: [&str; 2]) {
-    let (_d, a) = udp_cm("cm_await", ips[0], progress);
-    let silent = Silent::bind(ips[1]);
+    let (_d, a) = udp_cm("cm_await", ips[0].parse().unwrap(), progress);
+    let silent = Silent::bind(ips[1].parse().unwrap());
     let s = side(&ctx_of(&a), None);
     let dst = SocketAddr::new(ips[1].parse().unwrap(), 7491);
     let (tx, rx) = std::sync::mpsc::channel();

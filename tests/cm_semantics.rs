@@ -11,11 +11,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use portverbs::cm::service::{CmDevice, ConnParam, Connector, ServiceError};
-use portverbs::cm::wire::{CmMessage, Mad};
 use portverbs::prelude::*;
 use portverbs::soft::{DeviceConfig, Fabric, SoftDevice};
 
 mod cm_util;
+use cm_util::udp::{Silent, udp_cm};
 use cm_util::{Dev, attr, close, connect, side};
 
 /// The CM of a soft device on `fabric` at `ip`, whose port's active MTU is `mtu`.
@@ -92,45 +92,16 @@ fn the_passive_side_takes_the_smaller_of_the_req_mtu_and_its_port() {
 
 // ---- the REQ on the wire ----------------------------------------------------------------
 
-/// A peer that never answers: a UDP socket on the RoCEv2 port of `ip`; its datagrams' MADs.
-struct Silent(std::net::UdpSocket);
-
-impl Silent {
-    fn bind(ip: &str) -> Self {
-        let sock = std::net::UdpSocket::bind((ip.parse::<IpAddr>().unwrap(), 4791)).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        Self(sock)
-    }
-
-    /// The next REQ that arrives (BTH and DETH in front of the MAD).
-    fn req(&self) -> portverbs::cm::wire::Req {
-        let mut buf = [0u8; 2048];
-        loop {
-            let n = self.0.recv(&mut buf).unwrap();
-            let Some(bytes) = buf.get(20..276).filter(|_| n >= 276) else {
-                continue;
-            };
-            if let Ok(Mad {
-                msg: CmMessage::Req(r),
-                ..
-            }) = Mad::parse(bytes)
-            {
-                return r;
-            }
-        }
-    }
-}
-
 #[test]
 fn the_req_carries_flow_control_srq_tos_mtu_and_the_device_depths() {
     let (ip, peer) = ("127.0.197.1", "127.0.197.2");
-    let silent = Silent::bind(peer);
-    let mut config = portverbs::udp_port::UdpConfig::new(ip.parse().unwrap());
-    config.progress = portverbs::hal::Progress::Auto;
-    let dev = portverbs::udp_device("cm_semantics", config).unwrap();
-    let ctx = portverbs::open(dev.any()).unwrap();
-    let a = CmDevice::open_blocking(&ctx, ip.parse().unwrap()).unwrap();
+    let silent = Silent::bind(peer.parse().unwrap());
+    let (dev, a) = udp_cm(
+        "cm_semantics",
+        ip.parse().unwrap(),
+        portverbs::hal::Progress::Auto,
+    );
+    let ctx = a.context().clone();
     let port_mtu = ctx.query_port_blocking(1).unwrap().active_mtu;
     let dst = SocketAddr::new(peer.parse().unwrap(), 7615);
     let quick = ConnParam {

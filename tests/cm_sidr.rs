@@ -5,32 +5,18 @@
 //! a completion run on every backend in `cm_matrix.rs`'s `sidr` module.
 #![cfg(target_os = "linux")]
 
-use std::net::IpAddr;
-
-use portverbs::cm::service::{CmDevice, RDMA_UDP_QKEY};
+use portverbs::cm::service::RDMA_UDP_QKEY;
 use portverbs::hal::Progress;
 use portverbs::prelude::*;
-use portverbs::udp_port::UdpConfig;
 use portverbs::verbs::ReceivedGrh;
-use portverbs::{AnyDevice, UdpDevice, udp_device};
 
+mod cm_util;
 mod mcast_util;
 #[path = "cm_util/sidr.rs"]
 mod sidr_util;
 
+use cm_util::udp::udp_cm;
 use sidr_util::{recv, send, ud};
-
-type Dev = CmDevice<AnyDevice>;
-
-fn udp_cm(name: &str, ip: &str) -> (UdpDevice, Dev) {
-    let ip: IpAddr = ip.parse().unwrap();
-    let mut config = UdpConfig::new(ip);
-    config.progress = Progress::Auto;
-    let dev = udp_device(name, config).unwrap_or_else(|e| panic!("{name} on {ip}: {e}"));
-    let ctx = portverbs::open(dev.any()).unwrap();
-    let cm = CmDevice::open_blocking(&ctx, ip).unwrap();
-    (dev, cm)
-}
 
 /// What a hop limit of 0 means on the UDP port: the hop limit travels as given, as Linux's
 /// rxe writes it into the IP header (0 there, which no router forwards); a socket cannot send
@@ -38,8 +24,8 @@ fn udp_cm(name: &str, ip: &str) -> (UdpDevice, Dev) {
 /// one made from a completion carry a routable hop limit instead.
 #[test]
 fn a_hop_limit_of_zero_leaves_as_ttl_one() {
-    let (_da, a) = udp_cm("cm_sidr_f", "127.0.95.6");
-    let (_db, b) = udp_cm("cm_sidr_g", "127.0.95.7");
+    let (_da, a) = udp_cm("cm_sidr_f", [127, 0, 95, 6].into(), Progress::Auto);
+    let (_db, b) = udp_cm("cm_sidr_g", [127, 0, 95, 7].into(), Progress::Auto);
     let (from, to) = (ud(&a), ud(&b));
     let ah = from
         .pd

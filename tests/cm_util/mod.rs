@@ -2,12 +2,15 @@
 //! `cm_semantics.rs`, and the hostile suite's `attacks/cm_liar.rs`): a device's
 //! CM, an RC QP with its CQ and buffer, completions, a thread that drives a CM, the exchanges
 //! several files run (connect–send–disconnect, a reject, a busy server), and waiting until
-//! nothing is left. [`pair`]: two CM devices of one backend for the per-backend matrix.
+//! nothing is left. [`pair`]: two CM devices of one backend for the per-backend matrix;
+//! [`udp`]: a UDP-bound device's CM and a peer that never answers.
 
 #![allow(dead_code, unreachable_pub)]
 
 #[cfg(target_os = "linux")]
 pub mod pair;
+#[cfg(target_os = "linux")]
+pub mod udp;
 
 use std::net::SocketAddr;
 use std::thread;

@@ -10,14 +10,14 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use portverbs::UdpDevice;
 use portverbs::cm::service::CmDevice;
 use portverbs::mlx4_model::Mlx4Model;
 use portverbs::prelude::*;
 use portverbs::soft::{DeviceConfig, Fabric, SoftDevice};
-use portverbs::udp_port::UdpConfig;
-use portverbs::{UdpDevice, udp_device};
 
 use super::Dev;
+use super::udp::udp_cm;
 
 /// Which backend a CM case runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,8 @@ pub enum Backend {
     Udp,
 }
 
-/// The second octet of every loopback address the UDP pairs take (this binary's alone).
+/// The second octet of every loopback address the UDP pairs take. Only `cm_matrix.rs` makes
+/// pairs, so the range is that binary's alone.
 const LOOPBACK_NET: u8 = 51;
 
 /// Two loopback addresses no other pair of this process has.
@@ -110,19 +111,18 @@ impl Pair {
             }
             Backend::Udp => {
                 let ips = loopback_pair();
-                let devs = [0, 1].map(|i| {
-                    let mut config = UdpConfig::new(ips[i]);
-                    config.progress = portverbs::hal::Progress::Auto;
-                    let name = format!("cm_udp{i}");
-                    udp_device(&name, config)
-                        .unwrap_or_else(|e| panic!("{name} on {}: {e}", ips[i]))
+                let [(da, a), (db, b)] = [0, 1].map(|i| {
+                    udp_cm(
+                        &format!("cm_udp{i}"),
+                        ips[i],
+                        portverbs::hal::Progress::Auto,
+                    )
                 });
-                let [a, b] = [0, 1].map(|i| cm(devs[i].any(), ips[i]));
                 Self {
                     backend,
                     a,
                     b,
-                    hw: devs.map(Hw::Udp),
+                    hw: [Hw::Udp(da), Hw::Udp(db)],
                     _fabric: None,
                 }
             }
