@@ -1,14 +1,22 @@
-//! Set-up shared by the CM test files (`cm.rs`, `cm_mlx4.rs`, `cm_scale.rs`, and the hostile
-//! suite's `attacks/cm_liar.rs`): a device's CM, an RC QP with its CQ and buffer,
-//! completions, and waiting until nothing is left.
+//! Set-up shared by the CM test files (`cm.rs`, `cm_matrix.rs`, `cm_mlx4.rs`,
+//! `cm_semantics.rs`, and the hostile suite's `attacks/cm_liar.rs`): a device's
+//! CM, an RC QP with its CQ and buffer, completions, a thread that drives a CM, the exchanges
+//! several files run (connect–send–disconnect, a reject, a busy server), and waiting until
+//! nothing is left. [`pair`]: two CM devices of one backend for the per-backend matrix;
+//! [`udp`]: a UDP-bound device's CM and a peer that never answers.
 
 #![allow(dead_code, unreachable_pub)]
+
+#[cfg(target_os = "linux")]
+pub mod pair;
+#[cfg(target_os = "linux")]
+pub mod udp;
 
 use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
+use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, RdmaCmEvent, ServiceError};
 use portverbs::cm::wire::RejReason;
 use portverbs::prelude::*;
 
@@ -96,6 +104,177 @@ pub fn settle(devs: &[&Dev]) {
     for d in devs {
         assert_eq!(d.associated_qps(), 0);
     }
+}
+
+/// [`settle`], and no QP1 completion failed on either device.
+pub fn settle_clean(devs: &[&Dev]) {
+    settle(devs);
+    for d in devs {
+        let c = d.mad_counts();
+        assert_eq!((c.recv_errors, c.send_errors), (0, 0), "{c:?}");
+    }
+}
+
+/// A thread that drives a device's CM while it lives, as an application's calls would. The
+/// devices here run their CM on their own progress thread as well; the cases hold on a device
+/// without one (whose CM answers only when something calls) too.
+pub struct Driver {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Driver {
+    pub fn start(dev: &Dev) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (dev, flag) = (dev.clone(), stop.clone());
+        let thread = thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                dev.progress().unwrap();
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+/// Connect from `a` to `b`'s `port` with private data both ways, a SEND each way over the
+/// connected QPs, disconnect from the active side: the passive side sees who connected and
+/// where, both sides see DISCONNECTED with their QPs in ERR, the active side's posted receive
+/// is flushed, nothing leaks, no QP1 completion failed, and no MAD needed a retransmission.
+pub fn connect_send_disconnect(a: &Dev, b: &Dev, port: u16) {
+    let before = (a.stats().retransmits, b.stats().retransmits);
+    let dst = SocketAddr::new(b.local_ip(), port);
+    let mut listener = Listener::bind(b, dst).unwrap();
+    listener.listen(4).unwrap();
+    let a_ip = a.local_ip();
+    let passive = {
+        let b = b.clone();
+        thread::spawn(move || {
+            let s = side(b.context(), None);
+            let req = listener.get_request_blocking(T).unwrap();
+            assert_eq!(req.remote_addr().ip(), a_ip);
+            assert_eq!(req.local_addr(), dst);
+            assert_eq!(&req.private_data()[..5], b"hello");
+            let conn = req.accept_blocking(&s.qp, &param(b"welcome")).unwrap();
+            assert_eq!(s.qp.state(), QpState::Rts);
+            // Posted once the CM took the QP out of RESET; the peer's SEND waits on RNR.
+            post_recv(&s, 11);
+            let wc = poll_one(&s.cq);
+            assert_eq!((wc.wr_id, wc.status), (11, WcStatus::Success), "{wc:?}");
+            let mut got = [0u8; 4];
+            s.mr.read(0, &mut got).unwrap();
+            assert_eq!(&got, b"ping");
+            s.mr.write(512, b"pong").unwrap();
+            let sge = [s.mr.sge(512, 4).unwrap()];
+            s.qp.post_send(&[SendWr::new(12, SendOp::Send).sges(&sge).signaled()])
+                .unwrap();
+            let wc = poll_one(&s.cq);
+            assert_eq!((wc.wr_id, wc.status), (12, WcStatus::Success), "{wc:?}");
+            conn.notify_disconnect_blocking(T).unwrap();
+            // The peer disconnected first: this answers its DREQ (DREP).
+            conn.disconnect(&s.qp).unwrap();
+            assert_eq!(s.qp.state(), QpState::Err);
+            drop(conn);
+            drop(listener);
+        })
+    };
+    let s = side(a.context(), None);
+    let mut conn = Connector::new(a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    assert_eq!(
+        conn.next_event_blocking(T).unwrap(),
+        RdmaCmEvent::AddrResolved
+    );
+    assert_eq!(
+        conn.next_event_blocking(T).unwrap(),
+        RdmaCmEvent::RouteResolved
+    );
+    let rep = conn.connect_blocking(&s.qp, &param(b"hello")).unwrap();
+    assert_eq!(&rep[..7], b"welcome");
+    assert_eq!(s.qp.state(), QpState::Rts);
+    // Before the ping: the peer answers it with a pong.
+    post_recv(&s, 21);
+    s.mr.write(1024, b"ping").unwrap();
+    let sge = [s.mr.sge(1024, 4).unwrap()];
+    s.qp.post_send(&[SendWr::new(5, SendOp::Send).sges(&sge).signaled()])
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let wc = poll_one(&s.cq);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        seen.push(wc.wr_id);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [5, 21]);
+    let mut got = [0u8; 4];
+    s.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"pong");
+    post_recv(&s, 99);
+    conn.disconnect(&s.qp).unwrap();
+    let wc = poll_one(&s.cq);
+    assert_eq!((wc.wr_id, wc.status), (99, WcStatus::WrFlushErr));
+    conn.notify_disconnect_blocking(T).unwrap();
+    passive.join().unwrap();
+    drop(conn);
+    settle_clean(&[a, b]);
+    assert_eq!(
+        (a.stats().retransmits, b.stats().retransmits),
+        before,
+        "a MAD was retransmitted"
+    );
+}
+
+/// One side of an established connection: its QP with CQ and buffer, and its endpoint.
+pub type End = (Side, Connector<AnyDevice>);
+
+/// A connection from `a` to `b` on `port`: `b` accepts with `accept`, `a` connects with
+/// `connect`. Returns (active side, passive side).
+pub fn connect(a: &Dev, b: &Dev, port: u16, connect: &ConnParam, accept: ConnParam) -> (End, End) {
+    let dst = SocketAddr::new(b.local_ip(), port);
+    let mut listener = Listener::bind(b, dst).unwrap();
+    listener.listen(4).unwrap();
+    let passive = {
+        let b = b.clone();
+        thread::spawn(move || {
+            let s = side(&ctx_of(&b), None);
+            let req = listener.get_request_blocking(T).unwrap();
+            let conn = req.accept_blocking(&s.qp, &accept).unwrap();
+            (s, conn)
+        })
+    };
+    let s = side(&ctx_of(a), None);
+    let mut conn = Connector::new(a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    conn.connect_blocking(&s.qp, connect).unwrap();
+    ((s, conn), passive.join().unwrap())
+}
+
+/// Disconnects both sides of [`connect`]'s connection and waits until nothing is left.
+pub fn close(a: &Dev, b: &Dev, ends: (End, End)) {
+    let ((sa, ca), (sb, cb)) = ends;
+    ca.disconnect(&sa.qp).unwrap();
+    cb.notify_disconnect_blocking(T).unwrap();
+    cb.disconnect(&sb.qp).unwrap();
+    ca.notify_disconnect_blocking(T).unwrap();
+    drop((ca, cb));
+    settle(&[a, b]);
+}
+
+/// The QP's attributes as the device reports them.
+pub fn attr(s: &Side) -> QpAttr {
+    s.qp.query_blocking().unwrap()
 }
 
 /// `b` listens on `port` and rejects with private data; `a` connects and sees REJECTED

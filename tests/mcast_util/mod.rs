@@ -1,5 +1,5 @@
 //! The UD endpoint and the completion wait the multicast tests share (`tests/udp_mcast.rs`,
-//! `tests/cm_mcast.rs`).
+//! `tests/cm_matrix.rs`).
 
 use std::time::{Duration, Instant};
 

@@ -1,54 +1,47 @@
 //! The CM service's multicast join (`CmDevice::join_multicast`, rdma_cm's
-//! `rdma_join_multicast` on RoCEv2) between two UDP-bound devices of this process on two
-//! loopback addresses, each with its own progress thread: a QP of one device and two of the
-//! other join an IPv4 group; a datagram sent with what the sender's join returned (address
-//! handle attributes, QPN 0xFFFFFF, rdma_cm's Q_Key) reaches both joined QPs of the other
-//! device; after a leave it no longer does. And the join's refusals, each typed.
-#![cfg(target_os = "linux")]
+//! `rdma_join_multicast` on RoCEv2): a QP of one device and two of the other join an IPv4
+//! group; a datagram sent with what the sender's join returned (address handle attributes,
+//! QPN 0xFFFFFF, rdma_cm's Q_Key) reaches both joined QPs of the other device; after a leave
+//! it no longer does. And the join's refusals, each typed.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use portverbs::cm::service::{CmDevice, MCAST_HOP_LIMIT, MCAST_QPN, RDMA_UDP_QKEY, ServiceError};
-use portverbs::hal::Progress;
+use portverbs::cm::service::{MCAST_HOP_LIMIT, MCAST_QPN, RDMA_UDP_QKEY, ServiceError};
 use portverbs::prelude::*;
-use portverbs::udp_port::UdpConfig;
 use portverbs::verbs::McastError;
-use portverbs::{AnyDevice, UdpDevice, udp_device};
 
-mod mcast_util;
-
-use mcast_util::{Ud, completions};
-
-type Dev = CmDevice<AnyDevice>;
-
-fn udp_cm(name: &str, ip: &str) -> (UdpDevice, Dev) {
-    let ip: IpAddr = ip.parse().unwrap();
-    let mut config = UdpConfig::new(ip);
-    config.progress = Progress::Auto;
-    let dev = udp_device(name, config).unwrap_or_else(|e| panic!("{name} on {ip}: {e}"));
-    let ctx = portverbs::open(dev.any()).unwrap();
-    let cm = CmDevice::open_blocking(&ctx, ip).unwrap();
-    (dev, cm)
-}
+use crate::cm_util::Dev;
+use crate::cm_util::pair::{Backend, Pair};
+use crate::mcast_util::{self, Ud, completions};
 
 /// A UD QP brought up as rdma_cm brings up a `RDMA_PS_UDP` id's QP (Q_Key 0x01234567).
 fn ud(cm: &Dev) -> Ud {
     mcast_util::ud(cm.context(), RDMA_UDP_QKEY)
 }
 
-#[test]
-fn a_joined_group_reaches_every_joined_qp_until_they_leave() {
-    let (_da, a) = udp_cm("cm_mc_a", "127.0.94.1");
-    let (_db, b) = udp_cm("cm_mc_b", "127.0.94.2");
-    let group = IpAddr::V4(Ipv4Addr::new(239, 94, 0, 1));
-    let sender = ud(&a);
-    let (r1, r2) = (ud(&b), ud(&b));
+/// The group `239.(a+up).b.n`, where `a.b` are the second and third octets of `dev`'s own
+/// address: the UDP pairs' groups (real IP multicast on loopback) differ as their addresses
+/// do, so that tests running at the same time never share one.
+fn group_of(dev: &Dev, up: u8, n: u8) -> Ipv4Addr {
+    let IpAddr::V4(ip) = dev.local_ip() else {
+        panic!("the pairs' devices have IPv4 addresses")
+    };
+    let o = ip.octets();
+    Ipv4Addr::new(239, o[1] + up, o[2], n)
+}
+
+fn a_joined_group_reaches_every_joined_qp_until_they_leave(backend: Backend) {
+    let p = Pair::new(backend);
+    let (a, b) = (&p.a, &p.b);
+    let group = IpAddr::V4(group_of(a, 0, 1));
+    let sender = ud(a);
+    let (r1, r2) = (ud(b), ud(b));
 
     let join = a.join_multicast_blocking(&sender.qp, group).unwrap();
     // What rdma_cm's join event carries on RoCEv2 for an IPv4 group in RDMA_PS_UDP.
     assert_eq!(join.group, group);
-    assert_eq!(join.mgid, Gid::from_ipv4(Ipv4Addr::new(239, 94, 0, 1)));
+    assert_eq!(join.mgid, Gid::from_ip(group));
     assert_eq!(join.av.dgid, join.mgid);
     assert!(join.av.is_global);
     assert_eq!(join.av.hop_limit, MCAST_HOP_LIMIT);
@@ -96,7 +89,11 @@ fn a_joined_group_reaches_every_joined_qp_until_they_leave() {
         assert_eq!(wc[0].src_qp, sender.qp.qp_num());
         let mut got = vec![0u8; 40 + payload.len()];
         r.mr.read(0, &mut got).unwrap();
-        assert_eq!(got[36..40], [239, 94, 0, 1], "GRH destination: the group");
+        assert_eq!(
+            IpAddr::from(<[u8; 4]>::try_from(&got[36..40]).unwrap()),
+            group,
+            "GRH destination: the group"
+        );
         assert_eq!(&got[40..], payload);
     }
 
@@ -123,11 +120,11 @@ fn a_joined_group_reaches_every_joined_qp_until_they_leave() {
     a.leave_multicast_blocking(&sender.qp, group).unwrap();
 }
 
-#[test]
-fn joins_that_cannot_be_made_are_refused_typed() {
-    let (_d, a) = udp_cm("cm_mc_refuse", "127.0.95.1");
-    let group = IpAddr::V4(Ipv4Addr::new(239, 95, 0, 1));
-    let u = ud(&a);
+fn joins_that_cannot_be_made_are_refused_typed(backend: Backend) {
+    let p = Pair::new(backend);
+    let a = &p.a;
+    let group = IpAddr::V4(group_of(a, 0, 2));
+    let u = ud(a);
 
     // Not a UD QP.
     let pd = a.context().alloc_pd_blocking().unwrap();
@@ -151,7 +148,7 @@ fn joins_that_cannot_be_made_are_refused_typed() {
     }
 
     // An IPv6 group on an IPv4 address's device.
-    let v6: IpAddr = "ff0e::95:1".parse().unwrap();
+    let v6: IpAddr = "ff0e::51:1".parse().unwrap();
     let err = a.join_multicast_blocking(&u.qp, v6).unwrap_err();
     assert!(matches!(err, ServiceError::FamilyMismatch(..)), "{err:?}");
 
@@ -159,7 +156,7 @@ fn joins_that_cannot_be_made_are_refused_typed() {
     let max = a.context().attr().max_mcast_grp;
     assert!(max > 0 && max < 256, "{max}");
     for i in 0..max {
-        let g = IpAddr::V4(Ipv4Addr::new(239, 95, 1, u8::try_from(i).unwrap()));
+        let g = IpAddr::V4(group_of(a, 100, u8::try_from(i).unwrap()));
         a.join_multicast_blocking(&u.qp, g).unwrap();
     }
     let err = a.join_multicast_blocking(&u.qp, group).unwrap_err();
@@ -177,3 +174,8 @@ fn joins_that_cannot_be_made_are_refused_typed() {
     // Nothing was attached by the refusals.
     assert!(!u.qp.mcast_groups().contains(&Gid::from_ip(group)));
 }
+
+cm_cases!(
+    a_joined_group_reaches_every_joined_qp_until_they_leave,
+    joins_that_cannot_be_made_are_refused_typed,
+);
