@@ -357,10 +357,7 @@ fn mlx4_completion_channels_outnumber_the_vectors() {
     let channels: Vec<_> = (0..count)
         .map(|_| p.b.create_comp_channel().unwrap())
         .collect();
-    let links: Vec<_> = channels
-        .iter()
-        .map(|c| Link::new(&p, Some(c)))
-        .collect();
+    let links: Vec<_> = channels.iter().map(|c| Link::new(&p, Some(c))).collect();
     for (k, l) in links.iter().enumerate().rev() {
         l.cq_b.req_notify(false);
         l.message(k as u64, SendFlags::empty());
@@ -372,7 +369,10 @@ fn mlx4_completion_channels_outnumber_the_vectors() {
         assert_eq!(l.poll_b(1)[0].wr_id, k as u64);
     }
     for (k, chan) in channels.iter().enumerate() {
-        assert!(chan.get_cq_event().unwrap().is_none(), "channel {k}: one event");
+        assert!(
+            chan.get_cq_event().unwrap().is_none(),
+            "channel {k}: one event"
+        );
     }
 }
 
@@ -435,7 +435,10 @@ fn mlx4_two_hundred_contexts_share_the_event_queues() {
     for (k, c) in ctxs.iter().enumerate() {
         let ev = c.wait_async_event(Some(PATIENCE)).unwrap();
         assert_eq!(ev.kind, AsyncEventKind::PortErr, "context {k}: {ev:?}");
-        assert!(!c.has_queued_event(AsyncEventKind::QpAccessErr), "context {k}");
+        assert!(
+            !c.has_queued_event(AsyncEventKind::QpAccessErr),
+            "context {k}"
+        );
     }
     (p.ports[1])(true);
     drop(links);

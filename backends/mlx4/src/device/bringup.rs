@@ -172,6 +172,8 @@ impl Mlx4Device {
             next_qpn,
             rng,
             bf_next: 0,
+            // Vector 0 is the command EQ's, 1 the asynchronous EQ's.
+            vectors: Numbers::new(2, pci.num_vectors().max(2)),
             gsi: false,
         };
         let inner = Arc::new(Inner {

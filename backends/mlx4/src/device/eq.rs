@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use portverbs_hal::device::EqParams;
+use portverbs_hal::device::{EqKind, EqParams};
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::{InterruptSink, NullSink};
 use portverbs_hal::queue::EventQueue;
@@ -81,10 +81,7 @@ impl Mlx4Device {
         if let Err(e) = self.0.pci.route_interrupt(vector, sink) {
             tracing::warn!(%e, "interrupt routing failed; the EQ can still be polled");
         }
-        self.0
-            .objects()
-            .eqs
-            .insert(eqn, EqRec { mtt, _ring: ring });
+        self.0.objects().eqs.insert(eqn, EqRec { mtt, _ring: ring });
         let _ = self.0.bar2.write32(eq_doorbell(eqn), EQ_ARM);
         Ok(Mlx4Eq::new(
             eqn,
@@ -114,7 +111,9 @@ impl Mlx4Device {
                     .create_eq_internal(entries, vector, Arc::new(NullSink))
                     .await?;
                 let hw = HwEq::new(eq, vector);
-                if vector != 0 {
+                if i == 0 && !self.0.pci.raises_sinks() {
+                    // Bound to an eventfd when the first context's queue is made.
+                } else if vector != 0 {
                     let _ = self.0.pci.route_interrupt(vector, hw.fan_out());
                 }
                 made.push(hw);
@@ -146,8 +145,7 @@ impl Mlx4Device {
                 .pci
                 .route_interrupt(async_eq.vector, Arc::new(Fanned(sinks)));
         }
-        *self.0.demux.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(Demux::new(async_eq, made));
+        *self.0.demux.lock().unwrap_or_else(|e| e.into_inner()) = Some(Demux::new(async_eq, made));
         Ok(())
     }
 
@@ -182,11 +180,51 @@ impl Mlx4Device {
         sink: Arc<dyn InterruptSink>,
     ) -> Result<Box<dyn EventQueue>, CommandError> {
         self.0.check_alive()?;
-        self.demux()?.create(params.entries, params.kind, sink)
+        let demux = self.demux()?;
+        let raises = self.0.pci.raises_sinks();
+        if !raises
+            && params.kind == EqKind::Async
+            && demux.async_eq.unwatched()
+            && demux.async_eq.vector != 0
+        {
+            let v = demux.async_eq.vector;
+            if let Err(e) = self.0.pci.route_interrupt(v, sink.clone()) {
+                tracing::warn!(%e, "routing the asynchronous EQ's vector failed");
+            }
+        }
+        if raises || params.kind == EqKind::Async {
+            return demux.create(params.entries, params.kind, sink);
+        }
+        // Interrupts reach eventfds only (VFIO): a completion queue keeps a hardware EQ and a
+        // vector of its own, bound to its sink's eventfd. (The asynchronous EQ's vector
+        // reaches the first context's sink; the others see its events when they look.)
+        let vector = self
+            .0
+            .nums()
+            .vectors
+            .alloc()
+            .ok_or(CommandError::ResourceExhausted {
+                resource: "MSI-X vectors (one per completion channel on a VFIO function)",
+            })?;
+        let eq = match self
+            .create_eq_internal(params.entries.max(COMP_EQ_ENTRIES), vector, sink.clone())
+            .await
+        {
+            Ok(eq) => eq,
+            Err(e) => {
+                self.0.nums().vectors.free(vector);
+                return Err(e);
+            }
+        };
+        demux.create_own(HwEq::new(eq, vector), params.entries, sink)
     }
 
     pub(super) async fn do_destroy_eq(&self, eqn: u32) -> Result<(), CommandError> {
-        self.demux()?.destroy(eqn)
+        if let Some(hw) = self.demux()?.destroy(eqn)? {
+            self.destroy_hw_eq(hw.eqn, hw.vector).await?;
+            self.0.nums().vectors.free(hw.vector);
+        }
+        Ok(())
     }
 }
 

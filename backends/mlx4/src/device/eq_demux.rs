@@ -54,6 +54,11 @@ impl HwEq {
         })
     }
 
+    /// No virtual queue is on this EQ.
+    pub(crate) fn unwatched(&self) -> bool {
+        lock(&self.sinks).is_empty()
+    }
+
     /// The sink to route this EQ's vector to.
     pub(crate) fn fan_out(self: &Arc<Self>) -> Arc<dyn InterruptSink> {
         Arc::new(FanOut(Arc::downgrade(self)))
@@ -74,16 +79,14 @@ impl InterruptSink for FanOut {
     }
 }
 
-/// Which hardware EQ a virtual queue is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum On {
-    Async,
-    Comp(usize),
-}
-
 #[derive(Debug)]
 struct Veq {
-    on: On,
+    /// The hardware EQ it is on.
+    hw: Arc<HwEq>,
+    /// It receives the asynchronous events.
+    is_async: bool,
+    /// Its hardware EQ is its own (see [`Demux::create_own`]).
+    own: bool,
     events: VecDeque<DeviceEvent>,
     /// Unread events kept at most (its requested entries); older ones are dropped, as an
     /// overrun hardware EQ would.
@@ -125,13 +128,6 @@ impl Demux {
         })
     }
 
-    fn hw(&self, on: On) -> &Arc<HwEq> {
-        match on {
-            On::Async => &self.async_eq,
-            On::Comp(i) => &self.comp[i],
-        }
-    }
-
     /// Every hardware EQ of the pool.
     pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<HwEq>> {
         std::iter::once(&self.async_eq).chain(&self.comp)
@@ -145,40 +141,75 @@ impl Demux {
         kind: EqKind,
         sink: Arc<dyn InterruptSink>,
     ) -> Result<Box<dyn EventQueue>, CommandError> {
-        let mut st = lock(&self.state);
-        let on = match kind {
-            EqKind::Async => On::Async,
+        let hw = match kind {
+            EqKind::Async => self.async_eq.clone(),
             EqKind::Completion { vector } => {
+                let mut st = lock(&self.state);
                 let i = if vector == 0 {
                     st.next_comp = (st.next_comp + 1) % self.comp.len();
                     st.next_comp
                 } else {
                     vector as usize % self.comp.len()
                 };
-                On::Comp(i)
+                self.comp[i].clone()
             }
         };
+        self.add(hw, kind == EqKind::Async, false, entries, sink)
+    }
+
+    /// A completion queue on a hardware EQ of its own, whose vector interrupts `sink` alone:
+    /// for a function whose interrupts reach only eventfds (VFIO), where a shared EQ's
+    /// fan-out would never run.
+    pub(crate) fn create_own(
+        self: &Arc<Self>,
+        hw: Arc<HwEq>,
+        entries: u32,
+        sink: Arc<dyn InterruptSink>,
+    ) -> Result<Box<dyn EventQueue>, CommandError> {
+        self.add(hw, false, true, entries, sink)
+    }
+
+    fn add(
+        self: &Arc<Self>,
+        hw: Arc<HwEq>,
+        is_async: bool,
+        own: bool,
+        entries: u32,
+        sink: Arc<dyn InterruptSink>,
+    ) -> Result<Box<dyn EventQueue>, CommandError> {
+        // What the EQ holds happened before this queue existed: sort it to the others first
+        // (a context opened after a port came up does not hear of it).
+        if let Err(e) = self.pump(&hw, 0) {
+            tracing::warn!(eqn = hw.eqn, error = %e, "malformed event skipped");
+        }
+        let mut st = lock(&self.state);
         let veqn = st.numbers.alloc().ok_or(CommandError::ResourceExhausted {
             resource: "event queues",
         })?;
         st.veqs.insert(
             veqn,
             Veq {
-                on,
+                hw: hw.clone(),
+                is_async,
+                own,
                 events: VecDeque::new(),
                 cap: entries.max(1) as usize,
                 sink: sink.clone(),
             },
         );
         drop(st);
-        lock(&self.hw(on).sinks).push((veqn, sink));
+        lock(&hw.sinks).push((veqn, sink));
+        // The HAL's queues start armed.
+        lock(&hw.ring).arm();
         Ok(Box::new(VirtualEq {
             veqn,
             demux: self.clone(),
         }))
     }
 
-    pub(crate) fn destroy(&self, veqn: u32) -> Result<(), CommandError> {
+    /// Forgets virtual queue `veqn`; returns its hardware EQ when that was its own (the
+    /// caller gives it back).
+    pub(crate) fn destroy(&self, veqn: u32) -> Result<Option<Arc<HwEq>>, CommandError> {
         let mut st = lock(&self.state);
         let Some(v) = st.veqs.remove(&veqn) else {
             return Err(CommandError::NoSuchObject {
@@ -189,8 +220,8 @@ impl Demux {
         st.numbers.free(veqn);
         st.cq_owner.retain(|_, o| *o != veqn);
         drop(st);
-        lock(&self.hw(v.on).sinks).retain(|(n, _)| *n != veqn);
-        Ok(())
+        lock(&v.hw.sinks).retain(|(n, _)| *n != veqn);
+        Ok(v.own.then_some(v.hw))
     }
 
     /// Live virtual queues.
@@ -200,8 +231,7 @@ impl Demux {
 
     /// The hardware EQ number a CQ on virtual queue `veqn` reports to.
     pub(crate) fn hw_eqn(&self, veqn: u32) -> Option<u32> {
-        let on = lock(&self.state).veqs.get(&veqn)?.on;
-        Some(self.hw(on).eqn)
+        Some(lock(&self.state).veqs.get(&veqn)?.hw.eqn)
     }
 
     pub(crate) fn bind_cq(&self, cqn: u32, veqn: u32) {
@@ -214,10 +244,10 @@ impl Demux {
 
     /// Drains the hardware EQ of `veqn` into the virtual queues, then takes `veqn`'s oldest.
     fn poll(&self, veqn: u32) -> Result<Option<DeviceEvent>, EqeError> {
-        let Some(on) = lock(&self.state).veqs.get(&veqn).map(|v| v.on) else {
+        let Some(hw) = lock(&self.state).veqs.get(&veqn).map(|v| v.hw.clone()) else {
             return Ok(None);
         };
-        let r = self.pump(on, veqn);
+        let r = self.pump(&hw, veqn);
         let ev = lock(&self.state)
             .veqs
             .get_mut(&veqn)
@@ -230,8 +260,7 @@ impl Demux {
 
     /// Drains hardware EQ `on`, sorting each event into its virtual queues and raising those
     /// other than `me`.
-    fn pump(&self, on: On, me: u32) -> Result<(), EqeError> {
-        let hw = self.hw(on);
+    fn pump(&self, hw: &HwEq, me: u32) -> Result<(), EqeError> {
         let mut wake: Vec<Arc<dyn InterruptSink>> = Vec::new();
         let mut ring = lock(&hw.ring);
         let mut n = 0u32;
@@ -283,7 +312,7 @@ impl Demux {
             // Affiliated and unaffiliated events: every context's asynchronous queue; the
             // context keeps those of objects it owns.
             ev => {
-                for (&veqn, v) in st.veqs.iter_mut().filter(|(_, v)| v.on == On::Async) {
+                for (&veqn, v) in st.veqs.iter_mut().filter(|(_, v)| v.is_async) {
                     push(veqn, v, ev);
                 }
             }
@@ -291,14 +320,15 @@ impl Demux {
     }
 
     fn arm(&self, veqn: u32) {
-        let Some((on, pending)) = lock(&self.state)
-            .veqs
-            .get(&veqn)
-            .map(|v| (v.on, v.events.front().is_some().then(|| v.sink.clone())))
-        else {
+        let Some((hw, pending)) = lock(&self.state).veqs.get(&veqn).map(|v| {
+            (
+                v.hw.clone(),
+                v.events.front().is_some().then(|| v.sink.clone()),
+            )
+        }) else {
             return;
         };
-        lock(&self.hw(on).ring).arm();
+        lock(&hw.ring).arm();
         // Like an EQ armed with entries beyond its consumer index: interrupt at once.
         if let Some(sink) = pending {
             sink.raise();

@@ -64,6 +64,9 @@ pub(crate) struct Nums {
     pub(crate) rng: SplitMix64,
     /// Next BlueFlame register to hand out.
     pub(crate) bf_next: usize,
+    /// MSI-X vectors for completion EQs of their own, on a function whose interrupts reach
+    /// only eventfds (VFIO); the shared pool's EQs do not take them.
+    pub(crate) vectors: Numbers,
     /// The GSI QP exists (or is being created): there is one per device.
     pub(crate) gsi: bool,
 }
