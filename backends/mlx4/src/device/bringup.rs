@@ -211,7 +211,7 @@ impl Mlx4Device {
     /// After INIT_HCA: the command EQ, event mode, the ports.
     async fn start(&self, config: &Mlx4Config) -> Result<(), CommandError> {
         let eq = self
-            .create_eq_internal(CMD_EQ_ENTRIES, 0, self.0.hcr.sink())
+            .create_eq_internal(CMD_EQ_ENTRIES, 0, Some(self.0.hcr.sink()))
             .await?;
         let eqn = eq.eqn;
         let eq: Box<dyn portverbs_hal::queue::EventQueue> = Box::new(eq);

@@ -41,12 +41,12 @@ pub(crate) fn comp_eq_count(num_vectors: u32, eq_numbers: u32) -> u32 {
 }
 
 impl Mlx4Device {
-    /// Creates a hardware EQ routed to MSI-X `vector`.
+    /// Creates a hardware EQ on MSI-X `vector`, routing the vector to `sink` if given.
     pub(crate) async fn create_eq_internal(
         &self,
         entries: u32,
         vector: u32,
-        sink: Arc<dyn InterruptSink>,
+        sink: Option<Arc<dyn InterruptSink>>,
     ) -> Result<Mlx4Eq, CommandError> {
         let cnt = (entries.max(1) + 1).next_power_of_two().max(64);
         let (ring, geom) = self.entry_ring(cnt, 0)?;
@@ -78,7 +78,7 @@ impl Mlx4Device {
                 return Err(e);
             }
         };
-        if let Err(e) = self.0.pci.route_interrupt(vector, sink) {
+        if let Some(Err(e)) = sink.map(|s| self.0.pci.route_interrupt(vector, s)) {
             tracing::warn!(%e, "interrupt routing failed; the EQ can still be polled");
         }
         self.0.objects().eqs.insert(eqn, EqRec { mtt, _ring: ring });
@@ -106,10 +106,8 @@ impl Mlx4Device {
                     let v = ASYNC_VECTOR + i;
                     (COMP_EQ_ENTRIES, if v < nvec { v } else { async_vector })
                 };
-                // Routed below, once the fan-out sink exists.
-                let eq = self
-                    .create_eq_internal(entries, vector, Arc::new(NullSink))
-                    .await?;
+                // Routed here, once the fan-out sink exists.
+                let eq = self.create_eq_internal(entries, vector, None).await?;
                 let hw = HwEq::new(eq, vector);
                 if i == 0 && !self.0.pci.raises_sinks() {
                     // Bound to an eventfd when the first context's queue is made.
@@ -207,7 +205,11 @@ impl Mlx4Device {
                 resource: "MSI-X vectors (one per completion channel on a VFIO function)",
             })?;
         let eq = match self
-            .create_eq_internal(params.entries.max(COMP_EQ_ENTRIES), vector, sink.clone())
+            .create_eq_internal(
+                params.entries.max(COMP_EQ_ENTRIES),
+                vector,
+                Some(sink.clone()),
+            )
             .await
         {
             Ok(eq) => eq,
