@@ -90,6 +90,11 @@ struct Link {
 
 impl Link {
     fn new(p: &Pair, chan: Option<&CompletionChannel>) -> Self {
+        Self::between(&p.a, &p.b, chan)
+    }
+
+    /// A link from a QP of `a` to one of `b`, whose CQ is on `chan` if given.
+    fn between(a: &Context, b: &Context, chan: Option<&CompletionChannel>) -> Self {
         let side = |ctx: &Context, chan: Option<&CompletionChannel>| {
             let pd = ctx.alloc_pd_blocking().unwrap();
             let cq = ctx
@@ -121,8 +126,8 @@ impl Link {
                 .unwrap();
             (pd, cq, qp, mr)
         };
-        let (pd_a, cq_a, qa, mr_a) = side(&p.a, None);
-        let (pd_b, cq_b, qb, mr_b) = side(&p.b, chan);
+        let (pd_a, cq_a, qa, mr_a) = side(a, None);
+        let (pd_b, cq_b, qb, mr_b) = side(b, chan);
         let opts = ConnectOptions::default();
         let ea = qa.endpoint_blocking(&opts).unwrap();
         let eb = qb.endpoint_blocking(&opts).unwrap();
@@ -341,40 +346,102 @@ fn polling_sinks_refuse_to_wait() {
     got.ack_events(1);
 }
 
-/// The mlx4 driver gives every event queue an MSI-X vector of its own: two EQs on one vector
-/// would leave one of them without interrupts (a VFIO vector signals one eventfd). When none
-/// is left, creating one more is refused, and a destroyed EQ's vector is reused.
+/// The mlx4 driver shares a fixed pool of completion EQs (one per MSI-X vector) among every
+/// context and channel of the device, as Linux's `mlx4_core` does: many more completion
+/// channels than vectors each get their own CQ's events, and only those.
 #[test]
-fn mlx4_event_queues_each_get_a_vector_until_none_is_left() {
-    use portverbs::hal::CommandError;
-    use portverbs::verbs::CqError;
-
+fn mlx4_completion_channels_outnumber_the_vectors() {
     let p = latched(Backend::Mlx4);
     let vectors = portverbs::mlx4_model::ModelConfig::default().num_vectors as usize;
-    let mut channels = Vec::new();
-    let refused = loop {
-        match p.b.create_comp_channel() {
-            Ok(c) => channels.push(c),
-            Err(e) => break e,
-        }
-        assert!(channels.len() < vectors, "more EQs than vectors");
+    let count = vectors * 3;
+    let channels: Vec<_> = (0..count)
+        .map(|_| p.b.create_comp_channel().unwrap())
+        .collect();
+    let links: Vec<_> = channels.iter().map(|c| Link::new(&p, Some(c))).collect();
+    for (k, l) in links.iter().enumerate().rev() {
+        l.cq_b.req_notify(false);
+        l.message(k as u64, SendFlags::empty());
+    }
+    for (k, (chan, l)) in channels.iter().zip(&links).enumerate() {
+        let got = chan.wait_cq_event(Some(PATIENCE)).unwrap();
+        assert_eq!(got.cqn(), l.cq_b.cqn(), "channel {k}");
+        got.ack_events(1);
+        assert_eq!(l.poll_b(1)[0].wr_id, k as u64);
+    }
+    for (k, chan) in channels.iter().enumerate() {
+        assert!(
+            chan.get_cq_event().unwrap().is_none(),
+            "channel {k}: one event"
+        );
+    }
+}
+
+/// 200 contexts on one emulated ConnectX-3 (the HCA has 32 MSI-X vectors): each with a
+/// channel, a CQ and an RC QP. Every context's completion reaches its own channel and CQ, an
+/// access error at one QP reaches only the context that owns it, and a port event reaches
+/// every context.
+#[test]
+fn mlx4_two_hundred_contexts_share_the_event_queues() {
+    const CONTEXTS: usize = 200;
+    let p = latched(Backend::Mlx4);
+    let opts = || ContextOptions {
+        sinks: Arc::new(LatchSinks),
+        ..ContextOptions::default()
     };
-    assert!(
-        matches!(refused, CqError::Device(CommandError::ResourceExhausted { resource })
-            if resource.starts_with("MSI-X")),
-        "{refused}"
+    let ctxs: Vec<_> = (0..CONTEXTS)
+        .map(|_| Context::open_blocking(p.b.device().clone(), opts()).unwrap())
+        .collect();
+    let channels: Vec<_> = ctxs
+        .iter()
+        .map(|c| c.create_comp_channel().unwrap())
+        .collect();
+    let links: Vec<_> = ctxs
+        .iter()
+        .zip(&channels)
+        .map(|(c, ch)| Link::between(&p.a, c, Some(ch)))
+        .collect();
+    for (k, l) in links.iter().enumerate() {
+        l.cq_b.req_notify(false);
+        l.message(k as u64, SendFlags::empty());
+    }
+    for (k, (chan, l)) in channels.iter().zip(&links).enumerate() {
+        let got = chan.wait_cq_event(Some(PATIENCE)).unwrap();
+        assert_eq!(got.cqn(), l.cq_b.cqn(), "context {k}");
+        got.ack_events(1);
+        let wcs = l.poll_b(1);
+        assert_eq!((wcs[0].wr_id, wcs[0].qp_num), (k as u64, l.qb.qp_num()));
+    }
+    // An RDMA write with a bad key: the responder's QP (context 137's) goes to error.
+    let victim = 137;
+    let l = &links[victim];
+    let mr_a = &l._rest.1;
+    let bad = RemoteAddr {
+        addr: 0,
+        rkey: 0x5a5a_5a00,
+    };
+    l.qa.post_send(&[SendWr::new(1, SendOp::RdmaWrite { remote: bad })
+        .sges(&[mr_a.sge(0, 16).unwrap()])
+        .signaled()])
+        .unwrap();
+    let ev = ctxs[victim].wait_async_event(Some(PATIENCE)).unwrap();
+    assert_eq!(ev.kind, AsyncEventKind::QpAccessErr, "{ev:?}");
+    assert_eq!(
+        ev.element,
+        portverbs::verbs::EventElement::Qp(l.qb.qp_num()),
+        "{ev:?}"
     );
-    // Vector 0 is the command EQ's, one more is the asynchronous EQ's.
-    assert_eq!(channels.len(), vectors - 2);
-    channels.pop();
-    let again =
-        p.b.create_comp_channel()
-            .expect("the freed vector is handed out again");
-    // The reused vector's interrupts reach the new channel.
-    let l = Link::new(&p, Some(&again));
-    l.cq_b.req_notify(false);
-    l.message(1, SendFlags::empty());
-    let got = again.wait_cq_event(Some(PATIENCE)).unwrap();
-    assert_eq!(got.cqn(), l.cq_b.cqn());
-    got.ack_events(1);
+    // A port event goes to every context; none but the victim's saw the access error.
+    (p.ports[1])(false);
+    for (k, c) in ctxs.iter().enumerate() {
+        let ev = c.wait_async_event(Some(PATIENCE)).unwrap();
+        assert_eq!(ev.kind, AsyncEventKind::PortErr, "context {k}: {ev:?}");
+        assert!(
+            !c.has_queued_event(AsyncEventKind::QpAccessErr),
+            "context {k}"
+        );
+    }
+    (p.ports[1])(true);
+    drop(links);
+    drop(channels);
+    drop(ctxs);
 }

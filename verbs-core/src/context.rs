@@ -1,7 +1,7 @@
 //! An opened device: its cached attributes, its event queues, and the registry that routes
 //! device events to the objects they concern.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -167,6 +167,8 @@ impl<D: Device> Drop for EqShared<D> {
 pub(crate) struct Registry<D: Device> {
     pub(crate) cqs: Mutex<HashMap<u32, Weak<CqInner<D>>>>,
     pub(crate) srqs: Mutex<HashMap<u32, Weak<SrqInner<D>>>>,
+    /// Numbers of the QPs this context created and has not destroyed.
+    pub(crate) qps: Mutex<HashSet<u32>>,
 }
 
 /// Shared state of an opened device.
@@ -195,7 +197,23 @@ impl<D: Device> ContextInner<D> {
         &self.dev.dev
     }
 
+    /// False for an event about a QP, CQ or SRQ of another context: a device may hand every
+    /// context's asynchronous queue all of its events (the mlx4 driver's one asynchronous EQ
+    /// does), and each context reports only those of its own objects, as each
+    /// `ibv_context` does.
+    fn owns(&self, ev: &DeviceEvent) -> bool {
+        match *ev {
+            DeviceEvent::Qp { qpn, .. } => lock(&self.registry.qps).contains(&qpn),
+            DeviceEvent::CqError { cqn, .. } => lock(&self.registry.cqs).contains_key(&cqn),
+            DeviceEvent::Srq { srqn, .. } => lock(&self.registry.srqs).contains_key(&srqn),
+            _ => true,
+        }
+    }
+
     fn dispatch(&self, ev: DeviceEvent) {
+        if !self.owns(&ev) {
+            return;
+        }
         match ev {
             DeviceEvent::Completion { cqn } => {
                 if let Some(cq) = self.cq(cqn) {
@@ -321,6 +339,7 @@ impl<D: Device> Context<D> {
             registry: Registry {
                 cqs: Mutex::new(HashMap::new()),
                 srqs: Mutex::new(HashMap::new()),
+                qps: Mutex::new(HashSet::new()),
             },
             async_events: Mutex::new(VecDeque::new()),
             fatal: AtomicBool::new(false),

@@ -284,6 +284,7 @@ impl<D: Device> Pd<D> {
             cq.inner.poll.lock().qps.insert(shared.clone());
         }
         ctx.counts.qps.fetch_add(1, Ordering::Relaxed);
+        lock(&ctx.registry.qps).insert(res.qpn);
         Ok(Qp {
             inner: Arc::new(QpInner {
                 pd: self.clone(),
@@ -830,6 +831,7 @@ impl<D: Device> Drop for QpInner<D> {
         for cq in [&self.send_cq, &self.recv_cq] {
             cq.inner.poll.lock().qps.remove(qpn);
         }
+        lock(&ctx.registry.qps).remove(&qpn);
         ctx.counts.qps.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -31,9 +31,9 @@ pub struct ModelConfig {
     pub ports: u8,
     /// Port MTU (QUERY_PORT's max IB MTU, the engine's port MTU).
     pub mtu: Mtu,
-    /// MSI-X vectors. The mlx4 driver gives each event queue a vector of its own (vector 0
-    /// is its command EQ's), so this bounds the asynchronous EQs, completion-vector EQs and
-    /// completion channels alive at once, over all contexts of the device.
+    /// MSI-X vectors. The mlx4 driver puts its command EQ on vector 0, the device's
+    /// asynchronous EQ on vector 1 and one shared completion EQ on each vector above; every
+    /// context's event queues are software queues on those.
     pub num_vectors: u32,
 }
 

@@ -139,7 +139,11 @@ impl Mlx4Device {
             half: caps.bf_reg_size as usize / 2,
             regs: caps.bf_regs_per_page as usize,
         });
-        let attr = device_attr(&caps, &profile, fw, &function);
+        let comp_eqs = super::eq::comp_eq_count(
+            pci.num_vectors(),
+            (1u32 << profile.log_eqs).saturating_sub(caps.reserved_eqs),
+        );
+        let attr = device_attr(&caps, &profile, fw, &function, comp_eqs);
         let info = DeviceInfo {
             name: config.name.clone(),
             driver: "mlx4",
@@ -168,8 +172,8 @@ impl Mlx4Device {
             next_qpn,
             rng,
             bf_next: 0,
-            // Vector 0 is the command EQ's; every other EQ gets one of its own.
-            vectors: Numbers::new(1, pci.num_vectors()),
+            // Vector 0 is the command EQ's, 1 the asynchronous EQ's.
+            vectors: Numbers::new(2, pci.num_vectors().max(2)),
             gsi: false,
         };
         let inner = Arc::new(Inner {
@@ -193,6 +197,7 @@ impl Mlx4Device {
             nums: Mutex::new(nums),
             objects: Mutex::new(Objects::default()),
             cmd_eqn: Mutex::new(None),
+            demux: Mutex::new(None),
             fatal: Arc::new(AtomicBool::new(false)),
             closed: AtomicBool::new(false),
             mcg: Mutex::new(super::mcg::McgState::default()),
@@ -206,9 +211,10 @@ impl Mlx4Device {
     /// After INIT_HCA: the command EQ, event mode, the ports.
     async fn start(&self, config: &Mlx4Config) -> Result<(), CommandError> {
         let eq = self
-            .create_eq_internal(CMD_EQ_ENTRIES, 0, self.0.hcr.sink())
+            .create_eq_internal(CMD_EQ_ENTRIES, 0, Some(self.0.hcr.sink()))
             .await?;
-        let eqn = eq.eqn();
+        let eqn = eq.eqn;
+        let eq: Box<dyn portverbs_hal::queue::EventQueue> = Box::new(eq);
         self.0
             .hcr
             .exec(
@@ -228,6 +234,7 @@ impl Mlx4Device {
         } else {
             self.0.objects().parked_eqs.push(eq);
         }
+        self.create_eq_pool().await?;
         // The special QPs' block (Linux `mlx4_init_qp_table`); QP1 lives there.
         self.0
             .hcr
@@ -407,7 +414,13 @@ fn init_hca_inbox(caps: &DevCaps, p: &Profile, l: &IcmLayout) -> InitHca {
     m
 }
 
-fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo, function: &str) -> DeviceAttr {
+fn device_attr(
+    caps: &DevCaps,
+    p: &Profile,
+    fw: caps::FwInfo,
+    function: &str,
+    comp_eqs: u32,
+) -> DeviceAttr {
     let mut flags = DeviceCapFlags::RC_RNR_NAK_GEN
         | DeviceCapFlags::PORT_ACTIVE_EVENT
         | DeviceCapFlags::SYS_IMAGE_GUID
@@ -472,7 +485,7 @@ fn device_attr(caps: &DevCaps, p: &Profile, fw: caps::FwInfo, function: &str) ->
         local_ca_ack_delay: caps.ack_delay,
         phys_port_cnt: caps.num_ports,
         max_inline_data: crate::queues::sq::MAX_INLINE,
-        num_comp_vectors: 4,
+        num_comp_vectors: comp_eqs,
         hca_core_clock: 0,
     }
 }
@@ -494,6 +507,23 @@ pub(super) fn close(inner: &Inner) {
     };
     for port in 1..=inner.caps.num_ports {
         run(Cmd::new(opcode::CLOSE_PORT).in_mod(u32::from(port)));
+    }
+    let pool = inner.demux.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(pool) = pool {
+        run(Cmd::new(opcode::MAP_EQ)
+            .in_param(crate::layout::eqe::ASYNC_EVENT_MASK)
+            .in_mod(pool.async_eq.eqn | 1 << 31));
+        for hw in pool.all() {
+            run(Cmd::new(opcode::HW2SW_EQ)
+                .opmod(opcode::OPMOD_NO_OUTBOX)
+                .in_mod(hw.eqn));
+            inner.objects().release_eq(hw.eqn, &inner.mtts, &inner.dbs);
+            if hw.vector != 0 {
+                let _ = inner
+                    .pci
+                    .route_interrupt(hw.vector, Arc::new(portverbs_hal::notify::NullSink));
+            }
+        }
     }
     let eqn = inner
         .cmd_eqn

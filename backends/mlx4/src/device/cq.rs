@@ -23,9 +23,10 @@ impl Mlx4Device {
                 params.entries
             )));
         }
-        if !self.0.objects().eqs.contains_key(&params.eqn) {
+        let demux = self.demux()?;
+        let Some(hw_eqn) = demux.hw_eqn(params.eqn) else {
             return Err(no("EQ", params.eqn));
-        }
+        };
         let cnt = (params.entries + 1).next_power_of_two();
         let (ring, geom) = self.entry_ring(cnt, 0)?;
         let slots = Self::slots(&ring, geom)?;
@@ -40,7 +41,7 @@ impl Mlx4Device {
                 let (hi, lo) = mtt_split(first);
                 CqContext {
                     logsize_usrpage: ((u32::from(log2(cnt)) << 24) | self.0.uar).into(),
-                    comp_eqn: params.eqn.into(),
+                    comp_eqn: hw_eqn.into(),
                     mtt_base_hi: hi,
                     mtt_base_lo: lo.into(),
                     db_rec_addr: db.bus_addr().into(),
@@ -64,6 +65,7 @@ impl Mlx4Device {
                 db: db.clone(),
             },
         );
+        demux.bind_cq(cqn, params.eqn);
         Ok(Mlx4Cq {
             cqn,
             buf: slots,
@@ -149,6 +151,9 @@ impl Mlx4Device {
                 .in_mod(cqn),
         )
         .await?;
+        if let Ok(d) = self.demux() {
+            d.unbind_cq(cqn);
+        }
         if let Some(rec) = self.0.objects().cqs.remove(&cqn) {
             self.0.mtts.free(rec.mtt);
             self.0.dbs.free(&rec.db);

@@ -5,6 +5,7 @@ mod bringup;
 mod commands;
 mod cq;
 mod eq;
+mod eq_demux;
 mod mcg;
 mod objects;
 mod pd_mr;
@@ -63,8 +64,8 @@ pub(crate) struct Nums {
     pub(crate) rng: SplitMix64,
     /// Next BlueFlame register to hand out.
     pub(crate) bf_next: usize,
-    /// MSI-X vectors of the EQs: one each, so that each EQ's interrupt reaches its own sink
-    /// (a VFIO vector signals exactly one eventfd).
+    /// MSI-X vectors for completion EQs of their own, on a function whose interrupts reach
+    /// only eventfds (VFIO); the shared pool's EQs do not take them.
     pub(crate) vectors: Numbers,
     /// The GSI QP exists (or is being created): there is one per device.
     pub(crate) gsi: bool,
@@ -95,6 +96,9 @@ pub(crate) struct Inner {
     pub(crate) objects: Mutex<Objects>,
     /// The driver's own EQ for command completions (event mode).
     pub(crate) cmd_eqn: Mutex<Option<u32>>,
+    /// The asynchronous and completion EQs every context shares, and the event queues
+    /// handed out on them (from the end of bring-up until close).
+    pub(crate) demux: Mutex<Option<Arc<eq_demux::Demux>>>,
     /// Catastrophic error or removal seen: commands and posts fail, polls drain.
     pub(crate) fatal: Arc<AtomicBool>,
     pub(crate) closed: AtomicBool,
@@ -200,21 +204,20 @@ impl Mlx4Device {
         self.0.fatal.load(Ordering::Acquire)
     }
 
-    /// Objects applications created through this device and have not destroyed (the driver's
-    /// own command EQ is not counted).
+    /// How many completion EQs the device's pool has (every context's CQs share them).
+    pub fn completion_eqs(&self) -> usize {
+        self.demux().map_or(0, |d| d.comp.len())
+    }
+
+    /// Objects applications created through this device and have not destroyed: the event
+    /// queues are those handed out, not the driver's own command EQ and shared pool.
     pub fn live(&self) -> ObjectCounts {
-        let own_eq = usize::from(
-            self.0
-                .cmd_eqn
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some(),
-        );
+        let eqs = self.demux().map_or(0, |d| d.count());
         let n = self.0.nums();
         let o = self.0.objects();
         ObjectCounts {
             pds: n.pd.in_use(),
-            eqs: n.eq.in_use().saturating_sub(own_eq),
+            eqs,
             cqs: n.cq.in_use(),
             qps: n.qp.in_use(),
             srqs: n.srq.in_use(),

@@ -19,8 +19,6 @@ use crate::queues::Geometry;
 #[derive(Debug)]
 pub(crate) struct EqRec {
     pub(crate) mtt: MttRange,
-    /// Its MSI-X vector.
-    pub(crate) vector: u32,
     pub(crate) _ring: Ring,
 }
 
@@ -84,8 +82,6 @@ pub(crate) struct Objects {
     pub(crate) mrs: HashMap<u32, MrRec>,
     /// Memory-window handles (MPT index) and their PD.
     pub(crate) mws: HashMap<u32, u32>,
-    /// The EQ MAP_EQ routes async events to.
-    pub(crate) async_eqn: Option<u32>,
     /// The command EQ while commands poll (kept alive, not used).
     pub(crate) parked_eqs: Vec<Box<dyn EventQueue>>,
 }
