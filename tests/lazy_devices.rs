@@ -11,10 +11,8 @@ fn a_udp_device_starts_nothing_else_and_a_failed_bind_says_why() {
     // The second address is not this host's (TEST-NET-1, RFC 5737), so it cannot be bound.
     // (A second loopback address held by another socket does on Linux; under Wine the bind
     // to the first one then failed as well, with WSAEADDRINUSE.)
-    let (free, held): (IpAddr, IpAddr) = (
-        "127.0.211.1".parse().unwrap(),
-        "192.0.2.1".parse().unwrap(),
-    );
+    let (free, held): (IpAddr, IpAddr) =
+        ("127.0.211.1".parse().unwrap(), "192.0.2.1".parse().unwrap());
     // SAFETY: set before any thread of this test binary reads the environment.
     unsafe {
         std::env::set_var("PORTVERBS_UDP", format!("{free},{held}"));
