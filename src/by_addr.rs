@@ -109,10 +109,10 @@ pub async fn open_by_addr_async(ip: IpAddr) -> Result<Context, OpenByAddrError> 
 }
 
 /// Opens the device that holds `ip` and the CM on it for that address: ready for
-/// `Listener::bind(&dev, (ip, port).into())` or a `Connector` (see [`crate::cm::service`]).
+/// `Listener::bind(&dev, (ip, port).into())` or a `Connector` (see [`crate::cm`]).
 ///
 /// ```
-/// use portverbs::cm::service::Listener;
+/// use portverbs::cm::Listener;
 ///
 /// let ip = "10.0.0.2".parse().unwrap();
 /// let cm = portverbs::cm_device_by_addr(ip).unwrap();

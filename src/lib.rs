@@ -224,7 +224,15 @@ pub mod verbs {
 /// makes them, both with a [`ConnParam`](cm::ConnParam); [`RdmaCmEvent`](cm::RdmaCmEvent)
 /// names what happens to a connection and [`ServiceError`](cm::ServiceError) what failed.
 /// Ready-made timers lend a CM device's async calls their retransmissions: `cm::TokioTimer`
-/// (feature `tokio`) and `cm::PortTimer` (Windows).
+/// (feature `tokio`: `cm.set_timer(Arc::new(TokioTimer::default()))`; `cargo doc --features
+/// tokio` documents it) and `cm::PortTimer` (Windows). A device that runs its own progress
+/// ([`CmDevice::served_by_device`](cm::CmDevice::served_by_device): a UDP-bound or embedded
+/// device in auto progress) needs none: its progress thread fires the CM's timers.
+///
+/// Connecting passes the peer what it needs for one-sided operations in the private data:
+/// the passive side's [`ConnParam::private_data`](cm::ConnParam::private_data) on accept (up
+/// to 196 bytes: an address and an rkey, say) is what the active side's
+/// [`Connector::connect`](cm::Connector::connect) returns.
 ///
 /// The sans-IO protocol agent underneath (crate `portverbs-cm`: CM MADs, the connection
 /// state machine, Linux's timeout arithmetic) is [`cm::agent`], for tools that speak CM MADs

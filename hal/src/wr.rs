@@ -97,6 +97,12 @@ pub enum SendOp {
         remote: RemoteAddr,
     },
     /// 64-bit compare-and-swap; the original remote value lands in the local 8-byte SGE.
+    ///
+    /// Byte order, as with libibverbs: the remote 8 bytes are a `u64` in the responder
+    /// host's order, `compare` and `swap` are this host's values (the wire's AtomicETH is
+    /// big-endian; the devices convert), and the original value lands in the SGE in this
+    /// host's order (`u64::from_ne_bytes`). So on the software device and the emulated
+    /// ConnectX-3.
     AtomicCmpSwp {
         /// Target (8-byte aligned).
         remote: RemoteAddr,
@@ -105,7 +111,8 @@ pub enum SendOp {
         /// Value stored when equal.
         swap: u64,
     },
-    /// 64-bit fetch-and-add; the original remote value lands in the local 8-byte SGE.
+    /// 64-bit fetch-and-add; the original remote value lands in the local 8-byte SGE, in the
+    /// byte order [`SendOp::AtomicCmpSwp`] describes.
     AtomicFetchAdd {
         /// Target (8-byte aligned).
         remote: RemoteAddr,
