@@ -164,3 +164,53 @@ fn the_req_carries_flow_control_srq_tos_mtu_and_the_device_depths() {
     drop(conn);
     drop(dev);
 }
+
+// ---- the CM's port -----------------------------------------------------------------------
+
+/// A two-port soft device whose second port alone holds `ip`, port 1 another address; the
+/// ports' MTUs are 4096 and 1024, so the path MTU shows which port a QP was brought up on.
+fn two_port_cm(fabric: &Fabric, port1_ip: &str, ip: &str) -> Dev {
+    use portverbs::soft::PortConfig;
+    let ip: IpAddr = ip.parse().unwrap();
+    let port = |addr: IpAddr, mtu| PortConfig {
+        addrs: vec![addr],
+        mtu,
+    };
+    let mut config = DeviceConfig::with_ip(ip);
+    config.ports = vec![
+        port(port1_ip.parse().unwrap(), Mtu::Mtu4096),
+        port(ip, Mtu::Mtu1024),
+    ];
+    let dev = SoftDevice::attach(fabric, config).unwrap();
+    let ctx = portverbs::open(portverbs::AnyDevice::Soft(dev)).unwrap();
+    CmDevice::open_blocking(&ctx, ip).unwrap()
+}
+
+#[test]
+fn the_cm_runs_on_the_port_whose_gid_table_holds_its_address() {
+    let fabric = Fabric::threaded();
+    let a = two_port_cm(&fabric, "10.88.1.1", "10.88.2.1");
+    let b = soft_cm(&fabric, "10.88.2.2", Mtu::Mtu4096);
+    assert_eq!((a.port(), a.port_mtu()), (2, Mtu::Mtu1024));
+    assert_eq!((b.port(), b.port_mtu()), (1, Mtu::Mtu4096));
+    // QP1 on port 2 carries the whole exchange, and the data moves over port 2.
+    cm_util::connect_send_disconnect(&a, &b, 7611);
+    let ends = connect(&a, &b, 7612, &ConnParam::default(), ConnParam::default());
+    let qa = attr(&ends.0.0);
+    assert_eq!((qa.port_num, qa.ah_attr.port_num), (2, 2));
+    assert_eq!(qa.path_mtu, Mtu::Mtu1024, "port 2's MTU, not port 1's");
+    assert_eq!(attr(&ends.1.0).path_mtu, Mtu::Mtu1024);
+    close(&a, &b, ends);
+}
+
+#[test]
+fn an_address_on_no_port_is_not_local() {
+    let fabric = Fabric::threaded();
+    let dev = SoftDevice::attach(&fabric, DeviceConfig::with_ip([10, 88, 3, 1].into())).unwrap();
+    let ctx = portverbs::open(portverbs::AnyDevice::Soft(dev)).unwrap();
+    let other: IpAddr = [10, 88, 3, 2].into();
+    assert!(matches!(
+        CmDevice::open_blocking(&ctx, other),
+        Err(ServiceError::AddressNotLocal(ip)) if ip == other
+    ));
+}

@@ -36,6 +36,27 @@ pub fn local_gid_index<D: Device>(
         .ok_or(ServiceError::AddressNotLocal(ip))
 }
 
+/// The port of `ctx` whose GID table holds `ip`, and the entry's index: the first port, in
+/// port order, that has it (what Linux's `rdma_resolve_addr` binds an ID to: the port whose
+/// GID cache holds the address).
+///
+/// # Errors
+/// [`ServiceError::AddressNotLocal`] when no port holds it; a verbs error when a table cannot
+/// be read.
+pub fn local_port_gid_index<D: Device>(
+    ctx: &Context<D>,
+    ip: IpAddr,
+) -> Result<(u8, u8), ServiceError> {
+    for port in 1..=ctx.attr().phys_port_cnt {
+        match local_gid_index(ctx, port, ip) {
+            Ok(index) => return Ok((port, index)),
+            Err(ServiceError::AddressNotLocal(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ServiceError::AddressNotLocal(ip))
+}
+
 /// The IP address a GID stands for (an IPv4-mapped GID gives the IPv4 address).
 pub fn gid_to_ip(gid: Gid) -> IpAddr {
     gid.to_ip()

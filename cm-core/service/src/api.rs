@@ -155,8 +155,8 @@ impl ConnParam {
         }
     }
 
-    /// Checks these parameters against the device (librdmacm's `ucma_valid_param`) and its
-    /// port 1, and resolves the depths and the path MTU left to them; nothing is sent and no
+    /// Checks these parameters against the device (librdmacm's `ucma_valid_param`) and the
+    /// CM's port, and resolves the depths and the path MTU left to them; nothing is sent and no
     /// QP is touched.
     fn resolve<D: Device>(&self, dev: &CmDevice<D>) -> Result<Resolved, ServiceError> {
         let attr = dev.context().attr();
@@ -597,8 +597,8 @@ impl<D: Device> Connector<D> {
         self.dev.state().agent.state(self.id)
     }
 
-    /// Resolves `dst`: its GID is its IP's RoCEv2 GID, the route is the device's port 1.
-    /// Queues `ADDR_RESOLVED` and `ROUTE_RESOLVED`. Nothing goes on the wire and nothing is
+    /// Resolves `dst`: its GID is its IP's RoCEv2 GID, the route is the CM's port
+    /// ([`CmDevice::port`]). Queues `ADDR_RESOLVED` and `ROUTE_RESOLVED`. Nothing goes on the wire and nothing is
     /// waited for (no neighbour or path query: the UDP socket's routing does that job), so
     /// resolution takes no timeout; whether anything answers at `dst` is learnt by
     /// [`Connector::connect`], within [`ConnParam::connect_budget`].

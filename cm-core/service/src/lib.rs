@@ -5,12 +5,13 @@
 //! rdma_cm's IP addressing and an application API. The protocol lives in the core; this
 //! crate adds what the core must not do: I/O through verbs-core and a monotonic clock.
 //!
-//! * [`CmDevice`]: one per opened [`Context`] (port 1) and local IP address. It owns QP1
-//!   ([`QpInit::gsi`]) with receive buffers posted, an address handle per peer GID, the
-//!   agent, and which QP belongs to which connection. Every call and every wait drives it
-//!   ([`CmDevice::progress`]): QP1's completions feed the agent, the agent's outputs are acted
-//!   on in order (MADs posted on QP1, QP transitions applied through verbs-core, events
-//!   queued per connection), and expired CM timers fire from a monotonic clock read here.
+//! * [`CmDevice`]: one per opened [`Context`] and local IP address, on the port whose GID
+//!   table holds that address. It owns QP1 ([`QpInit::gsi`]) with receive buffers posted,
+//!   an address handle per peer GID, the agent, and which QP belongs to which connection.
+//!   Every call and every wait drives it ([`CmDevice::progress`]): QP1's completions feed the
+//!   agent, the agent's outputs are acted on in order (MADs posted on QP1, QP transitions
+//!   applied through verbs-core, events queued per connection), and expired CM timers fire
+//!   from a monotonic clock read here.
 //!   It has no thread of its own, and needs none: it attaches that same work to its verbs
 //!   device as a progress agent ([`Context::attach_agent`],
 //!   [`portverbs_hal::ProgressAgent`]), which the device runs whenever it progresses — on its

@@ -84,7 +84,7 @@ impl<D: Device> CmDevice<D> {
             hop_limit: MCAST_HOP_LIMIT,
             traffic_class: 0,
             is_global: true,
-            port_num: crate::transition::PORT,
+            port_num: self.port(),
             ..AddressVector::default()
         };
         Ok(McastJoin {

@@ -64,11 +64,6 @@ impl Transition {
     }
 }
 
-/// The port the CM runs on: [`crate::CmDevice`] is the CM of port 1 of its device (it opens
-/// QP1 and finds its GID there). The transitions of a connection's QP and the address vectors
-/// of multicast and SIDR name this port.
-pub(crate) const PORT: u8 = 1;
-
 /// The remote access an RC QP of the CM gets, as Linux `cm.c` grants it: remote WRITE always,
 /// remote READ and atomics only when the QP has responder resources.
 fn access(read_atomic: bool) -> AccessFlags {
@@ -79,23 +74,23 @@ fn access(read_atomic: bool) -> AccessFlags {
     }
 }
 
-/// RESET → INIT on the CM's [`PORT`] with remote WRITE allowed: what Linux's CM gives a QP
+/// RESET → INIT on the CM's port (`port`, [`crate::CmDevice::port`]) with remote WRITE allowed: what Linux's CM gives a QP
 /// whose responder resources are not known yet (librdmacm's `rdma_create_qp` before a
 /// connect). The RTR transition sets the connection's access ([`rtr`]).
-pub(crate) fn init() -> (QpAttr, QpAttrMask) {
+pub(crate) fn init(port: u8) -> (QpAttr, QpAttrMask) {
     bringup::init(&InitStep {
         qp_type: QpType::Rc,
-        port: PORT,
+        port,
         pkey_index: 0,
         access: access(false),
         qkey: 0,
     })
 }
 
-/// INIT → RTR as the agent's attributes say, on the local GID at `sgid_index`, with the
+/// INIT → RTR as the agent's attributes say, from the local GID at `sgid_index` of `port`, with the
 /// connection's remote access (remote READ and atomics only with responder resources: what
 /// librdmacm's INIT → INIT before RTR sets).
-pub(crate) fn rtr(r: &RtrAttrs, sgid_index: u8) -> (QpAttr, QpAttrMask) {
+pub(crate) fn rtr(r: &RtrAttrs, port: u8, sgid_index: u8) -> (QpAttr, QpAttrMask) {
     bringup::rtr(&RtrStep {
         qp_type: QpType::Rc,
         av: AddressVector {
@@ -106,7 +101,7 @@ pub(crate) fn rtr(r: &RtrAttrs, sgid_index: u8) -> (QpAttr, QpAttrMask) {
             hop_limit: r.hop_limit,
             traffic_class: r.traffic_class,
             sl: r.sl,
-            port_num: PORT,
+            port_num: port,
             ..AddressVector::default()
         },
         path_mtu: Mtu::from_code(r.path_mtu).unwrap_or(Mtu::Mtu1024),
@@ -170,12 +165,12 @@ mod tests {
     /// RTR as well, and the CM's port wherever a port is named.
     #[test]
     fn the_cm_brings_an_rc_qp_up_on_its_port() {
-        let (a, m) = init();
+        let (a, m) = init(2);
         assert_eq!(m, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
-        assert_eq!((a.qp_state, a.port_num), (QpState::Init, PORT));
+        assert_eq!((a.qp_state, a.port_num), (QpState::Init, 2));
         assert_eq!(a.qp_access_flags, AccessFlags::REMOTE_WRITE);
 
-        let (a, m) = rtr(&rtr_attrs(true), 5);
+        let (a, m) = rtr(&rtr_attrs(true), 2, 5);
         assert_eq!(
             m,
             M::STATE
@@ -187,13 +182,13 @@ mod tests {
                 | M::MIN_RNR_TIMER
                 | M::ACCESS_FLAGS
         );
-        assert_eq!((a.ah_attr.port_num, a.ah_attr.sgid_index), (PORT, 5));
+        assert_eq!((a.ah_attr.port_num, a.ah_attr.sgid_index), (2, 5));
         assert_eq!(
             (a.path_mtu, a.dest_qp_num, a.rq_psn),
             (Mtu::Mtu4096, 0x44, 0x1234)
         );
         assert!(a.qp_access_flags.contains(AccessFlags::REMOTE_READ));
-        let (a, _) = rtr(&rtr_attrs(false), 5);
+        let (a, _) = rtr(&rtr_attrs(false), 2, 5);
         assert_eq!(a.qp_access_flags, AccessFlags::REMOTE_WRITE);
 
         let (a, m) = rts(&RtsAttrs {

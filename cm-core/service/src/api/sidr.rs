@@ -86,8 +86,8 @@ pub struct UdService {
     /// Its Q_Key.
     pub qkey: u32,
     /// The address vector that reaches it: GRH to [`UdService::gid`] from this device's GID,
-    /// hop limit [`ROUTE_HOP_LIMIT`], traffic class 0, port 1. Ready for [`Pd::create_ah`]
-    /// ([`UdService::create_ah`]).
+    /// hop limit [`ROUTE_HOP_LIMIT`], traffic class 0, the CM's port ([`CmDevice::port`]).
+    /// Ready for [`Pd::create_ah`] ([`UdService::create_ah`]).
     pub av: AddressVector,
     /// The SIDR_REP's private data: all [`SIDR_REP_USER_DATA`] bytes, zero-padded.
     pub private_data: Vec<u8>,
@@ -112,9 +112,9 @@ impl UdService {
     }
 }
 
-/// The address vector toward a UD service at `gid`, sent from the device's GID at
-/// `sgid_index`.
-fn service_av(gid: Gid, sgid_index: u8) -> AddressVector {
+/// The address vector toward a UD service at `gid`, sent from the GID at `sgid_index` of
+/// `port`.
+fn service_av(gid: Gid, port: u8, sgid_index: u8) -> AddressVector {
     AddressVector {
         dgid: gid,
         sgid_index,
@@ -122,7 +122,7 @@ fn service_av(gid: Gid, sgid_index: u8) -> AddressVector {
         hop_limit: ROUTE_HOP_LIMIT,
         traffic_class: 0,
         is_global: true,
-        port_num: crate::transition::PORT,
+        port_num: port,
         ..AddressVector::default()
     }
 }
@@ -130,6 +130,7 @@ fn service_av(gid: Gid, sgid_index: u8) -> AddressVector {
 /// The outcome of a SIDR request, as a result.
 fn sidr_outcome(
     dst: SocketAddr,
+    port: u8,
     sgid_index: u8,
 ) -> impl FnMut(&RdmaCmEvent) -> Option<Result<UdService, ServiceError>> {
     move |e| match e {
@@ -144,7 +145,7 @@ fn sidr_outcome(
                 gid,
                 qpn: *qpn,
                 qkey: *qkey,
-                av: service_av(gid, sgid_index),
+                av: service_av(gid, port, sgid_index),
                 private_data: private_data.clone(),
             }))
         }
@@ -381,9 +382,9 @@ impl<D: Device> Connector<D> {
         private_data: &[u8],
     ) -> Result<UdService, ServiceError> {
         self.start_sidr(dst, private_data)?;
-        let (id, index) = (self.id, self.dev.gid_index());
+        let (id, port, index) = (self.id, self.dev.port(), self.dev.gid_index());
         self.dev
-            .wait_async(|st| take(st, id, sidr_outcome(dst, index)))
+            .wait_async(|st| take(st, id, sidr_outcome(dst, port, index)))
             .await?
     }
 
@@ -397,9 +398,9 @@ impl<D: Device> Connector<D> {
         private_data: &[u8],
     ) -> Result<UdService, ServiceError> {
         self.start_sidr(dst, private_data)?;
-        let (id, index) = (self.id, self.dev.gid_index());
+        let (id, port, index) = (self.id, self.dev.port(), self.dev.gid_index());
         self.dev
-            .wait_blocking(None, |st| take(st, id, sidr_outcome(dst, index)))?
+            .wait_blocking(None, |st| take(st, id, sidr_outcome(dst, port, index)))?
     }
 }
 
@@ -460,9 +461,9 @@ mod tests {
     #[test]
     fn the_service_address_vector_is_ready_to_route() {
         let gid = addr::ip_to_gid("10.0.0.1".parse().unwrap());
-        let av = service_av(gid, 3);
+        let av = service_av(gid, 2, 3);
         assert!(av.is_global);
-        assert_eq!((av.dgid, av.sgid_index, av.port_num), (gid, 3, 1));
+        assert_eq!((av.dgid, av.sgid_index, av.port_num), (gid, 3, 2));
         assert_eq!((av.hop_limit, av.traffic_class, av.flow_label), (64, 0, 0));
         assert_eq!(UdParam::default().qkey, 0x0123_4567);
         assert_eq!((SIDR_REQ_USER_DATA, SIDR_REP_USER_DATA), (180, 136));

@@ -63,7 +63,7 @@ impl<D: Device> CmDevice<D> {
         if qp.state() != QpState::Reset {
             return Ok(());
         }
-        let (attr, mask) = transition::init();
+        let (attr, mask) = transition::init(self.shared.port);
         if let Err(e) = qp.modify(&attr, mask).await {
             let mut st = self.state();
             if st.qps.get(&qpn).is_some_and(|(owner, _)| *owner == id) {

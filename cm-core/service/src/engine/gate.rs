@@ -38,7 +38,7 @@ impl<D: Device> CmDevice<D> {
             return;
         };
         let (attr, mask) = match a.target {
-            QpTarget::Rtr(r) => transition::rtr(&r, self.shared.gid_index),
+            QpTarget::Rtr(r) => transition::rtr(&r, self.shared.port, self.shared.gid_index),
             QpTarget::Rts(r) => transition::rts(&r),
             QpTarget::Error => match transition::error(&qp) {
                 Some(x) => x,

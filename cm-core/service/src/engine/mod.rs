@@ -180,8 +180,11 @@ struct Shared<D: Device> {
     cq: Cq<D>,
     qp1: Qp<D>,
     mr: Mr<D>,
+    /// The port whose GID table holds the local IP: QP1, the connections' QPs, SIDR and
+    /// multicast address vectors all name it.
+    port: u8,
     gid_index: u8,
-    /// Port 1's active MTU, as queried at open.
+    /// The port's active MTU, as queried at open.
     port_mtu: Mtu,
     local_ip: IpAddr,
     epoch: Instant,
@@ -217,7 +220,8 @@ impl<D: Device> ProgressAgent for DeviceAgent<D> {
     }
 }
 
-/// The CM of one device port (port 1) for one local IP address. Cheap to clone; the
+/// The CM of one device port (the one whose GID table holds the local IP address) for that
+/// address. Cheap to clone; the
 /// listeners and connectors made from it share it.
 pub struct CmDevice<D: Device> {
     shared: Arc<Shared<D>>,
@@ -246,17 +250,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<D: Device> CmDevice<D> {
-    /// Opens the CM on port 1 of `ctx` for `ip`, whose RoCE GID must be in the port's GID
-    /// table: creates QP1 and posts its receive buffers.
+    /// Opens the CM of `ctx` for `ip` on the first port whose GID table holds `ip`'s RoCE GID
+    /// (as `rdma_bind_addr` binds an ID to that port): creates the device's QP1 on it and
+    /// posts its receive buffers. QP1 is one per device, so a second CM on another address of
+    /// the same device fails while this one lives.
     ///
     /// # Errors
     /// [`ServiceError::AddressNotLocal`], or a verbs error (e.g. the device has no QP1).
     pub async fn open(ctx: &Context<D>, ip: IpAddr) -> Result<Self, ServiceError> {
-        let gid_index = addr::local_gid_index(ctx, 1, ip)?;
+        let (port, gid_index) = addr::local_port_gid_index(ctx, ip)?;
         let port_mtu = ctx
-            .query_port(1)
+            .query_port(port)
             .await
-            .map_err(|e| ServiceError::verbs("querying port 1", e))?
+            .map_err(|e| ServiceError::verbs("querying the CM's port", e))?
             .active_mtu;
         let pd = ctx
             .alloc_pd()
@@ -277,9 +283,12 @@ impl<D: Device> CmDevice<D> {
             .create_qp(init)
             .await
             .map_err(|e| ServiceError::verbs("creating QP1", e))?;
-        qp1.ready_ud(&portverbs_verbs::ConnectOptions::default())
-            .await
-            .map_err(|e| ServiceError::verbs("readying QP1", e))?;
+        qp1.ready_ud(&portverbs_verbs::ConnectOptions {
+            port,
+            ..portverbs_verbs::ConnectOptions::default()
+        })
+        .await
+        .map_err(|e| ServiceError::verbs("readying QP1", e))?;
         let mr = pd
             .reg_vec(
                 vec![0u8; SEND_BASE + SEND_SLOTS * MAD_LEN],
@@ -300,6 +309,7 @@ impl<D: Device> CmDevice<D> {
                 cq,
                 qp1,
                 mr,
+                port,
                 gid_index,
                 port_mtu,
                 local_ip: ip,
@@ -373,12 +383,17 @@ impl<D: Device> CmDevice<D> {
         self.shared.local_ip
     }
 
-    /// The GID table index of the local IP address on port 1.
+    /// The port the CM runs on (from 1): the one whose GID table holds the local IP address.
+    pub fn port(&self) -> u8 {
+        self.shared.port
+    }
+
+    /// The GID table index of the local IP address on [`CmDevice::port`].
     pub fn gid_index(&self) -> u8 {
         self.shared.gid_index
     }
 
-    /// Port 1's active MTU (queried when the CM was opened): the path MTU of its connections
+    /// The port's active MTU (queried when the CM was opened): the path MTU of its connections
     /// unless [`crate::ConnParam::path_mtu`] asks for less.
     pub fn port_mtu(&self) -> Mtu {
         self.shared.port_mtu

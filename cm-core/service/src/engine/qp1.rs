@@ -173,7 +173,7 @@ impl<D: Device> CmDevice<D> {
                     is_global: true,
                     sgid_index: self.shared.gid_index,
                     hop_limit: 64,
-                    port_num: 1,
+                    port_num: self.shared.port,
                     ..AddressVector::default()
                 })
                 .map_err(|e| ServiceError::verbs("address handle to a CM peer", e))
