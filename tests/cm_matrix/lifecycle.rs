@@ -1,9 +1,7 @@
 //! Endpoints and QPs that go away mid-connection, the async API, and a device that fails
 //! under established connections.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::task::{Context as TaskContext, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -11,7 +9,7 @@ use portverbs::cm::service::{ConnParam, Connector, Listener, RdmaCmEvent, Servic
 use portverbs::prelude::*;
 
 use crate::cm_util::pair::{Backend, Pair};
-use crate::cm_util::{T, ctx_of, param, settle, side};
+use crate::cm_util::{T, ctx_of, param, req_out, settle, side};
 
 /// The active side gives up while its REQ is out (its connect future dropped, then the
 /// endpoint): the passive accept sees REJECTED, both QPs end in ERR, nothing leaks.
@@ -21,18 +19,7 @@ fn active_destroyed_during_establishment(backend: Backend) {
     let dst = SocketAddr::new(b.local_ip(), 7474);
     let mut listener = Listener::bind(b, dst).unwrap();
     listener.listen(4).unwrap();
-    let s = side(&ctx_of(a), None);
-    let mut conn = Connector::new(a).unwrap();
-    conn.resolve_blocking(dst).unwrap();
-    let defaults = ConnParam::default();
-    {
-        let fut = conn.connect(&s.qp, &defaults);
-        let mut fut = std::pin::pin!(fut);
-        let mut cx = TaskContext::from_waker(Waker::noop());
-        // One poll sends the REQ; nobody has answered yet.
-        let first = fut.as_mut().poll(&mut cx);
-        assert!(first.is_pending(), "{first:?}");
-    }
+    let (s, conn) = req_out(a, dst);
     let req = listener.get_request_blocking(T).unwrap();
     drop(conn);
     // The move to ERR is a device command, which the device's progress thread may be
@@ -104,17 +91,7 @@ fn destroying_the_qp_aborts_the_connection(backend: Backend) {
     listener.listen(4).unwrap();
 
     // During setup: REQ out, then the active QP is destroyed.
-    let s = side(&ctx_of(a), None);
-    let mut conn = Connector::new(a).unwrap();
-    conn.resolve_blocking(dst).unwrap();
-    let defaults = ConnParam::default();
-    {
-        let fut = conn.connect(&s.qp, &defaults);
-        let mut fut = std::pin::pin!(fut);
-        let mut cx = TaskContext::from_waker(Waker::noop());
-        let first = fut.as_mut().poll(&mut cx);
-        assert!(first.is_pending(), "{first:?}");
-    }
+    let (s, conn) = req_out(a, dst);
     let req = listener.get_request_blocking(T).unwrap();
     s.qp.destroy().unwrap();
     a.progress().unwrap();

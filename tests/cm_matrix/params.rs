@@ -13,7 +13,9 @@ use portverbs::cm::wire::RejReason;
 use portverbs::prelude::*;
 
 use crate::cm_util::pair::{Backend, Pair};
-use crate::cm_util::{T, attr, close, connect, ctx_of, poll_one, post_recv, settle, side};
+use crate::cm_util::{
+    T, attr, close, connect, ctx_of, poll_one, post_recv, send_and_collect, settle, side,
+};
 
 fn depths_beyond_the_device_fail_connect_with_nothing_sent(backend: Backend) {
     let p = Pair::new(backend);
@@ -286,18 +288,7 @@ fn receives_posted_before_accept_and_connect_take_the_first_sends(backend: Backe
     conn.connect_blocking(&s.qp, &no_rnr_retry).unwrap();
     // No RNR retry: a SEND that found no receive would fail with RNR_RETRY_EXC_ERR.
     assert_eq!(attr(&s).rnr_retry, 0);
-    s.mr.write(2048, b"first").unwrap();
-    let sge = [s.mr.sge(2048, 5).unwrap()];
-    s.qp.post_send(&[SendWr::new(12, SendOp::Send).sges(&sge).signaled()])
-        .unwrap();
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        let wc = poll_one(&s.cq);
-        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-        seen.push(wc.wr_id);
-    }
-    seen.sort_unstable();
-    assert_eq!(seen, [11, 12]);
+    send_and_collect(&s, 2048, b"first", 12, &[11, 12]);
     let mut got = [0u8; 5];
     s.mr.read(0, &mut got).unwrap();
     assert_eq!(&got, b"back!");

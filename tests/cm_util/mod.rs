@@ -80,6 +80,44 @@ pub fn post_recv(s: &Side, wr_id: u64) {
     .unwrap();
 }
 
+/// SENDs `data` from `s`'s buffer at `at` as `wr_id`, then takes completions until exactly
+/// the `expect`ed work requests (the SEND and whatever receives are due) have succeeded.
+pub fn send_and_collect(s: &Side, at: usize, data: &[u8], wr_id: u64, expect: &[u64]) {
+    s.mr.write(at, data).unwrap();
+    let sge = [s.mr.sge(at, data.len()).unwrap()];
+    s.qp.post_send(&[SendWr::new(wr_id, SendOp::Send).sges(&sge).signaled()])
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < expect.len() {
+        let wc = poll_one(&s.cq);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        seen.push(wc.wr_id);
+    }
+    seen.sort_unstable();
+    let mut want = expect.to_vec();
+    want.sort_unstable();
+    assert_eq!(seen, want);
+}
+
+/// A connection request from `a` to `dst` left out: `a`'s REQ is sent (one poll of the
+/// connect future) and nobody has answered. Returns the active side and its endpoint.
+pub fn req_out(a: &Dev, dst: SocketAddr) -> (Side, Connector<AnyDevice>) {
+    use std::future::Future;
+    use std::task::{Context as TaskContext, Waker};
+    let s = side(&ctx_of(a), None);
+    let mut conn = Connector::new(a).unwrap();
+    conn.resolve_blocking(dst).unwrap();
+    let defaults = ConnParam::default();
+    {
+        let fut = conn.connect(&s.qp, &defaults);
+        let mut fut = std::pin::pin!(fut);
+        let mut cx = TaskContext::from_waker(Waker::noop());
+        let first = fut.as_mut().poll(&mut cx);
+        assert!(first.is_pending(), "{first:?}");
+    }
+    (s, conn)
+}
+
 pub fn param(data: &[u8]) -> ConnParam {
     ConnParam {
         private_data: data.to_vec(),
@@ -206,18 +244,7 @@ pub fn connect_send_disconnect(a: &Dev, b: &Dev, port: u16) {
     assert_eq!(s.qp.state(), QpState::Rts);
     // Before the ping: the peer answers it with a pong.
     post_recv(&s, 21);
-    s.mr.write(1024, b"ping").unwrap();
-    let sge = [s.mr.sge(1024, 4).unwrap()];
-    s.qp.post_send(&[SendWr::new(5, SendOp::Send).sges(&sge).signaled()])
-        .unwrap();
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        let wc = poll_one(&s.cq);
-        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-        seen.push(wc.wr_id);
-    }
-    seen.sort_unstable();
-    assert_eq!(seen, [5, 21]);
+    send_and_collect(&s, 1024, b"ping", 5, &[5, 21]);
     let mut got = [0u8; 4];
     s.mr.read(0, &mut got).unwrap();
     assert_eq!(&got, b"pong");
