@@ -8,9 +8,9 @@
 //!
 //! Every figure is in the fabric's virtual time, so a run repeats exactly: the machine's load
 //! changes only how long the bench takes. The harness is the congestion tests'
-//! (`tests/congestion_util/mod.rs`).
+//! (`tests/util/congestion/mod.rs`).
 
-#[path = "../tests/congestion_util/mod.rs"]
+#[path = "../tests/util/congestion/mod.rs"]
 mod congestion_util;
 
 use congestion_util::{Config, Figures, run_bottleneck};

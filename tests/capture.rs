@@ -13,6 +13,7 @@ use portverbs::soft::{DeviceConfig, Fabric, FabricConfig, Mode, SoftDevice};
 use portverbs::verbs::ContextOptions;
 use portverbs_wire::Opcode;
 
+#[path = "util/pcap/mod.rs"]
 mod pcap_util;
 use pcap_util::{check_icrcs, tshark_opcodes};
 

@@ -15,6 +15,7 @@ use portverbs::UdpDevice;
 use portverbs::cm::service::{CmDevice, ConnParam, Connector, Listener, ServiceError};
 use portverbs::prelude::*;
 
+#[path = "util/cm/mod.rs"]
 mod cm_util;
 use cm_util::udp::{Silent, udp_cm};
 use cm_util::{Dev, ctx_of, param, settle, side};

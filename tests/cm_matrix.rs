@@ -45,9 +45,11 @@ macro_rules! cm_cases {
     };
 }
 
+#[path = "util/cm/mod.rs"]
 mod cm_util;
+#[path = "util/mcast/mod.rs"]
 mod mcast_util;
-#[path = "cm_util/sidr.rs"]
+#[path = "util/cm/sidr.rs"]
 mod sidr_util;
 
 mod cm_matrix {

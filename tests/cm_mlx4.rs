@@ -17,6 +17,7 @@
 //! ICRC. The CM above the device depends on none of these: it sees QP1 datagrams and a GID.
 #![cfg(target_os = "linux")]
 
+#[path = "util/cm/mod.rs"]
 mod cm_util;
 use cm_util::{Dev, cm_dev, connect_send_disconnect, reject_with_data, settle_clean};
 

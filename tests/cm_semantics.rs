@@ -14,6 +14,7 @@ use portverbs::cm::service::{CmDevice, ConnParam, Connector, ServiceError};
 use portverbs::prelude::*;
 use portverbs::soft::{DeviceConfig, Fabric, SoftDevice};
 
+#[path = "util/cm/mod.rs"]
 mod cm_util;
 use cm_util::udp::{Silent, udp_cm};
 use cm_util::{Dev, attr, close, connect, side};

@@ -10,9 +10,11 @@ use portverbs::hal::Progress;
 use portverbs::prelude::*;
 use portverbs::verbs::ReceivedGrh;
 
+#[path = "util/cm/mod.rs"]
 mod cm_util;
+#[path = "util/mcast/mod.rs"]
 mod mcast_util;
-#[path = "cm_util/sidr.rs"]
+#[path = "util/cm/sidr.rs"]
 mod sidr_util;
 
 use cm_util::udp::udp_cm;

@@ -12,10 +12,11 @@
 //! cut on round trips above target, on loss and on CNPs, with probe timeouts for lost tails)
 //! is what these tests hold to the figures above.
 //!
-//! The harness is `tests/congestion_util/mod.rs` (shared with `benches/congestion.rs`):
+//! The harness is `tests/util/congestion/mod.rs` (shared with `benches/congestion.rs`):
 //! [`run_bottleneck`] runs one configuration and returns its [`Figures`]; every test prints
 //! them (`cargo test --test congestion -- --nocapture`).
 
+#[path = "util/congestion/mod.rs"]
 mod congestion_util;
 
 use congestion_util::{Config, Figures, PROBE_BYTES, jain, run_bottleneck};

@@ -39,6 +39,7 @@ mod conformance {
     pub mod util;
 }
 
+#[path = "util/cm/mod.rs"]
 mod cm_util;
 
 mod attacks {

@@ -3,6 +3,7 @@
 //! doorbell; with BlueFlame switched off, everything through the doorbell. Every request completes
 //! either way.
 
+#[path = "util/mlx4/mod.rs"]
 mod mlx4_util;
 
 use mlx4_util::{cq, dest, lost_ah, open, ud_qp};

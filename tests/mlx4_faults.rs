@@ -3,6 +3,7 @@
 //! completes, a corrupt CQE, a catastrophic error, a surprise removal. Every case also checks
 //! that closing the device afterwards returns.
 
+#[path = "util/mlx4/mod.rs"]
 mod mlx4_util;
 
 use std::time::{Duration, Instant};

@@ -16,6 +16,7 @@ use portverbs::verbs::ContextOptions;
 use portverbs::{UdpDevice, udp_device};
 use portverbs_wire::Opcode;
 
+#[path = "util/pcap/mod.rs"]
 mod pcap_util;
 use pcap_util::{check_icrcs, tshark_opcodes};
 

@@ -24,6 +24,7 @@ use portverbs::udp_port::UdpConfig;
 use portverbs::verbs::{ContextOptions, McastError};
 use portverbs::{UdpDevice, udp_device};
 
+#[path = "util/mcast/mod.rs"]
 mod mcast_util;
 
 use mcast_util::completions;
