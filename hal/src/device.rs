@@ -192,6 +192,13 @@ pub trait LocalDevice: Send + Sync + 'static {
         None
     }
 
+    /// Sends, before returning, what the device owes its peers and would otherwise send on
+    /// its next round — an ACK coalesced behind the last burst, packets batched for the wire —
+    /// without waiting on any peer. verbs-core calls it when a context closes, so that a
+    /// process that ends right after its last completion has acknowledged what it received
+    /// (hardware has long sent its ACKs by then). Nothing by default.
+    fn flush_owed(&self) {}
+
     /// Manual progress: what the device's input arrives on, for a blocking wait or an
     /// `await` to sleep on together with an event queue's sink
     /// ([`crate::notify::InterruptSink::wait_with`]). [`WaitSource::none`] by default.

@@ -735,5 +735,7 @@ impl<D: Device> Drop for ContextInner<D> {
         // Event queues go before the device (their Drop issues destroy_eq).
         lock(&self.vectors).clear();
         lock(&self.async_eq).take();
+        // Every object of the context is gone; what its QPs owe their peers leaves now.
+        self.dev.dev.flush_owed();
     }
 }

@@ -110,6 +110,10 @@ impl Device for AnyDevice {
         forward!(self, d => d.dispatch())
     }
 
+    fn flush_owed(&self) {
+        forward!(self, d => d.flush_owed());
+    }
+
     fn wait_source(&self) -> portverbs_hal::WaitSource<'_> {
         forward!(self, d => d.wait_source())
     }

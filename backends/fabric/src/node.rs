@@ -459,6 +459,7 @@ mod tests {
         steps: u32,
         max_train: u32,
         deadline: Option<u64>,
+        flushes: u32,
     }
 
     impl Node for Probe {
@@ -485,6 +486,9 @@ mod tests {
         }
         fn set_max_train(&mut self, n: u32) {
             self.max_train = n;
+        }
+        fn flush(&mut self) {
+            self.flushes += 1;
         }
     }
 
@@ -538,6 +542,29 @@ mod tests {
             dup.unwrap_err(),
             FabricError::DuplicateAddress("10.0.0.2".parse().unwrap())
         );
+    }
+
+    /// A manual fabric sends its nodes' batches when a dispatch ends, or with a kick unless
+    /// it flushed a moment ago; `flush_owed` (a device going away) flushes at once, with no
+    /// dispatch. A stepped fabric's clock is the test's: there it does nothing.
+    #[test]
+    fn flush_owed_flushes_every_node_at_once() {
+        let fabric = Fabric::manual();
+        let (a, _) = probe(&fabric, "a", "10.0.2.1");
+        let (c, _) = probe(&fabric, "c", "10.0.2.3");
+        let before = [&a, &c].map(|n| n.with(|x| x.node.flushes));
+        fabric.flush_owed();
+        let after = [&a, &c].map(|n| n.with(|x| x.node.flushes));
+        // (Attaching or reaching a node of a manual fabric may step and flush it too.)
+        for (b, a) in before.into_iter().zip(after) {
+            assert!(a > b, "flushes {before:?} -> {after:?}");
+        }
+
+        let stepped = Fabric::stepped(1);
+        let (b, _) = probe(&stepped, "b", "10.0.2.2");
+        b.kick(4);
+        stepped.flush_owed();
+        assert_eq!(b.with(|c| (c.node.kicks.len(), c.node.flushes)), (0, 0));
     }
 
     #[test]

@@ -272,6 +272,29 @@ impl Fabric {
         }
     }
 
+    /// Sends what the nodes owe the wire now: steps the fabric on the calling thread, at the
+    /// real clock, until no work is left that is due (at most [`INLINE_STEPS`] steps), then
+    /// flushes every node's batched packets. For a device going away: the ACK a responder
+    /// coalesced behind its last burst, and packets a manual fabric batched for the next
+    /// dispatch, would otherwise never leave if the process ended next (a peer that waits
+    /// for them retries until it gives up). Waits for an engine thread's round in progress.
+    /// Nothing on a stepped fabric, whose clock only a test moves.
+    pub fn flush_owed(&self) {
+        let shared = &self.shared;
+        if shared.mode == Mode::Stepped {
+            return;
+        }
+        let mut sim = shared.lock();
+        for _ in 0..INLINE_STEPS {
+            sim.now = shared.real_now();
+            if !sim.step(&shared.kicks_rx, &shared.overflow) {
+                break;
+            }
+        }
+        sim.flush();
+        shared.last_flush.store(sim.now, Ordering::Release);
+    }
+
     /// Manual mode: does on the calling thread what is due — the nodes' work and input,
     /// packet delivery, timers, and (unless a run is already under way) the attached agents
     /// — and returns when the fabric next has timed work. Other modes: nothing, `None`.

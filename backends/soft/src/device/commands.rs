@@ -110,6 +110,10 @@ impl Device for SoftDevice {
         self.fabric().dispatch()
     }
 
+    fn flush_owed(&self) {
+        self.fabric().flush_owed();
+    }
+
     fn wait_source(&self) -> portverbs_hal::WaitSource<'_> {
         self.fabric().wait_source()
     }
