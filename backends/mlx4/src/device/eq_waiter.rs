@@ -69,6 +69,12 @@ impl InterruptSink for VectorFd {
     }
 }
 
+/// Vectors, each with the fan-out sinks of the pool EQs on it.
+pub(crate) type VectorFanOuts = Vec<(u32, Vec<Arc<dyn InterruptSink>>)>;
+
+/// Vectors, each with the sink to route it to.
+pub(crate) type VectorRoutes = Vec<(u32, Arc<dyn InterruptSink>)>;
+
 /// One vector: its eventfd and the fan-out sinks of the pool EQs on it.
 #[derive(Debug)]
 struct Route {
@@ -99,12 +105,9 @@ impl EqWaiter {
     ///
     /// # Errors
     /// An eventfd could not be made (out of file descriptors).
-    pub(crate) fn new(
-        device: &str,
-        vectors: Vec<(u32, Vec<Arc<dyn InterruptSink>>)>,
-    ) -> io::Result<(Self, Vec<(u32, Arc<dyn InterruptSink>)>)> {
+    pub(crate) fn new(device: &str, vectors: VectorFanOuts) -> io::Result<(Self, VectorRoutes)> {
         let mut routes = Vec::with_capacity(vectors.len());
-        let mut fds: Vec<(u32, Arc<dyn InterruptSink>)> = Vec::with_capacity(vectors.len());
+        let mut fds: VectorRoutes = Vec::with_capacity(vectors.len());
         for (vector, fan_outs) in vectors {
             let fd = VectorFd::new()?;
             fds.push((vector, fd.clone()));
@@ -207,5 +210,61 @@ fn run(routes: &[Route], stop: &VectorFd) -> io::Result<()> {
                 s.raise();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::{Receiver, Sender, channel};
+    use std::time::Duration;
+
+    /// Says which fan-out was raised.
+    #[derive(Debug)]
+    struct Tell(u32, Mutex<Sender<u32>>);
+
+    impl InterruptSink for Tell {
+        fn raise(&self) {
+            let _ = self.1.lock().unwrap().send(self.0);
+        }
+    }
+
+    fn waiter() -> (EqWaiter, VectorRoutes, Receiver<u32>) {
+        let (tx, rx) = channel();
+        let tell = |n: u32| -> Arc<dyn InterruptSink> { Arc::new(Tell(n, Mutex::new(tx.clone()))) };
+        let (w, fds) = EqWaiter::new(
+            "unit",
+            vec![(3, vec![tell(30), tell(31)]), (2, vec![tell(20)])],
+        )
+        .unwrap();
+        (w, fds, rx)
+    }
+
+    /// A signal on a vector's eventfd (what the kernel does) raises the fan-outs of that
+    /// vector only, once per wake-up; before the start it waits in the eventfd's counter.
+    #[test]
+    fn a_signalled_vector_raises_its_fan_outs() {
+        let (w, fds, rx) = waiter();
+        assert_eq!(fds.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [3, 2]);
+        assert!(fds.iter().all(|(_, s)| s.eventfd().is_some()));
+        fds[1].1.raise();
+        w.start();
+        w.start();
+        let long = Duration::from_secs(30);
+        assert_eq!(rx.recv_timeout(long), Ok(20), "kept from before the start");
+        fds[0].1.raise();
+        let mut got = [
+            rx.recv_timeout(long).unwrap(),
+            rx.recv_timeout(long).unwrap(),
+        ];
+        got.sort_unstable();
+        assert_eq!(got, [30, 31]);
+        w.stop();
+        assert!(matches!(*w.state(), State::Stopped));
+        // Stopped (joined): a signal now raises nothing, and it does not start again.
+        fds[0].1.raise();
+        w.start();
+        assert!(matches!(*w.state(), State::Stopped));
+        assert!(rx.try_recv().is_err());
     }
 }
