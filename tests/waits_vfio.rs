@@ -19,7 +19,7 @@ use portverbs::mlx4::{HostMapped, Mlx4Config, Mlx4Device, PciError, PciFunction}
 use portverbs::mlx4_model::{Mlx4Model, ModelConfig, ModelFunction};
 use portverbs::prelude::*;
 use portverbs::soft::Fabric;
-use portverbs::verbs::{AsyncEventKind, ConnectOptions, ContextOptions, LatchSinks};
+use portverbs::verbs::{AsyncEventKind, ConnectOptions, ContextOptions, EventElement, LatchSinks};
 use rustix::event::epoll;
 
 /// Generous: completions come from the engine thread of a shared machine.
@@ -132,7 +132,7 @@ struct Link {
     qb: Qp,
     cq_b: Cq,
     mr_b: Mr,
-    _rest: (Cq, Mr, Pd, Pd),
+    rest: (Cq, Mr, Pd, Pd),
 }
 
 impl Link {
@@ -181,7 +181,7 @@ impl Link {
             qb,
             cq_b,
             mr_b,
-            _rest: (cq_a, mr_a, pd_a, pd_b),
+            rest: (cq_a, mr_a, pd_a, pd_b),
         }
     }
 
@@ -250,7 +250,8 @@ fn epoll_each<'a>(
 
 /// 120 contexts on one VFIO-like ConnectX-3 (32 MSI-X vectors), each with a completion
 /// channel from the Linux platform's sinks: each channel's fd, in one epoll, becomes readable
-/// for its own CQ's completion; a port event makes every context's async fd readable; one
+/// for its own CQ's completion; an access error at one QP reaches only its context; a port
+/// event makes every context's async fd readable; one
 /// driver thread serves them all, started with the first context and gone when the device
 /// closes.
 #[test]
@@ -336,6 +337,30 @@ fn vfio_like_function_shares_the_event_queues_among_many_contexts() {
         assert!(channels[k].get_cq_event().unwrap().is_none(), "one event");
     }
 
+    // An RDMA write with a bad key: the responder's QP (context 77's) goes to error, and
+    // only that context hears of it.
+    let victim = 77;
+    let l = &links[victim];
+    let bad = RemoteAddr {
+        addr: 0,
+        rkey: 0x5a5a_5a00,
+    };
+    l.qa.post_send(&[SendWr::new(1, SendOp::RdmaWrite { remote: bad })
+        .sges(&[l.rest.1.sge(0, 16).unwrap()])
+        .signaled()])
+        .unwrap();
+    epoll_each(
+        std::iter::once(ctxs[victim].async_fd().expect("an eventfd")),
+        |_| match ctxs[victim].get_async_event().unwrap() {
+            Some(ev) => {
+                assert_eq!(ev.kind, AsyncEventKind::QpAccessErr, "{ev:?}");
+                assert_eq!(ev.element, EventElement::Qp(l.qb.qp_num()), "{ev:?}");
+                true
+            }
+            None => false,
+        },
+    );
+
     // A port event wakes every context, through its async fd.
     model_b.set_port_active(1, false);
     epoll_each(
@@ -343,6 +368,10 @@ fn vfio_like_function_shares_the_event_queues_among_many_contexts() {
         |k| match ctxs[k].get_async_event().unwrap() {
             Some(ev) => {
                 assert_eq!(ev.kind, AsyncEventKind::PortErr, "context {k}: {ev:?}");
+                assert!(
+                    !ctxs[k].has_queued_event(AsyncEventKind::QpAccessErr),
+                    "context {k}"
+                );
                 true
             }
             None => false,
