@@ -2,10 +2,17 @@
 //!
 //! Opening enables memory decoding and bus mastering; BARs are mapped once and shared, BAR0's
 //! HCR and reset register and BAR2's doorbells reached through [`crate::regs`]' typed blocks; DMA
-//! memory comes from the function's IOMMU container; MSI-X vectors are bound straight to the
-//! event queue's eventfd (`InterruptSink::eventfd`), so completions reach platform-linux's
-//! event path with no thread in between. A sink without an eventfd (a polling application)
-//! leaves its vector unrouted: the EQ is then polled.
+//! memory comes from the function's IOMMU container.
+//!
+//! Interrupts: an MSI-X vector can only be bound to an eventfd (`InterruptSink::eventfd`,
+//! `VFIO_DEVICE_SET_IRQS`), which the kernel's handler signals without running any code of
+//! ours; so [`PciFunction::raises_sinks`] is false and a sink without an eventfd leaves its
+//! vector unrouted (the command EQ's: a command then looks at its EQ itself). The device's
+//! shared EQ pool binds each of its vectors to an eventfd the driver owns, and one driver
+//! thread per device sleeps in epoll over those eventfds and wakes every context's event
+//! queue on the EQ that interrupted (`device/eq_waiter.rs`, described in
+//! `device/eq_demux.rs`): every context and completion channel shares the pool's vectors, as
+//! on the emulated HCA.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

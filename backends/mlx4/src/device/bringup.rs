@@ -172,8 +172,6 @@ impl Mlx4Device {
             next_qpn,
             rng,
             bf_next: 0,
-            // Vector 0 is the command EQ's, 1 the asynchronous EQ's.
-            vectors: Numbers::new(2, pci.num_vectors().max(2)),
             gsi: false,
         };
         let inner = Arc::new(Inner {
@@ -198,6 +196,8 @@ impl Mlx4Device {
             objects: Mutex::new(Objects::default()),
             cmd_eqn: Mutex::new(None),
             demux: Mutex::new(None),
+            #[cfg(target_os = "linux")]
+            eq_waiter: Mutex::new(None),
             fatal: Arc::new(AtomicBool::new(false)),
             closed: AtomicBool::new(false),
             mcg: Mutex::new(super::mcg::McgState::default()),
@@ -507,6 +507,16 @@ pub(super) fn close(inner: &Inner) {
     };
     for port in 1..=inner.caps.num_ports {
         run(Cmd::new(opcode::CLOSE_PORT).in_mod(u32::from(port)));
+    }
+    // The interrupt thread first: it raises the sinks of the EQs given back below.
+    #[cfg(target_os = "linux")]
+    if let Some(w) = inner
+        .eq_waiter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        w.stop();
     }
     let pool = inner.demux.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(pool) = pool {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use portverbs_hal::device::{EqKind, EqParams};
+use portverbs_hal::device::EqParams;
 use portverbs_hal::error::CommandError;
 use portverbs_hal::notify::{InterruptSink, NullSink};
 use portverbs_hal::queue::EventQueue;
@@ -106,15 +106,9 @@ impl Mlx4Device {
                     let v = ASYNC_VECTOR + i;
                     (COMP_EQ_ENTRIES, if v < nvec { v } else { async_vector })
                 };
-                // Routed here, once the fan-out sink exists.
+                // Routed below, once every fan-out sink exists.
                 let eq = self.create_eq_internal(entries, vector, None).await?;
-                let hw = HwEq::new(eq, vector);
-                if i == 0 && !self.0.pci.raises_sinks() {
-                    // Bound to an eventfd when the first context's queue is made.
-                } else if vector != 0 {
-                    let _ = self.0.pci.route_interrupt(vector, hw.fan_out());
-                }
-                made.push(hw);
+                made.push(HwEq::new(eq, vector));
             }
             self.cmd(
                 Cmd::new(opcode::MAP_EQ)
@@ -130,21 +124,76 @@ impl Mlx4Device {
             }
             return Err(e);
         }
+        self.route_pool(&made);
         let async_eq = made.remove(0);
-        // A vector shared by several EQs reaches only the last sink routed to it: give the
-        // asynchronous EQ's back to its fan-out when a completion EQ shares it.
-        if made.iter().any(|h| h.vector == async_eq.vector) && async_eq.vector != 0 {
-            let sinks: Vec<_> = std::iter::once(&async_eq)
-                .chain(made.iter().filter(|h| h.vector == async_eq.vector))
-                .map(HwEq::fan_out)
-                .collect();
-            let _ = self
-                .0
-                .pci
-                .route_interrupt(async_eq.vector, Arc::new(Fanned(sinks)));
-        }
         *self.0.demux.lock().unwrap_or_else(|e| e.into_inner()) = Some(Demux::new(async_eq, made));
         Ok(())
+    }
+
+    /// Routes each vector of the pool (but vector 0, the command EQ's) to the fan-out sinks of
+    /// its EQs: directly on a function that raises sinks itself; through a driver eventfd and
+    /// the interrupt thread ([`super::eq_waiter`]) on one whose interrupts reach only eventfds.
+    /// A vector routed twice reaches only the last sink, hence one route per vector. The
+    /// highest vector goes first: VFIO then enables MSI-X once with every vector.
+    fn route_pool(&self, pool: &[Arc<HwEq>]) {
+        let mut by_vector: Vec<(u32, Vec<Arc<dyn InterruptSink>>)> = Vec::new();
+        for hw in pool.iter().filter(|h| h.vector != 0) {
+            match by_vector.iter_mut().find(|(v, _)| *v == hw.vector) {
+                Some((_, sinks)) => sinks.push(hw.fan_out()),
+                None => by_vector.push((hw.vector, vec![hw.fan_out()])),
+            }
+        }
+        by_vector.sort_by_key(|(v, _)| std::cmp::Reverse(*v));
+        let pci = &self.0.pci;
+        let routes: Vec<(u32, Arc<dyn InterruptSink>)> = if pci.raises_sinks() {
+            by_vector
+                .into_iter()
+                .map(|(v, mut sinks)| {
+                    let sink = if sinks.len() == 1 {
+                        sinks.remove(0)
+                    } else {
+                        Arc::new(Fanned(sinks))
+                    };
+                    (v, sink)
+                })
+                .collect()
+        } else {
+            self.eventfd_routes(by_vector)
+        };
+        for (vector, sink) in routes {
+            if let Err(e) = pci.route_interrupt(vector, sink) {
+                tracing::warn!(vector, %e, "interrupt routing failed; the EQ can still be polled");
+            }
+        }
+    }
+
+    /// The interrupt thread's eventfds for a function whose interrupts reach only eventfds
+    /// (it starts with the first queue that can be woken, [`Mlx4Device::do_create_eq`]).
+    #[cfg(target_os = "linux")]
+    fn eventfd_routes(
+        &self,
+        by_vector: Vec<(u32, Vec<Arc<dyn InterruptSink>>)>,
+    ) -> Vec<(u32, Arc<dyn InterruptSink>)> {
+        match super::eq_waiter::EqWaiter::new(&self.0.info.name, by_vector) {
+            Ok((waiter, fds)) => {
+                *self.0.eq_waiter.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(Arc::new(waiter));
+                fds
+            }
+            Err(e) => {
+                tracing::warn!(%e, "no eventfds for the EQ pool; its EQs can only be polled");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Elsewhere no function signals eventfds only (VFIO is Linux's): nothing to route.
+    #[cfg(not(target_os = "linux"))]
+    fn eventfd_routes(
+        &self,
+        _by_vector: Vec<(u32, Vec<Arc<dyn InterruptSink>>)>,
+    ) -> Vec<(u32, Arc<dyn InterruptSink>)> {
+        Vec::new()
     }
 
     /// Gives a hardware EQ back (HW2SW_EQ) and forgets its vector's sink.
@@ -179,54 +228,24 @@ impl Mlx4Device {
     ) -> Result<Box<dyn EventQueue>, CommandError> {
         self.0.check_alive()?;
         let demux = self.demux()?;
-        let raises = self.0.pci.raises_sinks();
-        if !raises
-            && params.kind == EqKind::Async
-            && demux.async_eq.unwatched()
-            && demux.async_eq.vector != 0
-        {
-            let v = demux.async_eq.vector;
-            if let Err(e) = self.0.pci.route_interrupt(v, sink.clone()) {
-                tracing::warn!(%e, "routing the asynchronous EQ's vector failed");
+        #[cfg(target_os = "linux")]
+        if sink.eventfd().is_some() {
+            // A queue that can be woken: the pool's interrupts must reach it.
+            let waiter = self
+                .0
+                .eq_waiter
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(w) = waiter {
+                w.start();
             }
         }
-        if raises || params.kind == EqKind::Async {
-            return demux.create(params.entries, params.kind, sink);
-        }
-        // Interrupts reach eventfds only (VFIO): a completion queue keeps a hardware EQ and a
-        // vector of its own, bound to its sink's eventfd. (The asynchronous EQ's vector
-        // reaches the first context's sink; the others see its events when they look.)
-        let vector = self
-            .0
-            .nums()
-            .vectors
-            .alloc()
-            .ok_or(CommandError::ResourceExhausted {
-                resource: "MSI-X vectors (one per completion channel on a VFIO function)",
-            })?;
-        let eq = match self
-            .create_eq_internal(
-                params.entries.max(COMP_EQ_ENTRIES),
-                vector,
-                Some(sink.clone()),
-            )
-            .await
-        {
-            Ok(eq) => eq,
-            Err(e) => {
-                self.0.nums().vectors.free(vector);
-                return Err(e);
-            }
-        };
-        demux.create_own(HwEq::new(eq, vector), params.entries, sink)
+        demux.create(params.entries, params.kind, sink)
     }
 
     pub(super) async fn do_destroy_eq(&self, eqn: u32) -> Result<(), CommandError> {
-        if let Some(hw) = self.demux()?.destroy(eqn)? {
-            self.destroy_hw_eq(hw.eqn, hw.vector).await?;
-            self.0.nums().vectors.free(hw.vector);
-        }
-        Ok(())
+        self.demux()?.destroy(eqn)
     }
 }
 

@@ -8,10 +8,23 @@
 //! (QP, CQ error, SRQ, port, fatal) to every asynchronous queue — each context keeps those of
 //! its own objects. The number of contexts is then bounded by memory, not by vectors.
 //!
-//! Interrupts: the pool's vectors are routed to a fan-out sink that raises the sink of every
+//! Interrupts: each pool EQ's vector ends in a fan-out sink that raises the sink of every
 //! virtual queue on that EQ (cheap, lock-free of the device; a raise may be spurious). A queue
 //! that sorts an event into another queue raises that queue's sink, so an event drained by one
-//! context still wakes the context that waits for it.
+//! context still wakes the context that waits for it. How the vector reaches the fan-out
+//! depends on the function:
+//!
+//! * one that calls [`InterruptSink::raise`] itself (the emulated HCA) is routed the fan-out
+//!   sink directly;
+//! * one whose interrupts reach only eventfds (a real function under VFIO: the kernel's MSI-X
+//!   handler signals the eventfd, no code of ours runs) is routed an eventfd per vector, owned
+//!   by the driver, and one thread per device ([`super::eq_waiter`]) sleeps in epoll over
+//!   those eventfds and runs the fan-out on each wake-up. The thread starts with the first
+//!   virtual queue whose sink has an eventfd (a polling application never gets one) and is
+//!   joined when the device closes.
+//!
+//! Both paths share everything above the routing, so a VFIO function too serves as many
+//! contexts and completion channels as memory allows, not one per MSI-X vector.
 //!
 //! [`Device::create_eq`]: portverbs_hal::Device::create_eq
 
@@ -54,11 +67,6 @@ impl HwEq {
         })
     }
 
-    /// No virtual queue is on this EQ.
-    pub(crate) fn unwatched(&self) -> bool {
-        lock(&self.sinks).is_empty()
-    }
-
     /// The sink to route this EQ's vector to.
     pub(crate) fn fan_out(self: &Arc<Self>) -> Arc<dyn InterruptSink> {
         Arc::new(FanOut(Arc::downgrade(self)))
@@ -85,8 +93,6 @@ struct Veq {
     hw: Arc<HwEq>,
     /// It receives the asynchronous events.
     is_async: bool,
-    /// Its hardware EQ is its own (see [`Demux::create_own`]).
-    own: bool,
     events: VecDeque<DeviceEvent>,
     /// Unread events kept at most (its requested entries); older ones are dropped, as an
     /// overrun hardware EQ would.
@@ -154,26 +160,13 @@ impl Demux {
                 self.comp[i].clone()
             }
         };
-        self.add(hw, kind == EqKind::Async, false, entries, sink)
-    }
-
-    /// A completion queue on a hardware EQ of its own, whose vector interrupts `sink` alone:
-    /// for a function whose interrupts reach only eventfds (VFIO), where a shared EQ's
-    /// fan-out would never run.
-    pub(crate) fn create_own(
-        self: &Arc<Self>,
-        hw: Arc<HwEq>,
-        entries: u32,
-        sink: Arc<dyn InterruptSink>,
-    ) -> Result<Box<dyn EventQueue>, CommandError> {
-        self.add(hw, false, true, entries, sink)
+        self.add(hw, kind == EqKind::Async, entries, sink)
     }
 
     fn add(
         self: &Arc<Self>,
         hw: Arc<HwEq>,
         is_async: bool,
-        own: bool,
         entries: u32,
         sink: Arc<dyn InterruptSink>,
     ) -> Result<Box<dyn EventQueue>, CommandError> {
@@ -191,7 +184,6 @@ impl Demux {
             Veq {
                 hw: hw.clone(),
                 is_async,
-                own,
                 events: VecDeque::new(),
                 cap: entries.max(1) as usize,
                 sink: sink.clone(),
@@ -207,9 +199,8 @@ impl Demux {
         }))
     }
 
-    /// Forgets virtual queue `veqn`; returns its hardware EQ when that was its own (the
-    /// caller gives it back).
-    pub(crate) fn destroy(&self, veqn: u32) -> Result<Option<Arc<HwEq>>, CommandError> {
+    /// Forgets virtual queue `veqn` (its hardware EQ stays in the pool).
+    pub(crate) fn destroy(&self, veqn: u32) -> Result<(), CommandError> {
         let mut st = lock(&self.state);
         let Some(v) = st.veqs.remove(&veqn) else {
             return Err(CommandError::NoSuchObject {
@@ -221,7 +212,7 @@ impl Demux {
         st.cq_owner.retain(|_, o| *o != veqn);
         drop(st);
         lock(&v.hw.sinks).retain(|(n, _)| *n != veqn);
-        Ok(v.own.then_some(v.hw))
+        Ok(())
     }
 
     /// Live virtual queues.

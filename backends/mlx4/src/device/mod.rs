@@ -6,6 +6,8 @@ mod commands;
 mod cq;
 mod eq;
 mod eq_demux;
+#[cfg(target_os = "linux")]
+mod eq_waiter;
 mod mcg;
 mod objects;
 mod pd_mr;
@@ -64,9 +66,6 @@ pub(crate) struct Nums {
     pub(crate) rng: SplitMix64,
     /// Next BlueFlame register to hand out.
     pub(crate) bf_next: usize,
-    /// MSI-X vectors for completion EQs of their own, on a function whose interrupts reach
-    /// only eventfds (VFIO); the shared pool's EQs do not take them.
-    pub(crate) vectors: Numbers,
     /// The GSI QP exists (or is being created): there is one per device.
     pub(crate) gsi: bool,
 }
@@ -99,6 +98,10 @@ pub(crate) struct Inner {
     /// The asynchronous and completion EQs every context shares, and the event queues
     /// handed out on them (from the end of bring-up until close).
     pub(crate) demux: Mutex<Option<Arc<eq_demux::Demux>>>,
+    /// The thread that fans the pool's interrupts out, on a function whose interrupts reach
+    /// only eventfds (VFIO); stopped at close.
+    #[cfg(target_os = "linux")]
+    pub(crate) eq_waiter: Mutex<Option<Arc<eq_waiter::EqWaiter>>>,
     /// Catastrophic error or removal seen: commands and posts fail, polls drain.
     pub(crate) fatal: Arc<AtomicBool>,
     pub(crate) closed: AtomicBool,
