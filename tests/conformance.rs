@@ -97,6 +97,7 @@ mod conformance {
     mod notify;
     mod obj_util;
     mod pd;
+    mod pd_walk;
     mod qp;
     mod qp_misc;
     mod qp_post;

@@ -507,6 +507,7 @@ mod tests {
         };
         let av = AddressVector::default();
         let dest = UdDest {
+            ah_pd: None,
             av: &av,
             remote_qpn: 5,
             remote_qkey: 6,
@@ -634,6 +635,7 @@ mod tests {
             port_num: 1,
         };
         let dest = UdDest {
+            ah_pd: None,
             av: &av,
             remote_qpn: 0x0100_0abc,
             remote_qkey: 0x8001_0002,
