@@ -66,8 +66,16 @@ fn remote_ops_refused(env: &Env, p: &Pair, params: &Params, remote: RemoteAddr, 
         p.a.buf.store_u64(0, 0xaa).unwrap();
         let wc = run(env, &p.a, SendWr::new(i as u64, op).sges(&[p.a.sge(0, 8)]));
         assert_eq!((wc.wr_id, wc.status), (i as u64, expect), "{op:?}");
-        assert_eq!(p.b.buf.load_u64(0).unwrap(), 3, "{op:?} left the target alone");
-        assert_eq!(p.a.buf.load_u64(0).unwrap(), 0xaa, "{op:?} brought nothing back");
+        assert_eq!(
+            p.b.buf.load_u64(0).unwrap(),
+            3,
+            "{op:?} left the target alone"
+        );
+        assert_eq!(
+            p.a.buf.load_u64(0).unwrap(),
+            0xaa,
+            "{op:?} brought nothing back"
+        );
         restate_pair(env, p, params);
     }
 }
@@ -129,7 +137,11 @@ fn gather_lkey_of_a_send(backend: Backend) {
         let foreign = foreign_mr(env.a(), &p.a.buf, AccessFlags::LOCAL_WRITE);
         p.a.buf.write(0, &pattern(1, 64)).unwrap();
         p.b.post_recv(1, 0, 4096);
-        let wc = run(&env, &p.a, SendWr::new(2, op).sges(&[foreign.sge_at(0, 64)]));
+        let wc = run(
+            &env,
+            &p.a,
+            SendWr::new(2, op).sges(&[foreign.sge_at(0, 64)]),
+        );
         assert_eq!((wc.wr_id, wc.status), (2, expect), "{op:?}");
         untouched(&env, &p.b, 4096);
     }
@@ -149,7 +161,11 @@ fn gather_lkey_of_a_write(backend: Backend) {
         } else {
             SendOp::RdmaWrite { remote }
         };
-        let wc = run(&env, &p.a, SendWr::new(2, op).sges(&[foreign.sge_at(0, 64)]));
+        let wc = run(
+            &env,
+            &p.a,
+            SendWr::new(2, op).sges(&[foreign.sge_at(0, 64)]),
+        );
         assert_eq!((wc.wr_id, wc.status), (2, expect), "{op:?}");
         untouched(&env, &p.b, 4096);
     }
@@ -163,7 +179,11 @@ fn scatter_lkey_of_a_read(backend: Backend) {
     let op = SendOp::RdmaRead {
         remote: p.b.remote(0),
     };
-    let wc = run(&env, &p.a, SendWr::new(2, op).sges(&[foreign.sge_at(0, 64)]));
+    let wc = run(
+        &env,
+        &p.a,
+        SendWr::new(2, op).sges(&[foreign.sge_at(0, 64)]),
+    );
     assert_eq!(wc.status, requester("scatter_lkey_of_a_read"));
     untouched(&env, &p.a, 4096);
 }
@@ -208,7 +228,11 @@ fn receive_lkey_on_the_rq(backend: Backend) {
     assert_eq!((wc.wr_id, wc.status), (2, send_status));
     let rwc = one(&env, &p.b.cq);
     assert_eq!((rwc.wr_id, rwc.status), (1, recv_status));
-    assert_eq!(p.b.buf.to_vec(0, 256).unwrap(), vec![0; 256], "nothing landed");
+    assert_eq!(
+        p.b.buf.to_vec(0, 256).unwrap(),
+        vec![0; 256],
+        "nothing landed"
+    );
 }
 
 /// A QP of one PD receiving through an SRQ of another, on device b, connected to a side on a.
@@ -274,12 +298,22 @@ fn receive_lkey_on_an_srq(backend: Backend) {
     assert_ne!(x.qp_pd.pdn(), x.srq_pd.pdn());
     let (wc, rwc) = x.exchange(&env, &x.qp_pd);
     assert_eq!((wc.wr_id, wc.status), (2, send_status));
-    assert_eq!((rwc.wr_id, rwc.status, rwc.qp_num), (1, recv_status, x.qp.qp_num()));
-    assert_eq!(x.buf.to_vec(0, 256).unwrap(), vec![0; 256], "nothing landed");
+    assert_eq!(
+        (rwc.wr_id, rwc.status, rwc.qp_num),
+        (1, recv_status, x.qp.qp_num())
+    );
+    assert_eq!(
+        x.buf.to_vec(0, 256).unwrap(),
+        vec![0; 256],
+        "nothing landed"
+    );
     // The SRQ's own PD is the right one.
     let x = SrqAcross::new(&env);
     let (wc, rwc) = x.exchange(&env, &x.srq_pd);
-    assert_eq!((wc.status, rwc.status), (WcStatus::Success, WcStatus::Success));
+    assert_eq!(
+        (wc.status, rwc.status),
+        (WcStatus::Success, WcStatus::Success)
+    );
     assert_eq!(x.buf.to_vec(0, 64).unwrap(), pattern(5, 64));
 }
 

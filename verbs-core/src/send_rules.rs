@@ -48,11 +48,12 @@ impl SendRules {
     #[inline(always)]
     pub(crate) fn admits(&self, wr: &SendWr<'_>) -> bool {
         let k = wr.op.kind();
-        match wr.ud {
-            Some(ud) if ud.ah_pd.is_some_and(|pd| pd != self.pdn) => return false,
-            Some(_) if !self.ud => return false,
-            None if self.ud => return false,
-            _ => {}
+        let dest_ok = match wr.ud {
+            None => !self.ud,
+            Some(ud) => self.ud && ud.ah_pd.is_none_or(|pd| pd == self.pdn),
+        };
+        if !dest_ok {
+            return false;
         }
         match wr.payload {
             Payload::Inline(bytes) => {

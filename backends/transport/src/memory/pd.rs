@@ -29,7 +29,9 @@
 //! every backend (`tests/conformance/pd_walk.rs`, which asserts the outcome given here), and a
 //! test below checks that every send operation appears in some row, so that a new operation
 //! cannot skip the walk. The soft device, the UDP device and the emulated ConnectX-3 all run
-//! this engine, so each check has one home.
+//! this engine, so each check has one home, and no backend deviates from the table. On a real
+//! ConnectX-3 (`mlx4_hw`) the same cases run, and only the address-handle row is checked by this
+//! code: the other statuses there are the hardware's own, not yet confirmed on one.
 
 use portverbs_hal::wc::WcStatus;
 use portverbs_hal::wr::SendOps;
@@ -48,7 +50,9 @@ pub enum NamedBy {
 pub enum Outcome {
     /// Refused at post with a typed error; nothing is queued.
     Refused,
-    /// The send request completes with this status; the responder consumes no receive.
+    /// The send request completes with this status. The responder consumes no receive, but
+    /// for a WRITE with immediate, which takes one before its key is checked and completes it
+    /// with `LOC_ACCESS_ERR` (README, "Deviations from IBTA").
     Requester(WcStatus),
     /// The responder takes a receive for the message and completes it with `receive`; the
     /// send request completes with `requester`.
