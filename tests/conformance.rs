@@ -98,6 +98,7 @@ mod conformance {
     mod obj_util;
     mod pd;
     mod pd_walk;
+    mod pd_walk_mw;
     mod qp;
     mod qp_misc;
     mod qp_post;

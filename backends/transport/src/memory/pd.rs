@@ -26,9 +26,9 @@
 //! | `address_handle_of_a_ud_send` | UD SEND (± imm) address handle | AH in the QP's PD (IBA 10.2.3, 11.4.1.1) | verbs-core at post (`send_rules`) | refused at post |
 //!
 //! [`PD_RULES`] holds the same rows as data: the conformance suite runs one case per row on
-//! every backend (`tests/conformance/pd_walk.rs`, which asserts the outcome given here), and a
-//! test below checks that every send operation appears in some row, so that a new operation
-//! cannot skip the walk. The soft device, the UDP device and the emulated ConnectX-3 all run
+//! every backend (`tests/conformance/pd_walk.rs` and, for windows, `pd_walk_mw.rs`; each
+//! asserts the outcome given here), and a test below checks that every send operation appears
+//! in some row, so that a new operation cannot skip the walk. The soft device, the UDP device and the emulated ConnectX-3 all run
 //! this engine, so each check has one home, and no backend deviates from the table. On a real
 //! ConnectX-3 (`mlx4_hw`) the same cases run, and only the address-handle row is checked by this
 //! code: the other statuses there are the hardware's own, not yet confirmed on one.
