@@ -73,6 +73,7 @@ fn main() -> Result<()> {
     smr.write(0, b"hello, group")?;
     let sges = [smr.sge(0, 12)?];
     let dest = UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: join.remote_qpn,
         remote_qkey: join.qkey,

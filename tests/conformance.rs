@@ -97,6 +97,8 @@ mod conformance {
     mod notify;
     mod obj_util;
     mod pd;
+    mod pd_walk;
+    mod pd_walk_mw;
     mod qp;
     mod qp_misc;
     mod qp_post;

@@ -89,6 +89,7 @@ fn udp_devices_deliver_multicast_through_an_ip_group_and_leave_it() {
     sender.mr.write(0, payload).unwrap();
     let sge = [sender.mr.sge(0, payload.len()).unwrap()];
     let dest = UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: MCAST_QPN,
         remote_qkey: QKEY,

@@ -300,6 +300,11 @@ pub struct UdDest<'a> {
     pub remote_qpn: u32,
     /// Q_Key; if bit 31 is set the sending QP's own Q_Key is used (IBA 10.2.5).
     pub remote_qkey: u32,
+    /// The protection domain of the address handle `av` belongs to, when it came from one
+    /// (an address handle's `dest` fills it in): the post refuses a handle of a domain other
+    /// than the QP's (IBA 10.2.3). `None` for a vector built by hand, which has no domain to
+    /// check.
+    pub ah_pd: Option<u32>,
 }
 
 /// One send work request.

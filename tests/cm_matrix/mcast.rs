@@ -66,6 +66,7 @@ fn a_joined_group_reaches_every_joined_qp_until_they_leave(backend: Backend) {
         sender.mr.write(0, payload).unwrap();
         let sge = [sender.mr.sge(0, payload.len()).unwrap()];
         let dest = UdDest {
+            ah_pd: None,
             av: ah.av(),
             remote_qpn: join.remote_qpn,
             remote_qkey: join.qkey,

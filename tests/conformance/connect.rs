@@ -133,6 +133,7 @@ fn connect_uc_and_ready_ud_reach_rts(backend: Backend) {
     v.post_recv(3, 0, 256);
     u.buf.write(0, &data).unwrap();
     let dest = UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: ev.qpn,
         remote_qkey: opts.qkey,

@@ -67,6 +67,7 @@ pub(super) fn ah_to(pd: &Pd, gid: Gid) -> AddressHandle {
 /// The UD destination of QP1 behind `ah`.
 pub(super) fn qp1(ah: &AddressHandle) -> UdDest<'_> {
     UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: SpecialQp::GSI_QPN,
         remote_qkey: SpecialQp::GSI_QKEY,
@@ -205,6 +206,7 @@ fn the_gsi_qkey_is_fixed(backend: Backend) {
         (3, &b.qp, SpecialQp::GSI_QKEY),
     ] {
         let dest = UdDest {
+            ah_pd: None,
             remote_qkey: qkey,
             ..qp1(&ah)
         };

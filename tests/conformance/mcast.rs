@@ -79,6 +79,7 @@ fn group_ah(side: &Side, gid: Gid) -> AddressHandle {
 fn send_to_group(env: &Env, from: &Side, ah: &AddressHandle, wr_id: u64, len: u32, qkey: u32) {
     let sge = [from.sge(0, len)];
     let dest = UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: MCAST_QPN,
         remote_qkey: qkey,
@@ -162,6 +163,7 @@ fn mcast_sender_gets_its_own_copy_only_when_attached(backend: Backend) {
     let ah = group_ah(&sender, gid);
     let sge = [sender.sge(0, 100)];
     let dest = UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: MCAST_QPN,
         remote_qkey: QKEY,

@@ -549,6 +549,7 @@ fn qp_with_zero_send_wr_gets_what_the_device_grants(backend: Backend) {
         })
         .unwrap();
     let dest = portverbs::verbs::UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: 1,
         remote_qkey: QKEY,

@@ -263,6 +263,7 @@ fn operations_invalid_for_the_transport_are_refused(backend: Backend) {
         ..AddressVector::default()
     };
     let dest = UdDest {
+        ah_pd: None,
         av: &av,
         remote_qpn: 5,
         remote_qkey: QKEY,

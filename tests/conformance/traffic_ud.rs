@@ -33,6 +33,7 @@ impl Ud {
 
     fn dest(&self, qkey: u32) -> UdDest<'_> {
         UdDest {
+            ah_pd: None,
             av: self.ah.av(),
             remote_qpn: self.p.b.qp.qp_num(),
             remote_qkey: qkey,
@@ -194,6 +195,7 @@ fn ud_sends_posted_in_sqe_are_flushed_and_receives_still_work(backend: Backend) 
     let wr = SendWr::new(6, SendOp::Send)
         .sges(&sge)
         .ud(UdDest {
+            ah_pd: None,
             av: back.av(),
             remote_qpn: u.p.a.qp.qp_num(),
             remote_qkey: QKEY,
@@ -302,6 +304,7 @@ fn ud_message_larger_than_an_srq_receive_completes_it_with_loc_len(backend: Back
         .unwrap();
     }
     let dest = UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: b_qp.qp_num(),
         remote_qkey: QKEY,
@@ -358,6 +361,7 @@ fn ud_traffic_driven_by_completion_events(backend: Backend) {
         let wr = SendWr::new(100 + i, SendOp::Send)
             .sges(&sge)
             .ud(UdDest {
+                ah_pd: None,
                 av: ah.av(),
                 remote_qpn: b_qp.qp_num(),
                 remote_qkey: QKEY,
@@ -405,6 +409,7 @@ fn ud_send_to_a_qpn_that_does_not_exist_is_dropped(backend: Backend) {
     let u = Ud::new(&env);
     u.p.b.post_recv(1, 0, 256);
     let dest = UdDest {
+        ah_pd: None,
         remote_qpn: 0x00ab_cdef,
         ..u.dest(QKEY)
     };
@@ -430,6 +435,7 @@ fn ud_and_rc_qps_do_not_talk(backend: Backend) {
     connect(&peer.qp, &rc.qp, &params);
     rc.post_recv(1, 0, 256);
     let dest = UdDest {
+        ah_pd: None,
         remote_qpn: rc.qp.qp_num(),
         ..u.dest(QKEY)
     };
@@ -468,6 +474,7 @@ fn ud_traffic_class_reaches_the_grh_area(backend: Backend) {
             .unwrap();
     u.p.b.post_recv(1, 0, 256);
     let dest = UdDest {
+        ah_pd: None,
         av: ah.av(),
         ..u.dest(QKEY)
     };
@@ -501,6 +508,7 @@ fn ud_answer_through_an_address_handle_made_from_the_completion(backend: Backend
     u.p.b.post_recv(1, 0, 256);
     u.p.a.post_recv(3, 512, 256);
     let dest = UdDest {
+        ah_pd: None,
         av: ah.av(),
         ..u.dest(QKEY)
     };

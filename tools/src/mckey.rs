@@ -192,6 +192,7 @@ fn make_node(cm: &CmDevice<AnyDevice>, args: &MckeyArgs, group: IpAddr) -> Resul
 fn post_sends(node: &Node, args: &MckeyArgs, limit: Option<Duration>) -> Result<(), CliError> {
     let sge = [node.mr.sge(0, args.size as usize).ctx("send buffer")?];
     let dest = UdDest {
+        ah_pd: None,
         av: node.ah.av(),
         remote_qpn: node.join.remote_qpn,
         remote_qkey: node.join.qkey,

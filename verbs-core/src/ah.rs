@@ -123,9 +123,12 @@ impl<D: Device> AddressHandle<D> {
     }
 
     /// The destination of a UD send through this handle to QP `remote_qpn` with Q_Key
-    /// `remote_qkey` (for [`crate::SendWr::ud`]).
+    /// `remote_qkey` (for [`crate::SendWr::ud`]). It carries the handle's protection domain:
+    /// posting it on a QP of another domain is refused
+    /// ([`crate::PostErrorKind::AhOfAnotherPd`]).
     pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest<'_> {
         UdDest {
+            ah_pd: Some(self.inner.pd.pdn()),
             av: &self.inner.av,
             remote_qpn,
             remote_qkey,

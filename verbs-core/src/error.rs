@@ -574,6 +574,14 @@ pub enum PostErrorKind {
     /// UD sends need an address handle, connected ones must not have one.
     #[error("destination: {0}")]
     BadDestination(&'static str),
+    /// A UD send through an address handle of another protection domain (IBA 10.2.3).
+    #[error("the address handle is in PD {ah_pd:#x}, the QP in PD {qp_pd:#x}")]
+    AhOfAnotherPd {
+        /// The handle's domain.
+        ah_pd: u32,
+        /// The QP's domain.
+        qp_pd: u32,
+    },
     /// A memory-window bind or a local invalidate carries no data: a gather list or inline
     /// bytes given with one would be silently ignored, so the request is refused.
     #[error("{op} carries no payload: remove its gather entries and inline data")]

@@ -296,7 +296,7 @@ impl<D: Device> Pd<D> {
                 special: init.special,
                 caps: res.caps,
                 sq_sig_all: init.sq_sig_all,
-                send_rules: SendRules::new(init.qp_type, &res.caps),
+                send_rules: SendRules::new(init.qp_type, &res.caps, self.pdn()),
                 state: AtomicU8::new(QpState::Reset as u8),
                 attr: Mutex::new(QpAttr {
                     cap: res.caps,
@@ -429,7 +429,12 @@ impl<D: Device> Qp<D> {
         // The precomputed rules admit a well-formed request in a few compares; only a request
         // they refuse pays for the check that names the broken rule.
         if !self.inner.send_rules.admits(wr) {
-            send_rules::check(self.inner.qp_type, &self.inner.caps, wr)?;
+            send_rules::check(
+                self.inner.qp_type,
+                &self.inner.caps,
+                self.inner.pd.pdn(),
+                wr,
+            )?;
         }
         let head = sq.head;
         if !ring.take_slot(head, sq.depth, room) {

@@ -1,5 +1,6 @@
 //! What a QP's send queue accepts: the opcode for its transport, the destination (an address
-//! handle exactly for UD), and the payload against its capacities.
+//! handle exactly for UD, of the QP's protection domain), and the payload against its
+//! capacities.
 //!
 //! [`SendRules`] is computed once when the QP is created so that the post path admits a
 //! well-formed request with a handful of compares; a request it does not admit goes through
@@ -22,12 +23,14 @@ pub(crate) struct SendRules {
     /// Operations allowed with inline data (no READ or atomics).
     inline_ops: SendOps,
     ud: bool,
+    /// The QP's protection domain: a UD send's address handle must belong to it.
+    pdn: u32,
     max_sge: u32,
     max_inline: u32,
 }
 
 impl SendRules {
-    pub(crate) fn new(t: QpType, caps: &QpCaps) -> Self {
+    pub(crate) fn new(t: QpType, caps: &QpCaps, pdn: u32) -> Self {
         let ops = SendOps::of_transport(t);
         let sge_ops = ops - SendOps::LOCAL;
         Self {
@@ -35,6 +38,7 @@ impl SendRules {
             sge_ops,
             inline_ops: sge_ops - SendOps::READ_OR_ATOMIC,
             ud: t == QpType::Ud,
+            pdn,
             max_sge: caps.max_send_sge,
             max_inline: caps.max_inline_data,
         }
@@ -44,7 +48,11 @@ impl SendRules {
     #[inline(always)]
     pub(crate) fn admits(&self, wr: &SendWr<'_>) -> bool {
         let k = wr.op.kind();
-        if wr.ud.is_some() != self.ud {
+        let dest_ok = match wr.ud {
+            None => !self.ud,
+            Some(ud) => self.ud && ud.ah_pd.is_none_or(|pd| pd == self.pdn),
+        };
+        if !dest_ok {
             return false;
         }
         match wr.payload {
@@ -65,9 +73,15 @@ impl SendRules {
     }
 }
 
-/// Checks `wr` for a QP of type `t` with capacities `caps`, naming the first rule it breaks.
+/// Checks `wr` for a QP of type `t` with capacities `caps` in protection domain `pdn`, naming
+/// the first rule it breaks.
 #[cold]
-pub(crate) fn check(t: QpType, caps: &QpCaps, wr: &SendWr<'_>) -> Result<(), PostErrorKind> {
+pub(crate) fn check(
+    t: QpType,
+    caps: &QpCaps,
+    pdn: u32,
+    wr: &SendWr<'_>,
+) -> Result<(), PostErrorKind> {
     // The same table the fast rules use; hal's tests pin it to the spec.
     let ok = SendOps::of_transport(t).contains(wr.op.kind());
     if !ok {
@@ -88,6 +102,12 @@ pub(crate) fn check(t: QpType, caps: &QpCaps, wr: &SendWr<'_>) -> Result<(), Pos
             ));
         }
         _ => {}
+    }
+    // The address handle must be of the QP's domain (IBA 10.2.3). rxe makes the same check
+    // when it executes the request (`rxe_get_av` in Linux's `drivers/infiniband/sw/rxe/
+    // rxe_av.c`, completing with LOC_QP_OP_ERR); here it is refused before anything is queued.
+    if let Some(ah_pd) = wr.ud.and_then(|ud| ud.ah_pd).filter(|&pd| pd != pdn) {
+        return Err(PostErrorKind::AhOfAnotherPd { ah_pd, qp_pd: pdn });
     }
     let has_payload = match wr.payload {
         Payload::Sges(sges) => !sges.is_empty(),
@@ -134,6 +154,9 @@ mod tests {
 
     use super::*;
 
+    /// The QP's protection domain in these tests.
+    const PDN: u32 = 4;
+
     /// Every opcode, QP type, destination, payload shape and size around the limits: the
     /// fast rules and the precise check agree.
     #[test]
@@ -150,9 +173,18 @@ mod tests {
         let ops = SendOp::one_of_each(remote, bind);
         let av = AddressVector::default();
         let dest = UdDest {
+            ah_pd: None,
             av: &av,
             remote_qpn: 5,
             remote_qkey: 6,
+        };
+        let own = UdDest {
+            ah_pd: Some(PDN),
+            ..dest
+        };
+        let foreign = UdDest {
+            ah_pd: Some(PDN + 1),
+            ..dest
         };
         let caps = QpCaps {
             max_send_sge: 2,
@@ -163,9 +195,9 @@ mod tests {
         let bytes = [0u8; 17];
         let mut checked = 0;
         for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
-            let rules = SendRules::new(t, &caps);
+            let rules = SendRules::new(t, &caps, PDN);
             for op in ops {
-                for ud in [None, Some(dest)] {
+                for ud in [None, Some(dest), Some(own), Some(foreign)] {
                     for flags in [SendFlags::empty(), SendFlags::INLINE | SendFlags::SIGNALED] {
                         let payloads = (0..=3)
                             .map(|n| Payload::Sges(&sges[..n]))
@@ -180,7 +212,7 @@ mod tests {
                             };
                             assert_eq!(
                                 rules.admits(&wr),
-                                check(t, &caps, &wr).is_ok(),
+                                check(t, &caps, PDN, &wr).is_ok(),
                                 "{t:?} {wr:?}"
                             );
                             checked += 1;
@@ -189,7 +221,36 @@ mod tests {
                 }
             }
         }
-        assert_eq!(checked, 3 * 10 * 2 * 2 * 7);
+        assert_eq!(checked, 3 * 10 * 4 * 2 * 7);
+    }
+
+    #[test]
+    fn ud_send_through_a_handle_of_another_pd_is_refused() {
+        let av = AddressVector::default();
+        let caps = QpCaps {
+            max_send_sge: 2,
+            ..QpCaps::default()
+        };
+        let rules = SendRules::new(QpType::Ud, &caps, PDN);
+        let dest = |ah_pd| UdDest {
+            ah_pd,
+            av: &av,
+            remote_qpn: 5,
+            remote_qkey: 6,
+        };
+        for (ah_pd, ok) in [(None, true), (Some(PDN), true), (Some(PDN + 1), false)] {
+            let wr = SendWr::new(1, SendOp::Send).ud(dest(ah_pd));
+            assert_eq!(rules.admits(&wr), ok, "{ah_pd:?}");
+            let expect = if ok {
+                Ok(())
+            } else {
+                Err(PostErrorKind::AhOfAnotherPd {
+                    ah_pd: PDN + 1,
+                    qp_pd: PDN,
+                })
+            };
+            assert_eq!(check(QpType::Ud, &caps, PDN, &wr), expect);
+        }
     }
 
     #[test]
@@ -207,7 +268,7 @@ mod tests {
             max_inline_data: 16,
             ..QpCaps::default()
         };
-        let rules = SendRules::new(QpType::Rc, &caps);
+        let rules = SendRules::new(QpType::Rc, &caps, PDN);
         let sge = [Sge::default()];
         for op in [SendOp::BindMw { bind }, SendOp::LocalInv { rkey: 2 }] {
             let bare = SendWr::new(1, op);
@@ -215,7 +276,7 @@ mod tests {
             for wr in [bare.sges(&sge), bare.inline(b"x")] {
                 assert!(!rules.admits(&wr), "{op:?}");
                 assert_eq!(
-                    check(QpType::Rc, &caps, &wr),
+                    check(QpType::Rc, &caps, PDN, &wr),
                     Err(PostErrorKind::PayloadNotAllowed { op: op.name() })
                 );
             }

@@ -278,6 +278,7 @@ fn ud_both_ways() {
             .inline(b"pong")
             .signaled()
             .ud(portverbs_hal::wr::UdDest {
+                ah_pd: None,
                 av: &av,
                 remote_qpn: 0x49,
                 remote_qkey: 0x1111,
@@ -296,6 +297,7 @@ fn ud_both_ways() {
     let wr = SendWr::new(3, SendOp::Send)
         .inline(b"x")
         .ud(portverbs_hal::wr::UdDest {
+            ah_pd: None,
             av: &av,
             remote_qpn: 0x49,
             remote_qkey: 0x2222,

@@ -399,6 +399,7 @@ fn ud_from_a_foreign_device_to_a_soft_device() {
         .inline(b"reply")
         .flags(SendFlags::SIGNALED)
         .ud(UdDest {
+            ah_pd: None,
             av: &av,
             remote_qpn: TOY_QPN,
             remote_qkey: 0x1111,

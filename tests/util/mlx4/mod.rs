@@ -87,6 +87,7 @@ pub(crate) fn lost_ah(pd: &Pd) -> AddressHandle {
 /// QP 2 with Q_Key 7 behind `ah`.
 pub(crate) fn dest(ah: &AddressHandle) -> UdDest<'_> {
     UdDest {
+        ah_pd: None,
         av: ah.av(),
         remote_qpn: 2,
         remote_qkey: 7,

@@ -160,6 +160,7 @@ impl<'a> OpPlan<'a> {
             payload,
             flags,
             ud: self.av.map(|av| UdDest {
+                ah_pd: None,
                 av,
                 remote_qpn: self.remote_qpns[qp],
                 remote_qkey: self.remote_qkeys[qp],

@@ -114,7 +114,9 @@ pub(crate) fn data_seg(s: &Sge) -> [u8; 16] {
     })
 }
 
-/// The datagram segment of a UD send (`struct mlx4_wqe_datagram_seg`, 48 bytes).
+/// The datagram segment of a UD send (`struct mlx4_wqe_datagram_seg`, 48 bytes). The address
+/// vector carries the address handle's PD beside the port, as rdma-core's mlx4 provider writes
+/// it (`mlx4_create_ah`); a vector built by hand, with no handle, carries PD 0.
 fn datagram_seg(dest: &UdDest<'_>) -> [u8; 48] {
     let av = dest.av;
     let stf = (u32::from(av.sl & 0xf) << 28)
@@ -122,7 +124,8 @@ fn datagram_seg(dest: &UdDest<'_>) -> [u8; 48] {
         | (av.flow_label & 0xf_ffff);
     transmute!(DatagramSeg {
         av: Av {
-            port_pd: (u32::from(av.port_num) << 24).into(),
+            port_pd: ((u32::from(av.port_num) << 24) | (dest.ah_pd.unwrap_or(0) & 0xff_ffff))
+                .into(),
             g_slid: (if av.is_global { 0x80 } else { 0 }) | (av.src_path_bits & 0x7f),
             dlid: av.dlid.into(),
             gid_index: av.sgid_index,
@@ -507,6 +510,7 @@ mod tests {
         };
         let av = AddressVector::default();
         let dest = UdDest {
+            ah_pd: None,
             av: &av,
             remote_qpn: 5,
             remote_qkey: 6,
@@ -634,6 +638,7 @@ mod tests {
             port_num: 1,
         };
         let dest = UdDest {
+            ah_pd: Some(0x12_3456),
             av: &av,
             remote_qpn: 0x0100_0abc,
             remote_qkey: 0x8001_0002,
@@ -645,7 +650,7 @@ mod tests {
             g,
             DatagramSeg {
                 av: Av {
-                    port_pd: (1 << 24).into(),
+                    port_pd: ((1 << 24) | 0x12_3456).into(),
                     g_slid: 0x85,
                     dlid: 0x21.into(),
                     gid_index: 2,
@@ -659,7 +664,7 @@ mod tests {
                 qkey: 0x8001_0002.into(),
                 ..DatagramSeg::default()
             },
-            "the remote QPN is masked to 24 bits"
+            "the remote QPN is masked to 24 bits; the handle's PD rides in the vector"
         );
     }
 }

@@ -188,6 +188,7 @@ mod tests {
             lkey: 0x77,
         }];
         let wr = SendWr::new(1, SendOp::Send).sges(&sge).ud(UdDest {
+            ah_pd: None,
             av: &a,
             remote_qpn: 1,
             // The high bit: the QP's own Q_Key, which for QP1 is the GSI one.
@@ -236,6 +237,7 @@ mod tests {
             lkey: 1,
         }];
         let dest = UdDest {
+            ah_pd: None,
             av: &a,
             remote_qpn: 1,
             remote_qkey: SpecialQp::GSI_QKEY,
@@ -259,6 +261,7 @@ mod tests {
         ));
         let bad_sgid = AddressVector { sgid_index: 9, ..a };
         let wr = SendWr::new(1, SendOp::Send).sges(&sge).ud(UdDest {
+            ah_pd: None,
             av: &bad_sgid,
             ..dest
         });

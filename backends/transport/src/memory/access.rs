@@ -98,10 +98,13 @@ impl MemoryTable {
             }
             Object::Mw(mw) => {
                 let b = mw.binding.ok_or(KeyError::InvalidKey)?;
-                match mw.mw_type {
-                    MwType::Type1 if mw.pd != pd => return Err(KeyError::PdMismatch),
-                    MwType::Type2 if b.qpn != Some(qpn) => return Err(KeyError::QpMismatch),
-                    _ => {}
+                // Every window belongs to a domain (as rxe's `rxe_lookup_mw` checks for both
+                // types); a type-2 window also to the QP it is bound to (IBA 10.6.7.2.2).
+                if mw.pd != pd {
+                    return Err(KeyError::PdMismatch);
+                }
+                if mw.mw_type == MwType::Type2 && b.qpn != Some(qpn) {
+                    return Err(KeyError::QpMismatch);
                 }
                 if !b.access.contains(need) {
                     return Err(KeyError::AccessDenied);
@@ -169,5 +172,23 @@ mod tests {
                 .unwrap_err(),
             KeyError::AccessDenied
         );
+    }
+
+    #[test]
+    fn remote_checks_the_domain_of_both_window_types() {
+        use crate::memory::tests::bind;
+        let (mut t, mr, _) = table_with_mr(AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+        let w = AccessFlags::REMOTE_WRITE;
+        for ty in [MwType::Type1, MwType::Type2] {
+            let mw = t.alloc_mw(1, ty).unwrap();
+            let key = (mw & !0xff) | ((mw + 1) & 0xff);
+            t.bind(1, 9, &bind(key, mr, 0x10_000, 64, ty)).unwrap();
+            assert!(t.remote(key, 1, 9, 0x10_000, 8, w).is_ok(), "{ty:?}");
+            assert_eq!(
+                t.remote(key, 2, 9, 0x10_000, 8, w).unwrap_err(),
+                KeyError::PdMismatch,
+                "{ty:?} through a QP of another domain"
+            );
+        }
     }
 }

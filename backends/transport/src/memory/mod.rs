@@ -15,7 +15,9 @@
 //!
 //! The table itself, its keys and lookups are here; the rules live beside it: registering and
 //! changing MRs in `mr`, allocating and invalidating windows in `mw`, binding them in `bind`,
-//! and the local and remote access checks in `access`.
+//! and the local and remote access checks in `access`. [`pd`] walks every object a work request
+//! names against the protection-domain rules (IBA 10.2.3, chapters 10 and 11) and says which of
+//! these checks enforces each.
 
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ mod access;
 mod bind;
 mod mr;
 mod mw;
+pub mod pd;
 
 /// Where a checked access lands: `len` bytes at `offset` of `mem`.
 #[derive(Debug, Clone)]

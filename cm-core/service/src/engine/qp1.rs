@@ -189,6 +189,7 @@ impl<D: Device> CmDevice<D> {
             .sge(at, MAD_LEN)
             .map_err(|e| ServiceError::verbs("QP1 send buffer", e))?];
         let dest = UdDest {
+            ah_pd: None,
             av: ah.av(),
             remote_qpn: SpecialQp::GSI_QPN,
             remote_qkey: SpecialQp::GSI_QKEY,

@@ -277,6 +277,7 @@ mod tests {
             ..AddressVector::default()
         };
         let wr = SendWr::new(1, SendOp::Send).inline(b"hello").ud(UdDest {
+            ah_pd: None,
             av: &av,
             remote_qpn: 0x22,
             remote_qkey: 0x1111,
