@@ -259,7 +259,6 @@ impl Mlx4Device {
             bf: self.bf_reg(),
             bf_half: 0,
             fatal: self.0.fatal.clone(),
-            rung: 0,
             bf_len: 0,
             mlx,
         };

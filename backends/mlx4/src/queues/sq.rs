@@ -53,8 +53,6 @@ pub struct Mlx4Sq {
     pub(crate) bf: Option<BfReg>,
     pub(crate) bf_half: usize,
     pub(crate) fatal: Arc<AtomicBool>,
-    /// The counter the doorbell was last rung up to.
-    pub(crate) rung: u32,
     /// Bytes of the last WQE written if it carries inline data (a BlueFlame candidate), else 0.
     pub(crate) bf_len: usize,
     /// The GSI QP's header material: its sends are MLX-transport WQEs (Linux `hw/mlx4/qp.c`).
@@ -413,10 +411,9 @@ impl SendQueue for Mlx4Sq {
 
     #[cfg_attr(not(portverbs_split), inline)]
     #[cfg_attr(portverbs_split, inline(never))]
-    fn ring_doorbell(&mut self, head: u32) {
+    fn ring_doorbell(&mut self, from: u32, to: u32) {
         barrier::to_device();
-        let single = head.wrapping_sub(self.rung) == 1;
-        self.rung = head;
+        let single = to.wrapping_sub(from) == 1;
         if let Some(bf) = self.bf {
             let len = self.bf_len;
             if single && len > 16 && len <= bf.half {
@@ -424,7 +421,7 @@ impl SendQueue for Mlx4Sq {
                 // dword 0 and the QPN into dword 1 (keeping fence and size) of the WQE in the ring,
                 // then the WQE rounded up to 64 bytes copied from the ring through the register
                 // half. The HCA ignores both fields in a WQE it fetches from the ring.
-                let c = head.wrapping_sub(1);
+                let c = from;
                 let wqe = self.buf.at(c);
                 let d0 = u32::from_be_bytes(wqe.read::<CTRL_OWNER, 4>()) | ((c & 0xffff) << 8);
                 wqe.publish4::<CTRL_OWNER>(d0.to_be_bytes());
@@ -445,7 +442,6 @@ impl SendQueue for Mlx4Sq {
     }
 
     fn reset(&mut self) {
-        self.rung = 0;
         self.bf_len = 0;
         self.init_slots();
     }
@@ -485,7 +481,6 @@ mod tests {
             bf: None,
             bf_half: 0,
             fatal: Arc::new(AtomicBool::new(false)),
-            rung: 0,
             bf_len: 0,
             mlx: None,
         };

@@ -148,7 +148,6 @@ mod tests {
             bf: None,
             bf_half: 0,
             fatal: Arc::new(AtomicBool::new(false)),
-            rung: 0,
             bf_len: 0,
             mlx: Some(Box::new(MlxSend {
                 gids: vec![Gid([0; 16]), Gid(SGID)],

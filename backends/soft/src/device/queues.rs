@@ -83,8 +83,8 @@ impl SendQueue for SoftSq {
         Ok(())
     }
 
-    fn ring_doorbell(&mut self, head: u32) {
-        self.db.head.store(head, Ordering::Release);
+    fn ring_doorbell(&mut self, _from: u32, to: u32) {
+        self.db.head.store(to, Ordering::Release);
         if !self.db.scheduled.swap(true, Ordering::AcqRel) {
             self.kicker.kick(KickKind::Qp(self.qpn));
         }
