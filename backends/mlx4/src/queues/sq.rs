@@ -17,7 +17,7 @@ use portverbs_hal::wr::{
 use zerocopy::{IntoBytes as _, transmute};
 
 use super::sq_mlx::MlxSend;
-use crate::dma::{Slot, Slots, WqeSlot as _};
+use crate::dma::{Slot, WorkRing, WqeSlot as _};
 use crate::layout::av::Av;
 use crate::layout::uar::SEND_DOORBELL;
 use crate::layout::wqe::{
@@ -42,8 +42,8 @@ pub(crate) struct BfReg {
 pub struct Mlx4Sq {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
-    /// The WQE ring (slots of at least 64 bytes).
-    pub(crate) buf: Slots<64>,
+    /// The WQE ring (slots of at least 64 bytes). Its producer counter is verbs-core's.
+    pub(crate) buf: WorkRing<64>,
     pub(crate) spare: u32,
     pub(crate) max_sge: u32,
     pub(crate) max_inline: u32,
@@ -176,7 +176,8 @@ fn local_inval_seg(rkey: u32) -> [u8; 32] {
 
 impl Mlx4Sq {
     /// Prepares every slot for pass 0: owner = 1 ("not yet valid"), ds = the whole slot, the
-    /// 64-byte blocks stamped (as rdma-core's `mlx4_qp_init_sq_ownership`).
+    /// 64-byte blocks stamped (as rdma-core's `mlx4_qp_init_sq_ownership`), written by the
+    /// work ring's one initialisation.
     pub(crate) fn init_slots(&mut self) {
         let stride = self.buf.geom().stride();
         let ds = (stride / 16).min(63) as u8;
@@ -190,9 +191,7 @@ impl Mlx4Sq {
         for b in (64..stride).step_by(64) {
             slot[b..b + 4].copy_from_slice(&STAMP.to_be_bytes());
         }
-        for i in 0..self.buf.geom().cnt {
-            self.buf.write(i, 0, &slot);
-        }
+        let _ = self.buf.init(&slot);
     }
 
     /// Stamps the 64-byte blocks (after the first) of the WQE last written to the slot of
@@ -459,6 +458,7 @@ mod tests {
     use portverbs_hal::attr::AddressVector;
     use portverbs_hal::mmio::MemRegisters;
 
+    use crate::dma::Slots;
     use crate::queues::Geometry;
     use crate::queues::rq::tests::ring;
 
@@ -472,7 +472,7 @@ mod tests {
         let mut sq = Mlx4Sq {
             qpn: 0x4b,
             qp_type,
-            buf: Slots::new(ring(geom.bytes()), geom).unwrap(),
+            buf: WorkRing::new(Slots::new(ring(geom.bytes()), geom).unwrap()),
             spare: 1,
             max_sge: 4,
             max_inline: 0,

@@ -138,7 +138,7 @@ mod tests {
         let mut sq = Mlx4Sq {
             qpn: 0x4a,
             qp_type: QpType::Ud,
-            buf: Slots::new(ring(geom.bytes()), geom).unwrap(),
+            buf: crate::dma::WorkRing::new(Slots::new(ring(geom.bytes()), geom).unwrap()),
             // The slot after the one written gets stamped.
             spare: 1,
             max_sge: 4,
