@@ -110,10 +110,19 @@ impl<const MIN: usize, const AT: usize, const MASK: u8> EventRing<MIN, AT, MASK>
     /// will use it next (byte `AT` of each becomes [`EventRing::not_valid_byte`]). Before the
     /// ring is given to the device.
     pub fn init_owner(slots: &Slots<MIN>, first: u32) {
-        let geom = slots.geom();
+        Self::init_owner_with(slots.geom(), first, |at, byte| {
+            let _ = slots.ring().write(at, &[byte]);
+        });
+    }
+
+    /// [`EventRing::init_owner`] for ring memory that is not a [`Slots`] (the emulated HCA's
+    /// view of a driver's buffer): calls `store(offset, byte)` with the region offset of every
+    /// entry's owner byte and the byte that marks it not yet written for the counter of
+    /// `first..first + cnt` that uses it next.
+    pub fn init_owner_with(geom: Geometry, first: u32, mut store: impl FnMut(usize, u8)) {
         for i in 0..geom.entries() {
             let c = first.wrapping_add(i);
-            slots.at(c).store1::<AT>(Self::not_valid_byte(geom, c));
+            store(geom.offset(c) + AT, Self::not_valid_byte(geom, c));
         }
     }
 
@@ -270,6 +279,10 @@ mod tests {
         let bytes: Vec<u8> = (0..4).map(|i| s.at(i).byte::<15>()).collect();
         assert_eq!(bytes, [1; 4]);
         assert_eq!(Low::not_valid_byte(s.geom(), 4), 0);
+        // The same rule for memory reached by offset.
+        let mut seen = Vec::new();
+        High::init_owner_with(s.geom(), 6, |at, b| seen.push((at, b)));
+        assert_eq!(seen, [(47, 0), (63, 0), (15, 0x80), (31, 0x80)]);
         assert_eq!(High::not_valid_byte(s.geom(), 3), 0x80);
         // A zeroed ring without the init would look owned on pass 0.
         let fresh = High::new(slots(4), 0);
