@@ -262,7 +262,10 @@ impl Hca for Hw {
         match source {
             RecvSource::Rq { qpn } => self.qps.get(qpn).map_or(0, |qp| {
                 qp.rq.as_ref().map_or(0, |rq| {
-                    rq.db.head.load(Ordering::Acquire).wrapping_sub(rq.ci.tail())
+                    rq.db
+                        .head
+                        .load(Ordering::Acquire)
+                        .wrapping_sub(rq.ci.tail())
                 })
             }),
             RecvSource::Srq { srqn } => self.srqs.get(srqn).map_or(0, |s| {
