@@ -138,21 +138,22 @@ impl<const MIN: usize, const AT: usize, const MASK: u8> EventRing<MIN, AT, MASK>
     /// the counter ([`crate::ring::Cursor::parity`]'s bit, `ExactCursor::wrap_bit`).
     #[inline(always)]
     pub fn owns_byte(byte: u8, counter: u32, wrap_bit: u32) -> bool {
-        // The owner bit as all ones or all zeros, compared with the counter's wrap bit.
-        let owner = if MASK == 0x80 {
-            i32::from(byte as i8 >> 7) as u32
+        if MASK == 0x80 {
+            // The sign bit, sign-extended to all ones or all zeros, compared with the
+            // counter's wrap bit in one mask.
+            let owner = i32::from(byte as i8 >> 7) as u32;
+            (owner ^ counter) & wrap_bit == 0
         } else {
-            0u32.wrapping_sub(u32::from(byte & MASK != 0))
-        };
-        (owner ^ counter) & wrap_bit == 0
+            (byte & MASK != 0) == (counter & wrap_bit != 0)
+        }
     }
 
     /// Whether the host owns the entry of counter `counter` (an acquire load of its owner
     /// byte).
     #[inline(always)]
     pub fn owned_at(&self, counter: u32) -> bool {
-        let byte = self.slots.at(counter).load1::<AT>();
-        Self::owns_byte(byte, counter, self.slots.geom().entries())
+        let wrap = self.slots.geom().entries();
+        Self::owns_byte(self.slots.at(counter).load1::<AT>(), counter, wrap)
     }
 
     /// The entry at the consumer counter when the host owns it (its owner byte acquire-loaded,
@@ -160,8 +161,12 @@ impl<const MIN: usize, const AT: usize, const MASK: u8> EventRing<MIN, AT, MASK>
     /// has not written it. The counter does not move (see [`EventRing::advance`]).
     #[inline(always)]
     pub fn poll(&self) -> Option<Slot<'_, MIN>> {
+        // Everything but the owner byte is read before its acquire load, which later loads
+        // may not move above.
         let tail = self.consumer.tail();
-        self.owned_at(tail).then(|| self.slots.at(tail))
+        let wrap = self.slots.geom().entries();
+        let slot = self.slots.at(tail);
+        Self::owns_byte(slot.load1::<AT>(), tail, wrap).then_some(slot)
     }
 
     /// Entries the host owns from the consumer counter on, at most the ring's size.
@@ -182,6 +187,16 @@ impl<const MIN: usize, const AT: usize, const MASK: u8> EventRing<MIN, AT, MASK>
     /// Consumes `n` entries.
     #[inline(always)]
     pub fn advance(&mut self, n: u32) {
+        self.consumer.advance(n);
+    }
+
+    /// Consumes the entries from [`EventRing::tail`] up to (not including) `counter`: for a
+    /// polling loop that kept the counter in a register, starting from `tail()` (so `counter`
+    /// is never behind it). One store, where [`EventRing::advance`] would reload the tail.
+    #[inline(always)]
+    pub fn advance_to(&mut self, counter: u32) {
+        let n = counter.wrapping_sub(self.consumer.tail());
+        debug_assert!(n <= self.slots.geom().entries(), "the consumer never moves back");
         self.consumer.advance(n);
     }
 
@@ -255,6 +270,8 @@ mod tests {
             ring.advance(4);
         }
         assert_eq!(ring.tail(), first.wrapping_add(3 * 8));
+        ring.advance_to(first.wrapping_add(3 * 8 + 2));
+        assert_eq!(ring.tail(), first.wrapping_add(3 * 8 + 2), "a loop's own counter");
     }
 
     #[test]

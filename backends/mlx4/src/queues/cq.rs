@@ -97,8 +97,7 @@ impl Mlx4Cq {
         let Some(ring) = self.buf.exact_cursor() else {
             return (0, Some(CqeError::CqInError { cqn: self.cqn }));
         };
-        let start = self.buf.tail();
-        let mut ci = start;
+        let mut ci = self.buf.tail();
         let mut n = 0;
         let mut error = None;
         let gsi = self.gsi_qpn;
@@ -146,7 +145,7 @@ impl Mlx4Cq {
             }
             n += 1;
         }
-        self.buf.advance(ci.wrapping_sub(start));
+        self.buf.advance_to(ci);
         (n, error)
     }
 }

@@ -224,6 +224,7 @@ impl CompletionQueue for SoftCq {
     }
 
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError> {
+        let index = self.ring.tail();
         let Some(slot) = self.ring.poll() else {
             if self.db.error.load(Ordering::Acquire) {
                 return Err(CqeError::CqInError { cqn: self.cqn });
@@ -232,7 +233,6 @@ impl CompletionQueue for SoftCq {
         };
         barrier::from_device();
         let raw = slot.read::<0, CQE_SIZE>();
-        let index = self.ring.tail();
         self.ring.advance(1);
         CqeCodec::decode(&raw, self.cqn, index).map(Some)
     }
@@ -275,12 +275,12 @@ impl EventQueue for SoftEq {
     }
 
     fn poll_one(&mut self) -> Result<Option<DeviceEvent>, EqeError> {
+        let index = self.ring.tail();
         let Some(slot) = self.ring.poll() else {
             return Ok(None);
         };
         barrier::from_device();
         let raw = slot.read::<0, EQE_SIZE>();
-        let index = self.ring.tail();
         self.ring.advance(1);
         EqeCodec::decode(&raw, self.eqn, index).map(Some)
     }
