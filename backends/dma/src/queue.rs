@@ -195,9 +195,9 @@ impl<const MIN: usize, const AT: usize, const MASK: u8> EventRing<MIN, AT, MASK>
     /// is never behind it). One store, where [`EventRing::advance`] would reload the tail.
     #[inline(always)]
     pub fn advance_to(&mut self, counter: u32) {
-        let n = counter.wrapping_sub(self.consumer.tail());
-        debug_assert!(n <= self.slots.geom().entries(), "the consumer never moves back");
-        self.consumer.advance(n);
+        // No check: what a device wrote decided how far the loop went, and that never panics.
+        self.consumer
+            .advance(counter.wrapping_sub(self.consumer.tail()));
     }
 
     /// The slots.
@@ -271,7 +271,11 @@ mod tests {
         }
         assert_eq!(ring.tail(), first.wrapping_add(3 * 8));
         ring.advance_to(first.wrapping_add(3 * 8 + 2));
-        assert_eq!(ring.tail(), first.wrapping_add(3 * 8 + 2), "a loop's own counter");
+        assert_eq!(
+            ring.tail(),
+            first.wrapping_add(3 * 8 + 2),
+            "a loop's own counter"
+        );
     }
 
     #[test]
