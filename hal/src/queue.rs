@@ -41,8 +41,10 @@ pub trait SendQueue: Send + Debug {
     /// does not advance its producer counter, so the slot is written afresh next time.
     fn write_wqe(&mut self, counter: u32, wr: &SendWr<'_>, signaled: bool) -> Result<(), WqeError>;
 
-    /// Rings the send doorbell: WQEs up to (not including) counter `head` are posted.
-    fn ring_doorbell(&mut self, head: u32);
+    /// Rings the send doorbell: the WQEs of counters `from..to` (written since the last ring)
+    /// are posted. The producer counter is the caller's (verbs-core keeps it once); the queue
+    /// keeps no copy of it, so both ends of the batch come with the call.
+    fn ring_doorbell(&mut self, from: u32, to: u32);
 
     /// Resets the producer side after the QP went back to RESET (the device restarts at 0).
     fn reset(&mut self);

@@ -103,16 +103,18 @@ impl<'a, D: Device> QpInit<'a, D> {
     }
 }
 
+/// The send queue's device object under the poster's lock. The producer counter is not here:
+/// it is [`WrRing::head`] of the QP's shared bookkeeping, which only the poster (holding this
+/// lock) writes, so it reads it back with a relaxed load.
 struct SqState<S> {
     hw: S,
-    head: u32,
     /// Outstanding requests allowed: the device queue's depth capped by the granted capacity.
     depth: u32,
 }
 
+/// The receive queue's device object; its producer counter is [`WrRing::head`] too.
 struct RqState<R> {
     hw: R,
-    head: u32,
 }
 
 pub(crate) struct QpInner<D: Device> {
@@ -306,9 +308,8 @@ impl<D: Device> Pd<D> {
                 sq: parking_lot::Mutex::new(SqState {
                     depth: res.sq.depth().min(res.caps.max_send_wr.max(1)),
                     hw: res.sq,
-                    head: 0,
                 }),
-                rq: res.rq.map(|hw| Mutex::new(RqState { hw, head: 0 })),
+                rq: res.rq.map(|hw| Mutex::new(RqState { hw })),
                 shared,
                 mcast: Mutex::new(Vec::new()),
             }),
@@ -395,35 +396,37 @@ impl<D: Device> Qp<D> {
         let ring = &self.inner.shared.sq;
         let mut sq = self.inner.sq.lock();
         let sq = &mut *sq;
-        let start = sq.head;
+        let start = ring.head.load(Ordering::Relaxed);
+        let mut head = start;
         let mut room = 0;
         // One request (the common case) is straight-line code; a list is the same step in a
         // loop that stops at the first refusal.
         let result = match wrs {
             [wr] => self
-                .post_one(sq, ring, wr, &mut room)
+                .post_one(sq, ring, wr, &mut head, &mut room)
                 .map_err(|k| fail(0, k)),
             _ => wrs.iter().enumerate().try_for_each(|(i, wr)| {
-                self.post_one(sq, ring, wr, &mut room)
+                self.post_one(sq, ring, wr, &mut head, &mut room)
                     .map_err(|k| fail(i, k))
             }),
         };
-        if sq.head != start {
+        if head != start {
             // The poller must know the new WQEs before the device can complete them.
-            ring.publish(sq.head);
-            sq.hw.ring_doorbell(sq.head);
+            ring.publish(head);
+            sq.hw.ring_doorbell(start, head);
         }
         result
     }
 
-    /// Admits, records and encodes one send request at the send queue's head, then advances
-    /// the head (not yet published or rung).
+    /// Admits, records and encodes one send request at counter `head`, then advances it (not
+    /// yet published or rung).
     #[inline(always)]
     fn post_one(
         &self,
         sq: &mut SqState<D::Sq>,
         ring: &WrRing,
         wr: &SendWr<'_>,
+        head: &mut u32,
         room: &mut u32,
     ) -> Result<(), PostErrorKind> {
         // The precomputed rules admit a well-formed request in a few compares; only a request
@@ -436,16 +439,16 @@ impl<D: Device> Qp<D> {
                 wr,
             )?;
         }
-        let head = sq.head;
-        if !ring.take_slot(head, sq.depth, room) {
+        let c = *head;
+        if !ring.take_slot(c, sq.depth, room) {
             return Err(PostErrorKind::QueueFull { depth: sq.depth });
         }
         let signaled = self.inner.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
-        ring.set(head, wr.wr_id);
+        ring.set(c, wr.wr_id);
         sq.hw
-            .write_wqe(head, wr, signaled)
+            .write_wqe(c, wr, signaled)
             .map_err(PostErrorKind::Encode)?;
-        sq.head = head.wrapping_add(1);
+        *head = c.wrapping_add(1);
         Ok(())
     }
 
@@ -476,7 +479,9 @@ impl<D: Device> Qp<D> {
         let mut rq = lock(rq);
         let depth = rq.hw.depth().min(self.inner.caps.max_recv_wr.max(1));
         let max_sge = self.inner.caps.max_recv_sge;
-        let mut head = rq.head;
+        // The poster's own counter (it alone writes it, under the lock above).
+        let start = ring.head.load(Ordering::Relaxed);
+        let mut head = start;
         let mut result = Ok(());
         let mut room = 0;
         for (i, wr) in wrs.iter().enumerate() {
@@ -501,8 +506,7 @@ impl<D: Device> Qp<D> {
             }
             head = head.wrapping_add(1);
         }
-        if head != rq.head {
-            rq.head = head;
+        if head != start {
             ring.publish(head);
             rq.hw.ring_doorbell(head);
         }
@@ -725,12 +729,10 @@ impl<D: Device> Qp<D> {
             // finds the old queues intact.
             with_cqs_cleaned(&self.inner.send_cq, &self.inner.recv_cq, qpn, || ());
             let mut sq = self.inner.sq.lock();
-            sq.head = 0;
             sq.hw.reset();
             self.inner.shared.sq.reset();
             if let (Some(rq), Some(ring)) = (&self.inner.rq, &self.inner.shared.rq) {
                 let mut rq = lock(rq);
-                rq.head = 0;
                 rq.hw.reset();
                 ring.reset();
             }

@@ -18,7 +18,9 @@ use crate::context::lock;
 pub(crate) struct WrRing {
     wr_ids: Box<[AtomicU64]>,
     mask: u32,
-    /// Counter of the next WQE to post (written by the poster).
+    /// Counter of the next WQE to post: the queue's one producer counter. Only the poster
+    /// writes it (under its queue's lock, so it may read it back relaxed); the device objects
+    /// keep no copy (the send doorbell is told both ends of each batch).
     pub(crate) head: AtomicU32,
     /// Counter of the oldest outstanding WQE (written by the poller).
     pub(crate) tail: AtomicU32,

@@ -51,8 +51,8 @@ impl SendQueue for AnySq {
     }
 
     #[inline]
-    fn ring_doorbell(&mut self, head: u32) {
-        each!(AnySq, self, q => q.ring_doorbell(head));
+    fn ring_doorbell(&mut self, from: u32, to: u32) {
+        each!(AnySq, self, q => q.ring_doorbell(from, to));
     }
 
     #[inline]

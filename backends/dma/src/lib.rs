@@ -16,9 +16,16 @@
 //!   checked once when [`ring::Slots`] are made over a [`ring::Ring`]), per-entry access with no
 //!   run-time bounds check at constant offsets ([`ring::Slot`]), and the ring's direction and
 //!   the wrap-parity ownership rule as types ([`ring::Producer`], [`ring::Consumer`],
-//!   [`ring::HostToDevice`], [`ring::DeviceToHost`]). Used by the mlx4 driver's queues and by
-//!   both sides of the software device's queues; the backends encode and decode their entries
-//!   in place through it.
+//!   [`ring::HostToDevice`], [`ring::DeviceToHost`]).
+//! * [`queue`] — the one ring home: queue-level rings that pair the slots with their one
+//!   counter and their one ownership rule — [`queue::WorkRing`] (host to device: owner bits by
+//!   wrap parity, "not yet valid" initialisation) and [`queue::EventRing`] (device to host: the
+//!   consumer counter, the owner-bit test given once per format, owner initialisation). Their
+//!   users: the mlx4 driver's queues (SQ, RQ, SRQ, CQ, EQ), both sides of the software
+//!   device's queues, and the emulated ConnectX-3 (`mlx4-model`), whose CQ and EQ writers and
+//!   WQE reader take their arithmetic from [`ring::Geometry`] and its owner rule from here.
+//!   The backends encode and decode their entries in place; no backend keeps ring masks or
+//!   owner-bit tests of its own.
 //!
 //! ## What this crate must never do
 //!
@@ -28,6 +35,7 @@
 //!   EQE layouts belong to the backends).
 #![warn(missing_docs)]
 
+pub mod queue;
 mod raw;
 pub mod ring;
 mod soft;

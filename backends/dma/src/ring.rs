@@ -1,5 +1,7 @@
 //! Device rings in DMA memory: the one ring/slot abstraction of the workspace, used by the mlx4
-//! driver's queues and by both sides of the software device's queues.
+//! driver's queues, by both sides of the software device's queues and (for [`Geometry`]) by
+//! the emulated ConnectX-3. The queue-level rings built on it — slots paired with their one
+//! counter and ownership rule — are in [`crate::queue`].
 //!
 //! Every queue is a power-of-two ring of equal entries addressed by a free-running 32-bit
 //! counter ([`Geometry`]). The types split the work so that each check happens once:

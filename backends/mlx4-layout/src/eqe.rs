@@ -135,9 +135,12 @@ pub const ASYNC_EVENT_MASK: u64 = {
         | (1 << SRQ_LIMIT)
 };
 
+/// The owner bit's mask in an entry's last byte.
+pub const OWNER_MASK: u8 = 0x80;
+
 /// The owner bit of a raw entry.
 pub fn owner(entry: &[u8]) -> bool {
-    entry.get(EQE_SIZE - 1).is_some_and(|b| b & 0x80 != 0)
+    entry.get(EQE_SIZE - 1).is_some_and(|b| b & OWNER_MASK != 0)
 }
 
 /// Decodes an EQE whose ownership was checked.
@@ -227,7 +230,7 @@ pub fn decode(entry: &[u8], eqn: u32, index: u32) -> Result<DeviceEvent, EqeErro
 pub fn encode(ev: &DeviceEvent, owner: bool) -> [u8; EQE_SIZE] {
     use event_type::*;
     let mut e = EqeLayout {
-        owner: if owner { 0x80 } else { 0 },
+        owner: if owner { OWNER_MASK } else { 0 },
         ..Default::default()
     };
     let mut set = |t: u8, obj: u32| {

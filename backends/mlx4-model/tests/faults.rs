@@ -170,7 +170,7 @@ fn surprise_removal() {
         .sq
         .write_wqe(0, &SendWr::new(1, SendOp::Send).sges(&sge), true)
         .unwrap();
-    r.p.qp.sq.ring_doorbell(1);
+    r.p.qp.sq.ring_doorbell(0, 1);
     let _ = fabric.run_for(10_000_000_000);
     assert!(r.cq.poll().is_empty(), "nothing written after removal");
     assert!(r.eq.poll().is_empty());

@@ -141,7 +141,7 @@ fn rc_between_the_model_and_a_soft_device() {
             true,
         )
         .unwrap();
-    p.qp.sq.ring_doorbell(1);
+    p.qp.sq.ring_doorbell(0, 1);
     fabric.run_until_idle().unwrap();
     let done = r.cq.ok();
     assert_eq!(done.len(), 1, "{done:?}");
@@ -284,7 +284,7 @@ fn ud_both_ways() {
                 remote_qkey: 0x1111,
             });
     p.qp.sq.write_wqe(0, &wr, true).unwrap();
-    p.qp.sq.ring_doorbell(1);
+    p.qp.sq.ring_doorbell(0, 1);
     fabric.run_until_idle().unwrap();
     let done = r.cq.ok();
     assert_eq!(done.len(), 1, "{done:?}");
@@ -304,7 +304,7 @@ fn ud_both_ways() {
         });
     qp.post_recv(256, r.mr.key, r.mr.addr + 4096);
     p.qp.sq.write_wqe(1, &wr, true).unwrap();
-    p.qp.sq.ring_doorbell(2);
+    p.qp.sq.ring_doorbell(1, 2);
     fabric.run_until_idle().unwrap();
     assert!(r.cq.ok().is_empty());
 }
@@ -399,7 +399,7 @@ fn cq_arming_fires_one_event_per_arm() {
         .inline(b"se")
         .flags(portverbs_hal::wr::SendFlags::SOLICITED);
     p.qp.sq.write_wqe(0, &wr, true).unwrap();
-    p.qp.sq.ring_doorbell(1);
+    p.qp.sq.ring_doorbell(0, 1);
     fabric.run_until_idle().unwrap();
     assert_eq!(r.eq.poll(), vec![DeviceEvent::Completion { cqn: 128 }]);
     // The same arm words through two 32-bit stores (dword 0 first).
@@ -501,7 +501,7 @@ fn srq_receives_follow_the_free_list_and_fire_the_limit() {
         let wr = SendWr::new(i, SendOp::Send).inline(b"srq");
         p.qp.sq.write_wqe(i as u32, &wr, true).unwrap();
     }
-    p.qp.sq.ring_doorbell(3);
+    p.qp.sq.ring_doorbell(0, 3);
     fabric.run_until_idle().unwrap();
     let done = r.cq.ok();
     let idx: Vec<u16> = done.iter().map(|c| c.wqe_index).collect();
@@ -569,7 +569,7 @@ fn memory_window_bind_and_reg_bound() {
     .inline(b"via window")
     .signaled();
     p.qp.sq.write_wqe(0, &wr, true).unwrap();
-    p.qp.sq.ring_doorbell(1);
+    p.qp.sq.ring_doorbell(0, 1);
     fabric.run_until_idle().unwrap();
     assert_eq!(drain(&mut p.cq)[0].status, WcStatus::Success);
     let mut b = [0u8; 10];

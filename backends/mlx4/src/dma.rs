@@ -17,9 +17,8 @@
 //! IOMMU-mapped memory, the emulated HCA's memory) vouch for the host mapping.
 #![allow(unsafe_code)]
 
-pub(crate) use portverbs_dma::ring::{
-    Consumer, DeviceToHost, HostToDevice, Producer, Ring, Slot, Slots,
-};
+pub(crate) use portverbs_dma::queue::{EventRing, WorkRing};
+pub(crate) use portverbs_dma::ring::{HostToDevice, Producer, Ring, Slot, Slots};
 
 pub use portverbs_dma::HostMapped;
 

@@ -284,7 +284,7 @@ fn rc_exchange(fabric: &Fabric) {
             true,
         )
         .unwrap();
-    s.qp.sq.ring_doorbell(1);
+    s.qp.sq.ring_doorbell(0, 1);
     fabric.run_until_idle().unwrap();
     let mut got = [0u8; 21];
     mem.read(4096, &mut got).unwrap();
@@ -405,7 +405,7 @@ fn ud_from_a_foreign_device_to_a_soft_device() {
             remote_qkey: 0x1111,
         });
     s.qp.sq.write_wqe(0, &wr, true).unwrap();
-    s.qp.sq.ring_doorbell(1);
+    s.qp.sq.ring_doorbell(0, 1);
     fabric.run_until_idle().unwrap();
     let cqes = with_toy(&h, |toy, _, _, _| std::mem::take(&mut toy.cqes));
     let recv: Vec<_> = cqes.iter().filter(|c| !c.is_send).collect();

@@ -65,7 +65,7 @@ fn rc_send_and_rdma_write_between_two_soft_devices() {
     )
     .inline(b"ABCDEFGH");
     a.qp.sq.write_wqe(1, &wr, true).unwrap();
-    a.qp.sq.ring_doorbell(2);
+    a.qp.sq.ring_doorbell(0, 2);
     fabric.run_until_idle().unwrap();
 
     let sent = drain(&mut a.cq);
@@ -106,7 +106,7 @@ fn rc_send_and_rdma_write_between_two_soft_devices() {
     )
     .sges(&sge);
     a.qp.sq.write_wqe(2, &wr, true).unwrap();
-    a.qp.sq.ring_doorbell(3);
+    a.qp.sq.ring_doorbell(2, 3);
     fabric.run_until_idle().unwrap();
     let done = drain(&mut a.cq);
     assert_eq!(done.len(), 1, "{done:?}");

@@ -11,6 +11,9 @@ use portverbs_mlx4_layout::status::Status;
 use portverbs_mlx4_layout::uar::{CQ_REQ_NOT, CQ_REQ_NOT_SOL};
 use zerocopy::{FromBytes, IntoBytes};
 
+use portverbs_dma::queue::EventRing;
+use portverbs_dma::ring::Geometry;
+
 use super::mem::Buf;
 use super::{CmdResult, Command, Hw, check_number};
 use crate::caps;
@@ -71,28 +74,34 @@ impl Cq {
     /// Writes raw CQE bytes at counter `at` (owner bit set from its wrap parity), the owner byte
     /// last.
     fn put(buf: &Buf, log: u32, at: u32, mut bytes: [u8; CQE_SIZE]) {
-        let owner = (at >> log) & 1 != 0;
-        bytes[CQE_SIZE - 1] = (bytes[CQE_SIZE - 1] & 0x7f) | if owner { 0x80 } else { 0 };
-        let off = (at & ((1 << log) - 1)) as usize * CQE_SIZE;
+        let geom = geometry(log);
+        bytes[CQE_SIZE - 1] = CqOwner::with_owner(bytes[CQE_SIZE - 1], geom.parity(at));
+        let off = geom.offset(at);
         buf.write(off, &bytes[..CQE_SIZE - 1]);
         buf.store_u8(off + CQE_SIZE - 1, bytes[CQE_SIZE - 1]);
     }
 }
 
-/// Marks every entry of a new CQ buffer hardware-owned for pass 0 (zero-filling drivers need it).
-fn init_owner(buf: &Buf, log: u32) {
-    init_owner_from(buf, log, 0);
+/// The CQE ownership rule (owner bit 7 of an entry's last byte), the driver's ring type used
+/// for its rules only: the model reaches the buffer through [`Buf`], not through slots.
+type CqOwner = EventRing<CQE_SIZE, { CQE_SIZE - 1 }, { cqe::OWNER_MASK }>;
+
+/// The geometry of a CQ of `1 << log` entries.
+fn geometry(log: u32) -> Geometry {
+    Geometry {
+        base: 0,
+        shift: CQE_SIZE.trailing_zeros(),
+        cnt: 1 << log,
+    }
 }
 
 /// Marks every entry hardware-owned for the counters `first..first + nent` that will use it
-/// next (a resized buffer continues the old counters, so "pass 0" is not where it starts).
+/// next (a new buffer starts at 0, so that zero-filling drivers see no entry; a resized buffer
+/// continues the old counters, so "pass 0" is not where it starts).
 fn init_owner_from(buf: &Buf, log: u32, first: u32) {
-    for i in 0..1u32 << log {
-        let c = first.wrapping_add(i);
-        let owner = if (c >> log) & 1 != 0 { 0 } else { 0x80 };
-        let slot = (c & ((1 << log) - 1)) as usize;
-        buf.store_u8(slot * CQE_SIZE + CQE_SIZE - 1, owner);
-    }
+    CqOwner::init_owner_with(geometry(log), first, |at, b| {
+        buf.store_u8(at, b);
+    });
 }
 
 impl Hw {
@@ -165,7 +174,7 @@ impl Hw {
             0,
             (CQE_SIZE as u64) << log,
         )?;
-        init_owner(&buf, log);
+        init_owner_from(&buf, log, 0);
         self.icm_write(at, ctx.as_bytes())?;
         let arm = match flags & (0xf << 8) {
             STATE_ARMED => Arm::Any,
@@ -236,8 +245,7 @@ impl Hw {
         let mut raw = [0u8; CQE_SIZE];
         for i in 0..pending {
             let c = mask24(ci.wrapping_add(i));
-            let off = (c & (cq.nent() - 1)) as usize * CQE_SIZE;
-            if cq.buf.read(off, &mut raw) {
+            if cq.buf.read(geometry(cq.log).offset(c), &mut raw) {
                 Cq::put(&new, log, mask24(c.wrapping_add(1)), raw);
             }
         }

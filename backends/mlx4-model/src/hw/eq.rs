@@ -8,7 +8,23 @@ use portverbs_mlx4_layout::opcode as op;
 use portverbs_mlx4_layout::status::Status;
 use zerocopy::{FromBytes, IntoBytes};
 
+use portverbs_dma::queue::EventRing;
+use portverbs_dma::ring::Geometry;
+
 use super::mem::Buf;
+
+/// The EQE ownership rule (owner bit 7 of an entry's last byte), the driver's ring type used
+/// for its rules only: the model reaches the buffer through [`Buf`], not through slots.
+type EqOwner = EventRing<EQE_SIZE, { EQE_SIZE - 1 }, { eqe::OWNER_MASK }>;
+
+/// The geometry of an EQ of `1 << log` entries.
+fn geometry(log: u32) -> Geometry {
+    Geometry {
+        base: 0,
+        shift: EQE_SIZE.trailing_zeros(),
+        cnt: 1 << log,
+    }
+}
 use super::{CmdResult, Command, Hw, check_number};
 use crate::caps;
 use crate::shared::Stats;
@@ -97,9 +113,9 @@ impl Hw {
         let first = mtt_join(ctx.mtt_base_hi, ctx.mtt_base_lo.get());
         let buf = self.resolve(first, shift, 0, (EQE_SIZE as u64) << log)?;
         // Every entry starts hardware-owned for pass 0 (drivers that zero-fill rely on it).
-        for i in 0..1usize << log {
-            buf.store_u8(i * EQE_SIZE + EQE_SIZE - 1, 0x80);
-        }
+        EqOwner::init_owner_with(geometry(log), 0, |at, b| {
+            buf.store_u8(at, b);
+        });
         let state = ctx.flags.get() & (0xf << 8);
         self.icm_write(at, ctx.as_bytes())?;
         self.eqs.insert(
@@ -185,9 +201,9 @@ impl Hw {
             }
             return false;
         }
-        let owner = (eq.prod >> eq.log) & 1 != 0;
-        let bytes = eqe::encode(ev, owner);
-        let off = (eq.prod & (nent - 1)) as usize * EQE_SIZE;
+        let geom = geometry(eq.log);
+        let bytes = eqe::encode(ev, geom.parity(eq.prod));
+        let off = geom.offset(eq.prod);
         eq.buf.write(off, &bytes[..EQE_SIZE - 1]);
         eq.buf.store_u8(off + EQE_SIZE - 1, bytes[EQE_SIZE - 1]);
         eq.prod = mask24(eq.prod.wrapping_add(1));

@@ -53,11 +53,11 @@ impl Hca for Hw {
         if !sq.buf.read(off, &mut head) {
             return Err(fault("send WQE unreadable"));
         }
-        if (head[0] & 0x80 != 0) != sq.parity(counter) {
+        if !sq.owner_matches(head[0], counter) {
             return Err(fault("owner bit does not match the WQE counter"));
         }
         let size = usize::from(head[7] & ctrl::DS_MASK) * 16;
-        if size == 0 || size > 1 << sq.shift {
+        if size == 0 || size > sq.stride() {
             return Err(fault("WQE size (ds) outside its slot"));
         }
         scratch.resize(size, 0);
@@ -88,7 +88,7 @@ impl Hca for Hw {
                     return Ok(false);
                 }
                 let c = qp.rq_ci;
-                scratch.resize(1 << rq.shift, 0);
+                scratch.resize(rq.stride(), 0);
                 if !rq.buf.read(rq.offset(c), scratch) {
                     return Err(fault("receive WQE unreadable"));
                 }

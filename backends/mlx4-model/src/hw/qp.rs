@@ -359,21 +359,13 @@ impl Hw {
             (sq_bytes + rq_bytes) as u64,
         )?;
         let sub = |off, len| buf.sub(off, len).ok_or(Status::BadParam);
-        let sq = Wq {
-            buf: sub(sq_off, sq_bytes)?,
-            log: sq_log,
-            shift: sq_shift,
-        };
+        let sq = Wq::new(sub(sq_off, sq_bytes)?, sq_log, sq_shift);
         let (rq, db) = if rq_cnt > 0 {
             let addr = c.db_rec_addr.get();
             if addr % 4 != 0 {
                 return Err(Status::BadParam);
             }
-            let rq = Wq {
-                buf: sub(rq_off, rq_bytes)?,
-                log: rq_log,
-                shift: rq_shift,
-            };
+            let rq = Wq::new(sub(rq_off, rq_bytes)?, rq_log, rq_shift);
             (Some(rq), Some(self.mailbox(addr, 4)?))
         } else {
             (None, None)

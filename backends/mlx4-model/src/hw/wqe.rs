@@ -15,32 +15,54 @@ use portverbs_mlx4_layout::wqe::{
 use portverbs_transport::{RecvWqe, SendWqe, UdTarget, WqeFault};
 use zerocopy::FromBytes;
 
+use portverbs_dma::ring::Geometry;
+
 use super::mem::Buf;
 
 fn fault(reason: &'static str) -> WqeFault {
     WqeFault { reason }
 }
 
-/// A work queue inside a QP buffer: `1 << log` WQEs of `1 << shift` bytes.
+/// A work queue inside a QP buffer: `1 << log` WQEs of `1 << shift` bytes, addressed by the
+/// workspace's one ring arithmetic ([`Geometry`]).
 #[derive(Debug, Clone)]
 pub(super) struct Wq {
     pub(super) buf: Buf,
-    pub(super) log: u32,
-    pub(super) shift: u32,
+    pub(super) geom: Geometry,
 }
 
 impl Wq {
+    /// `1 << log` WQEs of `1 << shift` bytes in `buf`.
+    pub(super) fn new(buf: Buf, log: u32, shift: u32) -> Self {
+        Self {
+            buf,
+            geom: Geometry {
+                base: 0,
+                shift,
+                cnt: 1 << log,
+            },
+        }
+    }
+
     pub(super) fn entries(&self) -> u32 {
-        1 << self.log
+        self.geom.entries()
     }
 
     pub(super) fn offset(&self, counter: u32) -> usize {
-        ((counter & (self.entries() - 1)) as usize) << self.shift
+        self.geom.offset(counter)
     }
 
-    /// The wrap parity the owner bit of WQE `counter` must have.
-    pub(super) fn parity(&self, counter: u32) -> bool {
-        (counter >> self.log) & 1 != 0
+    /// Bytes per WQE.
+    pub(super) fn stride(&self) -> usize {
+        self.geom.stride()
+    }
+
+    /// Whether send WQE `counter`, whose control segment starts with `byte0`, is the HCA's:
+    /// its owner bit (bit 31 of the big-endian ownership dword) equals the counter's wrap
+    /// parity (the work ring rule the driver writes by, `WorkRing::owner_bit`).
+    pub(super) fn owner_matches(&self, byte0: u8, counter: u32) -> bool {
+        const OWNER_BIT: u8 = (ctrl::OWNER >> 24) as u8;
+        (byte0 & OWNER_BIT != 0) == self.geom.parity(counter)
     }
 
     /// True when send WQE `counter` is posted: its owner bit matches the counter's parity and
@@ -52,11 +74,11 @@ impl Wq {
         if !self.buf.read(off, &mut head) {
             return false;
         }
-        if (head[0] & 0x80 != 0) != self.parity(counter) {
+        if !self.owner_matches(head[0], counter) {
             return false;
         }
         let size = usize::from(head[7] & ctrl::DS_MASK) * 16;
-        let stride = 1usize << self.shift;
+        let stride = self.stride();
         (INLINE_ALIGN..size.min(stride))
             .step_by(INLINE_ALIGN)
             .all(|blk| self.buf.be32(off + blk).is_some_and(|d| d != STAMP))

@@ -27,7 +27,7 @@ use crate::cmd::Cmd;
 use crate::dma::{Ring, Slots};
 use crate::mtt::MttRange;
 use crate::queues::Geometry;
-use crate::queues::cq::Mlx4Cq;
+use crate::queues::cq::{CqRing, Mlx4Cq};
 use crate::queues::rq::Mlx4Rq;
 use crate::queues::sq::Mlx4Sq;
 use crate::queues::srq::Mlx4Srq;
@@ -118,7 +118,7 @@ impl Mlx4Device {
             cnt,
         };
         let ring = self.dma(cnt as usize * 32)?;
-        Mlx4Cq::init_owner_from(ring.mem(), geom, first);
+        CqRing::init_owner(&Self::slots(&ring, geom)?, first);
         Ok((ring, geom))
     }
 

@@ -11,7 +11,7 @@ use super::objects::CqRec;
 use crate::cmd::Cmd;
 use crate::layout::ctx::{CqContext, mtt_split};
 use crate::layout::opcode;
-use crate::queues::cq::Mlx4Cq;
+use crate::queues::cq::{CqRing, Mlx4Cq};
 
 impl Mlx4Device {
     pub(super) async fn do_create_cq(&self, params: CqParams) -> Result<Mlx4Cq, CommandError> {
@@ -68,8 +68,7 @@ impl Mlx4Device {
         demux.bind_cq(cqn, params.eqn);
         Ok(Mlx4Cq {
             cqn,
-            buf: slots,
-            ci: 0,
+            buf: CqRing::new(slots, 0),
             db,
             bar2: self.0.bar2.clone(),
             uar_base: self.0.uar_base(),
@@ -96,7 +95,7 @@ impl Mlx4Device {
             )));
         }
         // The new buffer continues the counters: the first CQE in it is ci + 1.
-        let (ring, geom) = self.entry_ring(cnt, cq.ci.wrapping_add(1))?;
+        let (ring, geom) = self.entry_ring(cnt, cq.buf.tail().wrapping_add(1))?;
         let slots = Self::slots(&ring, geom)?;
         let cmd = Cmd::new(opcode::MODIFY_CQ)
             .opmod(opcode::OPMOD_CQ_RESIZE)
@@ -116,9 +115,9 @@ impl Mlx4Device {
         // The HCA wrote a RESIZE CQE into the old buffer where it switched; the unpolled CQEs
         // before it move to the new buffer one counter later (Linux `hw/mlx4/cq.c`, resize).
         let deadline = std::time::Instant::now() + self.0.hcr.timeout;
-        let next = loop {
+        loop {
             match cq.switch_to(slots.clone()) {
-                Some(next) => break next,
+                Some(_) => break,
                 // An async fn never blocks its executor's thread: yield to it between looks.
                 None if std::time::Instant::now() < deadline => crate::cmd::yield_now().await,
                 None => {
@@ -128,7 +127,7 @@ impl Mlx4Device {
                     });
                 }
             }
-        };
+        }
         let old = self.0.objects().cqs.get_mut(&cq.cqn).map(|rec| {
             rec._ring = ring;
             std::mem::replace(&mut rec.mtt, mtt)
@@ -136,7 +135,6 @@ impl Mlx4Device {
         if let Some(old) = old {
             self.0.mtts.free(old);
         }
-        cq.ci = next;
         cq.publish_ci();
         Ok(())
     }

@@ -13,6 +13,7 @@ use super::commands::{invalid, no};
 use super::objects::QpRec;
 use super::qp_ctx::{self, QpEnv};
 use crate::cmd::Cmd;
+use crate::dma::WorkRing;
 use crate::layout::ctx::QpMailbox;
 use crate::layout::mailbox::MAILBOX_SIZE;
 use crate::layout::mlx::MAX_HEADER;
@@ -250,7 +251,7 @@ impl Mlx4Device {
         let mut sq = Mlx4Sq {
             qpn: hw_qpn,
             qp_type: params.qp_type,
-            buf: sq_slots,
+            buf: WorkRing::new(sq_slots),
             spare,
             max_sge,
             max_inline,
@@ -259,13 +260,12 @@ impl Mlx4Device {
             bf: self.bf_reg(),
             bf_half: 0,
             fatal: self.0.fatal.clone(),
-            rung: 0,
             bf_len: 0,
             mlx,
         };
         sq.init_slots();
         let rq = rq_slots.map(|buf| Mlx4Rq {
-            buf,
+            buf: WorkRing::new(buf),
             max_sge: granted.max_recv_sge,
             db: db.clone(),
         });

@@ -5,26 +5,27 @@
 use std::sync::Arc;
 
 use portverbs_hal::barrier;
-use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::error::CqeError;
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::CompletionQueue;
 use portverbs_hal::types::SpecialQp;
 use portverbs_hal::wc::{Cqe, WorkCompletion, WqeRef};
 
-use super::Geometry;
-use crate::dma::Slots;
+use crate::dma::{EventRing, Slots};
 use crate::doorbell::DbRecord;
 use crate::layout::cqe::{self, CQE_SIZE};
 use crate::layout::uar::{CQ_DOORBELL, CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};
+
+/// A CQ's ring: 32-byte CQEs whose owner bit is bit 7 of their last byte, and the consumer
+/// index (the workspace's one event ring, [`EventRing`]).
+pub(crate) type CqRing = EventRing<CQE_SIZE, { CQE_SIZE - 1 }, { cqe::OWNER_MASK }>;
 
 /// Host side of a CQ.
 #[derive(Debug)]
 pub struct Mlx4Cq {
     pub(crate) cqn: u32,
-    /// The CQE ring (32-byte slots).
-    pub(crate) buf: Slots<CQE_SIZE>,
-    pub(crate) ci: u32,
+    /// The CQE ring (32-byte slots) and the consumer index.
+    pub(crate) buf: CqRing,
     pub(crate) db: DbRecord,
     pub(crate) bar2: Arc<dyn Mmio>,
     /// BAR2 offset of the UAR page whose CQ doorbell arms this CQ.
@@ -32,23 +33,6 @@ pub struct Mlx4Cq {
     pub(crate) arm_sn: u32,
     /// The hardware QPN of the GSI QP, which verbs know as QP 1 (Linux `mlx4/qp.c`).
     pub(crate) gsi_qpn: u32,
-}
-
-/// Whether the host owns an entry whose tail word is `tail` when its counter's wrap parity is
-/// `parity` (the owner bit equals the parity).
-#[inline(always)]
-fn host_owns(tail: [u8; 8], parity: bool) -> bool {
-    host_owns_at(tail, u32::from(parity), 1)
-}
-
-/// [`host_owns`] for the entry of `counter` in a ring whose wrap parity is the `wrap` bit of
-/// the counter: the owner bit, sign-extended, compared with that bit without a branch on
-/// either.
-#[inline(always)]
-fn host_owns_at(tail: [u8; 8], counter: u32, wrap: u32) -> bool {
-    const { assert!(cqe::OWNER_MASK == 0x80) };
-    let owner = i32::from(tail[7] as i8 >> 7) as u32;
-    (owner ^ counter) & wrap == 0
 }
 
 impl Mlx4Cq {
@@ -61,17 +45,7 @@ impl Mlx4Cq {
     /// Whether the host owns entry `counter`, given its tail word.
     #[inline(always)]
     fn owned(&self, tail: [u8; 8], counter: u32) -> bool {
-        host_owns(tail, self.buf.geom().parity(counter))
-    }
-
-    /// Marks every entry hardware-owned for the counters `first..first + cnt` that will use it
-    /// next (a resized CQ continues its counters in the new buffer).
-    pub(crate) fn init_owner_from(buf: &dyn DmaMemory, geom: Geometry, first: u32) {
-        for i in 0..geom.cnt {
-            let c = first.wrapping_add(i);
-            let owner = if geom.parity(c) { 0 } else { cqe::OWNER_MASK };
-            let _ = buf.write(geom.offset(c) + CQE_SIZE - 1, &[owner]);
-        }
+        CqRing::owns_byte(tail[7], counter, self.buf.geom().entries())
     }
 }
 
@@ -81,7 +55,8 @@ impl Mlx4Cq {
     /// counter to continue from (the first moved CQE). `None` while the RESIZE CQE has not appeared.
     pub(crate) fn switch_to(&mut self, ring: Slots<CQE_SIZE>) -> Option<u32> {
         let geom = ring.geom();
-        let mut c = self.ci;
+        let ci = self.buf.tail();
+        let mut c = ci;
         let mut moved = Vec::new();
         for _ in 0..self.buf.geom().cnt {
             let tail = self.tail_word(c);
@@ -94,18 +69,13 @@ impl Mlx4Cq {
             raw[CQE_SIZE - 8..].copy_from_slice(&tail);
             if raw[CQE_SIZE - 1] & cqe::OPCODE_MASK == cqe::OPCODE_RESIZE {
                 for (n, mut e) in moved.into_iter().enumerate() {
-                    let counter = self.ci.wrapping_add(n as u32).wrapping_add(1);
+                    let counter = ci.wrapping_add(n as u32).wrapping_add(1);
                     let e: &mut [u8; CQE_SIZE] = &mut e;
-                    e[CQE_SIZE - 1] = (e[CQE_SIZE - 1] & !cqe::OWNER_MASK)
-                        | if geom.parity(counter) {
-                            cqe::OWNER_MASK
-                        } else {
-                            0
-                        };
+                    e[CQE_SIZE - 1] = CqRing::with_owner(e[CQE_SIZE - 1], geom.parity(counter));
                     ring.write(counter, 0, e);
                 }
-                self.buf = ring;
-                return Some(self.ci.wrapping_add(1));
+                self.buf = CqRing::new(ring, ci.wrapping_add(1));
+                return Some(ci.wrapping_add(1));
             }
             moved.push(raw);
             c = c.wrapping_add(1);
@@ -127,7 +97,7 @@ impl Mlx4Cq {
         let Some(ring) = self.buf.exact_cursor() else {
             return (0, Some(CqeError::CqInError { cqn: self.cqn }));
         };
-        let mut ci = self.ci;
+        let mut ci = self.buf.tail();
         let mut n = 0;
         let mut error = None;
         let gsi = self.gsi_qpn;
@@ -140,7 +110,7 @@ impl Mlx4Cq {
         while let Some(w) = wc.get_mut(n) {
             let slot = ring.at(ci);
             let tail = slot.load8::<{ CQE_SIZE - 8 }>();
-            if !host_owns_at(tail, ci, ring.wrap_bit()) {
+            if !CqRing::owns_byte(tail[7], ci, ring.wrap_bit()) {
                 break;
             }
             barrier::from_device();
@@ -175,7 +145,7 @@ impl Mlx4Cq {
             }
             n += 1;
         }
-        self.ci = ci;
+        self.buf.advance_to(ci);
         (n, error)
     }
 }
@@ -210,9 +180,9 @@ impl CompletionQueue for Mlx4Cq {
     where
         F: FnMut(&mut WorkCompletion, WqeRef) -> bool,
     {
-        let start = self.ci;
+        let start = self.buf.tail();
         let polled = self.drain(wc, accept);
-        if self.ci != start {
+        if self.buf.tail() != start {
             self.publish_ci();
         }
         polled
@@ -221,7 +191,7 @@ impl CompletionQueue for Mlx4Cq {
     #[inline]
     fn publish_ci(&mut self) {
         barrier::to_device();
-        self.db.store_be32(0, self.ci & 0xff_ffff);
+        self.db.store_be32(0, self.buf.tail() & 0xff_ffff);
     }
 
     fn arm(&mut self, solicited_only: bool) {
@@ -230,7 +200,7 @@ impl CompletionQueue for Mlx4Cq {
         } else {
             CQ_REQ_NOT
         };
-        let ci = self.ci & 0xff_ffff;
+        let ci = self.buf.tail() & 0xff_ffff;
         self.db.store_be32(0, ci);
         self.db.store_be32(4, cq_arm_word(self.arm_sn, cmd, ci));
         barrier::to_device();
@@ -239,15 +209,7 @@ impl CompletionQueue for Mlx4Cq {
     }
 
     fn pending(&self) -> u32 {
-        let mut n = 0;
-        while n < self.buf.geom().cnt {
-            let c = self.ci.wrapping_add(n);
-            if !self.owned(self.tail_word(c), c) {
-                break;
-            }
-            n += 1;
-        }
-        n
+        self.buf.pending()
     }
 
     fn event_delivered(&mut self) {
@@ -259,29 +221,29 @@ impl CompletionQueue for Mlx4Cq {
 mod tests {
     use super::*;
 
+    /// The ring's owner bit is where the CQE codec puts it: an entry encoded with the wrap
+    /// parity of a counter is the host's at that counter and not at the next pass's.
     #[test]
-    fn the_branch_free_owner_test_agrees_with_the_plain_one() {
-        for byte in [0x00, 0x7f, 0x80, 0xff, 0x8d, 0x0d] {
-            let tail = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, byte];
-            for log in 0..24 {
-                let wrap = 1u32 << log;
-                for counter in [
-                    0,
-                    1,
-                    wrap - 1,
-                    wrap,
-                    wrap + 1,
-                    2 * wrap,
-                    3 * wrap - 1,
-                    u32::MAX,
-                ] {
-                    let parity = counter & wrap != 0;
-                    assert_eq!(
-                        host_owns_at(tail, counter, wrap),
-                        (byte & 0x80 != 0) == parity,
-                        "owner byte {byte:#x}, counter {counter:#x}, wrap {wrap:#x}"
-                    );
-                }
+    fn the_ring_reads_the_owner_bit_the_cqe_codec_writes() {
+        for cnt in [1u32, 2, 64, 1 << 22] {
+            for counter in [0, 1, cnt - 1, cnt, 3 * cnt - 1, u32::MAX] {
+                let parity = counter & cnt != 0;
+                let e = Cqe::from_parts(
+                    &WorkCompletion::default(),
+                    WqeRef {
+                        is_send: true,
+                        index: 0,
+                    },
+                );
+                let raw = cqe::encode(&e, parity);
+                assert!(
+                    CqRing::owns_byte(raw[CQE_SIZE - 1], counter, cnt),
+                    "{counter:#x} of {cnt}"
+                );
+                assert!(
+                    !CqRing::owns_byte(raw[CQE_SIZE - 1], counter.wrapping_add(cnt), cnt),
+                    "{counter:#x} + {cnt}"
+                );
             }
         }
     }

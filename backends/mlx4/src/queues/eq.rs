@@ -10,18 +10,20 @@ use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::EventQueue;
 use portverbs_hal::types::SpecialQp;
 
-use crate::dma::{Consumer, DeviceToHost, Slots};
+use crate::dma::{EventRing, Slots};
 use crate::layout::eqe::{self, EQE_SIZE};
 use crate::layout::uar::{EQ_ARM, eq_doorbell};
+
+/// An EQ's ring: 32-byte EQEs whose owner bit is bit 7 of their last byte, and the consumer
+/// index (the device produces, the host consumes).
+type EqRing = EventRing<EQE_SIZE, { EQE_SIZE - 1 }, { eqe::OWNER_MASK }>;
 
 /// Host side of an EQ.
 #[derive(Debug)]
 pub(crate) struct Mlx4Eq {
     pub(crate) eqn: u32,
-    /// The EQE ring (32-byte slots, geometry checked when the EQ was made).
-    pub(crate) buf: Slots<EQE_SIZE>,
-    /// The consumer index: the device produces, the host consumes.
-    pub(crate) ci: Consumer<DeviceToHost>,
+    /// The EQE ring (32-byte slots, geometry checked when the EQ was made) and its consumer.
+    pub(crate) buf: EqRing,
     pub(crate) bar2: Arc<dyn Mmio>,
     /// The hardware QPN of the GSI QP, which verbs know as QP 1 (Linux `mlx4/qp.c`).
     pub(crate) gsi_qpn: u32,
@@ -30,25 +32,16 @@ pub(crate) struct Mlx4Eq {
 impl Mlx4Eq {
     /// The EQ on `buf`, consuming from counter 0.
     pub(crate) fn new(eqn: u32, buf: Slots<EQE_SIZE>, bar2: Arc<dyn Mmio>, gsi_qpn: u32) -> Self {
-        let ci = Consumer::new(buf.geom());
         Self {
             eqn,
-            buf,
-            ci,
+            buf: EqRing::new(buf, 0),
             bar2,
             gsi_qpn,
         }
     }
 
-    /// The tail word (acquire load of the last 8 bytes) of the entry at the consumer index,
-    /// when its owner bit says the host owns it.
-    fn owned(&self) -> Option<[u8; 8]> {
-        let t = self.buf.at(self.ci.tail()).load8::<{ EQE_SIZE - 8 }>();
-        self.ci.owns(t[7] & 0x80 != 0).then_some(t)
-    }
-
     fn doorbell(&self, arm: bool) {
-        let v = (self.ci.tail() & 0xff_ffff) | if arm { EQ_ARM } else { 0 };
+        let v = (self.buf.tail() & 0xff_ffff) | if arm { EQ_ARM } else { 0 };
         let _ = self.bar2.write32(eq_doorbell(self.eqn), v);
     }
 }
@@ -59,17 +52,15 @@ impl EventQueue for Mlx4Eq {
     }
 
     fn poll_one(&mut self) -> Result<Option<DeviceEvent>, EqeError> {
-        let Some(tail) = self.owned() else {
+        let Some(slot) = self.buf.poll() else {
             return Ok(None);
         };
         barrier::from_device();
-        let index = self.ci.tail();
-        let mut raw = [0u8; EQE_SIZE];
-        raw[..EQE_SIZE - 8].copy_from_slice(&self.buf.at(index).read::<0, { EQE_SIZE - 8 }>());
-        raw[EQE_SIZE - 8..].copy_from_slice(&tail);
-        self.ci.advance(1);
+        let index = self.buf.tail();
+        let raw = slot.read::<0, EQE_SIZE>();
+        self.buf.advance(1);
         // Keep the HCA from seeing the EQ as full during long bursts (as Linux `mlx4/eq.c` does).
-        if self.ci.tail() % 128 == 0 {
+        if self.buf.tail() % 128 == 0 {
             self.doorbell(false);
         }
         eqe::decode(&raw, self.eqn, index).map(|ev| match ev {

@@ -6,7 +6,7 @@ use portverbs_hal::error::WqeError;
 use portverbs_hal::queue::RecvQueue;
 use portverbs_hal::wr::Sge;
 
-use crate::dma::{Slot, Slots};
+use crate::dma::{Slot, WorkRing};
 use crate::doorbell::DbRecord;
 use zerocopy::transmute;
 
@@ -51,8 +51,9 @@ pub(crate) fn scatter<const MIN: usize>(
 /// Host side of a QP's receive queue.
 #[derive(Debug)]
 pub struct Mlx4Rq {
-    /// The WQE ring (slots of whole data segments, geometry checked when the QP was made).
-    pub(crate) buf: Slots<DATA_SEG>,
+    /// The WQE ring (slots of whole data segments, geometry checked when the QP was made; no
+    /// owner bit: the doorbell record alone passes WQEs). Its producer counter is verbs-core's.
+    pub(crate) buf: WorkRing<DATA_SEG>,
     pub(crate) max_sge: u32,
     pub(crate) db: DbRecord,
 }
@@ -97,7 +98,7 @@ pub(crate) mod tests {
 
     use portverbs_dma::SoftDma;
 
-    use crate::dma::{HostMapped, Ring};
+    use crate::dma::{HostMapped, Ring, Slots};
     use crate::queues::Geometry;
 
     /// A zeroed ring of `bytes` bytes.
@@ -122,7 +123,7 @@ pub(crate) mod tests {
             cnt,
         };
         Mlx4Rq {
-            buf: Slots::new(ring(geom.bytes()), geom).unwrap(),
+            buf: WorkRing::new(Slots::new(ring(geom.bytes()), geom).unwrap()),
             max_sge: (geom.stride() / DATA_SEG) as u32,
             db: DbRecord::in_test_region(ring(8)),
         }

@@ -17,7 +17,7 @@ use portverbs_hal::wr::{
 use zerocopy::{IntoBytes as _, transmute};
 
 use super::sq_mlx::MlxSend;
-use crate::dma::{Slot, Slots, WqeSlot as _};
+use crate::dma::{Slot, WorkRing, WqeSlot as _};
 use crate::layout::av::Av;
 use crate::layout::uar::SEND_DOORBELL;
 use crate::layout::wqe::{
@@ -42,8 +42,8 @@ pub(crate) struct BfReg {
 pub struct Mlx4Sq {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
-    /// The WQE ring (slots of at least 64 bytes).
-    pub(crate) buf: Slots<64>,
+    /// The WQE ring (slots of at least 64 bytes). Its producer counter is verbs-core's.
+    pub(crate) buf: WorkRing<64>,
     pub(crate) spare: u32,
     pub(crate) max_sge: u32,
     pub(crate) max_inline: u32,
@@ -53,8 +53,6 @@ pub struct Mlx4Sq {
     pub(crate) bf: Option<BfReg>,
     pub(crate) bf_half: usize,
     pub(crate) fatal: Arc<AtomicBool>,
-    /// The counter the doorbell was last rung up to.
-    pub(crate) rung: u32,
     /// Bytes of the last WQE written if it carries inline data (a BlueFlame candidate), else 0.
     pub(crate) bf_len: usize,
     /// The GSI QP's header material: its sends are MLX-transport WQEs (Linux `hw/mlx4/qp.c`).
@@ -181,7 +179,8 @@ fn local_inval_seg(rkey: u32) -> [u8; 32] {
 
 impl Mlx4Sq {
     /// Prepares every slot for pass 0: owner = 1 ("not yet valid"), ds = the whole slot, the
-    /// 64-byte blocks stamped (as rdma-core's `mlx4_qp_init_sq_ownership`).
+    /// 64-byte blocks stamped (as rdma-core's `mlx4_qp_init_sq_ownership`), written by the
+    /// work ring's one initialisation.
     pub(crate) fn init_slots(&mut self) {
         let stride = self.buf.geom().stride();
         let ds = (stride / 16).min(63) as u8;
@@ -195,9 +194,7 @@ impl Mlx4Sq {
         for b in (64..stride).step_by(64) {
             slot[b..b + 4].copy_from_slice(&STAMP.to_be_bytes());
         }
-        for i in 0..self.buf.geom().cnt {
-            self.buf.write(i, 0, &slot);
-        }
+        let _ = self.buf.init(&slot);
     }
 
     /// Stamps the 64-byte blocks (after the first) of the WQE last written to the slot of
@@ -416,10 +413,9 @@ impl SendQueue for Mlx4Sq {
 
     #[cfg_attr(not(portverbs_split), inline)]
     #[cfg_attr(portverbs_split, inline(never))]
-    fn ring_doorbell(&mut self, head: u32) {
+    fn ring_doorbell(&mut self, from: u32, to: u32) {
         barrier::to_device();
-        let single = head.wrapping_sub(self.rung) == 1;
-        self.rung = head;
+        let single = to.wrapping_sub(from) == 1;
         if let Some(bf) = self.bf {
             let len = self.bf_len;
             if single && len > 16 && len <= bf.half {
@@ -427,7 +423,7 @@ impl SendQueue for Mlx4Sq {
                 // dword 0 and the QPN into dword 1 (keeping fence and size) of the WQE in the ring,
                 // then the WQE rounded up to 64 bytes copied from the ring through the register
                 // half. The HCA ignores both fields in a WQE it fetches from the ring.
-                let c = head.wrapping_sub(1);
+                let c = from;
                 let wqe = self.buf.at(c);
                 let d0 = u32::from_be_bytes(wqe.read::<CTRL_OWNER, 4>()) | ((c & 0xffff) << 8);
                 wqe.publish4::<CTRL_OWNER>(d0.to_be_bytes());
@@ -448,7 +444,6 @@ impl SendQueue for Mlx4Sq {
     }
 
     fn reset(&mut self) {
-        self.rung = 0;
         self.bf_len = 0;
         self.init_slots();
     }
@@ -466,6 +461,7 @@ mod tests {
     use portverbs_hal::attr::AddressVector;
     use portverbs_hal::mmio::MemRegisters;
 
+    use crate::dma::Slots;
     use crate::queues::Geometry;
     use crate::queues::rq::tests::ring;
 
@@ -479,7 +475,7 @@ mod tests {
         let mut sq = Mlx4Sq {
             qpn: 0x4b,
             qp_type,
-            buf: Slots::new(ring(geom.bytes()), geom).unwrap(),
+            buf: WorkRing::new(Slots::new(ring(geom.bytes()), geom).unwrap()),
             spare: 1,
             max_sge: 4,
             max_inline: 0,
@@ -488,7 +484,6 @@ mod tests {
             bf: None,
             bf_half: 0,
             fatal: Arc::new(AtomicBool::new(false)),
-            rung: 0,
             bf_len: 0,
             mlx: None,
         };

@@ -138,7 +138,7 @@ mod tests {
         let mut sq = Mlx4Sq {
             qpn: 0x4a,
             qp_type: QpType::Ud,
-            buf: Slots::new(ring(geom.bytes()), geom).unwrap(),
+            buf: crate::dma::WorkRing::new(Slots::new(ring(geom.bytes()), geom).unwrap()),
             // The slot after the one written gets stamped.
             spare: 1,
             max_sge: 4,
@@ -148,7 +148,6 @@ mod tests {
             bf: None,
             bf_half: 0,
             fatal: Arc::new(AtomicBool::new(false)),
-            rung: 0,
             bf_len: 0,
             mlx: Some(Box::new(MlxSend {
                 gids: vec![Gid([0; 16]), Gid(SGID)],

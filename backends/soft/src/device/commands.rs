@@ -24,11 +24,12 @@ use super::format::{
     self, CQE_SIZE, DATAGRAM_SEG, EQE_SIZE, RECV_HEADER, RECV_MIN, RecvFormat, SEND_HEADER,
     SGE_SIZE, SendFormat,
 };
-use super::hw::{HwCq, HwEq, HwQp, HwSrq, HwWq, init_owner};
-use super::queues::{SoftCq, SoftEq, SoftRq, SoftSq, SoftSrq};
+use super::hw::{HwCq, HwEq, HwQp, HwSrq, HwWq};
+use super::queues::{CqRing, EqRing, SoftCq, SoftEq, SoftRq, SoftSq, SoftSrq};
 use super::state::limits::*;
 use crate::dma::SoftDma;
-use crate::dma::ring::{Consumer, Geometry, Producer, Ring, Slots};
+use crate::dma::queue::WorkRing;
+use crate::dma::ring::{Geometry, Producer, Ring, Slots};
 use crate::engine::QpInit;
 use crate::engine::memory::MrSpec;
 
@@ -228,7 +229,7 @@ impl Device for SoftDevice {
         }
         let ring = self.slots::<EQE_SIZE>(params.entries, EQE_SIZE)?;
         let geom = ring.geom();
-        init_owner(&ring);
+        EqRing::init_owner(&ring, 0);
         let db = Arc::new(EqDoorbell::default());
         db.armed.store(true, Ordering::Release);
         self.with(|d, _, _| {
@@ -237,7 +238,6 @@ impl Device for SoftDevice {
                 eqn,
                 HwEq {
                     ring: ring.clone(),
-                    geom,
                     producer: Producer::new(geom),
                     db: db.clone(),
                     sink: sink.clone(),
@@ -248,8 +248,7 @@ impl Device for SoftDevice {
             }
             Ok(Box::new(SoftEq {
                 eqn,
-                ring,
-                consumer: Consumer::new(geom),
+                ring: EqRing::new(ring, 0),
                 db,
                 sink,
             }) as Box<dyn EventQueue>)
@@ -282,7 +281,7 @@ impl Device for SoftDevice {
         }
         let ring = self.slots::<CQE_SIZE>(params.entries + 1, CQE_SIZE)?;
         let geom = ring.geom();
-        init_owner(&ring);
+        CqRing::init_owner(&ring, 0);
         let db = Arc::new(CqDoorbell::default());
         let kicker = self.kicker.clone();
         self.with(|d, _, _| {
@@ -297,7 +296,6 @@ impl Device for SoftDevice {
                 cqn,
                 HwCq {
                     ring: ring.clone(),
-                    geom,
                     producer: Producer::new(geom),
                     db: db.clone(),
                     eqn: params.eqn,
@@ -307,8 +305,7 @@ impl Device for SoftDevice {
             );
             Ok(SoftCq {
                 cqn,
-                ring,
-                consumer: Consumer::new(geom),
+                ring: CqRing::new(ring, 0),
                 depth: geom.entries() - 1,
                 db,
                 kicker,
@@ -323,13 +320,13 @@ impl Device for SoftDevice {
         }
         let ring = self.slots::<CQE_SIZE>(entries + 1, CQE_SIZE)?;
         let geom = ring.geom();
-        init_owner(&ring);
+        CqRing::init_owner(&ring, 0);
         self.with(|d, _, _| {
             let hw =
                 d.hw.cqs
                     .get_mut(host.cqn)
                     .ok_or_else(|| no("CQ", host.cqn))?;
-            let tail = host.consumer.tail();
+            let tail = host.ring.tail();
             let pending = hw.producer.head().wrapping_sub(tail);
             if pending > geom.entries() - 1 {
                 return Err(invalid(format!(
@@ -340,17 +337,15 @@ impl Device for SoftDevice {
             let mut producer = Producer::new(geom);
             for i in 0..pending {
                 let mut raw = hw.ring.at(tail.wrapping_add(i)).read::<0, CQE_SIZE>();
-                raw[CQE_SIZE - 1] = u8::from(producer.owner_bit());
+                raw[CQE_SIZE - 1] = CqRing::with_owner(raw[CQE_SIZE - 1], producer.owner_bit());
                 ring.at(producer.head()).put::<0, CQE_SIZE>(raw);
                 producer.advance(1);
             }
             hw.ring = ring.clone();
-            hw.geom = geom;
             hw.producer = producer;
             hw.last_solicited = None;
             hw.db.ci.store(0, Ordering::Release);
-            host.ring = ring;
-            host.consumer = Consumer::new(geom);
+            host.ring = CqRing::new(ring, 0);
             host.depth = geom.entries() - 1;
             Ok(())
         })
@@ -400,13 +395,8 @@ impl Device for SoftDevice {
             d.hw.srqs.insert(
                 srqn,
                 HwSrq {
-                    wq: HwWq {
-                        ring: hw_ring,
-                        geom,
-                        db: db.clone(),
-                    },
+                    wq: HwWq::new(hw_ring, db.clone()),
                     index_ring: index_ring.clone(),
-                    consumed: 0,
                     limit: params.limit,
                     pd: params.pd,
                 },
@@ -417,7 +407,7 @@ impl Device for SoftDevice {
                 index_ring,
                 fmt: RecvFormat { max_sge },
                 free: (0..geom.entries()).rev().collect(),
-                head: 0,
+                head: Producer::new(geom),
                 db,
                 scratch: vec![0; stride],
             })
@@ -434,7 +424,7 @@ impl Device for SoftDevice {
         self.with(|d, _, _| {
             let srq = d.hw.srqs.get_mut(srqn).ok_or_else(|| no("SRQ", srqn))?;
             if let Some(limit) = change.limit {
-                if limit > srq.wq.geom.entries() {
+                if limit > srq.wq.geom().entries() {
                     return Err(invalid("SRQ limit above its size"));
                 }
                 srq.limit = limit;
@@ -486,7 +476,7 @@ impl Device for SoftDevice {
             )));
         }
         let (stride, send_sge, inline) = Self::grant_send(params.qp_type, &caps);
-        let sq_ring = self.slots::<SEND_HEADER>(caps.max_send_wr.max(1), stride)?;
+        let sq_ring = WorkRing::new(self.slots::<SEND_HEADER>(caps.max_send_wr.max(1), stride)?);
         let sq_geom = sq_ring.geom();
         let sq_hw = Self::view::<SEND_HEADER, RECV_MIN>(&sq_ring)?;
         SoftSq::init_slots(&sq_ring);
@@ -561,17 +551,10 @@ impl Device for SoftDevice {
                 qpn,
                 HwQp {
                     qp_type: params.qp_type,
-                    sq: HwWq {
-                        ring: sq_hw,
-                        geom: sq_geom,
-                        db: sq_db.clone(),
-                    },
-                    rq: rq.as_ref().map(|(_, hw, geom, _)| HwWq {
-                        ring: hw.clone(),
-                        geom: *geom,
-                        db: rq_db.clone(),
-                    }),
-                    rq_ci: 0,
+                    sq: HwWq::new(sq_hw, sq_db.clone()),
+                    rq: rq
+                        .as_ref()
+                        .map(|(_, hw, _, _)| HwWq::new(hw.clone(), rq_db.clone())),
                 },
             );
             let sq = SoftSq {
@@ -591,7 +574,7 @@ impl Device for SoftDevice {
             };
             let rq = rq.map(|(ring, _, geom, rstride)| SoftRq {
                 qpn,
-                ring,
+                ring: WorkRing::new(ring),
                 fmt: RecvFormat { max_sge: recv_sge },
                 depth: geom.entries(),
                 db: rq_db,

@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 /// Send-queue doorbell record.
 #[derive(Debug, Default)]
 pub(crate) struct SqDoorbell {
-    /// Producer counter: WQEs before it are posted.
+    /// The doorbell value: WQEs before this counter are posted. A record the host writes for
+    /// the device to read (as mlx4's doorbell record in host memory), not a producer counter
+    /// anyone reasons from on the host: verbs-core keeps the one send producer counter and
+    /// hands it to `ring_doorbell`, which only copies it here.
     pub(crate) head: AtomicU32,
     /// A kick is queued and not yet taken by the engine.
     pub(crate) scheduled: AtomicBool,
@@ -21,7 +24,8 @@ pub(crate) struct SqDoorbell {
 /// Receive-queue doorbell record.
 #[derive(Debug, Default)]
 pub(crate) struct RqDoorbell {
-    /// Producer counter.
+    /// The doorbell value, a copy of verbs-core's receive producer counter made by
+    /// `ring_doorbell` for the device to read (a record, not a second producer).
     pub(crate) head: AtomicU32,
     /// Set by the device while the QP is in ERR: new receives must be kicked to be flushed.
     pub(crate) in_error: AtomicBool,

@@ -16,7 +16,7 @@ use portverbs_table::Table;
 use super::doorbell::{ARM_ANY, CqDoorbell, EqDoorbell, RqDoorbell, SqDoorbell, SrqDoorbell};
 use super::format::{self, CQE_SIZE, CqeCodec, EQE_SIZE, EqeCodec, RECV_MIN};
 use crate::dma::SoftDma;
-use crate::dma::ring::{DeviceToHost, Geometry, Producer, Slots};
+use crate::dma::ring::{Consumer, DeviceToHost, Geometry, HostToDevice, Producer, Slots};
 use crate::engine::{Hca, RecvSource, RecvWqe, SendWqe, WqeFault};
 
 /// A work queue ring as the device sees it.
@@ -24,8 +24,23 @@ use crate::engine::{Hca, RecvSource, RecvWqe, SendWqe, WqeFault};
 pub(crate) struct HwWq<D> {
     /// The slots (the host's own view may have a larger `MIN`).
     pub(crate) ring: Slots<RECV_MIN>,
-    pub(crate) geom: Geometry,
+    /// The device's consumer counter: receive WQEs (or SRQ index entries) taken. A send
+    /// queue's WQEs are read by counter by the transport engine, which keeps that counter.
+    pub(crate) ci: Consumer<HostToDevice>,
     pub(crate) db: Arc<D>,
+}
+
+impl<D> HwWq<D> {
+    /// The device's view of `ring`, consuming from counter 0.
+    pub(crate) fn new(ring: Slots<RECV_MIN>, db: Arc<D>) -> Self {
+        let ci = Consumer::new(ring.geom());
+        Self { ring, ci, db }
+    }
+
+    /// The ring's geometry.
+    pub(crate) fn geom(&self) -> Geometry {
+        self.ring.geom()
+    }
 }
 
 /// A QP's queues.
@@ -34,8 +49,6 @@ pub(crate) struct HwQp {
     pub(crate) qp_type: QpType,
     pub(crate) sq: HwWq<SqDoorbell>,
     pub(crate) rq: Option<HwWq<RqDoorbell>>,
-    /// Receive WQEs consumed.
-    pub(crate) rq_ci: u32,
 }
 
 /// An SRQ: WQE slots plus the ring of slot numbers in posting order.
@@ -43,7 +56,6 @@ pub(crate) struct HwQp {
 pub(crate) struct HwSrq {
     pub(crate) wq: HwWq<SrqDoorbell>,
     pub(crate) index_ring: Arc<SoftDma>,
-    pub(crate) consumed: u32,
     /// Armed limit (0 = not armed).
     pub(crate) limit: u32,
     /// Protection domain of the SRQ's receives.
@@ -54,7 +66,6 @@ pub(crate) struct HwSrq {
 #[derive(Debug)]
 pub(crate) struct HwCq {
     pub(crate) ring: Slots<CQE_SIZE>,
-    pub(crate) geom: Geometry,
     pub(crate) producer: Producer<DeviceToHost>,
     pub(crate) db: Arc<CqDoorbell>,
     pub(crate) eqn: u32,
@@ -67,7 +78,6 @@ pub(crate) struct HwCq {
 #[derive(Debug)]
 pub(crate) struct HwEq {
     pub(crate) ring: Slots<EQE_SIZE>,
-    pub(crate) geom: Geometry,
     pub(crate) producer: Producer<DeviceToHost>,
     pub(crate) db: Arc<EqDoorbell>,
     pub(crate) sink: Arc<dyn InterruptSink>,
@@ -84,14 +94,6 @@ pub(crate) struct Hw {
     scratch: Vec<u8>,
     /// Events dropped because an EQ was full or absent.
     pub(crate) lost_events: u64,
-}
-
-/// Marks every entry of a device-to-host ring as not yet written (owner = 1 on pass 0).
-pub(crate) fn init_owner<const MIN: usize>(ring: &Slots<MIN>) {
-    for i in 0..ring.geom().entries() {
-        // Not yet shared with the host: a plain write of the last byte.
-        let _ = ring.at(i).write_at(MIN - 1, &[1]);
-    }
 }
 
 /// Copies one WQE slot out of its ring into `scratch` (the device reads DMA memory into its own
@@ -119,7 +121,7 @@ impl Hw {
             return;
         };
         let ci = eq.db.ci.load(Ordering::Acquire);
-        if eq.producer.head().wrapping_sub(ci) >= eq.geom.entries() {
+        if eq.producer.head().wrapping_sub(ci) >= eq.ring.geom().entries() {
             self.lost_events += 1;
             tracing::warn!(eqn, "event queue overflow, event lost");
             return;
@@ -187,7 +189,7 @@ impl Hca for Hw {
                 reason: "no such QP",
             });
         };
-        let (geom, qp_type) = (qp.sq.geom, qp.qp_type);
+        let (geom, qp_type) = (qp.sq.geom(), qp.qp_type);
         let slot = read_slot(&mut self.scratch, &qp.sq.ring, counter)?;
         if format::send_owner(slot) != geom.parity(counter) {
             return Err(WqeFault {
@@ -203,15 +205,15 @@ impl Hca for Hw {
                 let Some(qp) = self.qps.get_mut(qpn) else {
                     return Ok(false);
                 };
-                let Some(rq) = &qp.rq else {
+                let Some(rq) = &mut qp.rq else {
                     return Ok(false);
                 };
                 let head = rq.db.head.load(Ordering::Acquire);
-                if qp.rq_ci == head {
+                let c = rq.ci.tail();
+                if c == head {
                     return Ok(false);
                 }
-                let c = qp.rq_ci;
-                qp.rq_ci = c.wrapping_add(1);
+                rq.ci.advance(1);
                 let slot = read_slot(&mut self.scratch, &rq.ring, c)?;
                 format::decode_recv(slot, out)?;
                 out.wqe_index = c;
@@ -222,11 +224,11 @@ impl Hca for Hw {
                     return Ok(false);
                 };
                 let head = srq.wq.db.head.load(Ordering::Acquire);
-                if srq.consumed == head {
+                if srq.wq.ci.tail() == head {
                     return Ok(false);
                 }
-                let geom = srq.wq.geom;
-                let at = geom.slot(srq.consumed) as usize * 4;
+                let geom = srq.wq.geom();
+                let at = geom.slot(srq.wq.ci.tail()) as usize * 4;
                 let slot_no = srq.index_ring.load_u32(at).map_err(|_| WqeFault {
                     reason: "SRQ index ring unreadable",
                 })?;
@@ -235,8 +237,8 @@ impl Hca for Hw {
                         reason: "SRQ slot number out of range",
                     });
                 }
-                srq.consumed = srq.consumed.wrapping_add(1);
-                let remaining = head.wrapping_sub(srq.consumed);
+                srq.wq.ci.advance(1);
+                let remaining = head.wrapping_sub(srq.wq.ci.tail());
                 let limit_hit = srq.limit > 0 && remaining < srq.limit;
                 if limit_hit {
                     srq.limit = 0;
@@ -260,14 +262,17 @@ impl Hca for Hw {
         match source {
             RecvSource::Rq { qpn } => self.qps.get(qpn).map_or(0, |qp| {
                 qp.rq.as_ref().map_or(0, |rq| {
-                    rq.db.head.load(Ordering::Acquire).wrapping_sub(qp.rq_ci)
+                    rq.db
+                        .head
+                        .load(Ordering::Acquire)
+                        .wrapping_sub(rq.ci.tail())
                 })
             }),
             RecvSource::Srq { srqn } => self.srqs.get(srqn).map_or(0, |s| {
                 s.wq.db
                     .head
                     .load(Ordering::Acquire)
-                    .wrapping_sub(s.consumed)
+                    .wrapping_sub(s.wq.ci.tail())
             }),
         }
     }
@@ -284,7 +289,7 @@ impl Hca for Hw {
         let ci = cq.db.ci.load(Ordering::Acquire);
         let counter = cq.producer.head();
         // One entry always stays free (usable depth = entries - 1).
-        if counter.wrapping_sub(ci) >= cq.geom.entries() - 1 {
+        if counter.wrapping_sub(ci) >= cq.ring.geom().entries() - 1 {
             cq.in_error = true;
             cq.db.error.store(true, Ordering::Release);
             tracing::warn!(cqn, "CQ overrun");
@@ -335,8 +340,8 @@ impl Hca for Hw {
 
     fn reset_queues(&mut self, qpn: u32, _qp_type: QpType) {
         if let Some(qp) = self.qps.get_mut(qpn) {
-            qp.rq_ci = 0;
-            if let Some(rq) = &qp.rq {
+            if let Some(rq) = &mut qp.rq {
+                rq.ci.reset();
                 rq.db.in_error.store(false, Ordering::Release);
             }
         }

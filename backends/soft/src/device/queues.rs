@@ -24,14 +24,22 @@ use super::format::{
     SendFormat,
 };
 use crate::dma::SoftDma;
-use crate::dma::ring::{Consumer, DeviceToHost, Slots};
+use crate::dma::queue::{EventRing, WorkRing};
+use crate::dma::ring::{HostToDevice, Producer, Slots};
+
+/// A CQ's ring: the owner bit is bit 0 of a CQE's last byte (the soft format), and the host's
+/// consumer counter.
+pub(crate) type CqRing = EventRing<CQE_SIZE, { CQE_SIZE - 1 }, 1>;
+/// An EQ's ring: the owner bit is bit 0 of an EQE's last byte, and the host's consumer counter.
+pub(crate) type EqRing = EventRing<EQE_SIZE, { EQE_SIZE - 1 }, 1>;
 
 /// Host side of a send queue.
 #[derive(Debug)]
 pub struct SoftSq {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
-    pub(crate) ring: Slots<SEND_HEADER>,
+    /// The WQE ring; its producer counter is verbs-core's.
+    pub(crate) ring: WorkRing<SEND_HEADER>,
     pub(crate) fmt: SendFormat,
     pub(crate) depth: u32,
     pub(crate) db: Arc<SqDoorbell>,
@@ -41,11 +49,9 @@ pub struct SoftSq {
 }
 
 impl SoftSq {
-    /// Marks every slot "not yet written" for pass 0.
-    pub(crate) fn init_slots(ring: &Slots<SEND_HEADER>) {
-        for i in 0..ring.geom().entries() {
-            ring.at(i).store1::<0>(1);
-        }
+    /// Marks every slot "not yet written" for pass 0: owner byte (byte 0) 1.
+    pub(crate) fn init_slots(ring: &WorkRing<SEND_HEADER>) {
+        let _ = ring.init(&[1]);
     }
 }
 
@@ -70,7 +76,7 @@ impl SendQueue for SoftSq {
             qp_type: self.qp_type,
             qpn: self.qpn,
             counter,
-            owner: self.ring.geom().parity(counter),
+            owner: self.ring.owner_bit(counter),
             signaled,
         };
         let n = self.fmt.encode_send(wr, &ctx, &mut self.scratch)?;
@@ -83,8 +89,8 @@ impl SendQueue for SoftSq {
         Ok(())
     }
 
-    fn ring_doorbell(&mut self, head: u32) {
-        self.db.head.store(head, Ordering::Release);
+    fn ring_doorbell(&mut self, _from: u32, to: u32) {
+        self.db.head.store(to, Ordering::Release);
         if !self.db.scheduled.swap(true, Ordering::AcqRel) {
             self.kicker.kick(KickKind::Qp(self.qpn));
         }
@@ -100,7 +106,9 @@ impl SendQueue for SoftSq {
 #[derive(Debug)]
 pub struct SoftRq {
     pub(crate) qpn: u32,
-    pub(crate) ring: Slots<RECV_MIN>,
+    /// The WQE ring (no owner byte: the doorbell record passes WQEs); its producer counter is
+    /// verbs-core's.
+    pub(crate) ring: WorkRing<RECV_MIN>,
     pub(crate) fmt: RecvFormat,
     pub(crate) depth: u32,
     pub(crate) db: Arc<RqDoorbell>,
@@ -145,7 +153,8 @@ pub struct SoftSrq {
     pub(crate) index_ring: Arc<SoftDma>,
     pub(crate) fmt: RecvFormat,
     pub(crate) free: Vec<u32>,
-    pub(crate) head: u32,
+    /// Producer counter of the index ring (the device consumes it in posting order).
+    pub(crate) head: Producer<HostToDevice>,
     pub(crate) db: Arc<SrqDoorbell>,
     pub(crate) scratch: Vec<u8>,
 }
@@ -171,14 +180,14 @@ impl SharedRecvQueue for SoftSrq {
         let _ = self
             .ring
             .write(slot, 0, self.scratch.get(..n).unwrap_or_default());
-        let at = self.ring.geom().slot(self.head) as usize * 4;
+        let at = self.head.geometry().slot(self.head.head()) as usize * 4;
         let _ = self.index_ring.store_u32(at, slot);
-        self.head = self.head.wrapping_add(1);
+        self.head.advance(1);
         Ok(Some(slot))
     }
 
     fn ring_doorbell(&mut self) {
-        self.db.head.store(self.head, Ordering::Release);
+        self.db.head.store(self.head.head(), Ordering::Release);
     }
 
     fn release(&mut self, slot: u32) -> Result<(), WqeError> {
@@ -198,8 +207,8 @@ impl SharedRecvQueue for SoftSrq {
 #[derive(Debug)]
 pub struct SoftCq {
     pub(crate) cqn: u32,
-    pub(crate) ring: Slots<CQE_SIZE>,
-    pub(crate) consumer: Consumer<DeviceToHost>,
+    /// The CQE ring and the consumer counter.
+    pub(crate) ring: CqRing,
     pub(crate) depth: u32,
     pub(crate) db: Arc<CqDoorbell>,
     pub(crate) kicker: Kicker,
@@ -215,28 +224,25 @@ impl CompletionQueue for SoftCq {
     }
 
     fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError> {
-        let slot = self.ring.at(self.consumer.tail());
-        let owner = slot.load1::<{ CQE_SIZE - 1 }>() & 1 == 1;
-        if !self.consumer.owns(owner) {
+        let index = self.ring.tail();
+        let Some(slot) = self.ring.poll() else {
             if self.db.error.load(Ordering::Acquire) {
                 return Err(CqeError::CqInError { cqn: self.cqn });
             }
             return Ok(None);
-        }
+        };
         barrier::from_device();
         let raw = slot.read::<0, CQE_SIZE>();
-        let index = self.consumer.tail();
-        self.consumer.advance(1);
-        debug_assert!(CqeCodec::owner_bit(&raw) == owner);
+        self.ring.advance(1);
         CqeCodec::decode(&raw, self.cqn, index).map(Some)
     }
 
     fn publish_ci(&mut self) {
-        self.db.ci.store(self.consumer.tail(), Ordering::Release);
+        self.db.ci.store(self.ring.tail(), Ordering::Release);
     }
 
     fn arm(&mut self, solicited_only: bool) {
-        self.db.ci.store(self.consumer.tail(), Ordering::Release);
+        self.db.ci.store(self.ring.tail(), Ordering::Release);
         let bits = if solicited_only {
             ARM_SOLICITED
         } else {
@@ -247,18 +253,7 @@ impl CompletionQueue for SoftCq {
     }
 
     fn pending(&self) -> u32 {
-        let geom = self.consumer.geometry();
-        let mut n = 0;
-        let mut c = self.consumer.tail();
-        while n < geom.entries() {
-            let owner = self.ring.at(c).load1::<{ CQE_SIZE - 1 }>() & 1 == 1;
-            if owner != geom.parity(c) {
-                break;
-            }
-            n += 1;
-            c = c.wrapping_add(1);
-        }
-        n
+        self.ring.pending()
     }
 
     fn event_delivered(&mut self) {}
@@ -268,22 +263,10 @@ impl CompletionQueue for SoftCq {
 #[derive(Debug)]
 pub(crate) struct SoftEq {
     pub(crate) eqn: u32,
-    pub(crate) ring: Slots<EQE_SIZE>,
-    pub(crate) consumer: Consumer<DeviceToHost>,
+    /// The EQE ring and the consumer counter.
+    pub(crate) ring: EqRing,
     pub(crate) db: Arc<EqDoorbell>,
     pub(crate) sink: Arc<dyn InterruptSink>,
-}
-
-impl SoftEq {
-    fn head_owned(&self) -> bool {
-        let owner = self
-            .ring
-            .at(self.consumer.tail())
-            .load1::<{ EQE_SIZE - 1 }>()
-            & 1
-            == 1;
-        self.consumer.owns(owner)
-    }
 }
 
 impl EventQueue for SoftEq {
@@ -292,26 +275,25 @@ impl EventQueue for SoftEq {
     }
 
     fn poll_one(&mut self) -> Result<Option<DeviceEvent>, EqeError> {
-        if !self.head_owned() {
+        let index = self.ring.tail();
+        let Some(slot) = self.ring.poll() else {
             return Ok(None);
-        }
+        };
         barrier::from_device();
-        let raw = self.ring.at(self.consumer.tail()).read::<0, EQE_SIZE>();
-        let index = self.consumer.tail();
-        self.consumer.advance(1);
-        let _ = EqeCodec::owner_bit(&raw);
+        let raw = slot.read::<0, EQE_SIZE>();
+        self.ring.advance(1);
         EqeCodec::decode(&raw, self.eqn, index).map(Some)
     }
 
     fn publish_ci(&mut self) {
-        self.db.ci.store(self.consumer.tail(), Ordering::Release);
+        self.db.ci.store(self.ring.tail(), Ordering::Release);
     }
 
     fn arm(&mut self) {
-        self.db.ci.store(self.consumer.tail(), Ordering::Release);
+        self.db.ci.store(self.ring.tail(), Ordering::Release);
         self.db.armed.store(true, Ordering::SeqCst);
         // An EQE written between the last poll and the arming would otherwise go unnoticed.
-        if self.head_owned() && self.db.armed.swap(false, Ordering::AcqRel) {
+        if self.ring.poll().is_some() && self.db.armed.swap(false, Ordering::AcqRel) {
             self.sink.raise();
         }
     }
