@@ -659,6 +659,21 @@ impl<'a, const MIN: usize> Slot<'a, MIN> {
         Some(bar.write_wc(offset, block))
     }
 
+    /// Lends the first `n` bytes of the slot, in place, to `f` (a BlueFlame copy through a
+    /// typed doorbell handle); `None` past the slot's end. The same rules as
+    /// [`Slot::write_wc_from`]: only for rings the device never writes, while no other party
+    /// writes this slot.
+    #[inline(always)]
+    pub fn lend<R>(self, n: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if n > self.len {
+            return None;
+        }
+        // SAFETY: as in `write_wc_from`: `n <= len` inside a live region, and nothing writes
+        // these bytes while `f` holds the slice.
+        let block = unsafe { std::slice::from_raw_parts(self.addr as *const u8, n) };
+        Some(f(block))
+    }
+
     /// Volatile store of the dword at offset `AT` (an ownership word, after a barrier).
     #[inline(always)]
     pub fn publish4<const AT: usize>(self, v: [u8; 4]) {
@@ -897,6 +912,9 @@ mod tests {
             matches!(slot.write_wc_from(32, &bar, 40), Some(Err(_))),
             "the BAR's own refusal is passed on"
         );
+        // `lend` hands the same bytes to a closure.
+        assert_eq!(slot.lend(32, |b| b[24..].to_vec()), Some(out[24..].to_vec()));
+        assert_eq!(slot.lend(33, |b| b.len()), None, "longer than the slot");
     }
 
     #[test]

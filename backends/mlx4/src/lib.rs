@@ -40,6 +40,7 @@ pub mod pci;
 mod queues;
 mod quirks;
 pub mod regs;
+mod uar;
 #[cfg(target_os = "linux")]
 pub mod vfio;
 

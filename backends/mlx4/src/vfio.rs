@@ -1,7 +1,8 @@
 //! A real mlx4 function bound to vfio-pci, as the driver's [`PciFunction`] (Linux).
 //!
 //! Opening enables memory decoding and bus mastering; BARs are mapped once and shared, BAR0's
-//! HCR and reset register and BAR2's doorbells reached through [`crate::regs`]' typed blocks; DMA
+//! HCR and reset register reached through [`crate::regs`]' typed blocks and BAR2's doorbells
+//! rung on its typed UAR pages (chosen by [`Mlx4Device::open_vfio`]); DMA
 //! memory comes from the function's IOMMU container; MSI-X vectors are bound straight to the
 //! event queue's eventfd (`InterruptSink::eventfd`), so completions reach platform-linux's
 //! event path with no thread in between. A sink without an eventfd (a polling application)
@@ -17,6 +18,7 @@ use portverbs_vfio::{IrqKind, VfioDevice};
 
 use crate::dma::HostMapped;
 use crate::pci::{PciError, PciFunction};
+use crate::regs::MappedBar2;
 use crate::{Mlx4Config, Mlx4Device, OpenError};
 
 /// A VFIO-bound PCI function.
@@ -24,6 +26,8 @@ use crate::{Mlx4Config, Mlx4Device, OpenError};
 pub struct VfioFunction {
     dev: Arc<VfioDevice>,
     bars: [OnceLock<Arc<dyn Mmio>>; 3],
+    /// BAR2's UAR pages, when BAR2 is mapped in one piece.
+    uars: OnceLock<Option<Arc<MappedBar2>>>,
 }
 
 impl VfioFunction {
@@ -38,7 +42,14 @@ impl VfioFunction {
         Ok(Arc::new(Self {
             dev,
             bars: Default::default(),
+            uars: OnceLock::new(),
         }))
+    }
+
+    /// BAR2's UAR pages for typed doorbells, when BAR2 is mapped in one piece.
+    fn mapped_uars(&self) -> Option<Arc<MappedBar2>> {
+        self.bar(2).ok()?;
+        self.uars.get().cloned().flatten()
     }
 }
 
@@ -68,7 +79,11 @@ impl PciFunction for VfioFunction {
             bar: index,
             reason: e.to_string(),
         })?;
-        // The HCR, reset register and UAR doorbells through their typed blocks.
+        if index == 2 {
+            // The doorbells go straight to the UAR pages' typed cells (`Mlx4Device::open_vfio`).
+            let _ = self.uars.set(crate::regs::mapped_vfio_bar2(&bar));
+        }
+        // The HCR and reset register through their typed blocks.
         let bar = crate::regs::typed_vfio_bar(bar);
         Ok(slot.get_or_init(|| bar).clone())
     }
@@ -134,7 +149,8 @@ impl Mlx4Device {
             function: addr.to_string(),
             what: e.to_string(),
         })?;
-        Self::open(f, config)
+        let mapped = f.mapped_uars();
+        Self::open_with(f, mapped, config)
     }
 }
 
