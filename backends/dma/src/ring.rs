@@ -913,7 +913,10 @@ mod tests {
             "the BAR's own refusal is passed on"
         );
         // `lend` hands the same bytes to a closure.
-        assert_eq!(slot.lend(32, |b| b[24..].to_vec()), Some(out[24..].to_vec()));
+        assert_eq!(
+            slot.lend(32, |b| b[24..].to_vec()),
+            Some(out[24..].to_vec())
+        );
         assert_eq!(slot.lend(33, |b| b.len()), None, "longer than the slot");
     }
 

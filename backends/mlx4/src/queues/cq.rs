@@ -2,7 +2,6 @@
 //! equals the wrap parity of the consumer index; the consumer index goes to the set_ci record;
 //! arming writes the arm record and then the UAR CQ doorbell with the arm sequence number.
 
-
 use portverbs_hal::barrier;
 use portverbs_hal::dma::DmaMemory;
 use portverbs_hal::error::CqeError;
@@ -232,8 +231,7 @@ impl CompletionQueue for Mlx4Cq {
         self.db.store_be32(0, ci);
         self.db.store_be32(4, cq_arm_word(self.arm_sn, cmd, ci));
         barrier::to_device();
-        self.uar
-            .arm_cq(cq_arm_word(self.arm_sn, cmd, self.cqn), ci);
+        self.uar.arm_cq(cq_arm_word(self.arm_sn, cmd, self.cqn), ci);
     }
 
     fn pending(&self) -> u32 {
