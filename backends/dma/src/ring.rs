@@ -637,11 +637,8 @@ impl<'a, const MIN: usize> Slot<'a, MIN> {
     }
 
     /// Passes the first `n` bytes of the slot, in place, to `bar.write_wc(offset, ..)` (a
-    /// BlueFlame-style copy straight from a send-queue ring); `None` past the slot's end.
-    ///
-    /// Only for rings the device never writes, and while no other party writes this slot: the
-    /// bytes are lent to the MMIO write as a shared slice for the duration of the call (the
-    /// one place a reference covers ring memory; see [`HostMapped`]).
+    /// BlueFlame-style copy straight from a send-queue ring); `None` past the slot's end. The
+    /// same rules as [`Slot::lend`].
     #[inline(always)]
     pub fn write_wc_from(
         self,
@@ -649,27 +646,23 @@ impl<'a, const MIN: usize> Slot<'a, MIN> {
         bar: &dyn Mmio,
         offset: usize,
     ) -> Option<Result<(), MmioError>> {
+        self.lend(n, |block| bar.write_wc(offset, block))
+    }
+
+    /// Lends the first `n` bytes of the slot, in place, to `f` (a BlueFlame copy straight from
+    /// a send-queue ring, through a BAR or a typed doorbell handle); `None` past the slot's end.
+    ///
+    /// Only for rings the device never writes, and while no other party writes this slot: the
+    /// bytes are lent as a shared slice for the duration of the call (the one place a
+    /// reference covers ring memory; see [`HostMapped`]).
+    #[inline(always)]
+    pub fn lend<R>(self, n: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         if n > self.len {
             return None;
         }
         // SAFETY: `n <= len`, inside a live region (as in `load8`). Nothing writes it while
         // the slice lives: the device only reads send-queue memory, and the caller holds the
         // queue whose slot this is (the host writes a slot only under it).
-        let block = unsafe { std::slice::from_raw_parts(self.addr as *const u8, n) };
-        Some(bar.write_wc(offset, block))
-    }
-
-    /// Lends the first `n` bytes of the slot, in place, to `f` (a BlueFlame copy through a
-    /// typed doorbell handle); `None` past the slot's end. The same rules as
-    /// [`Slot::write_wc_from`]: only for rings the device never writes, while no other party
-    /// writes this slot.
-    #[inline(always)]
-    pub fn lend<R>(self, n: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        if n > self.len {
-            return None;
-        }
-        // SAFETY: as in `write_wc_from`: `n <= len` inside a live region, and nothing writes
-        // these bytes while `f` holds the slice.
         let block = unsafe { std::slice::from_raw_parts(self.addr as *const u8, n) };
         Some(f(block))
     }
