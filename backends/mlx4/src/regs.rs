@@ -368,8 +368,10 @@ impl MappedUar {
 
     /// Copies `block` (already in device byte order) to BAR2 `offset` as 64-bit volatile
     /// stores, then flushes them (BlueFlame; the mapping is uncached, see [`crate::vfio`]).
-    /// Nothing is written when the block is not whole 8-byte words inside the BAR.
-    #[inline]
+    /// Nothing is written when the block is not whole 8-byte words inside the BAR. Kept out
+    /// of line: the copy loop costs more than the call, and inlined it crowds the send
+    /// queue's doorbell path for every kind of function.
+    #[inline(never)]
     pub(crate) fn blueflame(&self, offset: usize, block: &[u8]) {
         let w = self.bar.regs.0;
         if check_access(offset, block.len().max(8), w.len).is_err() || block.len() % 8 != 0 {
