@@ -13,9 +13,9 @@
 #
 # Then the mlx4 driver over the emulated HCA (`--profile-mlx4 N`): N signalled 64-byte inline
 # RDMA writes one per post through BlueFlame, N through the UAR send doorbell, every completion
-# polled. The emulated HCA's own work behind the BAR2 writes (the `Mmio` impl of the model's
-# BAR2, which kicks its engine) is subtracted: what remains is verbs-core plus
-# the driver, including its stores to WQE memory and to the BAR.
+# polled. The emulated HCA's own work behind the doorbells (the model BAR2's `UarDoorbells`
+# calls, or its `Mmio` stores, which kick its engine) is subtracted: what remains is verbs-core
+# plus the driver, including its stores to WQE memory and its doorbell calls.
 set -euo pipefail
 n=${1:-20000}
 cd "$(dirname "$0")/.."
@@ -94,7 +94,8 @@ def total(path, build):
         if name.startswith("PROGRAM TOTALS"):
             return ir
     sys.exit(f"callgrind.sh: no total for {path} ({build})")
-model = r"Bar2 as portverbs_hal::mmio::Mmio>::(write_wc|write32|write64)"
+model = (r"Bar2 as portverbs_(hal::mmio::Mmio>::(write_wc|write32|write64)"
+         r"|mlx4_layout::pci::UarDoorbells>::(send|arm_cq|eq|blueflame))$")
 sq = r"Mlx4Sq as portverbs_hal::queue::SendQueue>::(write_wqe|ring_doorbell)$"
 def driver(path):
     if path == "poll_mlx4":

@@ -639,11 +639,8 @@ impl<'a, const MIN: usize> Slot<'a, MIN> {
     }
 
     /// Passes the first `n` bytes of the slot, in place, to `bar.write_wc(offset, ..)` (a
-    /// BlueFlame-style copy straight from a send-queue ring); `None` past the slot's end.
-    ///
-    /// Only for rings the device never writes, and while no other party writes this slot: the
-    /// bytes are lent to the MMIO write as a shared slice for the duration of the call (the
-    /// one place a reference covers ring memory; see [`HostMapped`]).
+    /// BlueFlame-style copy straight from a send-queue ring); `None` past the slot's end. The
+    /// same rules as [`Slot::lend`].
     #[inline(always)]
     pub fn write_wc_from(
         self,
@@ -651,6 +648,17 @@ impl<'a, const MIN: usize> Slot<'a, MIN> {
         bar: &dyn Mmio,
         offset: usize,
     ) -> Option<Result<(), MmioError>> {
+        self.lend(n, |block| bar.write_wc(offset, block))
+    }
+
+    /// Lends the first `n` bytes of the slot, in place, to `f` (a BlueFlame copy straight from
+    /// a send-queue ring, through a BAR or a typed doorbell handle); `None` past the slot's end.
+    ///
+    /// Only for rings the device never writes, and while no other party writes this slot: the
+    /// bytes are lent as a shared slice for the duration of the call (the one place a
+    /// reference covers ring memory; see [`HostMapped`]).
+    #[inline(always)]
+    pub fn lend<R>(self, n: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         if n > self.len {
             return None;
         }
@@ -658,7 +666,7 @@ impl<'a, const MIN: usize> Slot<'a, MIN> {
         // the slice lives: the device only reads send-queue memory, and the caller holds the
         // queue whose slot this is (the host writes a slot only under it).
         let block = unsafe { std::slice::from_raw_parts(self.addr as *const u8, n) };
-        Some(bar.write_wc(offset, block))
+        Some(f(block))
     }
 
     /// Volatile store of the dword at offset `AT` (an ownership word, after a barrier).
@@ -899,6 +907,12 @@ mod tests {
             matches!(slot.write_wc_from(32, &bar, 40), Some(Err(_))),
             "the BAR's own refusal is passed on"
         );
+        // `lend` hands the same bytes to a closure.
+        assert_eq!(
+            slot.lend(32, |b| b[24..].to_vec()),
+            Some(out[24..].to_vec())
+        );
+        assert_eq!(slot.lend(33, |b| b.len()), None, "longer than the slot");
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub mod status;
 pub mod uar;
 pub mod wqe;
 
-pub use pci::{PciError, PciFunction};
+pub use pci::{PciError, PciFunction, UarDoorbells};
 
 /// Asserts a struct's size and field offsets at compile time.
 macro_rules! layout {

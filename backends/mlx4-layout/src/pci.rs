@@ -85,6 +85,30 @@ pub enum PciError {
     },
 }
 
+/// The doorbells of BAR2's UAR pages (Linux `include/linux/mlx4/doorbell.h`) as calls, each
+/// with the effect of the store it stands for. A function that offers them (see
+/// [`PciFunction::doorbells`]) is spared decoding offsets; every BAR2 store the driver makes
+/// otherwise keeps working through [`PciFunction::bar`]. Doorbells have no answer: an
+/// implementation drops what it cannot take (a page it does not have, a removed device).
+pub trait UarDoorbells: Send + Sync + Debug {
+    /// The send doorbell of UAR page `page` for hardware QP `qpn` (the store of `qpn << 8` at
+    /// offset [`SEND_DOORBELL`](crate::uar::SEND_DOORBELL)).
+    fn send(&self, page: u32, qpn: u32);
+
+    /// The CQ doorbell of UAR page `page`: one 64-bit store of `dword0` (see
+    /// [`cq_arm_word`](crate::uar::cq_arm_word)) and the consumer index `ci`.
+    fn arm_cq(&self, page: u32, dword0: u32, ci: u32);
+
+    /// The doorbell of the EQ in slot `slot` (0..4) of UAR page `page`, that is EQ
+    /// `4 × page + slot`: its consumer index, with [`EQ_ARM`](crate::uar::EQ_ARM) to arm it.
+    fn eq(&self, page: u32, slot: u32, value: u32);
+
+    /// A BlueFlame copy: `block` (a WQE, a multiple of 8 bytes, in device byte order) written
+    /// with write-combining stores to BAR2 `offset`, a register half in the BlueFlame page of
+    /// UAR page `page`.
+    fn blueflame(&self, page: u32, offset: usize, block: &[u8]);
+}
+
 /// What the driver needs from the PCI function. Implementations must be cheap to call from the
 /// data path for [`PciFunction::bar`] results (the driver keeps the `Arc`s).
 pub trait PciFunction: Send + Sync + Debug + 'static {
@@ -99,6 +123,13 @@ pub trait PciFunction: Send + Sync + Debug + 'static {
     /// # Errors
     /// The BAR does not exist or cannot be mapped.
     fn bar(&self, index: u8) -> Result<Arc<dyn Mmio>, PciError>;
+
+    /// The UAR doorbells as calls, for a function that offers them (the emulated HCA): the
+    /// driver then rings its doorbells through these instead of storing to BAR2 offsets the
+    /// function would have to decode. `None` (the default): the driver stores to BAR2.
+    fn doorbells(&self) -> Option<Arc<dyn UarDoorbells>> {
+        None
+    }
 
     /// Reads a 16-bit config-space register (the driver polls the vendor ID after a reset).
     ///

@@ -11,12 +11,18 @@
 //!   are ignored: use `write_wc`.
 //!
 //! Reads return 0 (these registers are write-only); after removal they fail and writes vanish.
+//!
+//! The same doorbells are also served as calls ([`UarDoorbells`], which the model's
+//! `PciFunction::doorbells` hands to the driver): the driver then names the page, QP, CQ word or
+//! EQ slot and nothing is decoded. Stores to offsets stay served as above, for a driver that
+//! makes them (and for tests that write offsets as a hostile driver would).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use portverbs_fabric::NodeHandle;
 use portverbs_hal::mmio::{Mmio, MmioError, check_access};
+use portverbs_mlx4_layout::pci::UarDoorbells;
 use portverbs_mlx4_layout::uar::{CQ_DOORBELL, EQ_DOORBELL, SEND_DOORBELL, UAR_PAGE};
 
 use crate::caps::NUM_UARS;
@@ -44,8 +50,32 @@ impl Bar2 {
         }
     }
 
+    /// A send doorbell of UAR page `page` (below `NUM_UARS`) for QP `qpn`.
     fn send_doorbell(&self, page: usize, qpn: u32) {
+        Stats::bump(&self.shared.stats.send_doorbells);
+        self.kick(page, qpn);
+    }
+
+    /// Hands the fabric QP `qpn` to look at, naming the UAR page it was rung through.
+    fn kick(&self, page: usize, qpn: u32) {
         self.handle.kick(((page as u32) << 24) | (qpn & 0xff_ffff));
+    }
+
+    /// A BlueFlame copy of `block` through the BlueFlame page of UAR page `page` (below
+    /// `NUM_UARS`): a send doorbell for the QP its control segment names.
+    fn blueflame_copy(&self, page: usize, block: &[u8]) {
+        if block.len() < 16 || block.len() % 8 != 0 {
+            return;
+        }
+        Stats::bump(&self.shared.stats.blueflame_writes);
+        let d1 = u32::from_be_bytes([block[4], block[5], block[6], block[7]]);
+        self.kick(page, d1 >> 8);
+    }
+
+    /// The UAR page `page` as an index, when the model has it and is not removed.
+    fn live_page(&self, page: u32) -> Option<usize> {
+        let page = page as usize;
+        (page < NUM_UARS && !self.shared.removed()).then_some(page)
     }
 
     fn cq_arm(&self, page: usize, dword0: u32, ci: u32) {
@@ -90,10 +120,7 @@ impl Mmio for Bar2 {
             return Ok(());
         }
         match o {
-            SEND_DOORBELL => {
-                Stats::bump(&self.shared.stats.send_doorbells);
-                self.send_doorbell(page, value >> 8);
-            }
+            SEND_DOORBELL => self.send_doorbell(page, value >> 8),
             CQ_DOORBELL => self.cq_latch[page].store(LATCHED | u64::from(value), Ordering::Release),
             o if o == CQ_DOORBELL + 4 => {
                 let d0 = self.cq_latch[page].swap(0, Ordering::AcqRel);
@@ -125,10 +152,7 @@ impl Mmio for Bar2 {
         match o {
             CQ_DOORBELL => self.cq_arm(page, hi, lo),
             // The send doorbell dword is the low half of the 8-byte register at 0x10.
-            0x10 => {
-                Stats::bump(&self.shared.stats.send_doorbells);
-                self.send_doorbell(page, lo >> 8);
-            }
+            0x10 => self.send_doorbell(page, lo >> 8),
             _ => {
                 if let Some(eqn) = Self::eqn(page, o) {
                     self.eq_doorbell(eqn, hi);
@@ -150,12 +174,36 @@ impl Mmio for Bar2 {
             return Ok(());
         }
         let page = offset / UAR_PAGE;
-        if page < NUM_UARS || block.len() < 16 {
-            return Ok(());
+        if page >= NUM_UARS {
+            self.blueflame_copy(page - NUM_UARS, block);
         }
-        Stats::bump(&self.shared.stats.blueflame_writes);
-        let d1 = u32::from_be_bytes([block[4], block[5], block[6], block[7]]);
-        self.send_doorbell(page - NUM_UARS, d1 >> 8);
         Ok(())
+    }
+}
+
+impl UarDoorbells for Bar2 {
+    fn send(&self, page: u32, qpn: u32) {
+        if let Some(page) = self.live_page(page) {
+            self.send_doorbell(page, qpn);
+        }
+    }
+
+    fn arm_cq(&self, page: u32, dword0: u32, ci: u32) {
+        if let Some(page) = self.live_page(page) {
+            self.cq_arm(page, dword0, ci);
+        }
+    }
+
+    fn eq(&self, page: u32, slot: u32, value: u32) {
+        if let (Some(page), true) = (self.live_page(page), slot < 4) {
+            self.eq_doorbell(page as u32 * 4 + slot, value);
+        }
+    }
+
+    fn blueflame(&self, page: u32, _offset: usize, block: &[u8]) {
+        // Which register half of the page the copy goes to does not matter to the model.
+        if let Some(page) = self.live_page(page) {
+            self.blueflame_copy(page, block);
+        }
     }
 }

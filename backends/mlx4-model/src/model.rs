@@ -11,7 +11,7 @@ use portverbs_hal::dma::{DmaError, DmaMemory, HostMemory, MapHostError};
 use portverbs_hal::mmio::Mmio;
 use portverbs_hal::notify::InterruptSink;
 use portverbs_hal::types::Mtu;
-use portverbs_mlx4_layout::pci::{CONNECTX3, MELLANOX_VENDOR, PciError, PciFunction};
+use portverbs_mlx4_layout::pci::{CONNECTX3, MELLANOX_VENDOR, PciError, PciFunction, UarDoorbells};
 use portverbs_mlx4_layout::status::Status;
 use portverbs_transport::{Engine, EngineConfig, EngineStats, PortInfo};
 use thiserror::Error;
@@ -414,6 +414,10 @@ impl PciFunction for ModelFunction {
                 reason: "the model has BAR0 and BAR2 only".into(),
             }),
         }
+    }
+
+    fn doorbells(&self) -> Option<Arc<dyn UarDoorbells>> {
+        Some(self.inner.bar2.clone())
     }
 
     /// Vendor ID at 0, device ID at 2, zero elsewhere; all-ones after removal. The model

@@ -1,6 +1,7 @@
 //! Traffic between the model and a soft device on one stepped fabric, with WQEs written by hand
 //! in the mlx4 format and CQEs/EQEs read by owner bit: RC and UD both ways, the 0x14 doorbell
-//! and the BlueFlame path, stamping, CQ arming and overrun, SRQs, memory windows.
+//! and the BlueFlame path (as stores and as doorbell calls), stamping, CQ arming and overrun,
+//! SRQs, memory windows.
 
 mod util;
 
@@ -14,7 +15,7 @@ use portverbs_hal::wr::{RemoteAddr, SendOp, SendWr, Sge};
 use portverbs_mlx4::PciFunction;
 use portverbs_mlx4::layout::ctx::{mpt_flag, service};
 use portverbs_mlx4::layout::opcode as op;
-use portverbs_mlx4::layout::uar::{CQ_REQ_NOT, CQ_REQ_NOT_SOL, bf_page};
+use portverbs_mlx4::layout::uar::{CQ_REQ_NOT, CQ_REQ_NOT_SOL, EQ_ARM, bf_page, cq_arm_word};
 use portverbs_mlx4::layout::wqe::{INLINE_SEG, opcode as wop};
 use portverbs_mlx4::layout::{keys, wqe};
 use portverbs_soft::Fabric;
@@ -75,6 +76,12 @@ fn inline(data: &[u8]) -> Vec<u8> {
 /// Posts the WQE at the SQ head through BlueFlame: counter and QPN overlaid in the control
 /// segment, the WQE rounded up to 64 bytes copied into the UAR's BlueFlame register.
 fn post_bf(d: &Dev, qp: &mut Qp, opcode: u8, segs: &[u8]) {
+    let w = bf_block(qp, opcode, segs);
+    d.bar2.write_wc(bf_page(256, UAR as usize), &w).unwrap();
+}
+
+/// Writes the WQE at the SQ head and returns its BlueFlame copy (counter and QPN overlaid).
+fn bf_block(qp: &mut Qp, opcode: u8, segs: &[u8]) -> [u8; 64] {
     let c = qp.post_send(opcode, SIGNALED, 0, segs);
     let at = qp.sq_off + ((c & ((1 << qp.sq_log) - 1)) as usize) * (1 << qp.sq_shift);
     let mut w = [0u8; 64];
@@ -83,7 +90,7 @@ fn post_bf(d: &Dev, qp: &mut Qp, opcode: u8, segs: &[u8]) {
     w[..4].copy_from_slice(&d0.to_be_bytes());
     w[4..7].copy_from_slice(&(qp.qpn << 8).to_be_bytes()[..3]);
     qp.buf.write(at, &w[..8]).unwrap();
-    d.bar2.write_wc(bf_page(256, UAR as usize), &w).unwrap();
+    w
 }
 
 #[test]
@@ -426,6 +433,70 @@ fn cq_arming_fires_one_event_per_arm() {
         )
         .unwrap();
     assert_eq!(r.d.model.counts().ignored_doorbells, before + 1);
+}
+
+#[test]
+fn doorbell_calls_ring_what_the_stores_ring() {
+    let fabric = Fabric::stepped(4);
+    let mut r = rig(&fabric, "10.0.9.1");
+    let p = peer(&fabric, "10.0.9.2", QpType::Rc);
+    let mut qp = r.d.qp_init(0x4d, service::RC, &r.cq, 1, (4, 6), (4, 5), 0);
+    r.d.qp_rts(&qp, false, p.qp.qpn, p.gid, 1);
+    p.connect(0x4d, gid("10.0.9.1"), 1);
+    r.eq.poll();
+    let calls =
+        r.d.func
+            .doorbells()
+            .expect("the model takes doorbells as calls");
+    let write = |qp: &mut Qp, p: &Peer| {
+        let mut s = raddr(p.addr, p.rkey).to_vec();
+        s.extend_from_slice(&inline(b"1"));
+        qp.post_send(wop::RDMA_WRITE, SIGNALED, 0, &s);
+    };
+    let counts = |r: &Rig| {
+        let c = r.d.model.counts();
+        (c.send_doorbells, c.blueflame_writes)
+    };
+    let before = counts(&r);
+    // The EQ and the CQ armed by calls, a send doorbell by a call: one completion, one event.
+    calls.eq(r.eq.eqn / 4, r.eq.eqn % 4, EQ_ARM | (r.eq.ci & 0xff_ffff));
+    let arm = cq_arm_word(1, CQ_REQ_NOT, r.cq.ci);
+    r.cq.db.write(4, &arm.to_be_bytes()).unwrap();
+    calls.arm_cq(UAR, cq_arm_word(1, CQ_REQ_NOT, r.cq.cqn), r.cq.ci);
+    write(&mut qp, &p);
+    calls.send(UAR, 0x4d);
+    fabric.run_until_idle().unwrap();
+    assert_eq!(r.eq.poll(), vec![DeviceEvent::Completion { cqn: 128 }]);
+    assert_eq!(r.cq.ok().len(), 1);
+    assert_eq!(counts(&r), (before.0 + 1, before.1));
+    // A page the model does not have (it has 256) and an EQ slot past 3 are dropped.
+    write(&mut qp, &p);
+    calls.send(256, 0x4d);
+    calls.eq(r.eq.eqn / 4, 4, EQ_ARM);
+    fabric.run_until_idle().unwrap();
+    assert!(r.cq.ok().is_empty());
+    assert_eq!(counts(&r), (before.0 + 1, before.1));
+    calls.send(UAR, 0x4d);
+    fabric.run_until_idle().unwrap();
+    assert_eq!(r.cq.ok().len(), 1);
+    // BlueFlame by a call: the QP its control segment names is rung.
+    let w = bf_block(&mut qp, wop::RDMA_WRITE, &{
+        let mut s = raddr(p.addr + 8, p.rkey).to_vec();
+        s.extend_from_slice(&inline(b"BF"));
+        s
+    });
+    calls.blueflame(UAR, bf_page(256, UAR as usize), &w);
+    fabric.run_until_idle().unwrap();
+    assert_eq!(r.cq.ok().len(), 1);
+    let mut got = [0u8; 2];
+    p.buf.read(8, &mut got).unwrap();
+    assert_eq!(&got, b"BF");
+    assert_eq!(counts(&r), (before.0 + 2, before.1 + 1));
+    // After removal, calls vanish like stores.
+    r.d.model.remove();
+    calls.send(UAR, 0x4d);
+    calls.blueflame(UAR, bf_page(256, UAR as usize), &w);
+    assert_eq!(counts(&r), (before.0 + 2, before.1 + 1));
 }
 
 #[test]

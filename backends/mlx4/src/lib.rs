@@ -16,12 +16,13 @@
 //!
 //! What this crate must never do: trust the device (every index, length and opcode read from a
 //! CQE, EQE or outbox is checked; a bad one is a typed error), depend on `verbs-core`, or touch
-//! memory except through the [`PciFunction`]'s BAR and DMA objects. `unsafe` code is denied
-//! everywhere but [`dma`] and [`regs`]: the driver's rings and doorbell records are the
+//! memory except through the [`PciFunction`]'s BAR, doorbell and DMA objects. `unsafe` code is
+//! denied everywhere but [`dma`] and [`regs`]: the driver's rings and doorbell records are the
 //! workspace's ring types ([`portverbs_dma::ring`], raw access under [`HostMapped`]'s
 //! promise), and [`dma`] adds only the raw writes that know the mlx4 WQE layout (inline
 //! segments, stamps); [`regs`] holds the typed `volatile-register` blocks over a real
-//! function's BAR mappings (HCR, reset, UAR doorbells), with their caveat.
+//! function's BAR mappings (HCR, reset, the UAR pages each queue rings through its doorbell
+//! handle), with their caveat.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -40,6 +41,7 @@ pub mod pci;
 mod queues;
 mod quirks;
 pub mod regs;
+mod uar;
 #[cfg(target_os = "linux")]
 pub mod vfio;
 

@@ -3,11 +3,14 @@
 //! the HCR, the reset register and the clear-interrupt register in BAR0, and the UAR doorbell page
 //! in BAR2.
 //!
-//! `TypedBar0` and `TypedBar2` put these blocks over a BAR's host mapping and serve the
-//! driver's [`Mmio`] accesses to those registers through them (everything else — the
-//! semaphores, BlueFlame's write-combining copies — goes to the BAR's own accessors). The
-//! VFIO path ([`crate::vfio`]) wraps the BARs of a real function with them; the emulated HCA
-//! keeps implementing [`Mmio`] itself and never sees these types.
+//! `TypedBar0` puts the BAR0 blocks over a BAR's host mapping and serves the driver's [`Mmio`]
+//! accesses to those registers through them (everything else, such as the ownership semaphore,
+//! goes to the BAR's own accessors). BAR2 is not an [`Mmio`] detour: `MappedBar2` hands out
+//! one `MappedUar` per UAR page, a typed doorbell handle the driver's queues keep and ring
+//! with one volatile store to the page's cell (`send`, `arm_cq`, `eq`), or a run of 64-bit
+//! stores for a BlueFlame copy; no offset is matched at the time of a doorbell. The VFIO path
+//! ([`crate::vfio`]) wraps the BARs of a real function with them; the emulated HCA never sees
+//! these types (it takes doorbells as calls, see the driver's `uar` module).
 //!
 //! # The `volatile-register` caveat, and why it is acceptable here
 //!
@@ -286,77 +289,112 @@ impl Mmio for TypedBar0 {
     }
 }
 
-/// BAR2 with the send, CQ and EQ doorbells served by [`UarRegs`]; BlueFlame copies and any other
-/// offset go to the BAR's own accessors. Keeps the mapping alive.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by the VFIO binding (Linux)
+/// BAR2 mapped in one piece: its UAR pages as [`UarRegs`], and the BAR's owner, kept alive
+/// for as long as any [`MappedUar`] of it lives.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // made by the VFIO binding (Linux)
 #[derive(Debug)]
-pub(crate) struct TypedBar2 {
+pub(crate) struct MappedBar2 {
     regs: UarRegs,
-    inner: Arc<dyn Mmio>,
+    _owner: Arc<dyn Mmio>,
 }
 
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by the VFIO binding (Linux)
-impl TypedBar2 {
+impl MappedBar2 {
     /// # Safety
-    /// As [`UarRegs::new`], with `inner` the owner of the mapping at `base` (kept alive here).
-    pub(crate) unsafe fn new(inner: Arc<dyn Mmio>, base: NonNull<u8>) -> Option<Self> {
-        // SAFETY: forwarded to our caller; `inner` owns the mapping and lives as long as `regs`.
-        let regs = unsafe { UarRegs::new(base, inner.len()) }?;
-        Some(Self { regs, inner })
+    /// As [`UarRegs::new`], with `owner` the owner of the mapping at `base` (kept alive here)
+    /// and `owner.len()` its length.
+    pub(crate) unsafe fn new(owner: Arc<dyn Mmio>, base: NonNull<u8>) -> Option<Self> {
+        // SAFETY: forwarded to our caller; `owner` owns the mapping and lives as long as `regs`.
+        let regs = unsafe { UarRegs::new(base, owner.len()) }?;
+        Some(Self {
+            regs,
+            _owner: owner,
+        })
+    }
+
+    /// The doorbells of UAR page `index`, if it lies in the BAR.
+    pub(crate) fn page(self: &Arc<Self>, index: u32) -> Option<MappedUar> {
+        let page = self.regs.page(index as usize)?;
+        Some(MappedUar {
+            page: std::ptr::from_ref(page).expose_provenance(),
+            bar: self.clone(),
+        })
     }
 }
 
-impl Mmio for TypedBar2 {
-    fn len(&self) -> usize {
-        self.inner.len()
+/// The doorbells of one UAR page of a [`MappedBar2`]: each one volatile store to its
+/// [`UarPage`] cell, with no offset computed or matched at the time of the doorbell.
+#[derive(Debug, Clone)]
+pub(crate) struct MappedUar {
+    /// Address of the page's [`UarPage`], checked (in the BAR, aligned) when it was made.
+    page: usize,
+    bar: Arc<MappedBar2>,
+}
+
+impl MappedUar {
+    #[inline(always)]
+    fn regs(&self) -> &UarPage {
+        let p = std::ptr::with_exposed_provenance::<UarPage>(self.page);
+        // SAFETY: `page` is the address of a `UarPage` block that `Window::block` checked to lie
+        // inside the mapping, aligned; `bar` keeps the mapping's owner alive while `self` lives.
+        // The same reasoning as `Window::block` (and the module's caveat) applies.
+        unsafe { &*p }
     }
 
-    fn read32(&self, offset: usize) -> Result<u32, MmioError> {
-        self.inner.read32(offset)
+    /// The send doorbell: `qpn << 8`, big-endian.
+    #[inline]
+    pub(crate) fn send(&self, qpn: u32) {
+        // SAFETY: a volatile store to the send doorbell of a live UAR page; ringing doorbells
+        // is what the driver's queues do.
+        unsafe { self.regs().send.write((qpn << 8).to_be()) };
     }
 
-    fn write32(&self, offset: usize, value: u32) -> Result<(), MmioError> {
-        check_access(offset, 4, self.len())?;
-        if let Some(page) = self.regs.page(offset / UAR_PAGE) {
-            let at = offset % UAR_PAGE;
-            let reg = match at {
-                SEND_DOORBELL => Some(&page.send),
-                o if (EQ_DOORBELL..EQ_DOORBELL + 32).contains(&o) && (o - EQ_DOORBELL) % 8 == 0 => {
-                    Some(&page.eq[(o - EQ_DOORBELL) / 8].ci)
-                }
-                _ => None,
-            };
-            if let Some(r) = reg {
-                // SAFETY: a volatile store to a doorbell of the live UAR mapping; ringing
-                // doorbells is what the driver's queues do.
-                unsafe { r.write(value.to_be()) };
-                return Ok(());
-            }
+    /// The CQ doorbell: one big-endian 64-bit store of `dword0` then `ci` (as rdma-core's
+    /// `mlx4_arm_cq`).
+    #[inline]
+    pub(crate) fn arm_cq(&self, dword0: u32, ci: u32) {
+        let v = (u64::from(dword0) << 32) | u64::from(ci);
+        // SAFETY: one volatile 64-bit store to the CQ doorbell of a live UAR page.
+        unsafe { self.regs().cq.write(v.to_be()) };
+    }
+
+    /// The doorbell of the EQ in `slot` (taken mod 4) of this page, big-endian.
+    #[inline]
+    pub(crate) fn eq(&self, slot: u32, value: u32) {
+        let r = &self.regs().eq[slot as usize % 4].ci;
+        // SAFETY: a volatile store to an EQ doorbell of a live UAR page.
+        unsafe { r.write(value.to_be()) };
+    }
+
+    /// Copies `block` (already in device byte order) to BAR2 `offset` as 64-bit volatile
+    /// stores, then flushes them (BlueFlame; the mapping is uncached, see [`crate::vfio`]).
+    /// Nothing is written when the block is not whole 8-byte words inside the BAR. Kept out
+    /// of line: the copy loop costs more than the call, and inlined it crowds the send
+    /// queue's doorbell path for every kind of function.
+    #[inline(never)]
+    pub(crate) fn blueflame(&self, offset: usize, block: &[u8]) {
+        let w = self.bar.regs.0;
+        if check_access(offset, block.len().max(8), w.len).is_err() || block.len() % 8 != 0 {
+            return;
         }
-        self.inner.write32(offset, value)
-    }
-
-    fn write64(&self, offset: usize, value: u64) -> Result<(), MmioError> {
-        check_access(offset, 8, self.len())?;
-        if offset % UAR_PAGE == CQ_DOORBELL {
-            if let Some(page) = self.regs.page(offset / UAR_PAGE) {
-                // SAFETY: one volatile 64-bit store to the CQ doorbell of the live UAR mapping,
-                // big-endian as the HCA reads it (as rdma-core's `mlx4_arm_cq`).
-                unsafe { page.cq.write(value.to_be()) };
-                return Ok(());
-            }
+        let base = w.addr + offset;
+        for (i, chunk) in block.chunks_exact(8).enumerate() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let p = std::ptr::with_exposed_provenance_mut::<u64>(base + i * 8);
+            // SAFETY: `offset..offset + len` lies inside the live mapping (checked above),
+            // 8-byte aligned (`offset` is, and the mapping is page aligned); a volatile store
+            // through a raw pointer makes no reference to device memory.
+            unsafe { p.write_volatile(u64::from_ne_bytes(word)) };
         }
-        self.inner.write64(offset, value)
-    }
-
-    fn write_wc(&self, offset: usize, block: &[u8]) -> Result<(), MmioError> {
-        self.inner.write_wc(offset, block)
+        portverbs_hal::barrier::wc_flush();
     }
 }
 
-/// A VFIO BAR of a real function as the driver's [`Mmio`]: BAR0 and BAR2 with their typed
-/// blocks when the whole BAR is one mmapped area, the plain BAR otherwise (a sparse mapping,
-/// where some registers are reached through the device fd).
+/// A VFIO BAR of a real function as the driver's [`Mmio`]: BAR0 with its typed blocks when
+/// the whole BAR is one mmapped area, the plain BAR otherwise (a sparse mapping, where some
+/// registers are reached through the device fd, or BAR2, whose doorbells the driver rings
+/// through [`MappedUar`]).
 #[cfg(target_os = "linux")]
 pub(crate) fn typed_vfio_bar(bar: Arc<portverbs_vfio::VfioBar>) -> Arc<dyn Mmio> {
     let index = bar.index();
@@ -372,11 +410,18 @@ pub(crate) fn typed_vfio_bar(bar: Arc<portverbs_vfio::VfioBar>) -> Arc<dyn Mmio>
         // SAFETY: `base..base + len` is the BAR's live shared mapping, owned by `inner`, which
         // the typed BAR keeps; `VfioBar` itself only makes raw-pointer volatile accesses.
         0 => unsafe { TypedBar0::new(inner.clone(), base) }.map(|b| Arc::new(b) as _),
-        // SAFETY: as above.
-        2 => unsafe { TypedBar2::new(inner.clone(), base) }.map(|b| Arc::new(b) as _),
         _ => None,
     };
     typed.unwrap_or(inner)
+}
+
+/// The UAR pages of a VFIO BAR2 when the whole BAR is one mmapped area.
+#[cfg(target_os = "linux")]
+pub(crate) fn mapped_vfio_bar2(bar: &Arc<portverbs_vfio::VfioBar>) -> Option<Arc<MappedBar2>> {
+    let base = bar.mapped_ptr(0, bar.len())?;
+    // SAFETY: `base..base + len` is the BAR's live shared mapping, owned by `bar`, which the
+    // value keeps; `VfioBar` itself only makes raw-pointer volatile accesses.
+    unsafe { MappedBar2::new(bar.clone(), base) }.map(Arc::new)
 }
 
 #[cfg(test)]

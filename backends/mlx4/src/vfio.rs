@@ -1,8 +1,9 @@
 //! A real mlx4 function bound to vfio-pci, as the driver's [`PciFunction`] (Linux).
 //!
 //! Opening enables memory decoding and bus mastering; BARs are mapped once and shared, BAR0's
-//! HCR and reset register and BAR2's doorbells reached through [`crate::regs`]' typed blocks; DMA
-//! memory comes from the function's IOMMU container.
+//! HCR and reset register reached through [`crate::regs`]' typed blocks and BAR2's doorbells
+//! rung on its typed UAR pages (chosen by [`Mlx4Device::open_vfio`]); DMA memory comes from the
+//! function's IOMMU container.
 //!
 //! Interrupts: an MSI-X vector can only be bound to an eventfd (`InterruptSink::eventfd`,
 //! `VFIO_DEVICE_SET_IRQS`), which the kernel's handler signals without running any code of
@@ -24,6 +25,7 @@ use portverbs_vfio::{IrqKind, VfioDevice};
 
 use crate::dma::HostMapped;
 use crate::pci::{PciError, PciFunction};
+use crate::regs::MappedBar2;
 use crate::{Mlx4Config, Mlx4Device, OpenError};
 
 /// A VFIO-bound PCI function.
@@ -31,6 +33,8 @@ use crate::{Mlx4Config, Mlx4Device, OpenError};
 pub struct VfioFunction {
     dev: Arc<VfioDevice>,
     bars: [OnceLock<Arc<dyn Mmio>>; 3],
+    /// BAR2's UAR pages, when BAR2 is mapped in one piece.
+    uars: OnceLock<Option<Arc<MappedBar2>>>,
 }
 
 impl VfioFunction {
@@ -45,7 +49,14 @@ impl VfioFunction {
         Ok(Arc::new(Self {
             dev,
             bars: Default::default(),
+            uars: OnceLock::new(),
         }))
+    }
+
+    /// BAR2's UAR pages for typed doorbells, when BAR2 is mapped in one piece.
+    fn mapped_uars(&self) -> Option<Arc<MappedBar2>> {
+        self.bar(2).ok()?;
+        self.uars.get().cloned().flatten()
     }
 }
 
@@ -75,7 +86,11 @@ impl PciFunction for VfioFunction {
             bar: index,
             reason: e.to_string(),
         })?;
-        // The HCR, reset register and UAR doorbells through their typed blocks.
+        if index == 2 {
+            // The doorbells go straight to the UAR pages' typed cells (`Mlx4Device::open_vfio`).
+            let _ = self.uars.set(crate::regs::mapped_vfio_bar2(&bar));
+        }
+        // The HCR and reset register through their typed blocks.
         let bar = crate::regs::typed_vfio_bar(bar);
         Ok(slot.get_or_init(|| bar).clone())
     }
@@ -141,7 +156,8 @@ impl Mlx4Device {
             function: addr.to_string(),
             what: e.to_string(),
         })?;
-        Self::open(f, config)
+        let mapped = f.mapped_uars();
+        Self::open_with(f, mapped, config)
     }
 }
 

@@ -36,6 +36,8 @@ use crate::layout::opcode;
 use crate::mtt::Mtts;
 use crate::pci::{PciError, PciFunction, is_mlx4_pf};
 use crate::quirks::MLX4_QUIRKS;
+use crate::regs::MappedBar2;
+use crate::uar::Doorbells;
 
 /// Why a device could not be opened.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -92,6 +94,16 @@ impl Mlx4Device {
     /// # Errors
     /// See [`OpenError`]; every message names the function and the failing step.
     pub fn open(pci: Arc<dyn PciFunction>, config: Mlx4Config) -> Result<Self, OpenError> {
+        Self::open_with(pci, None, config)
+    }
+
+    /// [`Mlx4Device::open`], ringing doorbells through `mapped` (BAR2 mapped in one piece)
+    /// when given.
+    pub(crate) fn open_with(
+        pci: Arc<dyn PciFunction>,
+        mapped: Option<Arc<MappedBar2>>,
+        config: Mlx4Config,
+    ) -> Result<Self, OpenError> {
         let function = pci.name();
         let (vendor, device) = pci.ids();
         if !is_mlx4_pf(vendor, device) {
@@ -102,7 +114,7 @@ impl Mlx4Device {
             });
         }
         let bar0 = pci.bar(0)?;
-        let bar2 = pci.bar(2)?;
+        let doorbells = Doorbells::new(mapped, pci.doorbells(), pci.bar(2)?);
         if bar0.len() < BAR0_MIN_LEN {
             return Err(OpenError::Config {
                 function,
@@ -177,7 +189,7 @@ impl Mlx4Device {
         let inner = Arc::new(Inner {
             pci: pci.clone(),
             bar0: bar0.clone(),
-            bar2,
+            doorbells,
             hcr,
             fw,
             caps,

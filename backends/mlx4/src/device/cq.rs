@@ -70,8 +70,7 @@ impl Mlx4Device {
             cqn,
             buf: CqRing::new(slots, 0),
             db,
-            bar2: self.0.bar2.clone(),
-            uar_base: self.0.uar_base(),
+            uar: self.0.doorbells.page(self.0.uar),
             arm_sn: 1,
             gsi_qpn: self.0.gsi_hw_qpn(),
         })

@@ -16,7 +16,7 @@ use crate::cmd::Cmd;
 use crate::layout::ctx::{EQ_STATE_ARMED, EqContext, mtt_split};
 use crate::layout::eqe::ASYNC_EVENT_MASK;
 use crate::layout::opcode;
-use crate::layout::uar::{EQ_ARM, eq_doorbell};
+use crate::layout::uar::EQ_ARM;
 use crate::queues::eq::Mlx4Eq;
 
 /// Entries of the asynchronous EQ.
@@ -82,13 +82,9 @@ impl Mlx4Device {
             tracing::warn!(%e, "interrupt routing failed; the EQ can still be polled");
         }
         self.0.objects().eqs.insert(eqn, EqRec { mtt, _ring: ring });
-        let _ = self.0.bar2.write32(eq_doorbell(eqn), EQ_ARM);
-        Ok(Mlx4Eq::new(
-            eqn,
-            slots,
-            self.0.bar2.clone(),
-            self.0.gsi_hw_qpn(),
-        ))
+        let uar = self.0.doorbells.page(eqn / 4);
+        uar.eq(eqn % 4, EQ_ARM);
+        Ok(Mlx4Eq::new(eqn, slots, uar, self.0.gsi_hw_qpn()))
     }
 
     /// Makes the EQ pool (at open, after the command EQ): the asynchronous EQ with every

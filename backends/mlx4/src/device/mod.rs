@@ -33,6 +33,7 @@ use crate::doorbell::DbPages;
 use crate::icm::{Donated, IcmLayout, Profile};
 use crate::mtt::Mtts;
 use crate::pci::PciFunction;
+use crate::uar::Doorbells;
 
 pub use bringup::OpenError;
 use objects::Objects;
@@ -75,7 +76,8 @@ pub(crate) struct Nums {
 pub(crate) struct Inner {
     pub(crate) pci: Arc<dyn PciFunction>,
     pub(crate) bar0: Arc<dyn Mmio>,
-    pub(crate) bar2: Arc<dyn Mmio>,
+    /// Where the queues' doorbell handles come from.
+    pub(crate) doorbells: Doorbells,
     pub(crate) hcr: CommandInterface,
     pub(crate) fw: FwInfo,
     pub(crate) caps: DevCaps,
@@ -159,10 +161,6 @@ impl Inner {
     /// The hardware QPN of port 1's GSI QP: the block's base + 2 (Linux `mlx4/qp.c`).
     pub(crate) fn gsi_hw_qpn(&self) -> u32 {
         self.special_qp_base() + 2
-    }
-
-    pub(crate) fn uar_base(&self) -> usize {
-        self.uar as usize * crate::layout::uar::UAR_PAGE
     }
 }
 

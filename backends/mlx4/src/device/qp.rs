@@ -21,7 +21,7 @@ use crate::layout::opcode;
 use crate::layout::wqe::{queue_offsets, sq_spare};
 use crate::queues::Geometry;
 use crate::queues::rq::Mlx4Rq;
-use crate::queues::sq::{BfReg, MAX_INLINE, Mlx4Sq, doorbell_offset};
+use crate::queues::sq::{BfReg, MAX_INLINE, Mlx4Sq};
 use crate::queues::sq_mlx::{DEFAULT_PKEY, MlxSend};
 
 /// The send-queue stride and what it grants: (wqe_shift, max_sge, max_inline).
@@ -255,8 +255,7 @@ impl Mlx4Device {
             spare,
             max_sge,
             max_inline,
-            bar2: self.0.bar2.clone(),
-            db_offset: doorbell_offset(self.0.uar),
+            uar: self.0.doorbells.page(self.0.uar),
             bf: self.bf_reg(),
             bf_half: 0,
             fatal: self.0.fatal.clone(),

@@ -2,11 +2,8 @@
 //! equals the wrap parity of the consumer index; the consumer index goes to the set_ci record;
 //! arming writes the arm record and then the UAR CQ doorbell with the arm sequence number.
 
-use std::sync::Arc;
-
 use portverbs_hal::barrier;
 use portverbs_hal::error::CqeError;
-use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::CompletionQueue;
 use portverbs_hal::types::SpecialQp;
 use portverbs_hal::wc::{Cqe, WorkCompletion, WqeRef};
@@ -14,7 +11,8 @@ use portverbs_hal::wc::{Cqe, WorkCompletion, WqeRef};
 use crate::dma::{EventRing, Slots};
 use crate::doorbell::DbRecord;
 use crate::layout::cqe::{self, CQE_SIZE};
-use crate::layout::uar::{CQ_DOORBELL, CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};
+use crate::layout::uar::{CQ_REQ_NOT, CQ_REQ_NOT_SOL, cq_arm_word};
+use crate::uar::Uar;
 
 /// A CQ's ring: 32-byte CQEs whose owner bit is bit 7 of their last byte, and the consumer
 /// index (the workspace's one event ring, [`EventRing`]).
@@ -27,9 +25,8 @@ pub struct Mlx4Cq {
     /// The CQE ring (32-byte slots) and the consumer index.
     pub(crate) buf: CqRing,
     pub(crate) db: DbRecord,
-    pub(crate) bar2: Arc<dyn Mmio>,
-    /// BAR2 offset of the UAR page whose CQ doorbell arms this CQ.
-    pub(crate) uar_base: usize,
+    /// The UAR page whose CQ doorbell arms this CQ.
+    pub(crate) uar: Uar,
     pub(crate) arm_sn: u32,
     /// The hardware QPN of the GSI QP, which verbs know as QP 1 (Linux `mlx4/qp.c`).
     pub(crate) gsi_qpn: u32,
@@ -204,8 +201,7 @@ impl CompletionQueue for Mlx4Cq {
         self.db.store_be32(0, ci);
         self.db.store_be32(4, cq_arm_word(self.arm_sn, cmd, ci));
         barrier::to_device();
-        let word = (u64::from(cq_arm_word(self.arm_sn, cmd, self.cqn)) << 32) | u64::from(ci);
-        let _ = self.bar2.write64(self.uar_base + CQ_DOORBELL, word);
+        self.uar.arm_cq(cq_arm_word(self.arm_sn, cmd, self.cqn), ci);
     }
 
     fn pending(&self) -> u32 {

@@ -1,18 +1,16 @@
 //! The event queue (Linux `mlx4/eq.c`): 32-byte EQEs with wrap-parity ownership; the consumer index
 //! (and the arm bit) go to the EQ's doorbell in the UAR page ⌊eqn / 4⌋.
 
-use std::sync::Arc;
-
 use portverbs_hal::barrier;
 use portverbs_hal::error::EqeError;
 use portverbs_hal::event::DeviceEvent;
-use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::EventQueue;
 use portverbs_hal::types::SpecialQp;
 
 use crate::dma::{EventRing, Slots};
 use crate::layout::eqe::{self, EQE_SIZE};
-use crate::layout::uar::{EQ_ARM, eq_doorbell};
+use crate::layout::uar::EQ_ARM;
+use crate::uar::Uar;
 
 /// An EQ's ring: 32-byte EQEs whose owner bit is bit 7 of their last byte, and the consumer
 /// index (the device produces, the host consumes).
@@ -24,25 +22,26 @@ pub(crate) struct Mlx4Eq {
     pub(crate) eqn: u32,
     /// The EQE ring (32-byte slots, geometry checked when the EQ was made) and its consumer.
     pub(crate) buf: EqRing,
-    pub(crate) bar2: Arc<dyn Mmio>,
+    /// The doorbells of UAR page ⌊eqn / 4⌋, where this EQ's is slot eqn mod 4.
+    pub(crate) uar: Uar,
     /// The hardware QPN of the GSI QP, which verbs know as QP 1 (Linux `mlx4/qp.c`).
     pub(crate) gsi_qpn: u32,
 }
 
 impl Mlx4Eq {
-    /// The EQ on `buf`, consuming from counter 0.
-    pub(crate) fn new(eqn: u32, buf: Slots<EQE_SIZE>, bar2: Arc<dyn Mmio>, gsi_qpn: u32) -> Self {
+    /// The EQ on `buf`, consuming from counter 0, with `uar` the doorbells of its UAR page.
+    pub(crate) fn new(eqn: u32, buf: Slots<EQE_SIZE>, uar: Uar, gsi_qpn: u32) -> Self {
         Self {
             eqn,
             buf: EqRing::new(buf, 0),
-            bar2,
+            uar,
             gsi_qpn,
         }
     }
 
     fn doorbell(&self, arm: bool) {
         let v = (self.buf.tail() & 0xff_ffff) | if arm { EQ_ARM } else { 0 };
-        let _ = self.bar2.write32(eq_doorbell(self.eqn), v);
+        self.uar.eq(self.eqn % 4, v);
     }
 }
 

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use portverbs_hal::barrier;
 use portverbs_hal::error::WqeError;
-use portverbs_hal::mmio::Mmio;
 use portverbs_hal::queue::SendQueue;
 use portverbs_hal::types::{AccessFlags, MwType, QpType};
 use portverbs_hal::wr::{
@@ -19,11 +18,11 @@ use zerocopy::{IntoBytes as _, transmute};
 use super::sq_mlx::MlxSend;
 use crate::dma::{Slot, WorkRing, WqeSlot as _};
 use crate::layout::av::Av;
-use crate::layout::uar::SEND_DOORBELL;
 use crate::layout::wqe::{
     AtomicSeg, BindSeg, CtrlSeg, DataSeg, DatagramSeg, INLINE_SEG, LocalInvalSeg, RaddrSeg, STAMP,
     bind, ctrl, opcode,
 };
+use crate::uar::Uar;
 
 /// Most inline bytes per WQE this driver offers.
 pub(crate) const MAX_INLINE: u32 = 256;
@@ -47,9 +46,8 @@ pub struct Mlx4Sq {
     pub(crate) spare: u32,
     pub(crate) max_sge: u32,
     pub(crate) max_inline: u32,
-    pub(crate) bar2: Arc<dyn Mmio>,
-    /// BAR2 offset of the UAR send doorbell.
-    pub(crate) db_offset: usize,
+    /// The doorbells of the device's UAR page.
+    pub(crate) uar: Uar,
     pub(crate) bf: Option<BfReg>,
     pub(crate) bf_half: usize,
     pub(crate) fatal: Arc<AtomicBool>,
@@ -431,27 +429,20 @@ impl SendQueue for Mlx4Sq {
                     ((self.qpn << 8) | u32::from(wqe.byte::<CTRL_FENCE_SIZE>())).to_be_bytes(),
                 );
                 let n = len.next_multiple_of(64);
-                if wqe
-                    .write_wc_from(n, &*self.bar2, bf.offset + self.bf_half)
-                    .is_some()
-                {
+                let (uar, at) = (&self.uar, bf.offset + self.bf_half);
+                if wqe.lend(n, |block| uar.blueflame(at, block)).is_some() {
                     self.bf_half ^= bf.half;
                     return;
                 }
             }
         }
-        let _ = self.bar2.write32(self.db_offset, self.qpn << 8);
+        self.uar.send(self.qpn);
     }
 
     fn reset(&mut self) {
         self.bf_len = 0;
         self.init_slots();
     }
-}
-
-/// The UAR send doorbell's BAR2 offset for UAR page `uar`.
-pub(crate) fn doorbell_offset(uar: u32) -> usize {
-    uar as usize * crate::layout::uar::UAR_PAGE + SEND_DOORBELL
 }
 
 #[cfg(test)]
@@ -479,8 +470,7 @@ mod tests {
             spare: 1,
             max_sge: 4,
             max_inline: 0,
-            bar2: Arc::new(MemRegisters::new(4096)),
-            db_offset: 0x14,
+            uar: Uar::over_bar(Arc::new(MemRegisters::new(4096)), 0),
             bf: None,
             bf_half: 0,
             fatal: Arc::new(AtomicBool::new(false)),

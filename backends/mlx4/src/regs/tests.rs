@@ -124,29 +124,42 @@ fn bar0_blocks_refuse_a_short_or_misaligned_mapping() {
 }
 
 #[test]
-fn uar_blocks_ring_doorbells_big_endian() {
-    let len = 4 * UAR_PAGE;
+fn mapped_uar_pages_ring_their_own_cells_big_endian() {
+    let len = 8 * UAR_PAGE;
     let mut mem = FakeBar::new(len);
-    let rest = Arc::new(MemRegisters::new(len));
-    // SAFETY: `mem` outlives `bar` and nothing else references it.
-    let bar = unsafe { TypedBar2::new(rest.clone(), mem.base()) }.unwrap();
-    bar.write32(UAR_PAGE + SEND_DOORBELL, 0x0004_2100).unwrap();
-    bar.write64(2 * UAR_PAGE + CQ_DOORBELL, 0x1200_0085_0000_0010)
-        .unwrap();
-    bar.write32(eq_doorbell(5), EQ_ARM | 0x10).unwrap();
-    // BlueFlame copies and other offsets go to the BAR's own accessors.
-    bar.write_wc(3 * UAR_PAGE + 0x100, &[0xab; 16]).unwrap();
-    bar.write32(0x40, 9).unwrap();
-    drop(bar);
+    let owner = Arc::new(MemRegisters::new(len));
+    // SAFETY: `mem` outlives `bar` and its pages (dropped first) and nothing else references it.
+    let bar = Arc::new(unsafe { MappedBar2::new(owner.clone(), mem.base()) }.unwrap());
+    assert!(bar.page(8).is_none(), "a page past the BAR");
+    let one = bar.page(1).unwrap();
+    let two = bar.page(2).unwrap();
+    one.send(0x421);
+    two.arm_cq(0x1200_0085, 0x10);
+    // EQ 5 is slot 1 of page 1.
+    one.eq(5 % 4, EQ_ARM | 0x10);
+    // A BlueFlame copy into page 1's BlueFlame page (page 4 + 1 here), at its second half.
+    let wqe: Vec<u8> = (0..64).collect();
+    one.blueflame(5 * UAR_PAGE + 0x100, &wqe);
+    // Refused: not whole words, past the BAR's end.
+    one.blueflame(5 * UAR_PAGE + 0x200, &[0xee; 12]);
+    one.blueflame(len - 8, &[0xee; 16]);
+    drop((one, two, bar));
     assert_eq!(mem.bytes::<4>(UAR_PAGE + SEND_DOORBELL), [0, 4, 0x21, 0]);
     assert_eq!(
         mem.bytes::<8>(2 * UAR_PAGE + CQ_DOORBELL),
         [0x12, 0, 0, 0x85, 0, 0, 0, 0x10]
     );
-    assert_eq!(mem.bytes::<4>(UAR_PAGE + 0x808), [0x80, 0, 0, 0x10]);
-    assert_eq!(mem.bytes::<4>(0x40), [0; 4]);
-    let mut bf = [0u8; 16];
-    rest.bytes(3 * UAR_PAGE + 0x100, &mut bf).unwrap();
-    assert_eq!(bf, [0xab; 16]);
-    assert_eq!(rest.read32(0x40).unwrap(), 9);
+    assert_eq!(mem.bytes::<4>(eq_doorbell(5)), [0x80, 0, 0, 0x10]);
+    assert_eq!(eq_doorbell(5), UAR_PAGE + 0x808);
+    assert_eq!(mem.bytes::<64>(5 * UAR_PAGE + 0x100).to_vec(), wqe);
+    assert_eq!(mem.bytes::<16>(5 * UAR_PAGE + 0x200), [0; 16]);
+    assert_eq!(mem.bytes::<8>(len - 8), [0; 8]);
+    // Each doorbell landed in its own page only.
+    assert_eq!(mem.bytes::<4>(2 * UAR_PAGE + SEND_DOORBELL), [0; 4]);
+    assert_eq!(mem.bytes::<8>(UAR_PAGE + CQ_DOORBELL), [0; 8]);
+    assert_eq!(mem.bytes::<4>(2 * UAR_PAGE + 0x808), [0; 4]);
+    // Nothing went through the owner's accessors.
+    let mut all = vec![0u8; len];
+    owner.bytes(0, &mut all).unwrap();
+    assert!(all.iter().all(|&b| b == 0));
 }
