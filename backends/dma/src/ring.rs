@@ -669,6 +669,23 @@ impl<'a, const MIN: usize> Slot<'a, MIN> {
         Some(f(block))
     }
 
+    /// Lends the whole slot, in place, to `f` to encode an entry into (a work request encoded
+    /// straight into its ring slot, with no copy through a buffer of its own).
+    ///
+    /// Only for a work-ring slot the host holds: the device has released it and will not read
+    /// it until the host passes it on (its ownership byte, then the doorbell); the bytes are
+    /// lent as an exclusive slice for the duration of the call, so nothing else may read or
+    /// write the slot meanwhile (see [`HostMapped`]). `f` should leave the ownership byte
+    /// alone and the caller store it last ([`Slot::store1`]).
+    #[inline(always)]
+    pub fn lend_mut<R>(self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        // SAFETY: the slot's `len` bytes lie inside a live region (as in `load8`). Nobody
+        // else touches them while the slice lives: the caller holds the queue whose slot this
+        // is, and the device reads a work-ring slot only after the host passed it on.
+        let block = unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) };
+        f(block)
+    }
+
     /// Volatile store of the dword at offset `AT` (an ownership word, after a barrier).
     #[inline(always)]
     pub fn publish4<const AT: usize>(self, v: [u8; 4]) {

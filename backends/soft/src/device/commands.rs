@@ -569,7 +569,6 @@ impl Device for SoftDevice {
                 depth: sq_geom.entries(),
                 db: sq_db,
                 kicker: kicker.clone(),
-                scratch: vec![0; stride],
                 fatal: self.fatal.clone(),
             };
             let rq = rq.map(|(ring, _, geom, rstride)| SoftRq {

@@ -44,7 +44,6 @@ pub struct SoftSq {
     pub(crate) depth: u32,
     pub(crate) db: Arc<SqDoorbell>,
     pub(crate) kicker: Kicker,
-    pub(crate) scratch: Vec<u8>,
     pub(crate) fatal: Arc<AtomicBool>,
 }
 
@@ -76,16 +75,15 @@ impl SendQueue for SoftSq {
             qp_type: self.qp_type,
             qpn: self.qpn,
             counter,
-            owner: self.ring.owner_bit(counter),
             signaled,
         };
-        let n = self.fmt.encode_send(wr, &ctx, &mut self.scratch)?;
+        // Encoded in place (the slot is the host's until its ownership byte says otherwise;
+        // on an error the body may be overwritten, but the slot is not passed on), then the
+        // ownership byte last (release): the device may start on it at once.
         let slot = self.ring.at(counter);
-        // Body first, ownership byte last (release): the device may start on it at once. The
-        // scratch buffer is one slot long, so the copy stays inside the slot.
-        let _ = slot.write_at(1, self.scratch.get(1..n).unwrap_or_default());
+        slot.lend_mut(|bytes| self.fmt.encode_send(wr, &ctx, bytes))?;
         barrier::to_device();
-        slot.store1::<0>(self.scratch.first().copied().unwrap_or(1));
+        slot.store1::<0>(u8::from(self.ring.owner_bit(counter)));
         Ok(())
     }
 

@@ -44,15 +44,14 @@ pub struct EncodeContext {
     pub qpn: u32,
     /// Producer counter of this WQE.
     pub counter: u32,
-    /// Owner bit to write (wrap parity of `counter`).
-    pub owner: bool,
     /// Whether the WQE must generate a completion on success.
     pub signaled: bool,
 }
 
 impl SendFormat {
-    /// Encodes `wr` into `out` (one ring slot) and returns the number of bytes used; the
-    /// entry is complete, owner byte included.
+    /// Encodes `wr` into `out` (one ring slot, in place) and returns the number of bytes used;
+    /// the entry is complete but for its ownership byte (byte 0), which is left as it was: the
+    /// caller stores it last, once the rest is written.
     ///
     /// # Errors
     /// The request does not fit the slot or has no encoding on this queue.
@@ -62,10 +61,7 @@ impl SendFormat {
         ctx: &EncodeContext,
         out: &mut [u8],
     ) -> Result<usize, WqeError> {
-        let mut h = SendHeader {
-            owner: u8::from(ctx.owner),
-            ..SendHeader::default()
-        };
+        let mut h = SendHeader::default();
         let mut flags = 0;
         if ctx.signaled {
             flags |= FLAG_SIGNALED;
@@ -199,7 +195,7 @@ impl SendFormat {
             }
         }
         h.flags = flags;
-        out[..SEND_HEADER].copy_from_slice(h.as_bytes());
+        out[1..SEND_HEADER].copy_from_slice(&h.as_bytes()[1..]);
         Ok(at)
     }
 }
@@ -219,7 +215,6 @@ mod tests {
             qp_type,
             qpn: 0x11,
             counter: 0,
-            owner: false,
             signaled: true,
         }
     }
