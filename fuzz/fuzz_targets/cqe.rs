@@ -17,17 +17,17 @@ fuzz_target!(|data: &[u8]| {
     let opcode = osr & cqe::OPCODE_MASK;
     match res {
         Ok(c) => {
-            assert_eq!(c.is_send, osr & cqe::IS_SEND_MASK != 0);
-            assert!(c.qpn <= 0xff_ffff && c.src_qp <= 0xff_ffff);
-            assert!(c.sl <= 0xf && c.dlid_path_bits <= 0x7f && c.pkey_index <= 0x7f);
+            assert_eq!(c.wqe.is_send, osr & cqe::IS_SEND_MASK != 0);
+            assert!(c.wc.qp_num <= 0xff_ffff && c.wc.src_qp <= 0xff_ffff);
+            assert!(c.wc.sl <= 0xf && c.wc.dlid_path_bits <= 0x7f && c.wc.pkey_index <= 0x7f);
             if opcode == cqe::OPCODE_ERROR {
                 assert_ne!(
-                    c.status,
+                    c.wc.status,
                     WcStatus::Success,
                     "error CQE completed as Success"
                 );
             } else {
-                assert_eq!(c.status, WcStatus::Success);
+                assert_eq!(c.wc.status, WcStatus::Success);
             }
             for owner in [false, true] {
                 let again = cqe::encode(&c, owner);

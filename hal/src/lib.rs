@@ -11,7 +11,7 @@
 //!   ([`queue::SendQueue::ring_doorbell`]). Completions and events come back as device-format
 //!   CQEs/EQEs that the backend decodes, after an ownership check, straight into the
 //!   application's [`wc::WorkCompletion`] plus a [`wc::WqeRef`]
-//!   ([`queue::CompletionQueue::poll_with`]; [`wc::Cqe`] is the self-contained form) and into
+//!   ([`queue::CompletionQueue::poll_with`]; [`wc::Cqe`] is the two in one value) and into
 //!   [`event::DeviceEvent`]s. The queue objects are associated types of the device
 //!   ([`device::LocalDevice::Sq`] …), so the core's loops are compiled per backend and the
 //!   backend's encoders and decoders inline into them.

@@ -147,9 +147,8 @@ pub trait CompletionQueue: Send + Debug {
             match self.poll_one() {
                 Ok(Some(c)) => {
                     consumed = true;
-                    let r;
-                    (*w, r) = c.into_parts();
-                    if !accept(w, r) {
+                    *w = c.wc;
+                    if !accept(w, c.wqe) {
                         break;
                     }
                 }

@@ -1,28 +1,29 @@
-//! Completion vocabulary: status codes, opcodes and flags with libibverbs values, and the
-//! portable decoded CQE ([`Cqe`]) that a backend's CQE decoder produces.
+//! Completion vocabulary: status codes, opcodes and flags with libibverbs values, the
+//! application's completion ([`WorkCompletion`]) and the decoded device CQE ([`Cqe`]).
 //!
-//! # Why a completion has two shapes
+//! # One completion, and the device's reference beside it
 //!
-//! A completion is a [`WorkCompletion`] plus a [`WqeRef`], and [`Cqe`] is the two in one
-//! value ([`Cqe::into_parts`], [`Cqe::from_parts`]). They are kept apart on purpose:
+//! The fields of a completion live in one place, [`WorkCompletion`]: the application's
+//! `struct ibv_wc`, a fixed `repr(C)` layout of 40 bytes and the element of the array the
+//! application hands to a poll. What a device reports in a CQE is that completion (with
+//! `wr_id` still 0: a device never knows it, the core maps it) plus a [`WqeRef`], the device's
+//! word on which work request retired. [`Cqe`] is exactly that pair, `wc` and `wqe`, with no
+//! field of its own.
 //!
-//! * [`WorkCompletion`] is the application's `struct ibv_wc`: a fixed `repr(C)` layout of
-//!   40 bytes, and the element of the array the application hands to a poll. The fast poll
-//!   path ([`crate::queue::CompletionQueue::poll_with`], which the mlx4 driver implements
-//!   itself) decodes each device CQE straight into the application's slot and passes the
-//!   [`WqeRef`] beside it, in registers, to the core, which turns it into `wr_id`. The
-//!   reference is what the device said (untrusted) and means nothing to the application, so it
-//!   has no field in the application's array; adding one would grow every slot to 48 bytes
-//!   and the stores of every poll with it.
-//! * [`Cqe`] is the self-contained form for the places that have no application array and
-//!   no `wr_id`: what a device model writes into its CQ ring (the transport engine's
-//!   completions, the software device's CQE encoder, the mlx4 model), and what
-//!   [`crate::queue::CompletionQueue::poll_one`] returns one at a time (a CQ clean before a
-//!   QP is destroyed, test drains). A device never knows `wr_id`: the core maps it.
+//! The reference stays outside [`WorkCompletion`] on purpose. It is what the device said
+//! (untrusted) and means nothing to the application, so the application's array has no field
+//! for it; adding one would grow every slot to 48 bytes and the stores of every poll with it.
+//! The fast poll path ([`crate::queue::CompletionQueue::poll_with`], which the mlx4 driver
+//! implements itself) therefore decodes each device CQE straight into the application's slot
+//! and passes the [`WqeRef`] beside it, in registers, to the core, which checks it and turns
+//! it into `wr_id`.
 //!
-//! So the split follows who may see what rather than a second model of a completion: one list
-//! of fields ([`Cqe`]'s mirror [`WorkCompletion`]'s, `wr_id` aside), crossed only by the two
-//! conversions, which are plain moves.
+//! [`Cqe`] serves the places that have no application array: what a device model writes into
+//! its CQ ring (the transport engine's completions, the software device's CQE encoder, the
+//! mlx4 model), what a backend's CQE decoder returns when asked for a self-contained value, and
+//! what [`crate::queue::CompletionQueue::poll_one`] returns one at a time (a CQ clean before a
+//! QP is destroyed, test drains). Moving between the two forms is a field access: `cqe.wc` is
+//! the application's completion, `cqe.wqe` the reference the core resolves.
 
 use std::fmt;
 
@@ -280,113 +281,19 @@ pub struct WqeRef {
     pub index: u16,
 }
 
-/// A completion as decoded from a device CQE, before the core maps it to a `wr_id`.
+/// A completion as decoded from a device CQE, before the core maps it to a `wr_id`: the
+/// completion the application will see (`wc`, with `wc.wr_id` left 0) and, beside it, the
+/// device's reference to the work request it retires (`wqe`).
 ///
 /// Backends fill it from their own CQE format; `verbs-core` checks every field it uses
 /// (the QPN must name a live QP on this CQ, the WQE index must lie inside the ring) because
 /// the contents come from a device and are not trusted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Cqe {
-    /// Local QP the completion belongs to.
-    pub qpn: u32,
-    /// True for send-queue completions.
-    pub is_send: bool,
-    /// Send completions: the 16-bit producer counter of the completed WQE. SRQ receives: the SRQ
-    /// slot index. Plain receives: unused (receive WQEs retire in order).
-    pub wqe_index: u16,
-    /// Status.
-    pub status: WcStatus,
-    /// Vendor syndrome (error completions).
-    pub vendor_err: u32,
-    /// Opcode (successful completions).
-    pub opcode: WcOpcode,
-    /// Bytes transferred (receives, reads, atomics).
-    pub byte_len: u32,
-    /// Immediate data or invalidated rkey, as `flags` says.
-    pub imm: u32,
-    /// Flags.
-    pub flags: WcFlags,
-    /// Source QP (UD receives).
-    pub src_qp: u32,
-    /// Source LID.
-    pub slid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// Destination-LID path bits.
-    pub dlid_path_bits: u8,
-    /// P_Key index (GSI receives).
-    pub pkey_index: u16,
-}
-
-impl Default for Cqe {
-    fn default() -> Self {
-        Self {
-            qpn: 0,
-            is_send: false,
-            wqe_index: 0,
-            status: WcStatus::Success,
-            vendor_err: 0,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm: 0,
-            flags: WcFlags::empty(),
-            src_qp: 0,
-            slid: 0,
-            sl: 0,
-            dlid_path_bits: 0,
-            pkey_index: 0,
-        }
-    }
-}
-
-impl Cqe {
-    /// Splits the entry into the completion the application sees (`wr_id` still 0) and the
-    /// reference the core resolves.
-    #[inline]
-    pub fn into_parts(self) -> (WorkCompletion, WqeRef) {
-        (
-            WorkCompletion {
-                wr_id: 0,
-                status: self.status,
-                opcode: self.opcode,
-                vendor_err: self.vendor_err,
-                byte_len: self.byte_len,
-                imm_data: self.imm,
-                qp_num: self.qpn,
-                src_qp: self.src_qp,
-                wc_flags: self.flags,
-                pkey_index: self.pkey_index,
-                slid: self.slid,
-                sl: self.sl,
-                dlid_path_bits: self.dlid_path_bits,
-            },
-            WqeRef {
-                is_send: self.is_send,
-                index: self.wqe_index,
-            },
-        )
-    }
-
-    /// The inverse of [`Cqe::into_parts`] (`wc.wr_id` is dropped).
-    #[inline]
-    pub fn from_parts(wc: &WorkCompletion, wqe: WqeRef) -> Self {
-        Self {
-            qpn: wc.qp_num,
-            is_send: wqe.is_send,
-            wqe_index: wqe.index,
-            status: wc.status,
-            vendor_err: wc.vendor_err,
-            opcode: wc.opcode,
-            byte_len: wc.byte_len,
-            imm: wc.imm_data,
-            flags: wc.wc_flags,
-            src_qp: wc.src_qp,
-            slid: wc.slid,
-            sl: wc.sl,
-            dlid_path_bits: wc.dlid_path_bits,
-            pkey_index: wc.pkey_index,
-        }
-    }
+    /// The completion as the application sees it; `wr_id` stays 0 until the core maps it.
+    pub wc: WorkCompletion,
+    /// The work request the device says completed (untrusted).
+    pub wqe: WqeRef,
 }
 
 #[cfg(test)]
@@ -415,36 +322,17 @@ mod tests {
     }
 
     #[test]
-    fn cqe_parts_round_trip() {
-        let c = Cqe {
-            qpn: 0x12,
-            is_send: true,
-            wqe_index: 0xfffe,
-            status: WcStatus::RemAccessErr,
-            vendor_err: 0x22,
-            opcode: WcOpcode::RdmaRead,
-            byte_len: 77,
-            imm: 0xdead,
-            flags: WcFlags::WITH_IMM | WcFlags::GRH,
-            src_qp: 0x34,
-            slid: 9,
-            sl: 3,
-            dlid_path_bits: 5,
-            pkey_index: 2,
-        };
-        let (wc, r) = c.into_parts();
+    fn cqe_default_is_a_zeroed_success() {
+        let c = Cqe::default();
+        assert_eq!(c.wc, WorkCompletion::default());
+        assert_eq!((c.wc.wr_id, c.wc.status), (0, WcStatus::Success));
         assert_eq!(
-            (wc.wr_id, wc.qp_num, wc.imm(), wc.byte_len),
-            (0, 0x12, Some(0xdead), 77)
-        );
-        assert_eq!(
-            r,
+            c.wqe,
             WqeRef {
-                is_send: true,
-                index: 0xfffe
+                is_send: false,
+                index: 0
             }
         );
-        assert_eq!(Cqe::from_parts(&wc, r), c);
     }
 
     #[test]

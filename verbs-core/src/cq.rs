@@ -138,7 +138,7 @@ impl<S: SharedRecvQueue> QpTable<S> {
 
     /// Maps a device CQE to a work completion, retiring the WQEs it covers.
     fn complete(&mut self, cqe: Cqe, cqn: u32) -> Result<WorkCompletion, CqeError> {
-        let (mut w, r) = cqe.into_parts();
+        let Cqe { wc: mut w, wqe: r } = cqe;
         if self.resolve(&mut w, r) {
             Ok(w)
         } else {
@@ -153,7 +153,7 @@ impl<C: CompletionQueue, S: SharedRecvQueue> PollState<C, S> {
     pub(crate) fn clean(&mut self, qpn: u32, cqn: u32) {
         loop {
             match self.hw.poll_one() {
-                Ok(Some(cqe)) if cqe.qpn == qpn => {}
+                Ok(Some(cqe)) if cqe.wc.qp_num == qpn => {}
                 Ok(Some(cqe)) => match self.qps.complete(cqe, cqn) {
                     Ok(w) => self.backlog.push_back(w),
                     Err(e) => {

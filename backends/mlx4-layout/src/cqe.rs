@@ -197,7 +197,7 @@ pub fn decode(entry: &[u8], cqn: u32, index: u32) -> Result<Cqe, CqeError> {
     };
     let mut w = WorkCompletion::default();
     let r = decode_split(head, tail, &mut w).map_err(|e| e.at(cqn, index))?;
-    Ok(Cqe::from_parts(&w, r))
+    Ok(Cqe { wc: w, wqe: r })
 }
 
 /// Where the tail (the 8 bytes whose load proves ownership) starts.
@@ -428,22 +428,22 @@ fn error_completion(qp_num: u32, tail: &[u8; 8]) -> WorkCompletion {
 pub fn encode(cqe: &Cqe, owner: bool) -> [u8; CQE_SIZE] {
     let mut out = [0u8; CQE_SIZE];
     let own = if owner { OWNER_MASK } else { 0 };
-    let send = if cqe.is_send { IS_SEND_MASK } else { 0 };
-    if cqe.status != WcStatus::Success {
+    let send = if cqe.wqe.is_send { IS_SEND_MASK } else { 0 };
+    if cqe.wc.status != WcStatus::Success {
         let e = ErrCqeLayout {
-            vlan_my_qpn: (cqe.qpn & QPN_MASK).into(),
-            wqe_index: cqe.wqe_index.into(),
-            vendor_err: cqe.vendor_err as u8,
-            syndrome: syndrome_of(cqe.status),
+            vlan_my_qpn: (cqe.wc.qp_num & QPN_MASK).into(),
+            wqe_index: cqe.wqe.index.into(),
+            vendor_err: cqe.wc.vendor_err as u8,
+            syndrome: syndrome_of(cqe.wc.status),
             owner_sr_opcode: own | send | OPCODE_ERROR,
             ..Default::default()
         };
         out.copy_from_slice(e.as_bytes());
         return out;
     }
-    let imm_flag = cqe.flags.contains(WcFlags::WITH_IMM);
-    let opcode = if cqe.is_send {
-        match cqe.opcode {
+    let imm_flag = cqe.wc.wc_flags.contains(WcFlags::WITH_IMM);
+    let opcode = if cqe.wqe.is_send {
+        match cqe.wc.opcode {
             WcOpcode::Send if imm_flag => op::SEND_IMM,
             WcOpcode::RdmaWrite if imm_flag => op::RDMA_WRITE_IMM,
             WcOpcode::RdmaWrite => op::RDMA_WRITE,
@@ -454,36 +454,40 @@ pub fn encode(cqe: &Cqe, owner: bool) -> [u8; CQE_SIZE] {
             WcOpcode::LocalInv => op::LOCAL_INVAL,
             _ => op::SEND,
         }
-    } else if cqe.opcode == WcOpcode::RecvRdmaWithImm {
+    } else if cqe.wc.opcode == WcOpcode::RecvRdmaWithImm {
         recv_opcode::RDMA_WRITE_IMM
-    } else if cqe.flags.contains(WcFlags::WITH_INV) {
+    } else if cqe.wc.wc_flags.contains(WcFlags::WITH_INV) {
         recv_opcode::SEND_INVAL
     } else if imm_flag {
         recv_opcode::SEND_IMM
     } else {
         recv_opcode::SEND
     };
-    let imm = if cqe.flags.intersects(WcFlags::WITH_IMM | WcFlags::WITH_INV) {
-        cqe.imm
+    let imm = if cqe
+        .wc
+        .wc_flags
+        .intersects(WcFlags::WITH_IMM | WcFlags::WITH_INV)
+    {
+        cqe.wc.imm_data
     } else {
-        u32::from(cqe.pkey_index & 0x7f)
+        u32::from(cqe.wc.pkey_index & 0x7f)
     };
-    let grh = if cqe.flags.contains(WcFlags::GRH) {
+    let grh = if cqe.wc.wc_flags.contains(WcFlags::GRH) {
         1 << 31
     } else {
         0
     };
     let c = CqeLayout {
-        vlan_my_qpn: (cqe.qpn & QPN_MASK).into(),
+        vlan_my_qpn: (cqe.wc.qp_num & QPN_MASK).into(),
         immed_rss_invalid: imm.into(),
         g_mlpath_rqpn: (grh
-            | (u32::from(cqe.dlid_path_bits & 0x7f) << 24)
-            | (cqe.src_qp & QPN_MASK))
+            | (u32::from(cqe.wc.dlid_path_bits & 0x7f) << 24)
+            | (cqe.wc.src_qp & QPN_MASK))
             .into(),
-        sl_vid: (u16::from(cqe.sl & 0xf) << 12).into(),
-        rlid: cqe.slid.into(),
-        byte_cnt: cqe.byte_len.into(),
-        wqe_index: cqe.wqe_index.into(),
+        sl_vid: (u16::from(cqe.wc.sl & 0xf) << 12).into(),
+        rlid: cqe.wc.slid.into(),
+        byte_cnt: cqe.wc.byte_len.into(),
+        wqe_index: cqe.wqe.index.into(),
         owner_sr_opcode: own | send | opcode,
         ..Default::default()
     };
@@ -499,9 +503,15 @@ mod tests {
     fn worked_encodings_of_facts_10_1() {
         // Send CQE of a signaled RDMA WRITE, first pass, counter 0.
         let cqe = Cqe {
-            qpn: 0x48,
-            is_send: true,
-            opcode: WcOpcode::RdmaWrite,
+            wc: WorkCompletion {
+                qp_num: 0x48,
+                opcode: WcOpcode::RdmaWrite,
+                ..WorkCompletion::default()
+            },
+            wqe: WqeRef {
+                is_send: true,
+                ..WqeRef::default()
+            },
             ..Cqe::default()
         };
         let b = encode(&cqe, false);
@@ -510,11 +520,14 @@ mod tests {
         assert_eq!(b[0x1f], 0x48);
         // Receive CQE for SEND_WITH_IMM on the second pass.
         let rcqe = Cqe {
-            qpn: 0x49,
-            opcode: WcOpcode::Recv,
-            flags: WcFlags::WITH_IMM,
-            imm: 0x1234_5678,
-            byte_len: 64,
+            wc: WorkCompletion {
+                qp_num: 0x49,
+                opcode: WcOpcode::Recv,
+                wc_flags: WcFlags::WITH_IMM,
+                imm_data: 0x1234_5678,
+                byte_len: 64,
+                ..WorkCompletion::default()
+            },
             ..Cqe::default()
         };
         let b = encode(&rcqe, true);
@@ -532,15 +545,22 @@ mod tests {
             assert_ne!(status, WcStatus::GeneralErr);
             assert_eq!(syndrome_of(status), s);
             let cqe = Cqe {
-                qpn: 7,
-                is_send: true,
-                wqe_index: 9,
-                status,
-                vendor_err: 0x33,
-                ..Cqe::default()
+                wc: WorkCompletion {
+                    qp_num: 7,
+                    status,
+                    vendor_err: 0x33,
+                    ..WorkCompletion::default()
+                },
+                wqe: WqeRef {
+                    is_send: true,
+                    index: 9,
+                },
             };
             let d = decode(&encode(&cqe, false), 1, 0).unwrap();
-            assert_eq!((d.status, d.wqe_index, d.vendor_err), (status, 9, 0x33));
+            assert_eq!(
+                (d.wc.status, d.wqe.index, d.wc.vendor_err),
+                (status, 9, 0x33)
+            );
         }
         assert_eq!(status_of(0x77), WcStatus::GeneralErr);
     }

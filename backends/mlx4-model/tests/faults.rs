@@ -113,7 +113,7 @@ fn a_corrupt_cqe_is_refused_by_the_decoder() {
         got[0]
     );
     assert_eq!(
-        got[1].as_ref().unwrap().wqe_index,
+        got[1].as_ref().unwrap().wqe.index,
         1,
         "the next one is fine"
     );
@@ -135,7 +135,7 @@ fn catastrophic_error_flushes_and_fails_commands() {
     assert!(r.eq.poll().contains(&DeviceEvent::DeviceFatal));
     let flushed = r.cq.ok();
     assert_eq!(flushed.len(), 2, "{flushed:?}");
-    assert!(flushed.iter().all(|c| c.status == WcStatus::WrFlushErr));
+    assert!(flushed.iter().all(|c| c.wc.status == WcStatus::WrFlushErr));
     assert_eq!(
         r.d.cmd0(op::NOP, 0, 0, 0x1f),
         0x01,
@@ -201,7 +201,7 @@ fn malformed_wqe_is_a_qp_catastrophic_error() {
         kind: QpEventKind::Fatal
     }));
     let done = r.cq.ok();
-    assert!(done.iter().all(|c| c.status == WcStatus::WrFlushErr));
+    assert!(done.iter().all(|c| c.wc.status == WcStatus::WrFlushErr));
     // An inline segment crossing a 64-byte boundary, on a fresh QP.
     let mut qp2 = r.d.qp_init(0x49, service::RC, &r.cq, 1, (4, 7), (4, 5), 0);
     r.d.qp_rts(&qp2, false, r.p.qp.qpn, r.p.gid, 1);
@@ -281,7 +281,7 @@ fn cq_resize_writes_a_resize_cqe_and_moves_unconsumed_ones() {
     write_inline(&mut r, b"c");
     fabric.run_until_idle().unwrap();
     let done = resized.ok();
-    assert_eq!((done.len(), done[0].wqe_index), (1, 2));
+    assert_eq!((done.len(), done[0].wqe.index), (1, 2));
     // Moderation is accepted (and ignored).
     assert_eq!(r.d.cmd_in(op::MODIFY_CQ, 1, 128, ctx.as_bytes()), 0);
 }

@@ -123,13 +123,16 @@ fn mads_leave_the_gsi_qp_as_mlx_wqes_and_bad_ones_complete_in_error() {
     fabric.run_until_idle().unwrap();
     let got = drain(&mut p.cq);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!((got[0].src_qp, got[0].byte_len), (1, 40 + 256));
+    assert_eq!((got[0].wc.src_qp, got[0].wc.byte_len), (1, 40 + 256));
     let mut b = vec![0u8; 256];
     p.buf.read(40, &mut b).unwrap();
     assert_eq!(b, mad);
     let sent = cq.ok();
     assert_eq!(sent.len(), 1, "{sent:?}");
-    assert_eq!((sent[0].qpn, sent[0].status), (GSI, WcStatus::Success));
+    assert_eq!(
+        (sent[0].wc.qp_num, sent[0].wc.status),
+        (GSI, WcStatus::Success)
+    );
 
     // A header that claims another source QP: an error completion, nothing on the wire.
     qp.post_send(
@@ -144,6 +147,6 @@ fn mads_leave_the_gsi_qp_as_mlx_wqes_and_bad_ones_complete_in_error() {
     let bad = cq.poll();
     assert_eq!(bad.len(), 1, "{bad:?}");
     let bad = bad[0].as_ref().unwrap();
-    assert_eq!(bad.qpn, GSI);
-    assert_ne!(bad.status, WcStatus::Success);
+    assert_eq!(bad.wc.qp_num, GSI);
+    assert_ne!(bad.wc.status, WcStatus::Success);
 }

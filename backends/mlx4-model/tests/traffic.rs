@@ -121,15 +121,18 @@ fn rc_between_the_model_and_a_soft_device() {
     fabric.run_until_idle().unwrap();
     let got = drain(&mut p.cq);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 3000));
+    assert_eq!(
+        (got[0].wc.status, got[0].wc.byte_len),
+        (WcStatus::Success, 3000)
+    );
     let mut back = vec![0u8; 3000];
     p.buf.read(0, &mut back).unwrap();
     assert!(back == payload, "SEND data differs");
     let done = r.cq.ok();
     assert_eq!(done.len(), 1, "{done:?}");
-    assert!(done[0].is_send && done[0].status == WcStatus::Success);
+    assert!(done[0].wqe.is_send && done[0].wc.status == WcStatus::Success);
     assert_eq!(
-        (done[0].opcode, done[0].wqe_index, done[0].qpn),
+        (done[0].wc.opcode, done[0].wqe.index, done[0].wc.qp_num),
         (WcOpcode::Send, 0, 0x48)
     );
 
@@ -152,9 +155,9 @@ fn rc_between_the_model_and_a_soft_device() {
     fabric.run_until_idle().unwrap();
     let done = r.cq.ok();
     assert_eq!(done.len(), 1, "{done:?}");
-    assert!(!done[0].is_send);
-    assert_eq!((done[0].byte_len, done[0].imm), (20, 0xfeed));
-    assert!(done[0].flags.contains(WcFlags::WITH_IMM));
+    assert!(!done[0].wqe.is_send);
+    assert_eq!((done[0].wc.byte_len, done[0].wc.imm_data), (20, 0xfeed));
+    assert!(done[0].wc.wc_flags.contains(WcFlags::WITH_IMM));
     let mut got = [0u8; 20];
     r.mr.buf.read(8192, &mut got).unwrap();
     assert_eq!(&got, b"from the soft device");
@@ -170,7 +173,7 @@ fn rc_between_the_model_and_a_soft_device() {
     assert_eq!(&w, b"ABCDEFGH");
     let done = r.cq.ok();
     assert_eq!(
-        (done[0].opcode, done[0].wqe_index),
+        (done[0].wc.opcode, done[0].wqe.index),
         (WcOpcode::RdmaWrite, 1)
     );
     assert_eq!(r.d.model.counts().blueflame_writes, 1);
@@ -197,10 +200,13 @@ fn rc_between_the_model_and_a_soft_device() {
         "the unsignaled WRITE completes silently: {done:?}"
     );
     assert_eq!(
-        (done[0].opcode, done[0].byte_len),
+        (done[0].wc.opcode, done[0].wc.byte_len),
         (WcOpcode::RdmaRead, 3000)
     );
-    assert_eq!((done[1].opcode, done[1].wqe_index), (WcOpcode::FetchAdd, 4));
+    assert_eq!(
+        (done[1].wc.opcode, done[1].wqe.index),
+        (WcOpcode::FetchAdd, 4)
+    );
     let mut back = vec![0u8; 3000];
     r.mr.buf.read(16384, &mut back).unwrap();
     let mut expect = payload.clone();
@@ -220,11 +226,11 @@ fn rc_between_the_model_and_a_soft_device() {
     let done = r.cq.ok();
     assert_eq!(done.len(), 2, "{done:?}");
     assert_eq!(
-        (done[0].status, done[0].wqe_index),
+        (done[0].wc.status, done[0].wqe.index),
         (WcStatus::LocProtErr, 5)
     );
     assert_eq!(
-        (done[1].status, done[1].wqe_index),
+        (done[1].wc.status, done[1].wqe.index),
         (WcStatus::WrFlushErr, 6)
     );
     assert_eq!(r.d.cmd0(op::RST_QP, 2, 0, 0x48), 0);
@@ -266,7 +272,7 @@ fn ud_both_ways() {
     fabric.run_until_idle().unwrap();
     let got = drain(&mut p.cq);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!((got[0].byte_len, got[0].src_qp), (40 + 9, 0x49));
+    assert_eq!((got[0].wc.byte_len, got[0].wc.src_qp), (40 + 9, 0x49));
     let mut b = [0u8; 9];
     p.buf.read(40, &mut b).unwrap();
     assert_eq!(&b, b"datagram!");
@@ -295,8 +301,8 @@ fn ud_both_ways() {
     fabric.run_until_idle().unwrap();
     let done = r.cq.ok();
     assert_eq!(done.len(), 1, "{done:?}");
-    assert_eq!((done[0].byte_len, done[0].src_qp), (44, p.qp.qpn));
-    assert!(done[0].flags.contains(WcFlags::GRH));
+    assert_eq!((done[0].wc.byte_len, done[0].wc.src_qp), (44, p.qp.qpn));
+    assert!(done[0].wc.wc_flags.contains(WcFlags::GRH));
     let mut b = [0u8; 4];
     r.mr.buf.read(4096 + 40, &mut b).unwrap();
     assert_eq!(&b, b"pong");
@@ -575,7 +581,7 @@ fn srq_receives_follow_the_free_list_and_fire_the_limit() {
     p.qp.sq.ring_doorbell(0, 3);
     fabric.run_until_idle().unwrap();
     let done = r.cq.ok();
-    let idx: Vec<u16> = done.iter().map(|c| c.wqe_index).collect();
+    let idx: Vec<u16> = done.iter().map(|c| c.wqe.index).collect();
     assert_eq!(idx, vec![0, 3, 5], "the SRQ WQE index of each receive");
     let mut b = [0u8; 3];
     r.mr.buf.read(5 * 1024, &mut b).unwrap();
@@ -624,7 +630,7 @@ fn memory_window_bind_and_reg_bound() {
     fabric.run_until_idle().unwrap();
     let done = r.cq.ok();
     assert_eq!(
-        (done[0].status, done[0].opcode),
+        (done[0].wc.status, done[0].wc.opcode),
         (WcStatus::Success, WcOpcode::BindMw)
     );
     // The soft device writes through the window.
@@ -642,7 +648,7 @@ fn memory_window_bind_and_reg_bound() {
     p.qp.sq.write_wqe(0, &wr, true).unwrap();
     p.qp.sq.ring_doorbell(0, 1);
     fabric.run_until_idle().unwrap();
-    assert_eq!(drain(&mut p.cq)[0].status, WcStatus::Success);
+    assert_eq!(drain(&mut p.cq)[0].wc.status, WcStatus::Success);
     let mut b = [0u8; 10];
     r.mr.buf.read(1024, &mut b).unwrap();
     assert_eq!(&b, b"via window");
@@ -660,7 +666,7 @@ fn memory_window_bind_and_reg_bound() {
     qp.post_send(wop::LOCAL_INVAL, SIGNALED, 0, &inv);
     r.d.send_doorbell(0x4e);
     fabric.run_until_idle().unwrap();
-    assert_eq!(r.cq.ok()[0].opcode, WcOpcode::LocalInv);
+    assert_eq!(r.cq.ok()[0].wc.opcode, WcOpcode::LocalInv);
     assert_eq!(r.d.cmd0(op::HW2SW_MPT, 1, 0, 16), 0);
     assert_eq!(r.d.cmd0(op::HW2SW_MPT, 1, 0, 0x30), 0);
 }

@@ -20,7 +20,7 @@ use portverbs_hal::error::{CqeError, EqeError};
 use portverbs_hal::event::{
     CqErrorSyndrome, DeviceEvent, PortEventKind, QpEventKind, SrqEventKind,
 };
-use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus};
+use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 use portverbs_mlx4::caps::{self, DevCaps};
 use portverbs_mlx4::layout::ctx::{CqContext, EqContext, Mpt, QpMailbox, SrqContext};
 use portverbs_mlx4::layout::mailbox::dev_flag;
@@ -84,23 +84,23 @@ fn check_cqe(raw: &[u8], res: &Result<Cqe, CqeError>) -> Result<(), TestCaseErro
     let is_send = osr & cqe::IS_SEND_MASK != 0;
     match res {
         Ok(c) => {
-            prop_assert_eq!(c.is_send, is_send);
-            prop_assert!(c.qpn <= QPN_MAX);
+            prop_assert_eq!(c.wqe.is_send, is_send);
+            prop_assert!(c.wc.qp_num <= QPN_MAX);
             prop_assert_eq!(
-                c.qpn,
+                c.wc.qp_num,
                 u32::from_be_bytes(raw[0..4].try_into().unwrap()) & QPN_MAX
             );
-            prop_assert_eq!(c.wqe_index, u16::from_be_bytes([raw[24], raw[25]]));
+            prop_assert_eq!(c.wqe.index, u16::from_be_bytes([raw[24], raw[25]]));
             if opcode == cqe::OPCODE_ERROR {
                 prop_assert_ne!(
-                    c.status,
+                    c.wc.status,
                     WcStatus::Success,
                     "error CQE completed as Success"
                 );
-                prop_assert_eq!(c.status, cqe::status_of(raw[27]));
-                prop_assert_eq!(c.vendor_err, u32::from(raw[26]));
+                prop_assert_eq!(c.wc.status, cqe::status_of(raw[27]));
+                prop_assert_eq!(c.wc.vendor_err, u32::from(raw[26]));
             } else {
-                prop_assert_eq!(c.status, WcStatus::Success);
+                prop_assert_eq!(c.wc.status, WcStatus::Success);
                 let known: &[u8] = if is_send {
                     &SEND_OPCODES
                 } else {
@@ -108,18 +108,18 @@ fn check_cqe(raw: &[u8], res: &Result<Cqe, CqeError>) -> Result<(), TestCaseErro
                 };
                 prop_assert!(known.contains(&opcode), "accepted opcode {opcode:#x}");
             }
-            prop_assert!(c.src_qp <= QPN_MAX);
-            prop_assert!(c.dlid_path_bits <= 0x7f);
-            prop_assert!(c.sl <= 0xf);
-            prop_assert!(c.pkey_index <= 0x7f);
-            if c.is_send {
+            prop_assert!(c.wc.src_qp <= QPN_MAX);
+            prop_assert!(c.wc.dlid_path_bits <= 0x7f);
+            prop_assert!(c.wc.sl <= 0xf);
+            prop_assert!(c.wc.pkey_index <= 0x7f);
+            if c.wqe.is_send {
                 prop_assert!(!matches!(
-                    c.opcode,
+                    c.wc.opcode,
                     WcOpcode::Recv | WcOpcode::RecvRdmaWithImm
                 ));
-            } else if c.status == WcStatus::Success {
+            } else if c.wc.status == WcStatus::Success {
                 prop_assert!(matches!(
-                    c.opcode,
+                    c.wc.opcode,
                     WcOpcode::Recv | WcOpcode::RecvRdmaWithImm
                 ));
             }
@@ -193,12 +193,16 @@ fn portable_cqe() -> impl Strategy<Value = Cqe> {
         any::<u8>(),
     )
         .prop_map(|(qpn, is_send, wqe_index, status, vendor_err)| Cqe {
-            qpn,
-            is_send,
-            wqe_index,
-            status,
-            vendor_err: u32::from(vendor_err),
-            ..Cqe::default()
+            wc: WorkCompletion {
+                qp_num: qpn,
+                status,
+                vendor_err: u32::from(vendor_err),
+                ..WorkCompletion::default()
+            },
+            wqe: WqeRef {
+                is_send,
+                index: wqe_index,
+            },
         });
     let send = (
         0..=QPN_MAX,
@@ -217,17 +221,21 @@ fn portable_cqe() -> impl Strategy<Value = Cqe> {
         ]),
     )
         .prop_map(|(qpn, wqe_index, len, (opcode, flags))| Cqe {
-            qpn,
-            is_send: true,
-            wqe_index,
-            opcode,
-            flags,
-            byte_len: match opcode {
-                WcOpcode::RdmaRead => len,
-                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                _ => 0,
+            wc: WorkCompletion {
+                qp_num: qpn,
+                opcode,
+                wc_flags: flags,
+                byte_len: match opcode {
+                    WcOpcode::RdmaRead => len,
+                    WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                    _ => 0,
+                },
+                ..WorkCompletion::default()
             },
-            ..Cqe::default()
+            wqe: WqeRef {
+                is_send: true,
+                index: wqe_index,
+            },
         });
     let recv = (
         (0..=QPN_MAX, any::<u16>(), any::<u32>(), any::<u32>()),
@@ -250,19 +258,23 @@ fn portable_cqe() -> impl Strategy<Value = Cqe> {
             |((qpn, wqe_index, byte_len, imm), (src_qp, path, slid, sl, pkey), grh, (op, f))| {
                 let carries_imm = f.intersects(WcFlags::WITH_IMM | WcFlags::WITH_INV);
                 Cqe {
-                    qpn,
-                    is_send: false,
-                    wqe_index,
-                    opcode: op,
-                    flags: if grh { f | WcFlags::GRH } else { f },
-                    byte_len,
-                    imm: if carries_imm { imm } else { 0 },
-                    src_qp,
-                    dlid_path_bits: path,
-                    slid,
-                    sl,
-                    pkey_index: if carries_imm { 0 } else { pkey },
-                    ..Cqe::default()
+                    wc: WorkCompletion {
+                        qp_num: qpn,
+                        opcode: op,
+                        wc_flags: if grh { f | WcFlags::GRH } else { f },
+                        byte_len,
+                        imm_data: if carries_imm { imm } else { 0 },
+                        src_qp,
+                        dlid_path_bits: path,
+                        slid,
+                        sl,
+                        pkey_index: if carries_imm { 0 } else { pkey },
+                        ..WorkCompletion::default()
+                    },
+                    wqe: WqeRef {
+                        is_send: false,
+                        index: wqe_index,
+                    },
                 }
             },
         );

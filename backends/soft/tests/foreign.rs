@@ -258,7 +258,10 @@ fn rc_exchange(fabric: &Fabric) {
     fabric.run_until_idle().unwrap();
     let got = drain(&mut s.cq);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 3000));
+    assert_eq!(
+        (got[0].wc.status, got[0].wc.byte_len),
+        (WcStatus::Success, 3000)
+    );
     let mut back = vec![0u8; 3000];
     s.buf.read(0, &mut back).unwrap();
     assert_eq!(back, payload);
@@ -294,11 +297,14 @@ fn rc_exchange(fabric: &Fabric) {
         std::mem::take(&mut toy.cqes)
     });
     assert_eq!(toy_cqes.len(), 2, "{toy_cqes:?}");
-    assert!(toy_cqes[0].is_send && toy_cqes[0].status == WcStatus::Success);
-    assert_eq!(toy_cqes[1].opcode, WcOpcode::Recv);
-    assert_eq!((toy_cqes[1].imm, toy_cqes[1].byte_len), (0xabcd, 21));
+    assert!(toy_cqes[0].wqe.is_send && toy_cqes[0].wc.status == WcStatus::Success);
+    assert_eq!(toy_cqes[1].wc.opcode, WcOpcode::Recv);
+    assert_eq!(
+        (toy_cqes[1].wc.imm_data, toy_cqes[1].wc.byte_len),
+        (0xabcd, 21)
+    );
     let sent = drain(&mut s.cq);
-    assert!(sent.len() == 1 && sent[0].is_send && sent[0].status == WcStatus::Success);
+    assert!(sent.len() == 1 && sent[0].wqe.is_send && sent[0].wc.status == WcStatus::Success);
 }
 
 #[test]
@@ -375,8 +381,8 @@ fn ud_from_a_foreign_device_to_a_soft_device() {
     fabric.run_until_idle().unwrap();
     let got = drain(&mut s.cq);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!(got[0].status, WcStatus::Success);
-    assert_eq!((got[0].byte_len, got[0].src_qp), (40 + 8, TOY_QPN));
+    assert_eq!(got[0].wc.status, WcStatus::Success);
+    assert_eq!((got[0].wc.byte_len, got[0].wc.src_qp), (40 + 8, TOY_QPN));
     let mut back = [0u8; 8];
     s.buf.read(40, &mut back).unwrap();
     assert_eq!(&back, b"datagram");
@@ -408,9 +414,9 @@ fn ud_from_a_foreign_device_to_a_soft_device() {
     s.qp.sq.ring_doorbell(0, 1);
     fabric.run_until_idle().unwrap();
     let cqes = with_toy(&h, |toy, _, _, _| std::mem::take(&mut toy.cqes));
-    let recv: Vec<_> = cqes.iter().filter(|c| !c.is_send).collect();
+    let recv: Vec<_> = cqes.iter().filter(|c| !c.wqe.is_send).collect();
     assert_eq!(recv.len(), 1, "{cqes:?}");
-    assert_eq!((recv[0].byte_len, recv[0].src_qp), (40 + 5, s.qp.qpn));
+    assert_eq!((recv[0].wc.byte_len, recv[0].wc.src_qp), (40 + 5, s.qp.qpn));
     let mut back = [0u8; 5];
     mem.read(4096 + 40, &mut back).unwrap();
     assert_eq!(&back, b"reply");
@@ -534,5 +540,5 @@ fn a_threaded_fabric_runs_the_toy_kicks_on_its_engine_thread() {
         std::thread::yield_now();
     };
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].status, WcStatus::Success);
+    assert_eq!(got[0].wc.status, WcStatus::Success);
 }

@@ -72,16 +72,16 @@ fn rc_send_and_rdma_write_between_two_soft_devices() {
     assert_eq!(sent.len(), 2, "{sent:?}");
     assert!(
         sent.iter()
-            .all(|c| c.status == WcStatus::Success && c.is_send),
+            .all(|c| c.wc.status == WcStatus::Success && c.wqe.is_send),
         "{sent:?}"
     );
-    assert_eq!(sent[0].wqe_index, 0);
-    assert_eq!(sent[1].opcode, WcOpcode::RdmaWrite);
+    assert_eq!(sent[0].wqe.index, 0);
+    assert_eq!(sent[1].wc.opcode, WcOpcode::RdmaWrite);
     let got = drain(&mut b.cq);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!(got[0].status, WcStatus::Success);
-    assert_eq!(got[0].byte_len, 3000);
-    assert_eq!(got[0].imm, 0x1234);
+    assert_eq!(got[0].wc.status, WcStatus::Success);
+    assert_eq!(got[0].wc.byte_len, 3000);
+    assert_eq!(got[0].wc.imm_data, 0x1234);
     let mut back = vec![0u8; 3000];
     b.buf.read(4096, &mut back).unwrap();
     assert_eq!(back, payload);
@@ -110,9 +110,9 @@ fn rc_send_and_rdma_write_between_two_soft_devices() {
     fabric.run_until_idle().unwrap();
     let done = drain(&mut a.cq);
     assert_eq!(done.len(), 1, "{done:?}");
-    assert_eq!(done[0].status, WcStatus::Success);
-    assert_eq!(done[0].opcode, WcOpcode::RdmaRead);
-    assert_eq!(done[0].byte_len, 3000);
+    assert_eq!(done[0].wc.status, WcStatus::Success);
+    assert_eq!(done[0].wc.opcode, WcOpcode::RdmaRead);
+    assert_eq!(done[0].wc.byte_len, 3000);
     let mut back = vec![0u8; 3000];
     a.buf.read(8192, &mut back).unwrap();
     assert_eq!(back, payload);

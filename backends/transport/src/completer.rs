@@ -5,7 +5,7 @@
 use portverbs_hal::attr::rnr_timer_ns;
 use portverbs_hal::event::{DeviceEvent, QpEventKind};
 use portverbs_hal::types::{QpState, QpType};
-use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
+use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 use portverbs_hal::wr::SendOp;
 
 use super::Core;
@@ -48,13 +48,17 @@ pub(crate) fn advance_completions<H: Hca + ?Sized>(
         };
         if slot.wqe.signaled || status != WcStatus::Success {
             let cqe = Cqe {
-                qpn: qp.qpn,
-                is_send: true,
-                wqe_index: c as u16,
-                status,
-                opcode: send_opcode(slot.wqe.op),
-                byte_len: slot.byte_len,
-                ..Cqe::default()
+                wc: WorkCompletion {
+                    qp_num: qp.qpn,
+                    status,
+                    opcode: send_opcode(slot.wqe.op),
+                    byte_len: slot.byte_len,
+                    ..WorkCompletion::default()
+                },
+                wqe: WqeRef {
+                    is_send: true,
+                    index: c as u16,
+                },
             };
             lost = !hca.post_completion(qp.init.send_cqn, &cqe, false);
         }

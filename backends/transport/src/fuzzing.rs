@@ -337,7 +337,7 @@ impl End {
     }
 
     fn sends_completed(&self) -> usize {
-        self.hca.cqes.iter().filter(|c| c.is_send).count()
+        self.hca.cqes.iter().filter(|c| c.wqe.is_send).count()
     }
 }
 
@@ -919,8 +919,8 @@ impl Driver {
             }
         }
         for (side, e) in self.ends.iter().enumerate() {
-            let sends: Vec<_> = e.hca.cqes.iter().filter(|c| c.is_send).collect();
-            let distinct: HashSet<u16> = sends.iter().map(|c| c.wqe_index).collect();
+            let sends: Vec<_> = e.hca.cqes.iter().filter(|c| c.wqe.is_send).collect();
+            let distinct: HashSet<u16> = sends.iter().map(|c| c.wqe.index).collect();
             assert_eq!(
                 distinct.len(),
                 sends.len(),
@@ -937,12 +937,12 @@ impl Driver {
             if self.s.clean {
                 let st = e.engine.stats();
                 assert!(
-                    sends.iter().all(|c| c.status == WcStatus::Success),
+                    sends.iter().all(|c| c.wc.status == WcStatus::Success),
                     "side {side}: a send failed on a clean link: {:?}",
                     sends
                         .iter()
-                        .filter(|c| c.status != WcStatus::Success)
-                        .map(|c| (c.wqe_index, c.status))
+                        .filter(|c| c.wc.status != WcStatus::Success)
+                        .map(|c| (c.wqe.index, c.wc.status))
                         .collect::<Vec<_>>()
                 );
                 assert_eq!(
@@ -953,11 +953,11 @@ impl Driver {
             }
             self.report.succeeded += sends
                 .iter()
-                .filter(|c| c.status == WcStatus::Success)
+                .filter(|c| c.wc.status == WcStatus::Success)
                 .count() as u64;
             self.report.failed += sends
                 .iter()
-                .filter(|c| !matches!(c.status, WcStatus::Success | WcStatus::WrFlushErr))
+                .filter(|c| !matches!(c.wc.status, WcStatus::Success | WcStatus::WrFlushErr))
                 .count() as u64;
         }
     }

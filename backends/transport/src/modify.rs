@@ -7,7 +7,7 @@ use portverbs_hal::error::CommandError;
 use portverbs_hal::event::{DeviceEvent, QpEventKind};
 use portverbs_hal::qp_state::transition;
 use portverbs_hal::types::QpState;
-use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus};
+use portverbs_hal::wc::{Cqe, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 
 use super::Core;
 use super::completer;
@@ -160,11 +160,15 @@ pub(crate) fn modify<H: Hca + ?Sized>(
 fn flush_sq<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
     let flush = |hca: &mut H, qpn: u32, cqn: u32, c: u32| {
         let cqe = Cqe {
-            qpn,
-            is_send: true,
-            wqe_index: c as u16,
-            status: WcStatus::WrFlushErr,
-            ..Cqe::default()
+            wc: WorkCompletion {
+                qp_num: qpn,
+                status: WcStatus::WrFlushErr,
+                ..WorkCompletion::default()
+            },
+            wqe: WqeRef {
+                is_send: true,
+                index: c as u16,
+            },
         };
         // A flush completion the CQ cannot take is lost; the QP is in ERR already.
         let _ = hca.post_completion(cqn, &cqe, false);
@@ -190,12 +194,16 @@ fn flush_rq<H: Hca + ?Sized>(qp: &mut QpCtx, hca: &mut H) {
     let (qpn, cqn) = (qp.qpn, qp.init.recv_cqn);
     let flush = |hca: &mut H, wqe_index: u32| {
         let cqe = Cqe {
-            qpn,
-            is_send: false,
-            wqe_index: wqe_index as u16,
-            status: WcStatus::WrFlushErr,
-            opcode: WcOpcode::Recv,
-            ..Cqe::default()
+            wc: WorkCompletion {
+                qp_num: qpn,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                ..WorkCompletion::default()
+            },
+            wqe: WqeRef {
+                is_send: false,
+                index: wqe_index as u16,
+            },
         };
         let _ = hca.post_completion(cqn, &cqe, false);
     };

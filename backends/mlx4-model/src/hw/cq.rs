@@ -301,7 +301,7 @@ impl Hw {
         let at = cq.prod;
         Cq::put(&cq.buf, cq.log, at, bytes);
         cq.prod = mask24(at.wrapping_add(1));
-        let satisfies_solicited = solicited || c.status != WcStatus::Success;
+        let satisfies_solicited = solicited || c.wc.status != WcStatus::Success;
         if satisfies_solicited {
             cq.last_solicited = Some(at);
         }

@@ -113,12 +113,13 @@ impl Hca for Hw {
     }
 
     fn post_completion(&mut self, cqn: u32, cqe: &Cqe, solicited: bool) -> bool {
-        if cqe.is_send {
+        if cqe.wqe.is_send {
             // WQEs completed without being read (flushed in ERR) count as consumed for the
             // "at most one ring ahead" bound of `sq_head`.
-            if let Some(qp) = self.qps.get_mut(cqe.qpn) {
+            if let Some(qp) = self.qps.get_mut(cqe.wc.qp_num) {
                 let ahead = cqe
-                    .wqe_index
+                    .wqe
+                    .index
                     .wrapping_add(1)
                     .wrapping_sub(qp.sq_read as u16) as i16;
                 if ahead > 0 {
@@ -127,10 +128,10 @@ impl Hca for Hw {
             }
         }
         // CQEs carry the hardware QPN; the engine knows the GSI QP as QP 1.
-        let hw = self.hw_qpn(cqe.qpn);
-        if hw != cqe.qpn {
+        let hw = self.hw_qpn(cqe.wc.qp_num);
+        if hw != cqe.wc.qp_num {
             let mut c = *cqe;
-            c.qpn = hw;
+            c.wc.qp_num = hw;
             return self.write_cqe(cqn, &c, solicited);
         }
         self.write_cqe(cqn, cqe, solicited)

@@ -167,7 +167,7 @@ impl CompletionQueue for Mlx4Cq {
         });
         match (error, got) {
             (Some(e), _) => Err(e),
-            (None, r) => Ok(r.map(|r| Cqe::from_parts(&w[0], r))),
+            (None, r) => Ok(r.map(|r| Cqe { wc: w[0], wqe: r })),
         }
     }
 
@@ -224,13 +224,13 @@ mod tests {
         for cnt in [1u32, 2, 64, 1 << 22] {
             for counter in [0, 1, cnt - 1, cnt, 3 * cnt - 1, u32::MAX] {
                 let parity = counter & cnt != 0;
-                let e = Cqe::from_parts(
-                    &WorkCompletion::default(),
-                    WqeRef {
+                let e = Cqe {
+                    wqe: WqeRef {
                         is_send: true,
                         index: 0,
                     },
-                );
+                    ..Cqe::default()
+                };
                 let raw = cqe::encode(&e, parity);
                 assert!(
                     CqRing::owns_byte(raw[CQE_SIZE - 1], counter, cnt),

@@ -306,7 +306,7 @@ impl Hca for Hw {
         let _ = slot.write_at(0, body);
         slot.store1::<{ CQE_SIZE - 1 }>(owner.first().copied().unwrap_or(0));
         cq.producer.advance(1);
-        let satisfies_solicited = solicited || cqe.status != WcStatus::Success;
+        let satisfies_solicited = solicited || cqe.wc.status != WcStatus::Success;
         if satisfies_solicited {
             cq.last_solicited = Some(counter);
         }

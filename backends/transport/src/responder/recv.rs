@@ -1,7 +1,7 @@
 //! Receive WQEs: taking one for a new message, scattering payload into it, completing it.
 
 use portverbs_hal::types::QpState;
-use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus};
+use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 
 use super::super::Core;
 use super::super::hca::{Hca, RecvSource};
@@ -109,20 +109,24 @@ pub(super) fn complete_recv<H: Hca + ?Sized>(
         imm = rkey;
     }
     let mut cqe = Cqe {
-        qpn: qp.qpn,
-        is_send: false,
-        wqe_index: qp.resp.recv.wqe_index as u16,
-        status,
-        opcode,
-        byte_len: len,
-        imm,
-        flags,
-        src_qp: qp.attr.dest_qp_num,
-        ..Cqe::default()
+        wc: WorkCompletion {
+            qp_num: qp.qpn,
+            status,
+            opcode,
+            byte_len: len,
+            imm_data: imm,
+            wc_flags: flags,
+            src_qp: qp.attr.dest_qp_num,
+            ..WorkCompletion::default()
+        },
+        wqe: WqeRef {
+            is_send: false,
+            index: qp.resp.recv.wqe_index as u16,
+        },
     };
     if let Some(deth) = pkt.hdr.deth {
-        cqe.src_qp = deth.src_qp;
-        cqe.flags |= WcFlags::GRH;
+        cqe.wc.src_qp = deth.src_qp;
+        cqe.wc.wc_flags |= WcFlags::GRH;
     }
     let solicited = pkt.hdr.bth.solicited;
     if !hca.post_completion(qp.init.recv_cqn, &cqe, solicited) {

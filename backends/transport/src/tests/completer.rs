@@ -36,7 +36,7 @@ fn read_response(opcode: Opcode, psn: u32, data: &[u8]) -> Packet {
 fn statuses(s: &mut Side) -> Vec<(u16, WcStatus)> {
     s.take_cqes()
         .iter()
-        .map(|c| (c.wqe_index, c.status))
+        .map(|c| (c.wqe.index, c.wc.status))
         .collect()
 }
 
@@ -56,10 +56,10 @@ fn an_ack_completes_the_wqes_up_to_its_psn_in_order() {
     assert_eq!(cqes.len(), 1);
     assert_eq!(
         (
-            cqes[0].wqe_index,
-            cqes[0].opcode,
-            cqes[0].byte_len,
-            cqes[0].is_send
+            cqes[0].wqe.index,
+            cqes[0].wc.opcode,
+            cqes[0].wc.byte_len,
+            cqes[0].wqe.is_send
         ),
         (2, WcOpcode::Send, 16, true)
     );
@@ -75,7 +75,7 @@ fn a_multi_packet_message_completes_only_when_its_last_psn_is_acked() {
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
     assert_eq!(
-        (cqes[0].status, cqes[0].opcode, cqes[0].byte_len),
+        (cqes[0].wc.status, cqes[0].wc.opcode, cqes[0].wc.byte_len),
         (WcStatus::Success, WcOpcode::RdmaWrite, 3 * MTU as u32)
     );
 }
@@ -101,7 +101,7 @@ fn a_read_response_implicitly_acknowledges_the_sends_before_it() {
     let cqes = s.take_cqes();
     let got: Vec<_> = cqes
         .iter()
-        .map(|c| (c.wqe_index, c.status, c.opcode, c.byte_len))
+        .map(|c| (c.wqe.index, c.wc.status, c.wc.opcode, c.wc.byte_len))
         .collect();
     assert_eq!(
         got,
@@ -137,7 +137,7 @@ fn a_multi_packet_read_lands_in_order_and_completes_on_its_last_response() {
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
     assert_eq!(
-        (cqes[0].status, cqes[0].byte_len),
+        (cqes[0].wc.status, cqes[0].wc.byte_len),
         (WcStatus::Success, 2500)
     );
     assert_eq!(s.read_mem(0, 2500), data);
@@ -176,7 +176,7 @@ fn an_atomic_ack_delivers_the_original_value() {
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
     assert_eq!(
-        (cqes[0].status, cqes[0].opcode, cqes[0].byte_len),
+        (cqes[0].wc.status, cqes[0].wc.opcode, cqes[0].wc.byte_len),
         (WcStatus::Success, WcOpcode::FetchAdd, 8)
     );
     assert_eq!(s.read_mem(64, 8), 0x0102_0304_0506_0708u64.to_ne_bytes());

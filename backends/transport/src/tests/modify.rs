@@ -47,7 +47,7 @@ fn err_flushes_both_queues_once() {
     let got: Vec<_> = s
         .take_cqes()
         .iter()
-        .map(|c| (c.is_send, c.wqe_index, c.status))
+        .map(|c| (c.wqe.is_send, c.wqe.index, c.wc.status))
         .collect();
     assert_eq!(
         got,
@@ -114,15 +114,15 @@ fn a_uc_send_error_enters_sqe_and_receives_keep_working() {
     bad.sges[0].lkey ^= 0xff00;
     s.post(bad);
     assert_eq!(s.state(), QpState::Sqe);
-    assert_eq!(s.take_cqes()[0].status, WcStatus::LocProtErr);
+    assert_eq!(s.take_cqes()[0].wc.status, WcStatus::LocProtErr);
     // Sends posted now are flushed; the receive side still works.
     assert!(s.post(s.wqe(SendOp::Send, 0, 16)).is_empty());
-    assert_eq!(s.take_cqes()[0].status, WcStatus::WrFlushErr);
+    assert_eq!(s.take_cqes()[0].wc.status, WcStatus::WrFlushErr);
     s.post_recv(0, 64);
     s.feed(request(Opcode::UcSendOnly, RQ_PSN, false, &[4; 4]));
     let cqes = s.take_cqes();
     assert_eq!(
-        (cqes[0].opcode, cqes[0].status),
+        (cqes[0].wc.opcode, cqes[0].wc.status),
         (WcOpcode::Recv, WcStatus::Success)
     );
     // UC may leave SQE for RTS and send again.

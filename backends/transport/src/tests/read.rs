@@ -129,7 +129,7 @@ fn a_256_mib_read_is_answered_burst_by_burst_and_lands_whole() {
     let cqes = p.a.take_cqes();
     assert_eq!(cqes.len(), 1);
     assert_eq!(
-        (cqes[0].status, cqes[0].opcode, cqes[0].byte_len),
+        (cqes[0].wc.status, cqes[0].wc.opcode, cqes[0].wc.byte_len),
         (WcStatus::Success, WcOpcode::RdmaRead, LEN as u32)
     );
     for page in 0..LEN / PAGE {

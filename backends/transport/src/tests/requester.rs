@@ -187,7 +187,10 @@ fn a_sequence_nak_retransmits_from_the_naked_psn_once() {
     );
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
-    assert_eq!((cqes[0].wqe_index, cqes[0].status), (0, WcStatus::Success));
+    assert_eq!(
+        (cqes[0].wqe.index, cqes[0].wc.status),
+        (0, WcStatus::Success)
+    );
     assert_eq!(s.engine.stats().retransmits, before.retransmits + 2);
     // The same NAK again (a duplicate from the network) costs neither a retry nor packets.
     let out = s.feed(nak(SQ_PSN + 1, NakCode::PsnSequenceError));
@@ -251,7 +254,7 @@ fn a_ud_send_carries_a_deth_and_completes_at_once() {
     assert_eq!(cqes.len(), 2);
     assert!(
         cqes.iter()
-            .all(|c| c.status == WcStatus::Success && c.byte_len == 100)
+            .all(|c| c.wc.status == WcStatus::Success && c.wc.byte_len == 100)
     );
 }
 
@@ -286,7 +289,7 @@ fn a_bad_lkey_fails_locally_without_a_packet_and_errors_the_qp() {
     assert!(out.is_empty());
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
-    assert_eq!(cqes[0].status, WcStatus::LocProtErr);
+    assert_eq!(cqes[0].wc.status, WcStatus::LocProtErr);
     assert_eq!(s.state(), QpState::Err);
 }
 
@@ -321,7 +324,7 @@ fn an_operation_the_transport_lacks_fails_locally_with_loc_qp_op_err() {
             assert!(s.post(wqe).is_empty(), "{t:?} {op:?}");
             let cqes = s.take_cqes();
             assert_eq!(cqes.len(), 1, "{t:?} {op:?}");
-            assert_eq!(cqes[0].status, WcStatus::LocQpOpErr, "{t:?} {op:?}");
+            assert_eq!(cqes[0].wc.status, WcStatus::LocQpOpErr, "{t:?} {op:?}");
             refused += 1;
         }
     }
@@ -353,7 +356,7 @@ fn an_ack_covering_wqes_the_go_back_has_not_reached_again_completes_them() {
     s.feed(ack(SQ_PSN + 3));
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 4, "{cqes:?}");
-    assert!(cqes.iter().all(|c| c.status == WcStatus::Success));
+    assert!(cqes.iter().all(|c| c.wc.status == WcStatus::Success));
     while s.engine.has_work() {
         assert!(s.turn().is_empty(), "nothing acknowledged is resent");
     }

@@ -73,7 +73,15 @@ fn in_order_sends_are_placed_and_acked_once_per_burst() {
     let got: Vec<_> = s
         .take_cqes()
         .iter()
-        .map(|c| (c.wqe_index, c.status, c.opcode, c.byte_len, c.is_send))
+        .map(|c| {
+            (
+                c.wqe.index,
+                c.wc.status,
+                c.wc.opcode,
+                c.wc.byte_len,
+                c.wqe.is_send,
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -100,7 +108,7 @@ fn packets_without_ack_req_are_not_acked() {
     assert!(out.is_empty());
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
-    assert_eq!(cqes[0].byte_len, (MTU + 10) as u32);
+    assert_eq!(cqes[0].wc.byte_len, (MTU + 10) as u32);
     assert_eq!(s.read_mem(0, MTU + 10), data);
 }
 
@@ -172,7 +180,7 @@ fn a_send_longer_than_the_receive_is_an_invalid_request() {
     let out = s.feed(request(Opcode::SendOnly, RQ_PSN, true, &[1; 16]));
     assert!(naked(&out, RQ_PSN, NakCode::InvalidRequest));
     let cqes = s.take_cqes();
-    assert_eq!(cqes[0].status, WcStatus::LocLenErr);
+    assert_eq!(cqes[0].wc.status, WcStatus::LocLenErr);
     assert_eq!(s.state(), QpState::Err);
     assert!(s.has_event(QpEventKind::RequestError));
 }
@@ -210,10 +218,10 @@ fn a_write_with_immediate_completes_a_receive() {
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
     assert_eq!(
-        (cqes[0].opcode, cqes[0].byte_len, cqes[0].imm),
+        (cqes[0].wc.opcode, cqes[0].wc.byte_len, cqes[0].wc.imm_data),
         (WcOpcode::RecvRdmaWithImm, 12, 0xfeed)
     );
-    assert!(cqes[0].flags.contains(WcFlags::WITH_IMM));
+    assert!(cqes[0].wc.wc_flags.contains(WcFlags::WITH_IMM));
     assert_eq!(s.read_mem(512, 12), [3; 12]);
 }
 
@@ -315,10 +323,10 @@ fn ud_checks_the_q_key_and_prepends_the_grh_area() {
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
     assert_eq!(
-        (cqes[0].status, cqes[0].byte_len, cqes[0].src_qp),
+        (cqes[0].wc.status, cqes[0].wc.byte_len, cqes[0].wc.src_qp),
         (WcStatus::Success, 60, 9)
     );
-    assert!(cqes[0].flags.contains(WcFlags::GRH));
+    assert!(cqes[0].wc.wc_flags.contains(WcFlags::GRH));
     assert_eq!(s.read_mem(40, 20), pattern(20, 9));
 }
 
@@ -341,7 +349,7 @@ fn uc_drops_the_rest_of_a_message_after_a_gap() {
     );
     let cqes = s.take_cqes();
     assert_eq!(cqes.len(), 1);
-    assert_eq!((cqes[0].wqe_index, cqes[0].byte_len), (0, 6));
+    assert_eq!((cqes[0].wqe.index, cqes[0].wc.byte_len), (0, 6));
     assert_eq!(s.read_mem(0, 6), [5; 6]);
 }
 

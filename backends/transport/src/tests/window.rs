@@ -31,7 +31,7 @@ fn stale(una: u32) -> [u32; 3] {
 fn statuses(s: &mut Side) -> Vec<(u16, WcStatus)> {
     s.take_cqes()
         .iter()
-        .map(|c| (c.wqe_index, c.status))
+        .map(|c| (c.wqe.index, c.wc.status))
         .collect()
 }
 
@@ -178,7 +178,7 @@ fn a_delayed_duplicate_sequence_nak_after_progress_costs_nothing() {
     p.settle(100, |_, _| true);
     let cqes = p.a.take_cqes();
     assert_eq!(cqes.len(), 2);
-    assert!(cqes.iter().all(|c| c.status == WcStatus::Success));
+    assert!(cqes.iter().all(|c| c.wc.status == WcStatus::Success));
     assert_eq!(p.a.state(), QpState::Rts);
     received(&p, 0..6);
 }
@@ -213,7 +213,7 @@ fn a_delayed_duplicate_rnr_nak_after_progress_costs_nothing() {
     p.settle(100, |_, _| true);
     let cqes = p.a.take_cqes();
     assert_eq!(cqes.len(), 2);
-    assert!(cqes.iter().all(|c| c.status == WcStatus::Success));
+    assert!(cqes.iter().all(|c| c.wc.status == WcStatus::Success));
     received(&p, 0..3);
 }
 

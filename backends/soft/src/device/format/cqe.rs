@@ -1,7 +1,7 @@
 //! The CQE: encoded by the device, decoded by the host.
 
 use portverbs_hal::error::CqeError;
-use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus};
+use portverbs_hal::wc::{Cqe, WcFlags, WcOpcode, WcStatus, WorkCompletion, WqeRef};
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -16,20 +16,20 @@ impl CqeCodec {
     #[inline]
     pub fn encode(cqe: &Cqe, owner: bool) -> [u8; CQE_SIZE] {
         let e = SoftCqe {
-            qpn: U32::new(cqe.qpn),
-            byte_len: U32::new(cqe.byte_len),
-            imm: U32::new(cqe.imm),
-            src_qp: U32::new(cqe.src_qp),
-            wqe_index: U16::new(cqe.wqe_index),
-            status: cqe.status as u8,
-            opcode: cqe.opcode as u8,
-            flags: cqe.flags.bits() as u8,
-            sl: cqe.sl,
-            slid: U16::new(cqe.slid),
-            pkey_index: U16::new(cqe.pkey_index),
-            is_send: u8::from(cqe.is_send),
-            dlid_path_bits: cqe.dlid_path_bits,
-            vendor_err: U16::new(cqe.vendor_err as u16),
+            qpn: U32::new(cqe.wc.qp_num),
+            byte_len: U32::new(cqe.wc.byte_len),
+            imm: U32::new(cqe.wc.imm_data),
+            src_qp: U32::new(cqe.wc.src_qp),
+            wqe_index: U16::new(cqe.wqe.index),
+            status: cqe.wc.status as u8,
+            opcode: cqe.wc.opcode as u8,
+            flags: cqe.wc.wc_flags.bits() as u8,
+            sl: cqe.wc.sl,
+            slid: U16::new(cqe.wc.slid),
+            pkey_index: U16::new(cqe.wc.pkey_index),
+            is_send: u8::from(cqe.wqe.is_send),
+            dlid_path_bits: cqe.wc.dlid_path_bits,
+            vendor_err: U16::new(cqe.wc.vendor_err as u16),
             reserved: 0,
             owner: u8::from(owner),
         };
@@ -109,20 +109,25 @@ impl CqeCodec {
             }
         };
         Ok(Cqe {
-            qpn: e.qpn.get() & 0x00ff_ffff,
-            is_send,
-            wqe_index: e.wqe_index.get(),
-            status,
-            vendor_err: u32::from(e.vendor_err.get()),
-            opcode,
-            byte_len: e.byte_len.get(),
-            imm: e.imm.get(),
-            flags: WcFlags::from_bits_truncate(u32::from(e.flags)),
-            src_qp: e.src_qp.get() & 0x00ff_ffff,
-            slid: e.slid.get(),
-            sl: e.sl,
-            dlid_path_bits: e.dlid_path_bits,
-            pkey_index: e.pkey_index.get(),
+            wc: WorkCompletion {
+                qp_num: e.qpn.get() & 0x00ff_ffff,
+                status,
+                vendor_err: u32::from(e.vendor_err.get()),
+                opcode,
+                byte_len: e.byte_len.get(),
+                imm_data: e.imm.get(),
+                wc_flags: WcFlags::from_bits_truncate(u32::from(e.flags)),
+                src_qp: e.src_qp.get() & 0x00ff_ffff,
+                slid: e.slid.get(),
+                sl: e.sl,
+                dlid_path_bits: e.dlid_path_bits,
+                pkey_index: e.pkey_index.get(),
+                ..WorkCompletion::default()
+            },
+            wqe: WqeRef {
+                is_send,
+                index: e.wqe_index.get(),
+            },
         })
     }
 }
@@ -134,16 +139,20 @@ mod tests {
     #[test]
     fn cqe_round_trips_and_rejects_nonsense() {
         let cqe = Cqe {
-            qpn: 0x11,
-            is_send: false,
-            wqe_index: 3,
-            status: WcStatus::Success,
-            opcode: WcOpcode::RecvRdmaWithImm,
-            byte_len: 100,
-            imm: 0xabcd,
-            flags: WcFlags::WITH_IMM,
-            src_qp: 0x22,
-            ..Cqe::default()
+            wc: WorkCompletion {
+                qp_num: 0x11,
+                status: WcStatus::Success,
+                opcode: WcOpcode::RecvRdmaWithImm,
+                byte_len: 100,
+                imm_data: 0xabcd,
+                wc_flags: WcFlags::WITH_IMM,
+                src_qp: 0x22,
+                ..WorkCompletion::default()
+            },
+            wqe: WqeRef {
+                is_send: false,
+                index: 3,
+            },
         };
         let raw = CqeCodec::encode(&cqe, true);
         assert!(CqeCodec::owner_bit(&raw));
