@@ -201,3 +201,94 @@ pub trait EventQueue: Send + Debug {
     /// Publishes the consumer index and arms the EQ: the next EQE raises the interrupt.
     fn arm(&mut self);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wc::{WcFlags, WcOpcode, WcStatus};
+
+    /// A CQ whose ring is a list of decoded entries; counts consumer-index publications.
+    #[derive(Debug, Default)]
+    struct ListCq {
+        entries: Vec<Cqe>,
+        next: usize,
+        published: u32,
+    }
+
+    impl CompletionQueue for ListCq {
+        fn cqn(&self) -> u32 {
+            7
+        }
+        fn depth(&self) -> u32 {
+            16
+        }
+        fn poll_one(&mut self) -> Result<Option<Cqe>, CqeError> {
+            let c = self.entries.get(self.next).copied();
+            self.next += usize::from(c.is_some());
+            Ok(c)
+        }
+        fn publish_ci(&mut self) {
+            self.published += 1;
+        }
+        fn arm(&mut self, _: bool) {}
+        fn pending(&self) -> u32 {
+            (self.entries.len() - self.next) as u32
+        }
+        fn event_delivered(&mut self) {}
+    }
+
+    fn entry(qpn: u32, is_send: bool, index: u16) -> Cqe {
+        Cqe {
+            wc: WorkCompletion {
+                qp_num: qpn,
+                status: WcStatus::Success,
+                opcode: if is_send {
+                    WcOpcode::RdmaWrite
+                } else {
+                    WcOpcode::Recv
+                },
+                byte_len: u32::from(index) * 10,
+                imm_data: 0xbeef,
+                wc_flags: WcFlags::WITH_IMM,
+                ..WorkCompletion::default()
+            },
+            wqe: WqeRef { is_send, index },
+        }
+    }
+
+    /// The default poll writes each entry's completion into the application's slot and hands
+    /// its WQE reference to `accept` beside it; a refusal ends the poll uncounted.
+    #[test]
+    fn poll_with_splits_each_cqe_into_the_slot_and_the_reference() {
+        let entries = vec![
+            entry(0x11, true, 5),
+            entry(0x12, false, 9),
+            entry(0x13, true, 1),
+        ];
+        let mut cq = ListCq {
+            entries: entries.clone(),
+            ..ListCq::default()
+        };
+        let mut wc = [WorkCompletion::default(); 8];
+        let mut seen = Vec::new();
+        let (n, err) = cq.poll_with(&mut wc, |w, r| {
+            seen.push((w.qp_num, w.byte_len, r));
+            w.wr_id = 100 + u64::from(r.index);
+            r.index != 1
+        });
+        assert_eq!((n, err, cq.published), (2, None, 1));
+        assert_eq!(
+            seen,
+            entries
+                .iter()
+                .map(|c| (c.wc.qp_num, c.wc.byte_len, c.wqe))
+                .collect::<Vec<_>>()
+        );
+        for (w, c) in wc.iter().zip(&entries).take(n) {
+            assert_eq!(w.wr_id, 100 + u64::from(c.wqe.index));
+            assert_eq!(WorkCompletion { wr_id: 0, ..*w }, c.wc);
+        }
+        assert_eq!(cq.poll_with(&mut wc, |_, _| true), (0, None));
+        assert_eq!(cq.published, 1, "nothing consumed, nothing published");
+    }
+}

@@ -512,7 +512,6 @@ mod tests {
                 is_send: true,
                 ..WqeRef::default()
             },
-            ..Cqe::default()
         };
         let b = encode(&cqe, false);
         assert_eq!(&b[0..4], &0x48u32.to_be_bytes());
