@@ -273,8 +273,8 @@ impl Fabric {
     }
 
     /// Sends what the nodes owe the wire now: steps the fabric on the calling thread, at the
-    /// real clock, until no work is left that is due (at most [`INLINE_STEPS`] steps), then
-    /// flushes every node's batched packets. For a device going away: the ACK a responder
+    /// real clock, until no work is left that is due (at most as many steps as a dispatch
+    /// takes), then flushes every node's batched packets. For a device going away: the ACK a responder
     /// coalesced behind its last burst, and packets a manual fabric batched for the next
     /// dispatch, would otherwise never leave if the process ended next (a peer that waits
     /// for them retries until it gives up). Waits for an engine thread's round in progress.

@@ -33,6 +33,8 @@
 //! ConnectX-3 (`mlx4_hw`) the same cases run, and only the address-handle row is checked by this
 //! code: the other statuses there are the hardware's own, not yet confirmed on one.
 
+#[cfg(doc)]
+use super::MemoryTable;
 use portverbs_hal::wc::WcStatus;
 use portverbs_hal::wr::SendOps;
 
