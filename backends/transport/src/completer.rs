@@ -118,6 +118,8 @@ pub(crate) fn on_response<H: Hca + ?Sized>(
     out: &mut Vec<Packet>,
 ) {
     if take_response(qp, core, hca, now, pkt) {
+        // The responder answered: a probe's go-back, if one is under way, may use the window.
+        qp.cc.probing = false;
         requester::transmit(qp, core, hca, now, out);
     }
 }
@@ -590,6 +592,7 @@ pub(crate) fn on_retransmit_timeout<H: Hca + ?Sized>(
     }
     core.stats.timeouts += 1;
     core.cc.on_loss(&qp.cc, true);
+    qp.cc.probing = false;
     qp.cc.rto_backoff = (qp.cc.rto_backoff + 1).min(congestion::MAX_RTO_BACKOFF);
     let una = qp.req.una;
     retry(qp, core, hca, now, una);
@@ -598,8 +601,16 @@ pub(crate) fn on_retransmit_timeout<H: Hca + ?Sized>(
 
 /// No ACK for a few of the path's round trips (the probe timeout): the packets in flight
 /// were lost, most likely the last of a burst, which no later packet would make the responder
-/// NAK. Go back N now instead of at the local ACK timeout, and cut the path's window, but
-/// charge no retry: only the local ACK timeout does (IBTA 9.7.6.1.3).
+/// NAK — or the responder is slow. Go back now instead of at the local ACK timeout, and cut
+/// the path's window, but charge no retry: only the local ACK timeout does (IBTA 9.7.6.1.3).
+///
+/// The go-back sends [`congestion::PROBE_PACKETS`] packets and waits for the answer before
+/// the rest: a responder that has them all acknowledges up to its last PSN (a duplicate is
+/// answered, IBA 9.9.2.2), one that lost them takes them in order and acknowledges, and either
+/// answer resumes transmission with the window. Without the cap a probe that fires while a
+/// slow responder is still answering sends a whole window again, and the responder answers
+/// each duplicate: Linux rxe (6.1) counts those ACKs against the 64 packets a QP may have
+/// queued and its requester then stalls for good.
 pub(crate) fn on_probe_timeout<H: Hca + ?Sized>(
     qp: &mut QpCtx,
     core: &mut Core,
@@ -616,6 +627,7 @@ pub(crate) fn on_probe_timeout<H: Hca + ?Sized>(
     core.cc.on_loss(&qp.cc, true);
     let una = qp.req.una;
     rewind(qp, core, una);
+    qp.cc.probing = true;
     requester::transmit(qp, core, hca, now, out);
 }
 

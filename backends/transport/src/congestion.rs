@@ -26,7 +26,10 @@
 //!   rule); from them a **probe timeout** (RFC 6298's estimator) goes back N when no ACK
 //!   came for a few round trips — a lost tail, which no later packet would make the responder
 //!   NAK — without charging a retry, doubling each time and stopping at the local ACK
-//!   timeout, which alone counts against `retry_cnt` (IBTA 9.7.6.1.3);
+//!   timeout, which alone counts against `retry_cnt` (IBTA 9.7.6.1.3). The go-back sends
+//!   [`PROBE_PACKETS`] packets and the rest once the responder answers, so that a probe
+//!   that fires while a slow responder is still answering costs two duplicates, not a
+//!   window;
 //! * a QP waiting for the window has nothing of its own in flight and its retransmission
 //!   timer does not run: only packets that really left are timed, so a path-wide stall is not
 //!   charged to the retry budget of every QP behind it. The timer itself backs off (doubling,
@@ -177,6 +180,12 @@ const EPOCH_RTTS: u64 = 16;
 /// Largest back-off of the probe timeout, as a shift (it stops earlier, at the local ACK
 /// timeout: `requester::arm_probe`).
 pub(crate) const MAX_PTO_BACKOFF: u8 = 30;
+/// Packets a probe timeout sends again before the responder answers: enough to learn where
+/// the responder stands (it acknowledges what it has, or takes the packets it lacked), few
+/// enough that a probe that fires while a slow peer is still answering costs two duplicates,
+/// not a window's worth. The answer resumes the go-back with the whole window (RFC 8985's
+/// tail loss probe sends one packet; QUIC's probe timeout, RFC 9002 6.2.4, up to two).
+pub(crate) const PROBE_PACKETS: u32 = 2;
 
 /// Counters of congestion control, for tests and tools.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -191,7 +200,8 @@ pub struct CcStats {
     pub cnps_sent: u64,
     /// Window cuts on round trips above the delay target.
     pub delay_cuts: u64,
-    /// Probe timeouts: no ACK for a few round trips, gone back N without charging a retry.
+    /// Probe timeouts: no ACK for a few round trips, gone back without charging a retry
+    /// (at most [`PROBE_PACKETS`] packets until the responder answers).
     pub probe_timeouts: u64,
     /// Packets received marked Congestion Experienced.
     pub ce_received: u64,
@@ -242,6 +252,9 @@ pub(crate) struct QpCc {
     pub(crate) pto: crate::timers::Lazy,
     /// Back-off shift of the probe timeout.
     pub(crate) pto_shift: u8,
+    /// A probe timeout went back and the responder has not answered since: at most
+    /// [`PROBE_PACKETS`] in flight until it does.
+    pub(crate) probing: bool,
     /// In its path's queue of QPs waiting for room.
     queued: bool,
 }

@@ -196,6 +196,13 @@ fn step<H: Hca + ?Sized>(
                 return Ok(Step::Throttled);
             }
         }
+        if qp.cc.probing {
+            // A probe's go-back: the rest waits for the responder's answer.
+            match congestion::PROBE_PACKETS.checked_sub(in_flight) {
+                Some(left) if left > 0 => room = room.min(left),
+                _ => return Ok(Step::Blocked),
+            }
+        }
     }
     let mtu = qp.mtu(core.port_mtu(qp.attr.port_num));
     if !qp.req.slot(tx).assigned {

@@ -6,7 +6,7 @@
 use portverbs_hal::wr::SendOp;
 
 use super::harness::*;
-use crate::congestion::{ECN_CE, ECN_ECT0, ECN_MASK};
+use crate::congestion::{ECN_CE, ECN_ECT0, ECN_MASK, PROBE_PACKETS};
 use crate::wire::{Bth, NakCode, Opcode, TransportHdr};
 use crate::{CcConfig, Packet, PayloadData};
 
@@ -265,13 +265,59 @@ fn timeouts_in_a_row_keep_halving_the_window_with_no_ack_between() {
     let mut windows = vec![cwnd(&s)];
     for _ in 0..3 {
         let next = s.engine.poll_timeout().unwrap();
+        let probes = s.engine.cc_stats().probe_timeouts;
         let resent = s.advance_to(next);
         windows.push(cwnd(&s));
+        assert_eq!(s.engine.cc_stats().probe_timeouts, probes + 1);
         assert_eq!(
             resent.len() as u32,
-            cwnd(&s),
-            "the go-back sends what the window holds"
+            cwnd(&s).min(PROBE_PACKETS),
+            "a probe's go-back sends what the window holds, two packets at most"
         );
     }
     assert_eq!(windows, [16, 8, 4, 2]);
+}
+
+#[test]
+fn a_probe_sends_two_packets_again_and_the_answer_resumes_the_go_back() {
+    let mut s = side_with_window(16);
+    s.post_recv(0, 64);
+    let first = s.post(s.wqe(SendOp::Send, 0, 16 * 1024));
+    assert_eq!(first.len(), 16);
+    // No answer within the probe timeout: the go-back starts at the first PSN, two packets,
+    // the second asking for an ACK; the window (halved to 8) waits for the answer.
+    let again = s.advance_to(s.now + CcConfig::default().initial_pto_ns);
+    assert_eq!(
+        summary(&again),
+        [
+            (Opcode::SendFirst, SQ_PSN),
+            (Opcode::SendMiddle, SQ_PSN + 1)
+        ]
+    );
+    assert!(again[1].hdr.bth.ack_req && !again[0].hdr.bth.ack_req);
+    assert_eq!(cwnd(&s), 8);
+    assert!(
+        s.advance_to(s.now).is_empty(),
+        "nothing more before the answer"
+    );
+    // The responder had lost everything: it takes the two and acknowledges them, and the
+    // go-back goes on with the window.
+    let resumed = s.feed(ack(SQ_PSN + 1));
+    assert_eq!(resumed.len(), 8);
+    assert_eq!(summary(&resumed)[0], (Opcode::SendMiddle, SQ_PSN + 2));
+}
+
+#[test]
+fn a_probe_to_a_responder_that_has_everything_costs_two_duplicates() {
+    // A slow responder, not a lost tail: its ACK of the whole message answers the probe.
+    let mut s = side_with_window(64);
+    s.post_recv(0, 64);
+    let first = s.post(s.wqe(SendOp::Send, 0, 64 * 1024));
+    assert_eq!(first.len(), 64);
+    let again = s.advance_to(s.now + CcConfig::default().initial_pto_ns);
+    assert_eq!(again.len(), PROBE_PACKETS as usize);
+    let after = s.feed(ack(SQ_PSN + 63));
+    assert!(after.is_empty(), "nothing acknowledged is sent again");
+    assert_eq!(s.take_cqes().len(), 1);
+    assert_eq!(s.engine.stats().retransmits, 2);
 }
