@@ -27,7 +27,7 @@
 //!   came for a few round trips — a lost tail, which no later packet would make the responder
 //!   NAK — without charging a retry, doubling each time and stopping at the local ACK
 //!   timeout, which alone counts against `retry_cnt` (IBTA 9.7.6.1.3). The go-back sends
-//!   [`PROBE_PACKETS`] packets and the rest once the responder answers, so that a probe
+//!   two packets and the rest once the responder answers, so that a probe
 //!   that fires while a slow responder is still answering costs two duplicates, not a
 //!   window;
 //! * a QP waiting for the window has nothing of its own in flight and its retransmission
@@ -201,7 +201,7 @@ pub struct CcStats {
     /// Window cuts on round trips above the delay target.
     pub delay_cuts: u64,
     /// Probe timeouts: no ACK for a few round trips, gone back without charging a retry
-    /// (at most [`PROBE_PACKETS`] packets until the responder answers).
+    /// (two packets at most until the responder answers).
     pub probe_timeouts: u64,
     /// Packets received marked Congestion Experienced.
     pub ce_received: u64,
