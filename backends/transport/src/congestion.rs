@@ -444,6 +444,7 @@ impl Paths {
     pub(crate) fn detach(&mut self, qpn: u32, cc: &mut QpCc, woken: &mut Vec<u32>) {
         cc.pto.armed = false;
         cc.probe = None;
+        cc.probing = false;
         let Some(i) = cc.path.take() else {
             return;
         };

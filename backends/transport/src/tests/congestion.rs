@@ -3,6 +3,8 @@
 //! once per window, CE-marked packets draw CNPs at most once per interval, and a CNP slows the
 //! path only when it comes from the QP's own peer.
 
+use portverbs_hal::attr::{QpAttr, QpAttrMask};
+use portverbs_hal::types::QpState;
 use portverbs_hal::wr::SendOp;
 
 use super::harness::*;
@@ -305,6 +307,26 @@ fn a_probe_sends_two_packets_again_and_the_answer_resumes_the_go_back() {
     let resumed = s.feed(ack(SQ_PSN + 1));
     assert_eq!(resumed.len(), 8);
     assert_eq!(summary(&resumed)[0], (Opcode::SendMiddle, SQ_PSN + 2));
+}
+
+#[test]
+fn a_reset_ends_a_probe_under_way() {
+    let mut s = side_with_window(16);
+    s.post(s.wqe(SendOp::Send, 0, 16 * 1024));
+    let again = s.advance_to(s.now + CcConfig::default().initial_pto_ns);
+    assert_eq!(again.len(), PROBE_PACKETS as usize);
+    // No answer, and the QP is reset and connected again: it sends with a fresh window, not
+    // two packets for a probe of the connection before.
+    let (attr, mask) = (s.attr, s.mask);
+    s.modify(QpState::Reset, &attr, QpAttrMask::empty())
+        .unwrap();
+    let attr = QpAttr { sq_psn: 7, ..attr };
+    for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        s.modify(st, &attr, mask).unwrap();
+    }
+    let out = s.post(s.wqe(SendOp::Send, 0, 16 * 1024));
+    assert_eq!(out.len(), 16);
+    assert_eq!(summary(&out)[0], (Opcode::SendFirst, 7));
 }
 
 #[test]
