@@ -159,11 +159,15 @@ impl Proc {
             let left = PATIENCE.saturating_sub(start.elapsed());
             match self.lines.recv_timeout(left) {
                 Ok(line) => self.seen.push(line),
-                Err(_) => panic!(
-                    "{} never printed {what:?}:\n{}",
-                    self.name,
-                    self.seen.join("\n")
-                ),
+                Err(_) => {
+                    // Its output closed (it exited) or the patience ran out: say which.
+                    let status = self.child.try_wait().ok().flatten();
+                    panic!(
+                        "{} never printed {what:?} (exit status: {status:?}):\n{}",
+                        self.name,
+                        self.seen.join("\n")
+                    )
+                }
             }
         }
     }
