@@ -27,7 +27,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -159,9 +159,18 @@ impl Proc {
             let left = PATIENCE.saturating_sub(start.elapsed());
             match self.lines.recv_timeout(left) {
                 Ok(line) => self.seen.push(line),
-                Err(_) => {
-                    // Its output closed (it exited) or the patience ran out: say which.
-                    let status = self.child.try_wait().ok().flatten();
+                Err(e) => {
+                    // Its output closed or the patience ran out. A process whose output
+                    // closed is exiting: give it a moment to be reaped, so that the status
+                    // says whether Wine or the program failed.
+                    let mut status = self.child.try_wait().ok().flatten();
+                    if e == RecvTimeoutError::Disconnected {
+                        let until = Instant::now() + Duration::from_secs(5);
+                        while status.is_none() && Instant::now() < until {
+                            std::thread::sleep(Duration::from_millis(50));
+                            status = self.child.try_wait().ok().flatten();
+                        }
+                    }
                     panic!(
                         "{} never printed {what:?} (exit status: {status:?}):\n{}",
                         self.name,
