@@ -280,15 +280,22 @@ fn timeouts_in_a_row_keep_halving_the_window_with_no_ack_between() {
     assert_eq!(windows, [16, 8, 4, 2]);
 }
 
+/// A QP whose path's window is `window` packets sends one SEND of `kib` KiB (a packet per KiB)
+/// and hears nothing within the probe timeout: the side, and what the probe sent.
+fn probed(window: u32, kib: u32) -> (Side, Vec<Packet>) {
+    let mut s = side_with_window(window);
+    s.post_recv(0, 64);
+    let first = s.post(s.wqe(SendOp::Send, 0, kib * 1024));
+    assert_eq!(first.len() as u32, kib.min(window));
+    let again = s.advance_to(s.now + CcConfig::default().initial_pto_ns);
+    (s, again)
+}
+
 #[test]
 fn a_probe_sends_two_packets_again_and_the_answer_resumes_the_go_back() {
-    let mut s = side_with_window(16);
-    s.post_recv(0, 64);
-    let first = s.post(s.wqe(SendOp::Send, 0, 16 * 1024));
-    assert_eq!(first.len(), 16);
     // No answer within the probe timeout: the go-back starts at the first PSN, two packets,
     // the second asking for an ACK; the window (halved to 8) waits for the answer.
-    let again = s.advance_to(s.now + CcConfig::default().initial_pto_ns);
+    let (mut s, again) = probed(16, 16);
     assert_eq!(
         summary(&again),
         [
@@ -311,9 +318,7 @@ fn a_probe_sends_two_packets_again_and_the_answer_resumes_the_go_back() {
 
 #[test]
 fn a_reset_ends_a_probe_under_way() {
-    let mut s = side_with_window(16);
-    s.post(s.wqe(SendOp::Send, 0, 16 * 1024));
-    let again = s.advance_to(s.now + CcConfig::default().initial_pto_ns);
+    let (mut s, again) = probed(16, 16);
     assert_eq!(again.len(), PROBE_PACKETS as usize);
     // No answer, and the QP is reset and connected again: it sends with a fresh window, not
     // two packets for a probe of the connection before.
@@ -332,11 +337,7 @@ fn a_reset_ends_a_probe_under_way() {
 #[test]
 fn a_probe_to_a_responder_that_has_everything_costs_two_duplicates() {
     // A slow responder, not a lost tail: its ACK of the whole message answers the probe.
-    let mut s = side_with_window(64);
-    s.post_recv(0, 64);
-    let first = s.post(s.wqe(SendOp::Send, 0, 64 * 1024));
-    assert_eq!(first.len(), 64);
-    let again = s.advance_to(s.now + CcConfig::default().initial_pto_ns);
+    let (mut s, again) = probed(64, 64);
     assert_eq!(again.len(), PROBE_PACKETS as usize);
     let after = s.feed(ack(SQ_PSN + 63));
     assert!(after.is_empty(), "nothing acknowledged is sent again");
